@@ -1,0 +1,371 @@
+"""Budget value types with exact, conservative arithmetic.
+
+A :class:`Budget` is an (epsilon, delta) pair; an :class:`RdpCurve` is a Rényi-DP curve
+epsilon(alpha) over the fixed order grid :data:`ALPHAS` (the grid PrivateKube and DPack use).
+
+Exactness. Values are kept as :class:`decimal.Decimal`. A float argument is read as the shortest
+decimal that round-trips to it (``0.1`` is the decimal 0.1, not the binary double just above it),
+so sums are exact: ten charges of 0.1 compose to exactly 1.0 and fit a capacity of 1.0, and an
+eleventh charge of 1e-9 does not. The mechanisms calibrate their noise to the same decimal value
+and round the noise scale *up*, so the accounted epsilon is never below the one delivered.
+
+Conservatism. Ledgers store budgets as integers in units of 10**-18 (:data:`UNIT`): a charge is
+rounded *up* (:func:`units_up`) and a capacity *down* (:func:`units_down`), so no stored sum ever
+rounds toward spending more than allowed. Values computed by floating-point formulas (RDP curves
+of mechanisms) are bumped up by a relative 1e-12 before they are stored.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal, InvalidOperation, localcontext
+from typing import TypeAlias
+
+from blockbudget.errors import InvalidBudgetError
+
+#: The fixed grid of Rényi orders (PrivateKube / DPack; the infinite order is not tracked).
+ALPHAS: tuple[float, ...] = (1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 16.0, 32.0, 64.0)
+
+#: Fixed-point resolution of stored budgets: 1 unit = 1e-18 of epsilon or delta.
+UNIT_EXPONENT = 18
+UNIT = 10**UNIT_EXPONENT
+
+#: Stand-in for an infinite RDP value in fixed point: larger than any capacity.
+INF_UNITS = 10**60
+
+#: Relative bump applied to values computed with floating-point formulas.
+FLOAT_SAFETY = 1e-12
+
+_EXACT = Context(prec=200, traps=[InvalidOperation])
+
+Number: TypeAlias = int | float | str | Decimal
+
+
+def to_decimal(value: Number, *, name: str) -> Decimal:
+    """Read a number exactly; floats as their shortest round-trip decimal.
+
+    Raises:
+        InvalidBudgetError: for booleans, NaN, or text that is not a number.
+    """
+    if isinstance(value, bool):
+        raise InvalidBudgetError(f"{name} must be a number, got the boolean {value!r}")
+    try:
+        if isinstance(value, float):
+            dec = Decimal(repr(value))
+        elif isinstance(value, (int, Decimal)):
+            dec = Decimal(value)
+        elif isinstance(value, str):
+            dec = Decimal(value.strip())
+        else:
+            raise InvalidBudgetError(f"{name} must be a number, got {type(value).__name__}")
+    except InvalidOperation as exc:
+        raise InvalidBudgetError(f"{name} must be a number, got {value!r}") from exc
+    if dec.is_nan():
+        raise InvalidBudgetError(f"{name} must not be NaN")
+    return dec
+
+
+def units_up(value: Decimal) -> int:
+    """Fixed-point units of ``value``, rounded up (for charges). Infinity maps to INF_UNITS."""
+    if value.is_infinite():
+        return INF_UNITS if value > 0 else -INF_UNITS
+    with localcontext(_EXACT):
+        return int((value.scaleb(UNIT_EXPONENT)).to_integral_value(rounding=ROUND_CEILING))
+
+
+def units_down(value: Decimal) -> int:
+    """Fixed-point units of ``value``, rounded down (for capacities)."""
+    if value.is_infinite():
+        return INF_UNITS if value > 0 else -INF_UNITS
+    with localcontext(_EXACT):
+        return int((value.scaleb(UNIT_EXPONENT)).to_integral_value(rounding=ROUND_FLOOR))
+
+
+def from_units(units: int) -> Decimal:
+    """The exact decimal value of a fixed-point amount."""
+    if units >= INF_UNITS:
+        return Decimal("Infinity")
+    if units <= -INF_UNITS:
+        return Decimal("-Infinity")
+    with localcontext(_EXACT):
+        return Decimal(units).scaleb(-UNIT_EXPONENT)
+
+
+def bump_up(x: float) -> float:
+    """A float computed by a formula, nudged up so that its rounding errors cannot undercount."""
+    if math.isinf(x) or x == 0.0:
+        return x
+    return math.nextafter(x + abs(x) * FLOAT_SAFETY, math.inf)
+
+
+def _fmt(d: Decimal) -> str:
+    if d.is_infinite():
+        return "inf"
+    text = format(d.normalize(), "f") if abs(d) >= Decimal("1e-4") or d == 0 else f"{float(d):.3g}"
+    return text
+
+
+@dataclass(frozen=True, init=False, order=False)
+class Budget:
+    """An exact (epsilon, delta) budget.
+
+    Args:
+        epsilon: finite and >= 0.
+        delta: in [0, 1).
+
+    Raises:
+        InvalidBudgetError: when a value is NaN, infinite, negative, or delta >= 1.
+
+    Example:
+        >>> sum([Budget(epsilon=0.1)] * 10, Budget.zero()) <= Budget(epsilon=1.0)
+        True
+    """
+
+    epsilon: Decimal
+    delta: Decimal
+
+    def __init__(self, *, epsilon: Number, delta: Number = 0) -> None:
+        eps = to_decimal(epsilon, name="epsilon")
+        dl = to_decimal(delta, name="delta")
+        if eps.is_infinite() or eps < 0:
+            raise InvalidBudgetError(f"epsilon must be finite and >= 0, got {epsilon!r}")
+        if dl.is_infinite() or dl < 0 or dl >= 1:
+            raise InvalidBudgetError(f"delta must satisfy 0 <= delta < 1, got {delta!r}")
+        object.__setattr__(self, "epsilon", eps)
+        object.__setattr__(self, "delta", dl)
+
+    @classmethod
+    def zero(cls) -> Budget:
+        """The empty budget (0, 0)."""
+        return cls(epsilon=0, delta=0)
+
+    def __add__(self, other: Budget) -> Budget:
+        if not isinstance(other, Budget):
+            return NotImplemented
+        with localcontext(_EXACT):
+            return Budget(epsilon=self.epsilon + other.epsilon, delta=self.delta + other.delta)
+
+    def __radd__(self, other: object) -> Budget:
+        if other == 0:
+            return self
+        if isinstance(other, Budget):
+            return other + self
+        return NotImplemented
+
+    def __sub__(self, other: Budget) -> Budget:
+        """Exact difference; raises InvalidBudgetError if it would be negative."""
+        if not isinstance(other, Budget):
+            return NotImplemented
+        with localcontext(_EXACT):
+            return Budget(epsilon=self.epsilon - other.epsilon, delta=self.delta - other.delta)
+
+    def __le__(self, other: Budget) -> bool:
+        """Componentwise: both epsilon and delta are at most the other's."""
+        return self.epsilon <= other.epsilon and self.delta <= other.delta
+
+    def __ge__(self, other: Budget) -> bool:
+        return other <= self
+
+    def scaled(self, factor: Number) -> Budget:
+        """This budget multiplied by a non-negative exact factor (e.g. a fraction of a split)."""
+        f = to_decimal(factor, name="factor")
+        with localcontext(_EXACT):
+            return Budget(epsilon=self.epsilon * f, delta=self.delta * f)
+
+    @property
+    def is_zero(self) -> bool:
+        return self.epsilon == 0 and self.delta == 0
+
+    @property
+    def is_pure(self) -> bool:
+        """True for pure (epsilon, 0)-DP."""
+        return self.delta == 0
+
+    def as_floats(self) -> tuple[float, float]:
+        """(epsilon, delta) as floats, for display and for formulas that need floats."""
+        return float(self.epsilon), float(self.delta)
+
+    def to_json(self) -> dict[str, str]:
+        return {"epsilon": str(self.epsilon), "delta": str(self.delta)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, str]) -> Budget:
+        return cls(epsilon=Decimal(data["epsilon"]), delta=Decimal(data["delta"]))
+
+    def __str__(self) -> str:
+        return f"(ε={_fmt(self.epsilon)}, δ={_fmt(self.delta)})"
+
+    def __repr__(self) -> str:
+        return f"Budget(epsilon={str(self.epsilon)!r}, delta={str(self.delta)!r})"
+
+
+@dataclass(frozen=True, init=False)
+class RdpCurve:
+    """A Rényi-DP curve epsilon(alpha) on the fixed grid :data:`ALPHAS`.
+
+    Values are non-negative decimals; ``inf`` marks an order at which the mechanism gives no
+    guarantee. Addition is exact and per order (RDP composes additively at each order).
+
+    Args:
+        epsilons: one value per order of :data:`ALPHAS`, in that order.
+
+    Raises:
+        InvalidBudgetError: on the wrong length, NaN, or a negative value.
+    """
+
+    epsilons: tuple[Decimal, ...]
+
+    def __init__(self, epsilons: Iterable[Number]) -> None:
+        values = tuple(to_decimal(v, name="RDP epsilon") for v in epsilons)
+        if len(values) != len(ALPHAS):
+            raise InvalidBudgetError(
+                f"an RDP curve needs one value per order {ALPHAS}, got {len(values)} values"
+            )
+        for alpha, v in zip(ALPHAS, values, strict=True):
+            if v < 0:
+                raise InvalidBudgetError(f"RDP epsilon at alpha={alpha} must be >= 0, got {v}")
+        object.__setattr__(self, "epsilons", values)
+
+    @classmethod
+    def zero(cls) -> RdpCurve:
+        return cls([0] * len(ALPHAS))
+
+    @classmethod
+    def from_function(cls, fn: Callable[[float], float]) -> RdpCurve:
+        """Evaluate a float formula at every order, rounding each value up (see bump_up)."""
+        out: list[Number] = []
+        for alpha in ALPHAS:
+            value = float(fn(alpha))
+            if math.isnan(value):
+                raise InvalidBudgetError(f"RDP formula gave NaN at alpha={alpha}")
+            out.append(Decimal("Infinity") if math.isinf(value) else bump_up(value))
+        return cls(out)
+
+    @classmethod
+    def gaussian(cls, *, sigma: float, sensitivity: float = 1.0) -> RdpCurve:
+        """Gaussian mechanism with noise std ``sigma`` and L2 sensitivity: alpha·Δ²/(2σ²)
+        (Mironov 2017, Prop. 7)."""
+        if not (sigma > 0 and math.isfinite(sigma)):
+            raise InvalidBudgetError(f"sigma must be finite and > 0, got {sigma!r}")
+        if not (sensitivity >= 0 and math.isfinite(sensitivity)):
+            raise InvalidBudgetError(f"sensitivity must be finite and >= 0, got {sensitivity!r}")
+        return cls.from_function(lambda a: a * sensitivity**2 / (2.0 * sigma**2))
+
+    @classmethod
+    def laplace(cls, *, scale: float, sensitivity: float = 1.0) -> RdpCurve:
+        """Laplace mechanism with scale b and L1 sensitivity Δ, exact RDP (Mironov 2017, Prop. 6):
+        1/(α−1)·log(α/(2α−1)·e^{(α−1)/λ} + (α−1)/(2α−1)·e^{−α/λ}) with λ = b/Δ."""
+        if not (scale > 0 and math.isfinite(scale)):
+            raise InvalidBudgetError(f"scale must be finite and > 0, got {scale!r}")
+        if sensitivity == 0:
+            return cls.zero()
+        inv = sensitivity / scale  # 1/λ = ε of the pure-DP guarantee
+
+        def f(a: float) -> float:
+            # log-sum-exp for stability at large alpha
+            t1 = math.log(a / (2 * a - 1)) + (a - 1) * inv
+            t2 = math.log((a - 1) / (2 * a - 1)) - a * inv
+            m = max(t1, t2)
+            val = (m + math.log(math.exp(t1 - m) + math.exp(t2 - m))) / (a - 1)
+            return min(val, inv)
+
+        return cls.from_function(f)
+
+    @classmethod
+    def from_pure_dp(cls, epsilon: Number) -> RdpCurve:
+        """A curve valid for *any* (ε, 0)-DP mechanism: min(ε, α·ε²/2) — pure DP implies
+        ε²/2-zCDP (Bun & Steinke 2016, Prop. 1.4) and RDP(α) <= ε at every order."""
+        eps = to_decimal(epsilon, name="epsilon")
+        if eps < 0 or eps.is_infinite():
+            raise InvalidBudgetError(f"epsilon must be finite and >= 0, got {epsilon!r}")
+        with localcontext(_EXACT):
+            return cls([min(eps, Decimal(repr(a)) * eps * eps / 2) for a in ALPHAS])
+
+    def __add__(self, other: RdpCurve) -> RdpCurve:
+        if not isinstance(other, RdpCurve):
+            return NotImplemented
+        with localcontext(_EXACT):
+            return RdpCurve(a + b for a, b in zip(self.epsilons, other.epsilons, strict=True))
+
+    def __radd__(self, other: object) -> RdpCurve:
+        if other == 0:
+            return self
+        if isinstance(other, RdpCurve):
+            return other + self
+        return NotImplemented
+
+    def __le__(self, other: RdpCurve) -> bool:
+        """Every order at most the other's."""
+        return all(a <= b for a, b in zip(self.epsilons, other.epsilons, strict=True))
+
+    def scaled(self, factor: Number) -> RdpCurve:
+        f = to_decimal(factor, name="factor")
+        with localcontext(_EXACT):
+            return RdpCurve(v * f for v in self.epsilons)
+
+    @property
+    def is_zero(self) -> bool:
+        return all(v == 0 for v in self.epsilons)
+
+    def as_floats(self) -> tuple[float, ...]:
+        return tuple(float(v) for v in self.epsilons)
+
+    def to_dp(self, *, delta: float) -> Budget:
+        """The (ε, δ) guarantee implied by this curve, through dp-accounting's conversion
+        (Canonne, Kamath & Steinke 2020), rounded up."""
+        return rdp_to_dp(self, delta=delta)
+
+    def to_json(self) -> dict[str, list[str]]:
+        return {"rdp": [str(v) for v in self.epsilons]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, list[str]]) -> RdpCurve:
+        return cls(Decimal(v) for v in data["rdp"])
+
+    def __str__(self) -> str:
+        inner = ", ".join(f"{a:g}:{_fmt(v)}" for a, v in zip(ALPHAS, self.epsilons, strict=True))
+        return f"RDP[{inner}]"
+
+
+#: What a DP computation costs: an (ε, δ) budget or an RDP curve.
+Cost: TypeAlias = Budget | RdpCurve
+
+
+def cost_from_json(data: dict[str, object]) -> Cost:
+    """Inverse of ``to_json`` for either cost kind."""
+    if "rdp" in data:
+        return RdpCurve.from_json(data)  # type: ignore[arg-type]
+    return Budget.from_json(data)  # type: ignore[arg-type]
+
+
+def rdp_to_dp(curve: RdpCurve, *, delta: float) -> Budget:
+    """Convert an RDP curve to (ε, δ)-DP with dp-accounting's ``compute_epsilon``.
+
+    Raises:
+        InvalidBudgetError: if delta is not in (0, 1).
+    """
+    if not (0 < delta < 1):
+        raise InvalidBudgetError(f"conversion needs 0 < delta < 1, got {delta!r}")
+    from dp_accounting.rdp import rdp_privacy_accountant as rdp
+
+    finite = [(a, float(v)) for a, v in zip(ALPHAS, curve.epsilons, strict=True) if v.is_finite()]
+    if not finite:
+        raise InvalidBudgetError("the RDP curve is infinite at every order")
+    eps, _ = rdp.compute_epsilon([a for a, _ in finite], [v for _, v in finite], delta)
+    if math.isinf(eps):
+        raise InvalidBudgetError("the RDP curve gives no finite epsilon at this delta")
+    return Budget(epsilon=bump_up(float(eps)), delta=delta)
+
+
+def sum_costs(costs: Sequence[Cost]) -> Cost:
+    """Exact sum of costs of one kind."""
+    if not costs:
+        raise InvalidBudgetError("cannot sum an empty list of costs")
+    total: Cost = costs[0]
+    for c in costs[1:]:
+        if type(c) is not type(total):
+            raise InvalidBudgetError("cannot add an (ε, δ) budget and an RDP curve")
+        total = total + c
+    return total

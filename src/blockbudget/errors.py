@@ -1,0 +1,111 @@
+"""The exception hierarchy of blockbudget.
+
+Every error the platform raises on purpose derives from :class:`BlockBudgetError`, so callers
+can catch one class. Each subclass says when it is raised. Messages state the rule that was
+broken and the offending value; budget refusals also name the blocks, the requested and remaining
+budget and the difference.
+
+A refusal never has side effects: when any of these is raised by a ledger, grant or store
+operation, nothing was charged, reserved, written or retired.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class BlockBudgetError(Exception):
+    """Root of every error blockbudget raises deliberately."""
+
+
+class InvalidBudgetError(BlockBudgetError, ValueError):
+    """A budget or DP parameter is malformed.
+
+    Raised for negative, NaN or infinite epsilon, delta outside [0, 1), an RDP curve with the
+    wrong orders or a negative value, or a budget kind the accounting rule cannot use (an
+    (epsilon, delta > 0) budget on an RDP stream, an RDP curve on a basic-composition stream).
+    """
+
+
+class InvalidRequestError(BlockBudgetError, ValueError):
+    """A request is malformed regardless of any budget.
+
+    Raised for an empty block set, a duplicate block in one request, a bad context name, a
+    non-positive timeout, or a request id reused for a different operation.
+    """
+
+
+class UnknownBlockError(BlockBudgetError, KeyError):
+    """A block, stream, context or reservation id does not exist."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; keep the message readable.
+        return str(self.args[0]) if self.args else ""
+
+
+class RetiredBlockError(BlockBudgetError):
+    """A request names a block that has been retired (its budget is spent or it was closed)."""
+
+    def __init__(self, blocks: Sequence[str]) -> None:
+        self.blocks = tuple(blocks)
+        super().__init__(
+            f"block(s) {', '.join(self.blocks)} are retired: a retired block never serves again"
+        )
+
+
+class BudgetExceededError(BlockBudgetError):
+    """A charge or reservation would take at least one block past its filter.
+
+    Attributes:
+        blocks: the blocks that refused (a subset of the request).
+        requested: a human-readable form of the requested budget.
+        remaining: per refusing block, a human-readable form of what remains.
+        difference: per refusing block, how much the request exceeds what remains (epsilon
+            units for (epsilon, delta) filters; the smallest excess over orders for RDP).
+        context: the context whose budget was exhausted.
+    """
+
+    def __init__(
+        self,
+        *,
+        blocks: Sequence[str],
+        requested: str,
+        remaining: Sequence[str],
+        difference: Sequence[str],
+        context: str,
+        rule: str,
+    ) -> None:
+        self.blocks = tuple(blocks)
+        self.requested = requested
+        self.remaining = tuple(remaining)
+        self.difference = tuple(difference)
+        self.context = context
+        self.rule = rule
+        details = "; ".join(
+            f"{b}: remaining {r}, short by {d}"
+            for b, r, d in zip(self.blocks, self.remaining, self.difference, strict=True)
+        )
+        super().__init__(
+            f"budget exceeded under {rule} in context {context!r}: requested {requested} "
+            f"on {len(self.blocks)} refusing block(s) — {details}. Nothing was charged."
+        )
+
+
+class ReservationError(BlockBudgetError):
+    """A reservation cannot be used as asked.
+
+    Raised when drawing more than a reservation holds, or charging, releasing or drawing on a
+    reservation that is already closed or has expired.
+    """
+
+
+class DataError(BlockBudgetError, ValueError):
+    """Input data is malformed: an unreadable file, a missing or mistyped column, a record whose
+    block cannot be determined, or a late record refused by the stream's policy."""
+
+
+class AuditError(BlockBudgetError):
+    """The audit log and the ledger disagree, or a replayed history violates a filter."""
+
+
+class InternalError(BlockBudgetError):
+    """A bug in blockbudget itself: an invariant that the code should have kept was broken."""
