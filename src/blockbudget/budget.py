@@ -251,7 +251,8 @@ class RdpCurve:
             raise InvalidBudgetError(f"sigma must be finite and > 0, got {sigma!r}")
         if not (sensitivity >= 0 and math.isfinite(sensitivity)):
             raise InvalidBudgetError(f"sensitivity must be finite and >= 0, got {sensitivity!r}")
-        return cls.from_function(lambda a: a * sensitivity**2 / (2.0 * sigma**2))
+        ratio = sensitivity / sigma  # avoids overflow of σ² for tiny charges
+        return cls.from_function(lambda a: a * ratio * ratio / 2.0)
 
     @classmethod
     def laplace(cls, *, scale: float, sensitivity: float = 1.0) -> RdpCurve:

@@ -1,0 +1,206 @@
+"""The contract every per-block filter satisfies, run against each implementation, plus the
+exact numbers of each composition rule."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from blockbudget.accounting import (
+    Accounting,
+    BasicFilter,
+    Filter,
+    RdpFilter,
+    StrongFilter,
+    add_vectors,
+    make_filter,
+)
+from blockbudget.budget import ALPHAS, Budget, Cost, RdpCurve
+from blockbudget.errors import InvalidBudgetError
+
+CAPACITY = Budget(epsilon=1.0, delta=1e-6)
+
+
+def _basic_cost(x: float) -> Cost:
+    return Budget(epsilon=x, delta=x * 1e-7)
+
+
+def _strong_cost(x: float) -> Cost:
+    return Budget(epsilon=x, delta=x * 1e-7)
+
+
+def _rdp_cost(x: float) -> Cost:
+    # A Gaussian of sensitivity x: its RDP α·x²/2 grows with x; x = 0 costs nothing.
+    return RdpCurve.gaussian(sigma=1.0, sensitivity=x)
+
+
+FILTERS: list[tuple[str, Callable[[], Filter], Callable[[float], Cost]]] = [
+    ("basic", lambda: make_filter(Accounting.BASIC, capacity=CAPACITY), _basic_cost),
+    ("strong", lambda: make_filter(Accounting.STRONG, capacity=CAPACITY), _strong_cost),
+    ("rdp", lambda: make_filter(Accounting.RDP, capacity=CAPACITY), _rdp_cost),
+]
+
+amounts = st.lists(st.floats(min_value=0.0, max_value=0.4), min_size=0, max_size=25)
+
+
+@pytest.fixture(params=FILTERS, ids=[f[0] for f in FILTERS])
+def case(request: pytest.FixtureRequest) -> tuple[Filter, Callable[[float], Cost]]:
+    _, make, cost = request.param
+    return make(), cost
+
+
+def test_empty_history_fits_and_is_full(case: tuple[Filter, Callable[[float], Cost]]) -> None:
+    f, cost = case
+    assert f.fits(f.zero())
+    assert f.remaining_fraction(f.zero()) == pytest.approx(1.0)
+    assert f.accepts([], cost(0.0))
+    assert f.describe_remaining(f.zero())
+
+
+def test_repeated_charges_are_eventually_refused(
+    case: tuple[Filter, Callable[[float], Cost]],
+) -> None:
+    f, cost = case
+    history: list[Cost] = []
+    while f.accepts(history, cost(0.05)):
+        history.append(cost(0.05))
+        assert len(history) < 10_000, "a filter must not hand out unbounded budget"
+    assert history, "a small charge must fit an empty block"
+    used = f.total(history)
+    assert f.fits(used)
+    assert not f.fits_with(used, f.features(cost(0.05)))
+    assert f.shortfall(used, f.features(cost(0.05)))
+    assert 0.0 <= f.remaining_fraction(used) < 1.0
+
+
+@given(data=st.data())
+def test_accepts_equals_fits_of_summed_features_and_is_pure(data: st.DataObject) -> None:
+    for _, make, cost in FILTERS:
+        f = make()
+        xs = data.draw(amounts)
+        cand = data.draw(st.floats(min_value=0.0, max_value=0.4))
+        history = [cost(x) for x in xs]
+        before = list(history)
+        verdict = f.accepts(history, cost(cand))
+        assert verdict == f.fits(add_vectors(f.total(history), f.features(cost(cand))))
+        assert history == before
+        assert f.accepts(history, cost(cand)) == verdict
+
+
+@given(data=st.data())
+def test_monotone_more_charges_never_help(data: st.DataObject) -> None:
+    for _, make, cost in FILTERS:
+        f = make()
+        xs = data.draw(amounts)
+        used = f.zero()
+        refused = False
+        previous_fraction = 1.0
+        for x in xs:
+            used = add_vectors(used, f.features(cost(x)))
+            if refused:
+                assert not f.fits(used), "a refused history cannot become valid again"
+            refused = refused or not f.fits(used)
+            fraction = f.remaining_fraction(used)
+            assert 0.0 <= fraction <= previous_fraction + 1e-12
+            previous_fraction = fraction
+
+
+@given(a=st.floats(min_value=0.0, max_value=0.5), b=st.floats(min_value=0.0, max_value=0.5))
+def test_features_are_superadditive_so_reservations_cover_their_draws(a: float, b: float) -> None:
+    """A reservation of a+b may be spent as a then b: the parts never cost more than the whole."""
+    for _, make, cost in FILTERS:
+        f = make()
+        ca, cb = cost(a), cost(b)
+        whole = f.features(ca + cb)  # type: ignore[operator]
+        parts = add_vectors(f.features(cost(a)), f.features(cost(b)))
+        # Each rounded-up part may gain at most one unit per component over the exact whole.
+        assert all(p <= w + 2 for p, w in zip(parts, whole, strict=True))
+
+
+# ---- exact numbers of each rule ---------------------------------------------------------------
+
+
+def test_basic_composition_is_exact() -> None:
+    f = BasicFilter(capacity=Budget(epsilon=1.0, delta=1e-6))
+    tenths = [Budget(epsilon=0.1)] * 10
+    assert f.accepts(tenths[:9], tenths[9])
+    assert not f.accepts(tenths, Budget(epsilon=1e-9))
+    assert not f.accepts([], Budget(epsilon=0.5, delta=2e-6))
+    assert f.accepts([], Budget(epsilon=1.0, delta=1e-6))
+    with pytest.raises(InvalidBudgetError):
+        f.features(RdpCurve.gaussian(sigma=1.0))
+
+
+def _rogers(eps_g: float, delta_g: float, epsilons: list[float]) -> float:
+    """Left side of Rogers et al. 2016 Thm 5.1 with δ̃ = δ_g/2, written out independently."""
+    s2 = sum(e * e for e in epsilons)
+    g = sum((math.exp(e) - 1) * e / 2 for e in epsilons)
+    log1 = math.log(1 / delta_g)
+    term = 2 * (s2 + eps_g**2 / (28.04 * log1))
+    term *= 1 + 0.5 * math.log(28.04 * log1 * s2 / eps_g**2 + 1)
+    term *= math.log(2 / delta_g)
+    return g + math.sqrt(term)
+
+
+def test_strong_composition_matches_rogers_theorem_and_beats_basic_for_small_charges() -> None:
+    f = StrongFilter(capacity=Budget(epsilon=1.0, delta=1e-6))
+    history: list[Cost] = []
+    while f.accepts(history, Budget(epsilon=0.01)):
+        history.append(Budget(epsilon=0.01))
+    n = len(history)
+    assert _rogers(1.0, 1e-6, [0.01] * n) <= 1.0
+    assert _rogers(1.0, 1e-6, [0.01] * (n + 1)) > 1.0 - 1e-6
+    assert n > 100  # basic composition fits exactly 100 charges of 0.01
+    # δ: the slack δ̃ = δ_g/2 is kept back from the charges.
+    assert f.accepts([], Budget(epsilon=0.01, delta=5e-7))
+    assert not f.accepts([], Budget(epsilon=0.01, delta=6e-7))
+    with pytest.raises(InvalidBudgetError):
+        StrongFilter(capacity=Budget(epsilon=1.0, delta=0.0))
+
+
+def test_rdp_capacity_per_order_and_exists_alpha_rule() -> None:
+    f = RdpFilter(capacity=Budget(epsilon=1.0, delta=1e-6))
+    for alpha, cap in zip(ALPHAS, f.order_capacity, strict=True):
+        expected = 1.0 - math.log(1e6) / (alpha - 1)
+        assert cap / 1e18 == pytest.approx(expected, rel=1e-9, abs=1e-12)
+        assert cap / 1e18 <= expected
+    # Gaussian σ=10 costs α/200 per order; count how many fit and compare with the formula.
+    curve = RdpCurve.gaussian(sigma=10.0)
+    history: list[Cost] = []
+    while f.accepts(history, curve):
+        history.append(curve)
+    best = max(
+        math.floor((1.0 - math.log(1e6) / (a - 1)) / (a / 200.0) * (1 - 1e-9))
+        for a in ALPHAS
+        if a > 1 + math.log(1e6)
+    )
+    assert len(history) == best
+    # A pure budget is converted; an approximate one is refused.
+    assert f.accepts([], Budget(epsilon=0.1))
+    with pytest.raises(InvalidBudgetError):
+        f.features(Budget(epsilon=0.1, delta=1e-9))
+    with pytest.raises(InvalidBudgetError):
+        RdpFilter(capacity=Budget(epsilon=1.0))
+
+
+def test_rdp_allocates_more_gaussians_than_basic_composition() -> None:
+    """PrivateKube's observation: RDP packs many more Gaussian charges than basic composition."""
+    sigma = 10.0
+    rdp = RdpFilter(capacity=CAPACITY)
+    basic = BasicFilter(capacity=CAPACITY)
+    per_query = RdpCurve.gaussian(sigma=sigma).to_dp(delta=1e-8)
+    n_rdp = 0
+    used = rdp.zero()
+    while rdp.fits_with(used, rdp.features(RdpCurve.gaussian(sigma=sigma))):
+        used = add_vectors(used, rdp.features(RdpCurve.gaussian(sigma=sigma)))
+        n_rdp += 1
+    n_basic = 0
+    used = basic.zero()
+    while basic.fits_with(used, basic.features(per_query)):
+        used = add_vectors(used, basic.features(per_query))
+        n_basic += 1
+    assert n_rdp > 2 * n_basic

@@ -1,0 +1,145 @@
+"""Budget and RdpCurve: validation on construction and exact, conservative arithmetic."""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from blockbudget.budget import (
+    ALPHAS,
+    INF_UNITS,
+    UNIT,
+    Budget,
+    RdpCurve,
+    bump_up,
+    from_units,
+    rdp_to_dp,
+    sum_costs,
+    units_down,
+    units_up,
+)
+from blockbudget.errors import InvalidBudgetError
+
+
+@pytest.mark.parametrize(
+    ("epsilon", "delta"),
+    [
+        (-0.1, 0.0),
+        (math.nan, 0.0),
+        (math.inf, 0.0),
+        (1.0, 1.0),
+        (1.0, 1.5),
+        (1.0, -1e-9),
+        (1.0, math.nan),
+        ("abc", 0.0),
+        (True, 0.0),
+    ],
+)
+def test_invalid_budgets_are_refused(epsilon: object, delta: object) -> None:
+    with pytest.raises(InvalidBudgetError):
+        Budget(epsilon=epsilon, delta=delta)  # type: ignore[arg-type]
+
+
+def test_budget_is_frozen_and_keyword_only() -> None:
+    b = Budget(epsilon=0.5, delta=1e-6)
+    with pytest.raises(AttributeError):
+        b.epsilon = Decimal(1)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        Budget(0.5)  # type: ignore[misc]
+
+
+def test_floats_are_read_as_their_shortest_decimal() -> None:
+    assert Budget(epsilon=0.1).epsilon == Decimal("0.1")
+    assert Budget(epsilon="0.1") == Budget(epsilon=0.1)
+    assert Budget(epsilon=Decimal("0.1")) == Budget(epsilon=0.1)
+
+
+def test_ten_tenths_fit_one_and_an_extra_nanoepsilon_does_not() -> None:
+    total = sum([Budget(epsilon=0.1)] * 10, Budget.zero())
+    assert total == Budget(epsilon=1.0)
+    assert total <= Budget(epsilon=1.0)
+    assert not (total + Budget(epsilon=1e-9) <= Budget(epsilon=1.0))
+    # The same holds in fixed point, where the ledger stores budgets.
+    assert 10 * units_up(Decimal("0.1")) == units_down(Decimal("1.0"))
+    assert 10 * units_up(Decimal("0.1")) + units_up(Decimal("1e-9")) > units_down(Decimal(1))
+
+
+def test_fixed_point_rounds_charges_up_and_capacities_down() -> None:
+    tiny = Decimal("1e-30")
+    assert units_up(tiny) == 1
+    assert units_down(tiny) == 0
+    third = Decimal(1) / Decimal(3)
+    assert units_up(third) == units_down(third) + 1
+    assert from_units(UNIT) == 1
+    assert units_up(Decimal("Infinity")) == INF_UNITS
+    assert from_units(INF_UNITS).is_infinite()
+
+
+def test_subtraction_never_goes_negative() -> None:
+    with pytest.raises(InvalidBudgetError):
+        _ = Budget(epsilon=0.1) - Budget(epsilon=0.2)
+    assert Budget(epsilon=0.3, delta=1e-6) - Budget(epsilon=0.1) == Budget(
+        epsilon="0.2", delta=1e-6
+    )
+
+
+@given(st.lists(st.decimals(min_value=0, max_value=1, places=12), min_size=1, max_size=30))
+def test_sums_are_exact(values: list[Decimal]) -> None:
+    total = sum((Budget(epsilon=v) for v in values), Budget.zero())
+    assert total.epsilon == sum(values, Decimal(0))
+    assert sum(units_up(v) for v in values) >= units_down(total.epsilon)
+
+
+def test_rdp_curve_validation_and_addition() -> None:
+    with pytest.raises(InvalidBudgetError):
+        RdpCurve([0.1] * 3)
+    with pytest.raises(InvalidBudgetError):
+        RdpCurve([-0.1] + [0.1] * (len(ALPHAS) - 1))
+    with pytest.raises(InvalidBudgetError):
+        RdpCurve([math.nan] * len(ALPHAS))
+    a = RdpCurve([0.1] * len(ALPHAS))
+    total = sum_costs([a] * 10)
+    assert isinstance(total, RdpCurve)
+    assert all(v == Decimal(1) for v in total.epsilons)
+    with pytest.raises(InvalidBudgetError):
+        sum_costs([a, Budget(epsilon=0.1)])
+
+
+def test_gaussian_curve_matches_formula_and_rounds_up() -> None:
+    curve = RdpCurve.gaussian(sigma=2.0, sensitivity=1.0)
+    for alpha, value in zip(ALPHAS, curve.epsilons, strict=True):
+        exact = alpha / 8.0
+        assert float(value) >= exact
+        assert float(value) <= exact * (1 + 1e-9)
+
+
+def test_laplace_curve_is_below_pure_dp_and_above_zcdp_small_order_limit() -> None:
+    curve = RdpCurve.laplace(scale=2.0, sensitivity=1.0)  # pure ε = 0.5
+    pure = RdpCurve.from_pure_dp(0.5)
+    for lap, bound in zip(curve.epsilons, pure.epsilons, strict=True):
+        assert lap <= Decimal("0.5") * Decimal(1 + 1e-9)
+        assert lap <= bound * Decimal(1 + 1e-9)
+    # Monotone in alpha, as every RDP curve is.
+    values = [float(v) for v in curve.epsilons]
+    assert values == sorted(values)
+
+
+def test_rdp_conversion_through_dp_accounting() -> None:
+    curve = RdpCurve.gaussian(sigma=1.0)
+    budget = rdp_to_dp(curve, delta=1e-5)
+    assert budget.delta == Decimal("1e-5")
+    # ε = min_α α/2 + log(1/δ)/(α−1) over the grid is an upper bound on dp-accounting's answer.
+    naive = min(a / 2 + math.log(1e5) / (a - 1) for a in ALPHAS)
+    assert 0 < float(budget.epsilon) <= naive
+    with pytest.raises(InvalidBudgetError):
+        rdp_to_dp(curve, delta=0.0)
+
+
+def test_bump_up_is_strictly_conservative() -> None:
+    for x in [1e-300, 0.1, 1.0, 123.456]:
+        assert bump_up(x) > x
+    assert bump_up(0.0) == 0.0
