@@ -103,6 +103,11 @@ class DataError(BlockBudgetError, ValueError):
     block cannot be determined, or a late record refused by the stream's policy."""
 
 
+class StoreConflictError(BlockBudgetError):
+    """An ingest could not commit because other writers kept changing the same stream's
+    catalog entries; nothing was written. Retrying later is safe."""
+
+
 class AuditError(BlockBudgetError):
     """The audit log and the ledger disagree, or a replayed history violates a filter."""
 

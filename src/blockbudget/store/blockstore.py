@@ -1,0 +1,572 @@
+"""The block store: streams of records cut into blocks, kept as Parquet part files.
+
+See ``docs/store.md`` for the concepts. In short: :meth:`BlockStore.ingest` validates a whole
+input, groups its rows by block key and either commits all of them or nothing; rows for an open
+block are appended as a new part file, rows for a sealed block (or a closed window) follow the
+stream's :class:`LatePolicy`; :meth:`BlockStore.seal` freezes blocks before their data first
+leaves in a grant; :meth:`BlockStore.read` assembles the rows of chosen blocks.
+
+Atomicity and concurrency. An ingest validates everything in memory, plans which block each key
+goes to from a snapshot of the catalog, writes its part files under unique names, and then
+commits in one transaction that first locks the stream (see :mod:`blockbudget.store.catalog`)
+and re-derives the plan: if another writer changed the plan's premises (a block was sealed or
+created meanwhile), the transaction is abandoned and the ingest re-plans, reusing the files that
+still fit. Any failure deletes the files the ingest wrote, so the catalog and the directory tree
+are left as they were. Readers only ever open part files listed in the catalog.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, date, datetime, timedelta
+from typing import Any, TypeVar
+
+import pandas as pd
+import pyarrow as pa
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import IntegrityError, OperationalError
+
+from blockbudget.errors import InvalidRequestError, StoreConflictError, UnknownBlockError
+from blockbudget.store import catalog
+from blockbudget.store.files import DataFiles, WrittenPart
+from blockbudget.store.inputs import (
+    IngestData,
+    conform,
+    load_input,
+    schema_from_bytes,
+    schema_to_bytes,
+)
+from blockbudget.store.keys import Grouping, group_rows, key_ordinal
+from blockbudget.store.model import (
+    BlockMeta,
+    DataFormat,
+    IngestReport,
+    StreamSpec,
+    Unit,
+    check_stream_name,
+    make_block_id,
+    parse_block_id,
+    utc_now,
+)
+from blockbudget.store.planning import (
+    Target,
+    backoff,
+    block_values,
+    coerce_format,
+    fit_schema,
+    plan_targets,
+    require_known,
+    retryable,
+    unique_ids,
+)
+
+#: How many times an ingest re-plans after losing a race before giving up.
+MAX_ATTEMPTS = 60
+_T = TypeVar("_T")
+
+
+class _Conflict(Exception):
+    """The catalog changed under a plan; re-plan."""
+
+
+class BlockStore:
+    """Streams, blocks and their data.
+
+    Args:
+        url_or_engine: a SQLAlchemy URL (``"sqlite:////path/platform.db"``,
+            ``"postgresql+psycopg://..."``) or an existing engine (shared with the ledger).
+        root: where part files live: a local directory or a pyarrow filesystem URI.
+
+    Example:
+        >>> store = BlockStore("sqlite:///platform.db", "blocks")  # doctest: +SKIP
+        >>> store.create_stream(spec)  # doctest: +SKIP
+        >>> store.ingest("flights", frame).new_blocks  # doctest: +SKIP
+        ('flights/2013-01-01', 'flights/2013-01-02')
+    """
+
+    def __init__(self, url_or_engine: str | Engine, root: str | os.PathLike[str]) -> None:
+        if isinstance(url_or_engine, Engine):
+            self._engine = url_or_engine
+            self._owns_engine = False
+        else:
+            url = sa.engine.make_url(url_or_engine)
+            kwargs: dict[str, Any] = {}
+            if url.get_backend_name() == "sqlite":
+                kwargs["connect_args"] = {"timeout": 60}
+            self._engine = sa.create_engine(url, **kwargs)
+            self._owns_engine = True
+        self._files = DataFiles(root)
+        catalog.create_tables(self._engine)
+
+    @property
+    def engine(self) -> Engine:
+        """The catalog's database engine."""
+        return self._engine
+
+    @property
+    def root(self) -> str:
+        """The data root as given (path or URI)."""
+        return self._files.uri
+
+    def dispose(self) -> None:
+        """Release the engine's connections if this store created it (an engine passed in is
+        left to its owner)."""
+        if self._owns_engine:
+            self._engine.dispose()
+
+    def close(self) -> None:
+        """Same as :meth:`dispose`."""
+        self.dispose()
+
+    def __enter__(self) -> BlockStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.dispose()
+
+    # ----------------------------------------------------------------------------- streams
+
+    def create_stream(self, spec: StreamSpec) -> StreamSpec:
+        """Register a stream. Creating an identical stream again is a no-op.
+
+        Raises:
+            InvalidRequestError: when a stream of that name exists with a different spec.
+        """
+        if not isinstance(spec, StreamSpec):
+            raise InvalidRequestError(f"create_stream needs a StreamSpec, got {spec!r}")
+
+        def attempt(conn: Connection) -> None:
+            existing = catalog.select_stream(conn, spec.name)
+            if existing is None:
+                catalog.insert_stream(conn, spec, utc_now())
+            elif existing.spec != spec:
+                raise InvalidRequestError(
+                    f"stream {spec.name!r} already exists with a different spec "
+                    f"({existing.spec}); a stream's spec never changes"
+                )
+
+        self._transaction(attempt)
+        return spec
+
+    def get_stream(self, name: str) -> StreamSpec:
+        """The spec of a stream.
+
+        Raises:
+            UnknownBlockError: when there is no such stream.
+        """
+        return self._stream_row(name).spec
+
+    def list_streams(self) -> list[StreamSpec]:
+        """Every stream, by name."""
+        with self._engine.connect() as conn:
+            return [row.spec for row in catalog.select_streams(conn)]
+
+    def schema(self, stream: str) -> pa.Schema | None:
+        """The stream's Arrow schema, fixed by its first non-empty ingest (None before)."""
+        row = self._stream_row(stream)
+        return None if row.schema_bytes is None else schema_from_bytes(row.schema_bytes)
+
+    def _stream_row(self, name: str) -> catalog.StreamRow:
+        check_stream_name(name)
+        with self._engine.connect() as conn:
+            row = catalog.select_stream(conn, name)
+        if row is None:
+            raise UnknownBlockError(f"no stream {name!r}; create it with create_stream first")
+        return row
+
+    # ------------------------------------------------------------------------------ ingest
+
+    def ingest(
+        self, stream: str, data: IngestData, *, format: DataFormat | str | None = None
+    ) -> IngestReport:
+        """Add records to a stream, all or nothing.
+
+        Args:
+            stream: the stream's name.
+            data: a pandas DataFrame (its index is ignored: ``reset_index()`` first to keep
+                it), a pyarrow Table or RecordBatch, or a path to a CSV (``.csv``, ``.csv.gz``…)
+                or Parquet (``.parquet``, ``.pq``) file.
+            format: the file format; inferred from the suffix when None.
+
+        Returns:
+            What was done: rows, new and appended blocks, late rows, rows per block, and the
+            blocks that ``close_after`` sealed.
+
+        Raises:
+            UnknownBlockError: when the stream does not exist.
+            InvalidRequestError: for a format given with in-memory data or an unknown format.
+            DataError: for unreadable or malformed input (naming the file, column and row), a
+                schema mismatch, or late records refused by LatePolicy.REJECT. Nothing is
+                written then.
+            StoreConflictError: if other writers kept winning the race for this stream.
+        """
+        fmt = coerce_format(format, data)
+        row = self._stream_row(stream)
+        spec = row.spec
+        schema = None if row.schema_bytes is None else schema_from_bytes(row.schema_bytes)
+        table, source = load_input(data, fmt=fmt, schema=schema)
+        table = fit_schema(table, schema, stream=stream, source=source)
+        grouping = group_rows(table, spec.blocking, source=source)
+        if table.num_rows == 0:
+            return IngestReport(stream=stream, source=source, rows=0)
+        return self._commit_ingest(spec, table, grouping, source)
+
+    def _commit_ingest(
+        self, spec: StreamSpec, table: pa.Table, grouping: Grouping, source: str
+    ) -> IngestReport:
+        stream = spec.name
+        keys = [k.key for k in grouping.keys]
+        written: dict[tuple[str, int], WrittenPart] = {}
+        written_schema = table.schema
+        report: IngestReport | None = None
+        keep: set[str] | None = None
+        try:
+            for attempt in range(MAX_ATTEMPTS):
+                with self._engine.connect() as conn:
+                    state = catalog.select_stream(conn, stream)
+                    latest = catalog.latest_blocks(conn, stream, keys)
+                if state is None:
+                    raise UnknownBlockError(f"no stream {stream!r}")
+                if state.schema_bytes is not None:
+                    fixed = schema_from_bytes(state.schema_bytes)
+                    if not table.schema.equals(fixed):  # a concurrent first ingest won
+                        table = conform(table, fixed, stream=stream, source=source)
+                if not table.schema.equals(written_schema):
+                    self._files.remove_parts([w.path for w in written.values()])
+                    written.clear()
+                    written_schema = table.schema
+                plan = plan_targets(spec, grouping, latest, state.closed_until, source)
+                for t in plan:
+                    if (t.key.key, t.seq) not in written:
+                        rows = table.take(pa.array(grouping.positions[t.index]))
+                        written[(t.key.key, t.seq)] = self._files.write_part(
+                            stream, t.key.key, t.seq, rows
+                        )
+                try:
+                    with self._engine.begin() as conn:
+                        report = self._apply(conn, spec, table, grouping, plan, written, source)
+                except _Conflict:
+                    pass
+                except (OperationalError, IntegrityError) as exc:
+                    if not retryable(exc):
+                        raise
+                if report is not None:
+                    keep = {written[(t.key.key, t.seq)].path for t in plan}
+                    return report
+                backoff(attempt)
+            raise StoreConflictError(
+                f"ingest into stream {stream!r} lost the race to other writers {MAX_ATTEMPTS} "
+                "times; nothing was written"
+            )
+        finally:
+            self._cleanup(written, keep)
+
+    def _apply(
+        self,
+        conn: Connection,
+        spec: StreamSpec,
+        table: pa.Table,
+        grouping: Grouping,
+        plan: tuple[Target, ...],
+        written: dict[tuple[str, int], WrittenPart],
+        source: str,
+    ) -> IngestReport:
+        """The commit transaction: lock, re-check the plan, record everything."""
+        stream = spec.name
+        if not catalog.lock_stream(conn, stream):
+            raise UnknownBlockError(f"no stream {stream!r}")
+        state = catalog.select_stream(conn, stream)
+        assert state is not None
+        latest = catalog.latest_blocks(conn, stream, [k.key for k in grouping.keys])
+        if plan_targets(spec, grouping, latest, state.closed_until, source) != plan:
+            raise _Conflict
+        if state.schema_bytes is not None and not table.schema.equals(
+            schema_from_bytes(state.schema_bytes)
+        ):
+            raise _Conflict
+        now = utc_now()
+        new_blocks: list[str] = []
+        appended: list[str] = []
+        block_rows: dict[str, int] = {}
+        part_rows: list[dict[str, Any]] = []
+        for t in plan:
+            part = written[(t.key.key, t.seq)]
+            block_id = make_block_id(stream, t.key.key, t.seq)
+            if t.new:
+                catalog.insert_block(conn, block_values(stream, block_id, t, part, now))
+                new_blocks.append(block_id)
+            else:
+                if not catalog.append_rows(conn, block_id, part.rows, part.nbytes):
+                    raise _Conflict
+                appended.append(block_id)
+            block_rows[block_id] = part.rows
+            part_rows.append(
+                {
+                    "block_id": block_id,
+                    "path": part.path,
+                    "row_count": part.rows,
+                    "byte_count": part.nbytes,
+                    "created_at": now,
+                }
+            )
+        catalog.insert_parts(conn, part_rows)
+        ordinals = [k.ordinal for k in grouping.keys if k.ordinal is not None]
+        watermark = max(ordinals) if ordinals else None
+        closed = state.closed_until
+        if spec.close_after is not None and watermark is not None:
+            latest_start = max(
+                watermark, state.watermark if state.watermark is not None else watermark
+            )
+            step = spec.blocking.window_us if spec.blocking.unit is Unit.TIME else _ids(spec)
+            bound = latest_start - (spec.close_after - 1) * step
+            closed = bound if closed is None else max(closed, bound)
+        catalog.update_stream_state(
+            conn,
+            stream,
+            schema_bytes=schema_to_bytes(table.schema) if state.schema_bytes is None else None,
+            watermark=watermark,
+            closed_until=closed,
+        )
+        sealed: list[str] = []
+        if closed is not None:
+            sealed = catalog.open_blocks_before(conn, stream, closed)
+            catalog.seal_blocks(conn, sealed, now)
+        return IngestReport(
+            stream=stream,
+            source=source,
+            rows=table.num_rows,
+            new_blocks=tuple(new_blocks),
+            appended_blocks=tuple(appended),
+            late_rows=sum(len(grouping.positions[t.index]) for t in plan if t.late),
+            block_rows=block_rows,
+            sealed_blocks=tuple(sealed),
+        )
+
+    def _cleanup(self, written: dict[tuple[str, int], WrittenPart], keep: set[str] | None) -> None:
+        """Delete the part files this ingest wrote that the catalog does not reference.
+
+        ``keep`` lists the committed paths after a success; after a failure (None) the catalog
+        is asked, in case a commit went through although its acknowledgement was lost.
+        """
+        paths = [w.path for w in written.values()]
+        if not paths:
+            return
+        if keep is None:
+            try:
+                with self._engine.connect() as conn:
+                    keep = catalog.registered(conn, paths)
+            except sa.exc.SQLAlchemyError:
+                return  # the database is unreachable: leave orphans (vacuum) rather than guess
+        self._files.remove_parts([p for p in paths if p not in keep])
+
+    # ----------------------------------------------------------------------------- sealing
+
+    def seal(self, block_ids: Iterable[str]) -> list[str]:
+        """Seal blocks so that they never change again (idempotent, all or nothing).
+
+        The platform calls this before a block's data first leaves in a grant.
+
+        Returns:
+            The ids that were open and are now sealed (already sealed ones are not listed).
+
+        Raises:
+            InvalidRequestError: for an empty list.
+            UnknownBlockError: when any block does not exist; nothing is sealed then.
+        """
+        ids = unique_ids(block_ids, allow_duplicates=True, what="seal")
+        streams = sorted({parse_block_id(b)[0] for b in ids})
+
+        def attempt(conn: Connection) -> list[str]:
+            for s in streams:  # lock in name order: no deadlocks between sealers
+                catalog.lock_stream(conn, s)
+            metas = catalog.select_blocks_by_id(conn, ids)
+            require_known(ids, metas, "nothing was sealed")
+            todo = [b for b in ids if not metas[b].sealed]
+            catalog.seal_blocks(conn, todo, utc_now())
+            return todo
+
+        return self._transaction(attempt)
+
+    def close_before(self, stream: str, key: str | date | datetime | int) -> list[str]:
+        """Close every window (or id range) that starts before the one containing ``key``.
+
+        Their open blocks are sealed, and records for them arriving later are late. ``key`` is a
+        block key, an ISO date/datetime or a ``date``/``datetime`` (time streams), or a user id
+        (user streams). Idempotent.
+
+        Returns:
+            The ids of the blocks sealed now.
+
+        Raises:
+            UnknownBlockError: when there is no such stream.
+            InvalidRequestError: for an attribute stream (no public order) or an unreadable key.
+        """
+        spec = self.get_stream(stream)
+        bound = key_ordinal(spec.blocking, key)
+
+        def attempt(conn: Connection) -> list[str]:
+            catalog.lock_stream(conn, stream)
+            state = catalog.select_stream(conn, stream)
+            assert state is not None
+            closed = bound if state.closed_until is None else max(bound, state.closed_until)
+            catalog.update_stream_state(conn, stream, closed_until=closed)
+            ids = catalog.open_blocks_before(conn, stream, closed)
+            catalog.seal_blocks(conn, ids, utc_now())
+            return ids
+
+        return self._transaction(attempt)
+
+    # ----------------------------------------------------------------------------- queries
+
+    def blocks(self, stream: str, *, sealed: bool | None = None) -> list[BlockMeta]:
+        """The stream's blocks in key order (time/id order; by key for attributes), then seq.
+
+        Args:
+            stream: the stream's name.
+            sealed: only sealed blocks (True), only open ones (False), or all (None).
+
+        Raises:
+            UnknownBlockError: when there is no such stream.
+        """
+        self._stream_row(stream)
+        with self._engine.connect() as conn:
+            return catalog.select_blocks(conn, stream, sealed)
+
+    def block(self, block_id: str) -> BlockMeta:
+        """One block's metadata.
+
+        Raises:
+            UnknownBlockError: when it does not exist.
+        """
+        parse_block_id(block_id)
+        with self._engine.connect() as conn:
+            metas = catalog.select_blocks_by_id(conn, [block_id])
+        require_known([block_id], metas, "")
+        return metas[block_id]
+
+    def read(
+        self,
+        block_ids: Sequence[str] | str,
+        columns: Sequence[str] | None = None,
+        *,
+        require_sealed: bool = False,
+    ) -> pa.Table:
+        """Assemble the rows of the chosen blocks of one stream, all or nothing.
+
+        Rows come block by block in the order given, each block's part files in commit order,
+        each file's rows in ingest order.
+
+        Args:
+            block_ids: blocks of one stream, no duplicates (a single id may be passed as text).
+            columns: the columns to return (default: all, in schema order).
+            require_sealed: refuse blocks that are not sealed yet.
+
+        Raises:
+            InvalidRequestError: for an empty list, a duplicate id, blocks of several streams,
+                an unknown column, or an open block with ``require_sealed``.
+            UnknownBlockError: when any block does not exist; nothing is read then.
+        """
+        ids = unique_ids(
+            [block_ids] if isinstance(block_ids, str) else block_ids,
+            allow_duplicates=False,
+            what="read",
+        )
+        streams = sorted({parse_block_id(b)[0] for b in ids})
+        with self._engine.connect() as conn:
+            metas = catalog.select_blocks_by_id(conn, ids)
+            require_known(ids, metas, "nothing was read")
+            if len(streams) > 1:
+                raise InvalidRequestError(
+                    f"read assembles blocks of one stream; got blocks of {streams}"
+                )
+            state = catalog.select_stream(conn, streams[0])
+            parts = catalog.select_parts(conn, ids)
+        if require_sealed:
+            open_ids = [b for b in ids if not metas[b].sealed]
+            if open_ids:
+                raise InvalidRequestError(
+                    f"block(s) {', '.join(open_ids)} are not sealed; seal them before their "
+                    "data leaves the store"
+                )
+        assert state is not None and state.schema_bytes is not None
+        schema = schema_from_bytes(state.schema_bytes)
+        if columns is not None:
+            cols = list(columns)
+            unknown = [c for c in cols if c not in schema.names]
+            if unknown or not cols:
+                raise InvalidRequestError(
+                    f"unknown or no columns {unknown} for stream {streams[0]!r}; "
+                    f"it has {schema.names}"
+                )
+            schema = pa.schema([schema.field(c) for c in cols])
+        paths = [p for b in ids for p in parts[b]]
+        if not paths:
+            return schema.empty_table()
+        with ThreadPoolExecutor(max_workers=min(8, len(paths))) as pool:
+            tables = list(pool.map(lambda p: self._files.read_part(p, columns), paths))
+        return pa.concat_tables([t.select(schema.names) for t in tables])
+
+    def read_pandas(
+        self,
+        block_ids: Sequence[str] | str,
+        columns: Sequence[str] | None = None,
+        *,
+        require_sealed: bool = False,
+    ) -> pd.DataFrame:
+        """:meth:`read` as a pandas DataFrame (with a fresh RangeIndex)."""
+        frame: pd.DataFrame = self.read(
+            block_ids, columns, require_sealed=require_sealed
+        ).to_pandas()
+        return frame
+
+    def vacuum(
+        self, stream: str | None = None, *, older_than: timedelta = timedelta(hours=1)
+    ) -> list[str]:
+        """Delete part files that no catalog row references (left by crashed ingests).
+
+        Only files older than ``older_than`` are removed, so that ingests still in flight keep
+        theirs; files whose modification time is unknown are kept unless ``older_than`` is 0.
+
+        Returns:
+            The root-relative paths removed.
+        """
+        if stream is not None:
+            self._stream_row(stream)
+        with self._engine.connect() as conn:
+            known = catalog.select_part_paths(conn, stream)
+        cutoff = datetime.now(UTC) - older_than
+        orphans = []
+        for path, mtime in self._files.list_files(stream or ""):
+            if path in known or not path.endswith(".parquet"):
+                continue
+            if older_than <= timedelta(0) or (mtime is not None and _aware(mtime) < cutoff):
+                orphans.append(path)
+        self._files.remove_parts(orphans)
+        return orphans
+
+    # ----------------------------------------------------------------------------- helpers
+
+    def _transaction(self, fn: Callable[[Connection], _T]) -> _T:
+        """Run ``fn`` in a transaction, retrying when the database reports lock contention."""
+        for attempt in range(MAX_ATTEMPTS):
+            try:
+                with self._engine.begin() as conn:
+                    return fn(conn)
+            except (OperationalError, IntegrityError) as exc:
+                if not retryable(exc) or attempt == MAX_ATTEMPTS - 1:
+                    raise
+            backoff(attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _ids(spec: StreamSpec) -> int:
+    n = spec.blocking.ids_per_block
+    assert n is not None
+    return n
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)

@@ -1,0 +1,142 @@
+"""Block part files on a local path or any pyarrow filesystem.
+
+Layout: ``root/{stream}/{key}/{seq}/part-{uuid}.parquet``. The key's directory name is the key
+with every character outside ``[A-Za-z0-9_%-]`` percent-encoded (a sub-day time key
+``2013-01-01T06:00`` lives in ``2013-01-01T06%3A00``). The catalog stores each part's path
+relative to the root, and readers use only the catalog's list, so a file left behind by a crashed
+ingest is never read (:meth:`BlockStore.vacuum` removes such orphans).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from blockbudget.errors import DataError
+
+_SAFE_SEGMENT = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_%-")
+
+
+@dataclass(frozen=True)
+class WrittenPart:
+    """A part file written to the store.
+
+    Attributes:
+        path: relative to the root.
+        rows: rows in the file.
+        nbytes: size of the file.
+    """
+
+    path: str
+    rows: int
+    nbytes: int
+
+
+def path_segment(key: str) -> str:
+    """The directory name of a block key."""
+    return "".join(
+        ch if ch in _SAFE_SEGMENT else "".join(f"%{b:02X}" for b in ch.encode("utf-8"))
+        for ch in key
+    )
+
+
+class DataFiles:
+    """Reads and writes Parquet part files under a root.
+
+    Args:
+        root: a local directory (created if missing) or a filesystem URI understood by
+            :meth:`pyarrow.fs.FileSystem.from_uri` (``file:///data/blocks``, ``s3://bucket/x``,
+            ``mock://`` — the in-memory mock filesystem lives as long as this object).
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        text = os.fspath(root)
+        if "://" in text:
+            fs, base = pafs.FileSystem.from_uri(text)
+        else:
+            fs, base = pafs.LocalFileSystem(), os.path.abspath(text)
+        self.fs: pafs.FileSystem = fs
+        self.base = base.rstrip("/")
+        self.local = isinstance(fs, pafs.LocalFileSystem)
+        self.uri = text
+        if self.base:
+            self.fs.create_dir(self.base, recursive=True)
+
+    def full(self, rel: str) -> str:
+        """The filesystem path of a root-relative path."""
+        return f"{self.base}/{rel}" if self.base else rel
+
+    def write_part(self, stream: str, key: str, seq: int, table: pa.Table) -> WrittenPart:
+        """Write one part file with a unique name; creates its directories."""
+        rel_dir = f"{stream}/{path_segment(key)}/{seq}"
+        rel = f"{rel_dir}/part-{uuid.uuid4().hex}.parquet"
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        buf = sink.getvalue()
+        for attempt in range(3):
+            # A concurrent rollback may remove an empty directory between create and write.
+            self.fs.create_dir(self.full(rel_dir), recursive=True)
+            try:
+                with self.fs.open_output_stream(self.full(rel)) as out:
+                    out.write(buf)
+                break
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
+        return WrittenPart(path=rel, rows=table.num_rows, nbytes=buf.size)
+
+    def read_part(self, rel: str, columns: Sequence[str] | None) -> pa.Table:
+        """Read one part file.
+
+        Raises:
+            DataError: when the file is missing or unreadable (the store was damaged).
+        """
+        try:
+            with self.fs.open_input_file(self.full(rel)) as handle:
+                return pq.read_table(handle, columns=list(columns) if columns else None)
+        except (OSError, pa.ArrowException) as exc:
+            raise DataError(
+                f"part file {rel!r} under {self.uri!r} is missing or unreadable; the store's "
+                f"files were changed outside blockbudget: {exc}"
+            ) from exc
+
+    def remove_parts(self, rels: Sequence[str]) -> None:
+        """Delete part files and then their directories where empty (best effort)."""
+        dirs: set[str] = set()
+        for rel in rels:
+            with contextlib.suppress(OSError, pa.ArrowException):
+                self.fs.delete_file(self.full(rel))
+            parts = rel.split("/")
+            dirs.update("/".join(parts[:i]) for i in range(1, len(parts)))
+        for rel_dir in sorted(dirs, key=lambda d: d.count("/"), reverse=True):
+            self._remove_dir_if_empty(self.full(rel_dir))
+
+    def _remove_dir_if_empty(self, path: str) -> None:
+        if self.local:
+            with contextlib.suppress(OSError):
+                os.rmdir(path)  # atomic; refuses a non-empty directory
+            return
+        try:
+            info = self.fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+            if not info:
+                self.fs.delete_dir(path)
+        except (OSError, pa.ArrowException):
+            pass
+
+    def list_files(self, prefix: str) -> list[tuple[str, datetime | None]]:
+        """Every file under ``root/prefix`` as (relative path, modification time)."""
+        selector = pafs.FileSelector(self.full(prefix), recursive=True, allow_not_found=True)
+        start = len(self.base) + 1 if self.base else 0
+        out = []
+        for info in self.fs.get_file_info(selector):
+            if info.type == pafs.FileType.File:
+                out.append((info.path[start:], info.mtime))
+        return sorted(out)
