@@ -1,0 +1,214 @@
+"""Noise sources: where the randomness of every mechanism comes from.
+
+DESIGN.md invariant 7, *secure noise by default*: every mechanism takes
+``noise: NoiseSource | None = None`` and ``None`` means :class:`SecureNoise`, which draws from
+OpenDP's floating-point-safe samplers. Textbook samplers that transform a uniform double (inverse
+CDF, Box–Muller) leave holes and biases in the low-order bits of their output that can reveal the
+input exactly (Mironov, "On significance of the least significant bits for differential privacy",
+CCS 2012). OpenDP 0.16 instead samples the exact real-valued result ``x + noise`` and rounds it
+once to the nearest double (``make_laplace`` / ``make_gaussian`` on float domains; proofs linked
+from the OpenDP 0.16 documentation). That is why a :class:`NoiseSource` *perturbs values* rather
+than handing out noise to be added by the caller: adding a pre-rounded noise sample to a value in
+floating point would round twice and bring the leak back.
+
+:class:`SeededNoise` is a reproducible numpy generator for experiments and tests only; it says so
+through ``secure = False``, and every result produced with it carries ``secure_noise=False``.
+
+Throughput (measured with OpenDP 0.16 on the development machine, see docs/mechanisms.md):
+tens of thousands of secure samples per second, so vectors are always perturbed in one call.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from enum import Enum
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from blockbudget.errors import DataError, InvalidBudgetError, InvalidRequestError
+
+FloatArray = NDArray[np.float64]
+
+
+class NoiseKind(Enum):
+    """The noise distribution of one perturbation."""
+
+    LAPLACE = "laplace"
+    GAUSSIAN = "gaussian"
+
+
+def _check_scale(scale: float, *, name: str) -> float:
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise InvalidBudgetError(f"{name} must be a float, got {type(scale).__name__}")
+    value = float(scale)
+    if not (value > 0 and math.isfinite(value)):
+        raise InvalidBudgetError(f"{name} must be finite and > 0, got {scale!r}")
+    return value
+
+
+def _check_values(values: FloatArray) -> FloatArray:
+    arr = np.ascontiguousarray(values, dtype=np.float64)
+    if arr.ndim != 1:
+        raise DataError(f"noise is added to a 1-D vector, got an array of shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise DataError(
+            "values to perturb must be finite: clip or drop NaN/inf before adding noise "
+            f"({int(np.count_nonzero(~np.isfinite(arr)))} non-finite value(s))"
+        )
+    return arr
+
+
+class NoiseSource(ABC):
+    """The contract of a noise source: perturb a vector of values in one call.
+
+    Attributes:
+        secure: True only for floating-point-safe samplers fit for releases on real data;
+            False unless a subclass says otherwise.
+    """
+
+    secure: bool = False
+
+    def add_laplace(self, values: FloatArray, *, scale: float) -> FloatArray:
+        """Return ``values`` plus i.i.d. Laplace(0, ``scale``) noise, one draw per entry.
+
+        Args:
+            values: a finite 1-D float vector.
+            scale: the Laplace scale b > 0 (the standard deviation is b·√2).
+
+        Raises:
+            InvalidBudgetError: if ``scale`` is not finite and positive.
+            DataError: if ``values`` is not a finite 1-D vector.
+        """
+        b = _check_scale(scale, name="Laplace scale")
+        arr = _check_values(values)
+        if arr.size == 0:
+            return arr.copy()
+        return self._laplace(arr, b)
+
+    def add_gaussian(self, values: FloatArray, *, sigma: float) -> FloatArray:
+        """Return ``values`` plus i.i.d. N(0, ``sigma``²) noise, one draw per entry.
+
+        Raises:
+            InvalidBudgetError: if ``sigma`` is not finite and positive.
+            DataError: if ``values`` is not a finite 1-D vector.
+        """
+        s = _check_scale(sigma, name="Gaussian sigma")
+        arr = _check_values(values)
+        if arr.size == 0:
+            return arr.copy()
+        return self._gaussian(arr, s)
+
+    def add(self, kind: NoiseKind, values: FloatArray, *, scale: float) -> FloatArray:
+        """Dispatch on ``kind``: Laplace scale b or Gaussian standard deviation σ."""
+        if kind is NoiseKind.LAPLACE:
+            return self.add_laplace(values, scale=scale)
+        return self.add_gaussian(values, sigma=scale)
+
+    def laplace_samples(self, n: int, *, scale: float) -> FloatArray:
+        """``n`` Laplace(0, scale) samples (zeros perturbed in one call)."""
+        return self.add_laplace(np.zeros(n, dtype=np.float64), scale=scale)
+
+    def gaussian_samples(self, n: int, *, sigma: float) -> FloatArray:
+        """``n`` N(0, sigma²) samples (zeros perturbed in one call)."""
+        return self.add_gaussian(np.zeros(n, dtype=np.float64), sigma=sigma)
+
+    @abstractmethod
+    def _laplace(self, values: FloatArray, scale: float) -> FloatArray:
+        """Perturb validated, non-empty, finite values with Laplace noise."""
+
+    @abstractmethod
+    def _gaussian(self, values: FloatArray, sigma: float) -> FloatArray:
+        """Perturb validated, non-empty, finite values with Gaussian noise."""
+
+
+class SecureNoise(NoiseSource):
+    """The default noise source: OpenDP 0.16's floating-point-safe samplers.
+
+    Laplace: ``dp.m.make_laplace(vector_domain(atom_domain(T=float, nan=False)),
+    l1_distance(T=float), scale=b)``. Gaussian: ``dp.m.make_gaussian`` on the same vector domain
+    with ``l2_distance(T=float)`` (OpenDP 0.16 supports float vectors with the L2 metric; its
+    privacy map is ρ-zCDP, ρ = Δ²/(2σ²)). Both sample the exact perturbed real and round it once
+    (Mironov CCS 2012 explains why this matters). A measurement is built per call (≈15 µs) and
+    applied to the whole vector, so a vector costs one call.
+
+    OpenDP does not check its input domain when a measurement is invoked (a NaN input returns a
+    number), so :class:`NoiseSource` rejects non-finite values before they reach it.
+    """
+
+    secure = True
+
+    def __init__(self) -> None:
+        import opendp.prelude as dp
+
+        dp.enable_features("contrib")
+        self._dp: Any = dp
+        self._domain: Any = dp.vector_domain(dp.atom_domain(T=float, nan=False))
+
+    def _laplace(self, values: FloatArray, scale: float) -> FloatArray:
+        dp = self._dp
+        meas = dp.m.make_laplace(self._domain, dp.l1_distance(T=float), scale=scale)
+        return np.asarray(meas(values.tolist()), dtype=np.float64)
+
+    def _gaussian(self, values: FloatArray, sigma: float) -> FloatArray:
+        dp = self._dp
+        meas = dp.m.make_gaussian(self._domain, dp.l2_distance(T=float), scale=sigma)
+        return np.asarray(meas(values.tolist()), dtype=np.float64)
+
+    def __repr__(self) -> str:
+        return "SecureNoise()"
+
+
+class SeededNoise(NoiseSource):
+    """A reproducible numpy noise source. **FOR EXPERIMENTS AND TESTS ONLY.**
+
+    Warning:
+        Not fit for releasing statistics about real people. Its samples come from
+        ``numpy.random.Generator`` transforms of uniform doubles, which are not
+        floating-point safe (Mironov, CCS 2012), and anyone who knows the seed can subtract the
+        noise. ``secure`` is False and every result produced with it carries
+        ``secure_noise=False``. Use it to make experiments and distribution tests reproducible.
+
+    Args:
+        seed: the generator's seed.
+    """
+
+    secure = False
+
+    def __init__(self, seed: int) -> None:
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise InvalidRequestError(f"seed must be an int, got {type(seed).__name__}")
+        self.seed = seed
+        self._rng = np.random.default_rng(seed)
+
+    def _laplace(self, values: FloatArray, scale: float) -> FloatArray:
+        return values + self._rng.laplace(0.0, scale, size=values.shape)
+
+    def _gaussian(self, values: FloatArray, sigma: float) -> FloatArray:
+        return values + self._rng.normal(0.0, sigma, size=values.shape)
+
+    def __repr__(self) -> str:
+        return f"SeededNoise(seed={self.seed}) [INSECURE: experiments and tests only]"
+
+
+_DEFAULT: SecureNoise | None = None
+
+
+def resolve_noise(noise: NoiseSource | None) -> NoiseSource:
+    """``noise`` itself, or the shared :class:`SecureNoise` when it is None (invariant 7).
+
+    Raises:
+        InvalidRequestError: if ``noise`` is not a :class:`NoiseSource`.
+    """
+    global _DEFAULT
+    if noise is None:
+        if _DEFAULT is None:
+            _DEFAULT = SecureNoise()
+        return _DEFAULT
+    if not isinstance(noise, NoiseSource):
+        raise InvalidRequestError(
+            f"noise must be a NoiseSource (SecureNoise, SeededNoise), got {type(noise).__name__}"
+        )
+    return noise

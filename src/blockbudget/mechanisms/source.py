@@ -1,0 +1,127 @@
+"""The budget-source contract and how mechanisms price themselves against it.
+
+A :class:`BudgetSource` is what a mechanism spends from — in the platform, a Grant over a set of
+blocks (DESIGN.md, "Grant"). It states its accounting rule and durably charges a cost, or refuses
+with :class:`~blockbudget.errors.BudgetExceededError` /
+:class:`~blockbudget.errors.ReservationError`. Every mechanism in this package validates its
+parameters, prices itself for the source's rule, calls :meth:`BudgetSource.draw` and only then
+samples noise: a refusal releases nothing.
+
+Pricing (the cost handed to ``draw``):
+
+* BASIC and STRONG streams (Sage seed 004 §4.3 Thm 4.3, §A.3 Thm A.2) account (ε, δ)
+  :class:`~blockbudget.budget.Budget` values: the requested ε (and δ), exactly as given.
+* RDP streams account an :class:`~blockbudget.budget.RdpCurve`: the mechanism's own curve at
+  the noise scale actually used — ``RdpCurve.laplace`` for Laplace (Mironov 2017, Prop. 6),
+  ``RdpCurve.gaussian`` for Gaussian (Prop. 7) — summed over the parts of a composite
+  statistic (RDP composes additively per order, Mironov 2017 Prop. 1).
+
+The Laplace curve is valid for a *vector* of L1 sensitivity Δ, not only a scalar: the curve
+f_α(t) of one coordinate whose mean moves by t·b is a log-sum-exp of affine functions of t, hence
+convex with f_α(0) = 0, hence superadditive, so spreading Δ over several coordinates never costs
+more than moving one coordinate by Δ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from decimal import Decimal
+from typing import Protocol, runtime_checkable
+
+from blockbudget.accounting import Accounting
+from blockbudget.budget import Budget, Cost, RdpCurve
+from blockbudget.errors import InvalidRequestError
+from blockbudget.mechanisms.noise import FloatArray, NoiseKind, NoiseSource
+from blockbudget.mechanisms.results import Perturbation
+
+
+@runtime_checkable
+class BudgetSource(Protocol):
+    """What a mechanism draws its budget from (the platform's Grant implements it)."""
+
+    @property
+    def accounting(self) -> Accounting:
+        """The stream's rule: BASIC/STRONG take Budget costs; RDP takes RdpCurve (or pure)."""
+        ...
+
+    def draw(self, cost: Cost, *, label: str) -> None:
+        """Durably charge ``cost`` or raise BudgetExceededError / ReservationError."""
+        ...
+
+
+def source_accounting(source: BudgetSource) -> Accounting:
+    """The source's accounting rule, checked.
+
+    Raises:
+        InvalidRequestError: if ``source`` does not implement :class:`BudgetSource`.
+    """
+    if not isinstance(source, BudgetSource):
+        raise InvalidRequestError(
+            f"source must be a BudgetSource (accounting + draw), got {type(source).__name__}"
+        )
+    accounting = source.accounting
+    if not isinstance(accounting, Accounting):
+        raise InvalidRequestError(f"source.accounting must be an Accounting, got {accounting!r}")
+    return accounting
+
+
+def rdp_curve_of(parts: Sequence[Perturbation]) -> RdpCurve:
+    """The summed RDP curve of independent perturbations at their actual scales."""
+    total = RdpCurve.zero()
+    for part in parts:
+        if part.kind is NoiseKind.LAPLACE:
+            total = total + RdpCurve.laplace(scale=part.scale, sensitivity=part.sensitivity)
+        else:
+            total = total + RdpCurve.gaussian(sigma=part.scale, sensitivity=part.sensitivity)
+    return total
+
+
+def price(
+    accounting: Accounting,
+    *,
+    epsilon: Decimal,
+    parts: Sequence[Perturbation],
+    delta: Decimal = Decimal(0),
+) -> Cost:
+    """The cost of a release made of ``parts`` under ``accounting``.
+
+    Args:
+        accounting: the source's rule.
+        epsilon: the exact total ε the caller asked for (BASIC/STRONG charge it as is).
+        parts: the perturbations the release will make, with their actual noise scales.
+        delta: the exact total δ (BASIC/STRONG only).
+
+    Returns:
+        ``Budget(epsilon, delta)`` for BASIC/STRONG; the summed curve of ``parts`` for RDP.
+    """
+    if accounting is Accounting.RDP:
+        return rdp_curve_of(parts)
+    return Budget(epsilon=epsilon, delta=delta)
+
+
+def draw_then_perturb(
+    source: BudgetSource,
+    *,
+    cost: Cost,
+    label: str,
+    noise: NoiseSource,
+    jobs: Sequence[tuple[Perturbation, FloatArray]],
+) -> list[FloatArray]:
+    """Charge ``cost`` to ``source``, then — only if that succeeded — perturb each vector.
+
+    The single place where every mechanism in this package touches its noise output, so the
+    order "draw, then noise" holds everywhere: if ``draw`` raises, no noise is sampled and
+    nothing is released.
+
+    Args:
+        source: the budget source.
+        cost: the priced cost (see :func:`price`).
+        label: the label recorded with the charge.
+        noise: the noise source.
+        jobs: (perturbation, exact values) pairs; each vector gets the perturbation's noise.
+
+    Returns:
+        The noisy vectors, in the order of ``jobs``.
+    """
+    source.draw(cost, label=label)
+    return [noise.add(part.kind, values, scale=part.scale) for part, values in jobs]
