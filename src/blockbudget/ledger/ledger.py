@@ -1,0 +1,562 @@
+"""The persistent per-block privacy ledger (Sage block composition, seed
+``004_2b5d216070ae2ded.txt`` §3.2, §4.3, Appendix A; PrivateKube's two-phase claims).
+
+Each block has a capacity (ε_g, δ_g) and a filter (:mod:`blockbudget.accounting.filters`); per
+(block, context) the ledger stores two feature vectors, ``charged`` and ``reserved``. A request
+fits a block iff ``filter.fits(charged + reserved + features(cost))``; reservations count as
+spent until drawn (moved to charged) or released. Per block and context:
+capacity = unallocated + reserved + charged.
+
+Every write is one serialized database transaction over any number of blocks (atomic, safe
+across threads and processes), idempotent by request id, and appends hash-chained audit events
+in the same transaction; :meth:`Ledger.verify` replays the log from scratch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar, cast
+
+from sqlalchemy import Connection, Engine
+
+from blockbudget.accounting import Accounting, make_filter
+from blockbudget.budget import Budget, Cost, RdpCurve
+from blockbudget.errors import (
+    AuditError,
+    BlockBudgetError,
+    InternalError,
+    InvalidBudgetError,
+    InvalidRequestError,
+)
+from blockbudget.ledger import operations as ops
+from blockbudget.ledger import reads
+from blockbudget.ledger.audit import canonical_json, chain_tip
+from blockbudget.ledger.db import open_engine, run_transaction
+from blockbudget.ledger.schema import SCHEMA_VERSION, create_schema
+from blockbudget.ledger.txn import BlockCatalog, DuplicateRequest, WriteTx
+from blockbudget.ledger.types import (
+    DEFAULT_CONTEXT,
+    DEFAULT_TTL_SECONDS,
+    AuditEvent,
+    BlockInfo,
+    BlockState,
+    Charge,
+    Operation,
+    RequestRecord,
+    Reservation,
+    ReservationState,
+    VerifyReport,
+    decimal_text,
+)
+from blockbudget.ledger.verify import verify_ledger
+
+T = TypeVar("T")
+
+_MAX_ID_LENGTH = 512
+
+
+class Ledger:
+    """Durable per-block, per-context privacy budgets with reservations and an audit log.
+
+    Args:
+        target: a database URL — ``"sqlite:////abs/path/ledger.db"`` (the embedded default;
+            WAL, ``synchronous=FULL``) or ``"postgresql+psycopg://user@host/db"`` — or an
+            existing :class:`sqlalchemy.Engine`.
+        clock: the time source for reservations' TTLs and events' timestamps (Unix seconds).
+        busy_timeout_seconds: how long a SQLite writer waits for the write lock.
+        attempts: how many times a transaction is tried on transient database errors.
+
+    Raises:
+        InvalidRequestError: for an unsupported target.
+
+    Example:
+        >>> ledger = Ledger("sqlite://")
+        >>> _ = ledger.add_blocks(["d1"], stream="s", capacity=Budget(epsilon=1),
+        ...                       accounting=Accounting.BASIC)
+        >>> _ = ledger.charge(["d1"], Budget(epsilon=0.4), request_id="q1")
+        >>> ledger.state("d1").remaining
+        '(ε=0.6, δ=0)'
+    """
+
+    def __init__(
+        self,
+        target: str | Engine,
+        *,
+        clock: Callable[[], float] = time.time,
+        busy_timeout_seconds: float = 60.0,
+        attempts: int = 8,
+    ) -> None:
+        if attempts < 1:
+            raise InvalidRequestError(f"attempts must be >= 1, got {attempts!r}")
+        self._engine, self._owned = open_engine(target, busy_timeout_seconds=busy_timeout_seconds)
+        self._clock = clock
+        self._attempts = attempts
+        self._catalog = BlockCatalog()
+        version = create_schema(self._engine)
+        if version != SCHEMA_VERSION:
+            raise InvalidRequestError(
+                f"the database holds ledger schema version {version}; this blockbudget reads "
+                f"version {SCHEMA_VERSION} only"
+            )
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine the ledger writes through."""
+        return self._engine
+
+    def dispose(self) -> None:
+        """Close the ledger's pooled connections (and the engine, if the ledger created it)."""
+        if self._owned:
+            self._engine.dispose()
+
+    close = dispose
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.dispose()
+
+    # --- writes ------------------------------------------------------------------------------
+
+    def add_blocks(
+        self,
+        blocks: Iterable[str],
+        *,
+        stream: str,
+        capacity: Budget,
+        accounting: Accounting,
+        slack_delta: float | None = None,
+        request_id: str | None = None,
+    ) -> tuple[BlockInfo, ...]:
+        """Register blocks of a stream, each with the full ``capacity`` in every context.
+
+        Idempotent per block: re-adding a block with the same parameters changes nothing.
+
+        Args:
+            blocks: block ids (non-empty, distinct).
+            stream: the stream the blocks belong to.
+            capacity: the global budget (ε_g, δ_g) of each block.
+            accounting: the filter guarding each block.
+            slack_delta: δ̃ for STRONG accounting (default δ_g/2); only for STRONG.
+            request_id: idempotency key (generated when None).
+
+        Returns:
+            The blocks' registrations, in the order given.
+
+        Raises:
+            InvalidRequestError: bad ids, or a block already registered with other parameters.
+            InvalidBudgetError: a capacity the accounting rule cannot use.
+        """
+        ids = _block_ids(blocks, sort=False)
+        stream = _name(stream, what="stream")
+        if not isinstance(accounting, Accounting):
+            raise InvalidRequestError(f"accounting must be an Accounting, got {accounting!r}")
+        if not isinstance(capacity, Budget):
+            raise InvalidBudgetError(f"capacity must be a Budget (ε_g, δ_g), got {capacity!r}")
+        if slack_delta is not None:
+            if accounting is not Accounting.STRONG:
+                raise InvalidRequestError(
+                    f"slack_delta applies to STRONG accounting only, got it with {accounting.value}"
+                )
+            slack_delta = float(slack_delta)
+        make_filter(accounting, capacity=capacity, slack_delta=slack_delta)  # validates
+        infos = [
+            BlockInfo(
+                block_id=b,
+                stream=stream,
+                accounting=accounting,
+                capacity=capacity,
+                slack_delta=slack_delta,
+            )
+            for b in ids
+        ]
+        fp = _fingerprint(
+            Operation.ADD_BLOCKS,
+            blocks=sorted(ids),
+            stream=stream,
+            accounting=accounting.value,
+            capacity=[decimal_text(capacity.epsilon), decimal_text(capacity.delta)],
+            slack_delta=slack_delta,
+        )
+
+        def body(tx: WriteTx) -> tuple[tuple[BlockInfo, ...], str]:
+            out = ops.add_blocks(tx, infos)
+            return out, json.dumps([i.to_json() for i in out])
+
+        return self._write(Operation.ADD_BLOCKS, request_id, fp, body)
+
+    def reserve(
+        self,
+        blocks: Iterable[str],
+        cost: Cost,
+        *,
+        context: str = DEFAULT_CONTEXT,
+        request_id: str | None = None,
+        holder: str | None = None,
+        ttl_seconds: float = DEFAULT_TTL_SECONDS,
+    ) -> Reservation:
+        """Reserve ``cost`` on every block in ``context``, all-or-nothing.
+
+        Stale reservations (past their TTL) on these blocks in this context are expired first.
+
+        Returns:
+            The open reservation (blocks sorted; ``remaining`` = the full features).
+
+        Raises:
+            BudgetExceededError: a block cannot fit the cost (nothing is reserved).
+            UnknownBlockError / RetiredBlockError: a block is unknown / retired.
+            InvalidRequestError: empty or duplicate blocks, bad context, ttl <= 0, or a request
+                id already used with other arguments.
+            InvalidBudgetError: a cost kind that a block's filter cannot account.
+        """
+        ids = _block_ids(blocks)
+        _check_cost(cost)
+        context = _name(context, what="context")
+        if holder is not None and not isinstance(holder, str):
+            raise InvalidRequestError(f"holder must be a string or None, got {holder!r}")
+        ttl = _ttl(ttl_seconds)
+        fp = _fingerprint(
+            Operation.RESERVE,
+            blocks=list(ids),
+            cost=_cost_key(cost),
+            context=context,
+            holder=holder,
+            ttl=repr(ttl),
+        )
+
+        def body(tx: WriteTx) -> tuple[Reservation, str]:
+            res = ops.reserve(tx, ids, cost, context=context, holder=holder, ttl_seconds=ttl)
+            return res, json.dumps(res.to_json())
+
+        return self._write(Operation.RESERVE, request_id, fp, body)
+
+    def charge(
+        self,
+        blocks: Iterable[str],
+        cost: Cost,
+        *,
+        context: str | None = None,
+        request_id: str | None = None,
+        reservation_id: str | None = None,
+    ) -> Charge:
+        """Charge ``cost`` to every block, durably and all-or-nothing.
+
+        Without ``reservation_id`` the charge is direct and must fit
+        (``charged + reserved + features ≤`` the filter). With it, the features move from the
+        reservation to charged on the named blocks (a subset of the reservation's); per block,
+        the draws may not exceed what the reservation reserved.
+
+        Args:
+            blocks: the blocks to charge.
+            cost: what to charge on each block.
+            context: the context (default: the reservation's, or ``"default"``).
+            request_id: idempotency key (generated when None — then a retry charges twice).
+            reservation_id: the reservation to draw from, or None for a direct charge.
+
+        Returns:
+            The receipt.
+
+        Raises:
+            BudgetExceededError: a direct charge does not fit (nothing is charged).
+            ReservationError: the reservation is closed or expired, or the draw exceeds it.
+            UnknownBlockError / RetiredBlockError / InvalidRequestError / InvalidBudgetError:
+                as for :meth:`reserve`; a context other than the reservation's is refused.
+        """
+        ids = _block_ids(blocks)
+        _check_cost(cost)
+        if context is not None:
+            context = _name(context, what="context")
+        if reservation_id is not None:
+            reservation_id = _name(reservation_id, what="reservation_id")
+        fp = _fingerprint(
+            Operation.CHARGE,
+            blocks=list(ids),
+            cost=_cost_key(cost),
+            context=context,
+            reservation_id=reservation_id,
+        )
+
+        def body(tx: WriteTx) -> tuple[Charge, str]:
+            receipt = ops.charge(tx, ids, cost, context=context, reservation_id=reservation_id)
+            return receipt, json.dumps(receipt.to_json())
+
+        return self._write(Operation.CHARGE, request_id, fp, body)
+
+    def release(self, reservation_id: str, *, request_id: str | None = None) -> Reservation:
+        """Return what is left of an open reservation to unallocated and close it.
+
+        Raises:
+            ReservationError: the reservation is already closed or expired.
+            UnknownBlockError: no reservation has this id.
+        """
+        reservation_id = _name(reservation_id, what="reservation_id")
+        fp = _fingerprint(Operation.RELEASE, reservation_id=reservation_id)
+
+        def body(tx: WriteTx) -> tuple[Reservation, str]:
+            res = ops.release(tx, reservation_id)
+            return res, json.dumps(res.to_json())
+
+        return self._write(Operation.RELEASE, request_id, fp, body)
+
+    def expire_reservations(self, now: float | None = None) -> list[str]:
+        """Release (never charge) every open reservation whose TTL has passed.
+
+        Args:
+            now: the time to compare TTLs with (default: the ledger's clock).
+
+        Returns:
+            The ids of the reservations expired, sorted.
+        """
+        if now is not None and not (isinstance(now, (int, float)) and math.isfinite(now)):
+            raise InvalidRequestError(f"now must be a finite Unix time, got {now!r}")
+
+        def fn(conn: Connection) -> list[str]:
+            tx = WriteTx(conn, self._catalog, now=self._now(now), request_id=None)
+            try:
+                tx.lock_head()
+                return ops.expire(tx)
+            finally:
+                tx.sql.close()
+
+        return self._run(fn, write=True)
+
+    def retire(
+        self,
+        blocks: Iterable[str],
+        *,
+        request_id: str | None = None,
+        reason: str = "retired",
+    ) -> tuple[BlockInfo, ...]:
+        """Retire blocks forever (global, every context): any later reserve or charge naming
+        them raises RetiredBlockError. Open reservations on them may still be released.
+
+        Returns:
+            The blocks' registrations, retired, in the order given.
+        """
+        ids = _block_ids(blocks, sort=False)
+        if not isinstance(reason, str):
+            raise InvalidRequestError(f"reason must be a string, got {reason!r}")
+        fp = _fingerprint(Operation.RETIRE, blocks=sorted(ids), reason=reason)
+
+        def body(tx: WriteTx) -> tuple[tuple[BlockInfo, ...], str]:
+            out = ops.retire(tx, ids, reason=reason)
+            return out, json.dumps([i.to_json() for i in out])
+
+        return self._write(Operation.RETIRE, request_id, fp, body)
+
+    # --- reads -------------------------------------------------------------------------------
+
+    def state(self, block: str, context: str = DEFAULT_CONTEXT) -> BlockState:
+        """The budget of one block in one context (zeros if the context never touched it).
+
+        Raises:
+            UnknownBlockError: the block is not registered.
+        """
+        block = _name(block, what="block id")
+        context = _name(context, what="context")
+        return self._run(lambda c: reads.state(c, self._catalog, block, context), write=False)
+
+    def states(self, stream: str | None = None, context: str | None = None) -> list[BlockState]:
+        """Block states, sorted by (block, context): for ``context`` given, one per block of
+        ``stream`` (or of every stream); otherwise one per block and known context."""
+        return self._run(
+            lambda c: reads.states(c, self._catalog, stream=stream, context=context), write=False
+        )
+
+    def blocks(self, stream: str | None = None) -> list[BlockInfo]:
+        """Registered blocks (of one stream, or all), sorted by id."""
+        return self._run(lambda c: reads.block_infos(c, stream=stream), write=False)
+
+    def contexts(self) -> list[str]:
+        """Every context that has touched a block, sorted."""
+        return self._run(reads.contexts, write=False)
+
+    def reservation(self, reservation_id: str) -> Reservation:
+        """A reservation with its current state and remaining features.
+
+        Raises:
+            UnknownBlockError: no reservation has this id.
+        """
+        return self._run(lambda c: reads.reservation(c, reservation_id), write=False)
+
+    def reservations(
+        self, *, state: ReservationState | None = None, context: str | None = None
+    ) -> list[Reservation]:
+        """Reservations, optionally of one state and context, by creation time."""
+        return self._run(
+            lambda c: reads.reservations_list(c, state=state, context=context), write=False
+        )
+
+    def request(self, request_id: str) -> RequestRecord | None:
+        """The acknowledged request with this id, or None if there is none."""
+        return self._run(lambda c: reads.request(c, request_id), write=False)
+
+    def events(self, after_seq: int = 0, limit: int | None = None) -> list[AuditEvent]:
+        """Audit events with seq > ``after_seq``, oldest first, at most ``limit``."""
+        if limit is not None and limit < 0:
+            raise InvalidRequestError(f"limit must be >= 0, got {limit!r}")
+        return self._run(lambda c: reads.events(c, after_seq, limit), write=False)
+
+    def verify(self) -> VerifyReport:
+        """Replay the audit log from scratch and compare it with the tables (see
+        :mod:`blockbudget.ledger.verify`)."""
+        return self._run(verify_ledger, write=False)
+
+    def verify_or_raise(self) -> VerifyReport:
+        """:meth:`verify`, raising AuditError listing the problems when there are any."""
+        report = self.verify()
+        if not report.ok:
+            shown = "; ".join(report.problems[:10])
+            more = f" (and {len(report.problems) - 10} more)" if len(report.problems) > 10 else ""
+            raise AuditError(
+                f"the audit log and the ledger disagree ({len(report.problems)} problem(s) over "
+                f"{report.events} events): {shown}{more}"
+            )
+        return report
+
+    # --- machinery ---------------------------------------------------------------------------
+
+    def _now(self, now: float | None = None) -> float:
+        return float(self._clock() if now is None else now)
+
+    def _run(self, fn: Callable[[Connection], T], *, write: bool) -> T:
+        return run_transaction(self._engine, fn, write=write, attempts=self._attempts)
+
+    def _write(
+        self,
+        operation: Operation,
+        request_id: str | None,
+        fingerprint: str,
+        body: Callable[[WriteTx], tuple[T, str]],
+    ) -> T:
+        """Run ``body`` in a write transaction, record the request, handle replays.
+
+        The request row is inserted last, in the same transaction: a duplicate id makes the
+        insert fail, the transaction roll back, and the stored result is returned (same
+        arguments) or InvalidRequestError raised (other arguments). When the body itself
+        refuses, a caller-given id is looked up too, so that replaying an acknowledged request
+        returns its result even if it would not fit any more.
+        """
+        given = request_id is not None
+        rid = _name(request_id, what="request_id") if given else f"req-{uuid.uuid4().hex}"
+
+        def fn(conn: Connection) -> T:
+            tx = WriteTx(conn, self._catalog, now=self._now(), request_id=rid)
+            try:
+                tx.lock_head()
+                result, result_json = body(tx)
+                if tx.events:
+                    raise InternalError("an operation queued events it did not flush")
+                if tx.last_seq is not None or given:
+                    seq = tx.last_seq if tx.last_seq is not None else chain_tip(tx.sql)[0]
+                    tx.record_request(rid, operation, fingerprint, result_json, seq)
+                return result
+            finally:
+                tx.sql.close()
+
+        try:
+            return self._run(fn, write=True)
+        except DuplicateRequest:
+            record = self.request(rid)
+            if record is None:  # pragma: no cover - the row existed a moment ago
+                raise InternalError(f"request {rid!r} vanished after a duplicate insert") from None
+            return cast(T, _replay(record, operation, fingerprint))
+        except BlockBudgetError:
+            if given:
+                record = self.request(rid)
+                if record is not None:
+                    return cast(T, _replay(record, operation, fingerprint))
+            raise
+
+
+# --- validation and fingerprints ------------------------------------------------------------
+
+
+def _name(value: Any, *, what: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidRequestError(f"{what} must be a non-empty string, got {value!r}")
+    if len(value) > _MAX_ID_LENGTH:
+        raise InvalidRequestError(
+            f"{what} must be at most {_MAX_ID_LENGTH} characters, got {len(value)}"
+        )
+    return value
+
+
+def _block_ids(blocks: Iterable[str], *, sort: bool = True) -> tuple[str, ...]:
+    if isinstance(blocks, (str, bytes)):
+        raise InvalidRequestError(
+            f"blocks must be a collection of block ids, not one string ({blocks!r})"
+        )
+    try:
+        items = list(blocks)
+    except TypeError as exc:
+        raise InvalidRequestError(f"blocks must be a collection of block ids: {exc}") from exc
+    if not items:
+        raise InvalidRequestError("a request must name at least one block; got none")
+    ids = [_name(b, what="block id") for b in items]
+    dupes = sorted(b for b, n in Counter(ids).items() if n > 1)
+    if dupes:
+        raise InvalidRequestError(
+            f"a request may name each block once; duplicated: {', '.join(map(repr, dupes))}"
+        )
+    return tuple(sorted(ids)) if sort else tuple(ids)
+
+
+def _check_cost(cost: object) -> None:
+    if not isinstance(cost, (Budget, RdpCurve)):
+        raise InvalidBudgetError(
+            f"a cost must be a Budget or an RdpCurve, got {type(cost).__name__}"
+        )
+
+
+def _ttl(ttl_seconds: float) -> float:
+    if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, (int, float)):
+        raise InvalidRequestError(f"ttl_seconds must be a number, got {ttl_seconds!r}")
+    ttl = float(ttl_seconds)
+    if not (ttl > 0 and math.isfinite(ttl)):
+        raise InvalidRequestError(f"ttl_seconds must be finite and > 0, got {ttl_seconds!r}")
+    return ttl
+
+
+_COST_KEYS: dict[Cost, list[str]] = {}
+
+
+def _cost_key(cost: Cost) -> list[str]:
+    """Canonical text of a cost's value for fingerprints (equal values, equal text)."""
+    key = _COST_KEYS.get(cost)
+    if key is None:
+        if isinstance(cost, Budget):
+            key = ["budget", decimal_text(cost.epsilon), decimal_text(cost.delta)]
+        else:
+            key = ["rdp", *(decimal_text(v) if v.is_finite() else "inf" for v in cost.epsilons)]
+        if len(_COST_KEYS) >= 1024:
+            _COST_KEYS.clear()
+        _COST_KEYS[cost] = key
+    return key
+
+
+def _fingerprint(operation: Operation, **args: Any) -> str:
+    text = canonical_json({"op": operation.value, **args})
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _replay(record: RequestRecord, operation: Operation, fingerprint: str) -> Any:
+    if record.operation is not operation or record.fingerprint != fingerprint:
+        raise InvalidRequestError(
+            f"request id {record.request_id!r} was already used for a "
+            f"{record.operation.value} with other arguments; a request id names exactly one "
+            "request — retry with the same arguments or use a new id"
+        )
+    data = json.loads(record.result_json)
+    if operation in (Operation.ADD_BLOCKS, Operation.RETIRE):
+        return tuple(BlockInfo.from_json(d) for d in data)
+    if operation in (Operation.RESERVE, Operation.RELEASE):
+        return Reservation.from_json(data)
+    return Charge.from_json(data)

@@ -1,0 +1,185 @@
+"""Read-only queries of the ledger, each run in one snapshot (see :mod:`blockbudget.ledger.db`)."""
+
+from __future__ import annotations
+
+import json
+
+from sqlalchemy import Connection, RowMapping, bindparam, select
+
+from blockbudget.accounting import Filter, add_vectors
+from blockbudget.budget import cost_from_json
+from blockbudget.errors import UnknownBlockError
+from blockbudget.ledger.audit import row_to_event
+from blockbudget.ledger.schema import (
+    audit,
+    blocks,
+    budgets,
+    requests,
+    reservation_blocks,
+    reservations,
+)
+from blockbudget.ledger.txn import BlockCatalog, info_from_row
+from blockbudget.ledger.types import (
+    AuditEvent,
+    BlockInfo,
+    BlockState,
+    Operation,
+    RequestRecord,
+    Reservation,
+    ReservationState,
+    Vector,
+    decode_vector,
+)
+
+_SELECT_ONE_BUDGET = select(budgets.c.charged, budgets.c.reserved).where(
+    budgets.c.block_id == bindparam("b"), budgets.c.context == bindparam("ctx")
+)
+
+
+def make_state(
+    info: BlockInfo, f: Filter, context: str, charged: Vector, reserved: Vector
+) -> BlockState:
+    """A :class:`BlockState` from a block's registration and its two vectors."""
+    used = add_vectors(charged, reserved)
+    return BlockState(
+        block=info.block_id,
+        stream=info.stream,
+        context=context,
+        accounting=info.accounting,
+        capacity=info.capacity,
+        charged=charged,
+        reserved=reserved,
+        retired=info.retired,
+        remaining_fraction=float(f.remaining_fraction(used)),
+        remaining=f.describe_remaining(used),
+    )
+
+
+def state(conn: Connection, catalog: BlockCatalog, block: str, context: str) -> BlockState:
+    """The budget of one block in one context."""
+    row = conn.execute(select(blocks).where(blocks.c.block_id == block)).first()
+    if row is None:
+        raise UnknownBlockError(f"unknown block {block!r}: add it with add_blocks first")
+    info = info_from_row(row._mapping)
+    f = catalog.remember(info)
+    b = conn.execute(_SELECT_ONE_BUDGET, {"b": block, "ctx": context}).first()
+    if b is None:
+        return make_state(info, f, context, f.zero(), f.zero())
+    return make_state(info, f, context, decode_vector(b.charged), decode_vector(b.reserved))
+
+
+def block_infos(conn: Connection, *, stream: str | None) -> list[BlockInfo]:
+    """Registered blocks, sorted by id."""
+    q = select(blocks).order_by(blocks.c.block_id)
+    if stream is not None:
+        q = q.where(blocks.c.stream == stream)
+    return [info_from_row(r._mapping) for r in conn.execute(q)]
+
+
+def contexts(conn: Connection) -> list[str]:
+    """Every context that has a budget row, sorted."""
+    q = select(budgets.c.context).distinct().order_by(budgets.c.context)
+    return [r[0] for r in conn.execute(q)]
+
+
+def states(
+    conn: Connection, catalog: BlockCatalog, *, stream: str | None, context: str | None
+) -> list[BlockState]:
+    """See :meth:`Ledger.states`."""
+    infos = block_infos(conn, stream=stream)
+    q = select(budgets.c.block_id, budgets.c.context, budgets.c.charged, budgets.c.reserved)
+    if stream is not None:
+        q = q.join_from(budgets, blocks, budgets.c.block_id == blocks.c.block_id).where(
+            blocks.c.stream == stream
+        )
+    if context is not None:
+        q = q.where(budgets.c.context == context)
+    rows = {(r.block_id, r.context): (r.charged, r.reserved) for r in conn.execute(q)}
+    ctxs = [context] if context is not None else contexts(conn)
+    out: list[BlockState] = []
+    for info in infos:
+        f = catalog.remember(info)
+        for ctx in ctxs:
+            found = rows.get((info.block_id, ctx))
+            if found is None:
+                out.append(make_state(info, f, ctx, f.zero(), f.zero()))
+            else:
+                charged, reserved = decode_vector(found[0]), decode_vector(found[1])
+                out.append(make_state(info, f, ctx, charged, reserved))
+    return out
+
+
+def _reservation_from(m: RowMapping, remaining: dict[str, Vector]) -> Reservation:
+    block_ids = tuple(json.loads(m["blocks"]))
+    return Reservation(
+        id=m["reservation_id"],
+        blocks=block_ids,
+        context=m["context"],
+        cost=cost_from_json(json.loads(m["cost"])),
+        expires_at=float(m["expires_at"]),
+        state=ReservationState(m["state"]),
+        holder=m["holder"],
+        request_id=m["request_id"],
+        created_at=float(m["created_at"]),
+        remaining=tuple((b, remaining[b]) for b in block_ids),
+    )
+
+
+def _remaining_of(conn: Connection, ids: list[str]) -> dict[str, dict[str, Vector]]:
+    out: dict[str, dict[str, Vector]] = {i: {} for i in ids}
+    if not ids:
+        return out
+    q = select(reservation_blocks).where(
+        reservation_blocks.c.reservation_id.in_(bindparam("ids", expanding=True))
+    )
+    for r in conn.execute(q, {"ids": ids}):
+        out[r.reservation_id][r.block_id] = decode_vector(r.remaining)
+    return out
+
+
+def reservation(conn: Connection, reservation_id: str) -> Reservation:
+    """One reservation, current state."""
+    row = conn.execute(
+        select(reservations).where(reservations.c.reservation_id == reservation_id)
+    ).first()
+    if row is None:
+        raise UnknownBlockError(f"unknown reservation {reservation_id!r}")
+    return _reservation_from(row._mapping, _remaining_of(conn, [reservation_id])[reservation_id])
+
+
+def reservations_list(
+    conn: Connection, *, state: ReservationState | None, context: str | None
+) -> list[Reservation]:
+    """Reservations filtered by state and context, by creation time then id."""
+    q = select(reservations).order_by(reservations.c.created_at, reservations.c.reservation_id)
+    if state is not None:
+        q = q.where(reservations.c.state == state.value)
+    if context is not None:
+        q = q.where(reservations.c.context == context)
+    rows = conn.execute(q).all()
+    remaining = _remaining_of(conn, [r.reservation_id for r in rows])
+    return [_reservation_from(r._mapping, remaining[r.reservation_id]) for r in rows]
+
+
+def request(conn: Connection, request_id: str) -> RequestRecord | None:
+    """The request row with this id, if any."""
+    row = conn.execute(select(requests).where(requests.c.request_id == request_id)).first()
+    if row is None:
+        return None
+    m = row._mapping
+    return RequestRecord(
+        request_id=m["request_id"],
+        operation=Operation(m["operation"]),
+        fingerprint=m["fingerprint"],
+        seq=int(m["seq"]),
+        created_at=float(m["created_at"]),
+        result_json=m["result"],
+    )
+
+
+def events(conn: Connection, after_seq: int, limit: int | None) -> list[AuditEvent]:
+    """Audit events after ``after_seq``, oldest first."""
+    q = select(audit).where(audit.c.seq > after_seq).order_by(audit.c.seq)
+    if limit is not None:
+        q = q.limit(limit)
+    return [row_to_event(r._mapping) for r in conn.execute(q)]

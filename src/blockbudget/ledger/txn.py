@@ -1,0 +1,483 @@
+"""One write transaction: locked budget rows, filters, reservations, pending events, flush.
+
+A :class:`WriteTx` is created inside the serialized write transaction (see
+:mod:`blockbudget.ledger.db`). It reads and locks the (block, context) budget rows it needs
+(``SELECT … FOR UPDATE`` sorted by block, ignored by SQLite where ``BEGIN IMMEDIATE`` already
+holds the lock), works on in-memory copies, and :meth:`WriteTx.flush` writes every changed row,
+then the audit events, in the same transaction. Nothing is written before every check passed,
+and any exception rolls the whole transaction back.
+
+Blocks' registrations are immutable apart from the retired flag, so their filters are cached
+per process in a :class:`BlockCatalog`; the retired flag is read in every transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, RowMapping
+from sqlalchemy.exc import IntegrityError
+
+from blockbudget.accounting import Accounting, Filter
+from blockbudget.budget import Budget, Cost
+from blockbudget.errors import (
+    BudgetExceededError,
+    InternalError,
+    RetiredBlockError,
+    UnknownBlockError,
+)
+from blockbudget.ledger import statements as st
+from blockbudget.ledger.audit import PendingEvent, append_events
+from blockbudget.ledger.db import TransientConflict
+from blockbudget.ledger.fastsql import FastSql, chunks
+from blockbudget.ledger.types import (
+    BlockInfo,
+    EventKind,
+    Operation,
+    ReservationState,
+    Vector,
+    decode_vector,
+    encode_vector,
+    vadd,
+    vsub,
+)
+
+_S = TypeVar("_S")
+
+#: How many (filter, cost) feature vectors a catalog keeps before starting afresh.
+_FEATURE_CACHE_SIZE = 4096
+
+
+def _builder(fn: Callable[[int], _S], n: int) -> Callable[[], _S]:
+    return lambda: fn(n)
+
+
+class DuplicateRequest(Exception):
+    """Internal: the request id is already in the request table (the transaction rolled back)."""
+
+
+def info_from_row(m: RowMapping) -> BlockInfo:
+    """A :class:`BlockInfo` from a row holding the ``ledger_blocks`` columns."""
+    slack = m["slack_delta"]
+    return BlockInfo(
+        block_id=m["block_id"],
+        stream=m["stream"],
+        accounting=Accounting(m["accounting"]),
+        capacity=Budget(epsilon=Decimal(m["capacity_epsilon"]), delta=Decimal(m["capacity_delta"])),
+        slack_delta=None if slack is None else float(slack),
+        retired=bool(m["retired"]),
+        retired_reason=m["retired_reason"],
+    )
+
+
+def info_from_tuple(t: Sequence[Any]) -> BlockInfo:
+    """A :class:`BlockInfo` from a tuple in :data:`statements.BLOCK_COLUMNS` order."""
+    block_id, stream, accounting, eps, delta, slack, retired, reason = t
+    return BlockInfo(
+        block_id=block_id,
+        stream=stream,
+        accounting=Accounting(accounting),
+        capacity=Budget(epsilon=Decimal(eps), delta=Decimal(delta)),
+        slack_delta=None if slack is None else float(slack),
+        retired=bool(retired),
+        retired_reason=reason,
+    )
+
+
+class BlockCatalog:
+    """Per-process cache of blocks' immutable registrations and their filters.
+
+    Blocks with equal parameters share one :class:`Filter` instance, so a charge over many
+    like blocks computes its features once.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._filters: dict[str, Filter] = {}
+        self._streams: dict[str, str] = {}
+        self._shared: dict[tuple[Any, ...], Filter] = {}
+        self._features: dict[tuple[int, Cost], Vector] = {}
+
+    def features(self, f: Filter, cost: Cost) -> Vector:
+        """``f.features(cost)``, memoized (filters are shared and immutable; costs are values)."""
+        key = (id(f), cost)
+        vec = self._features.get(key)
+        if vec is None:
+            vec = f.features(cost)
+            if len(self._features) >= _FEATURE_CACHE_SIZE:
+                self._features.clear()
+            self._features[key] = vec
+        return vec
+
+    def known(self, block: str) -> bool:
+        return block in self._filters
+
+    def remember(self, info: BlockInfo) -> Filter:
+        """Cache ``info``'s filter (idempotent) and return it."""
+        f = self._filters.get(info.block_id)
+        if f is not None:
+            return f
+        key = (info.accounting, info.capacity.epsilon, info.capacity.delta, info.slack_delta)
+        with self._lock:
+            f = self._shared.get(key)
+            if f is None:
+                f = info.make_filter()
+                self._shared[key] = f
+            self._filters[info.block_id] = f
+            self._streams[info.block_id] = info.stream
+        return f
+
+    def filter(self, block: str) -> Filter:
+        try:
+            return self._filters[block]
+        except KeyError:
+            raise InternalError(
+                f"block {block!r} was used before its registration was read"
+            ) from None
+
+    def stream(self, block: str) -> str:
+        return self._streams[block]
+
+
+@dataclass
+class _Budget:
+    """Working copy of one (block, context) row."""
+
+    charged: Vector
+    reserved: Vector
+    exists: bool
+    #: As read: both vectors and their stored texts (reused at flush when unchanged).
+    stored: tuple[Vector, Vector, str, str] | None = None
+    dirty: bool = False
+
+    def texts(self) -> tuple[str, str]:
+        s = self.stored
+        charged = s[2] if s is not None and self.charged == s[0] else encode_vector(self.charged)
+        reserved = s[3] if s is not None and self.reserved == s[1] else encode_vector(self.reserved)
+        return charged, reserved
+
+
+@dataclass
+class OpenReservation:
+    """A reservation row read (and locked) inside a write transaction."""
+
+    id: str
+    context: str
+    holder: str | None
+    request_id: str
+    cost_json: str
+    blocks: tuple[str, ...]
+    created_at: float
+    expires_at: float
+    state: ReservationState
+
+
+@dataclass
+class WriteTx:
+    """The working state of one write transaction (see the module docstring)."""
+
+    conn: Connection
+    catalog: BlockCatalog
+    now: float
+    request_id: str | None
+    events: list[PendingEvent] = field(default_factory=list)
+    last_seq: int | None = None
+    _budgets: dict[tuple[str, str], _Budget] = field(default_factory=dict)
+    _retired: dict[str, bool] = field(default_factory=dict)
+    sql: FastSql = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sql = FastSql(self.conn)
+
+    def lock_head(self) -> None:
+        """Serialize with every other writer (PostgreSQL; SQLite is serial from BEGIN)."""
+        if self.conn.dialect.name != "sqlite":
+            self.sql.rows("lock_head", st.lock_head, {})
+
+    # --- blocks and budget rows -------------------------------------------------------------
+
+    def load(self, block_ids: Iterable[str], context: str) -> None:
+        """Lock and read the budget rows of ``block_ids`` in ``context`` (sorted by block).
+
+        Rows that do not exist yet start as zero vectors and are inserted at flush.
+
+        Raises:
+            UnknownBlockError: when a block is not registered.
+        """
+        wanted = sorted({b for b in block_ids if (b, context) not in self._budgets})
+        if not wanted:
+            return
+        seen: set[str] = set()
+        for part in chunks(wanted):
+            params: dict[str, str] = st.id_params(part)
+            params["ctx"] = context
+            for row in self.sql.rows(
+                ("budgets", len(part)), _builder(st.select_budgets, len(part)), params
+            ):
+                block = row[2]
+                if not self.catalog.known(block):
+                    self.catalog.remember(info_from_tuple(row[2:]))
+                self._retired[block] = bool(row[8])
+                charged, reserved = decode_vector(row[0]), decode_vector(row[1])
+                self._budgets[(block, context)] = _Budget(
+                    charged, reserved, exists=True, stored=(charged, reserved, row[0], row[1])
+                )
+                seen.add(block)
+        missing = [b for b in wanted if b not in seen]
+        if not missing:
+            return
+        for info in self.read_blocks(missing).values():
+            zero = self.catalog.filter(info.block_id).zero()
+            self._budgets[(info.block_id, context)] = _Budget(zero, zero, exists=False)
+
+    def read_blocks(self, block_ids: Sequence[str]) -> dict[str, BlockInfo]:
+        """Read blocks' registrations (and retired flags) by id.
+
+        Raises:
+            UnknownBlockError: naming every id that is not registered.
+        """
+        found: dict[str, BlockInfo] = {}
+        for part in chunks(sorted(set(block_ids))):
+            key = ("blocks", len(part))
+            for row in self.sql.rows(
+                key, _builder(st.select_blocks, len(part)), st.id_params(part)
+            ):
+                info = info_from_tuple(row)
+                self.catalog.remember(info)
+                self._retired[info.block_id] = info.retired
+                found[info.block_id] = info
+        unknown = sorted(set(block_ids) - found.keys())
+        if unknown:
+            raise UnknownBlockError(
+                f"unknown block(s) {', '.join(map(repr, unknown))}: a block must be added "
+                "with add_blocks before it is reserved, charged or retired"
+            )
+        return found
+
+    def require_live(self, block_ids: Sequence[str]) -> None:
+        """Raises RetiredBlockError naming every retired block among ``block_ids``."""
+        dead = [b for b in block_ids if self._retired[b]]
+        if dead:
+            raise RetiredBlockError(dead)
+
+    def filter(self, block: str) -> Filter:
+        return self.catalog.filter(block)
+
+    def features(self, block: str, cost: Cost) -> Vector:
+        """The features of ``cost`` under ``block``'s filter (InvalidBudgetError if the kind
+        does not suit the filter)."""
+        return self.catalog.features(self.catalog.filter(block), cost)
+
+    def budget(self, block: str, context: str) -> tuple[Vector, Vector]:
+        """(charged, reserved) of a loaded row."""
+        b = self._budgets[(block, context)]
+        return b.charged, b.reserved
+
+    def set_budget(self, block: str, context: str, charged: Vector, reserved: Vector) -> None:
+        if min(charged, default=0) < 0 or min(reserved, default=0) < 0:
+            raise InternalError(
+                f"negative budget vector on {block!r}/{context!r}: charged={charged}, "
+                f"reserved={reserved}"
+            )
+        b = self._budgets[(block, context)]
+        b.charged, b.reserved, b.dirty = charged, reserved, True
+
+    def check_fits(
+        self, block_ids: Sequence[str], context: str, cost: Cost, feats: dict[str, Vector]
+    ) -> None:
+        """Raises BudgetExceededError unless ``charged + reserved + features`` fits on every
+        block (reservations count as spent)."""
+        refusing: list[str] = []
+        used_of: dict[str, Vector] = {}
+        for block in block_ids:
+            b = self._budgets[(block, context)]
+            used = vadd(b.charged, b.reserved)
+            if not self.catalog.filter(block).fits(vadd(used, feats[block])):
+                refusing.append(block)
+                used_of[block] = used
+        if not refusing:
+            return
+        filters = [self.catalog.filter(b) for b in refusing]
+        rules = sorted({f.describe() for f in filters})
+        raise BudgetExceededError(
+            blocks=refusing,
+            requested=str(cost),
+            remaining=[
+                f.describe_remaining(used_of[b]) for f, b in zip(filters, refusing, strict=True)
+            ],
+            difference=[
+                f.shortfall(used_of[b], feats[b]) for f, b in zip(filters, refusing, strict=True)
+            ],
+            context=context,
+            rule="; ".join(rules),
+        )
+
+    # --- reservations ------------------------------------------------------------------------
+
+    def read_reservation(self, reservation_id: str) -> OpenReservation:
+        """Read and lock a reservation row.
+
+        Raises:
+            UnknownBlockError: when no reservation has this id.
+        """
+        rows = self.sql.rows("reservation", st.select_reservation, {"rid": reservation_id})
+        if not rows:
+            raise UnknownBlockError(f"unknown reservation {reservation_id!r}")
+        rid, context, holder, request_id, cost, block_list, created, expires, state = rows[0]
+        return OpenReservation(
+            id=rid,
+            context=context,
+            holder=holder,
+            request_id=request_id,
+            cost_json=cost,
+            blocks=tuple(json.loads(block_list)),
+            created_at=float(created),
+            expires_at=float(expires),
+            state=ReservationState(state),
+        )
+
+    def remaining(self, reservation_id: str) -> dict[str, Vector]:
+        """Per block, the features still drawable from a reservation (rows locked)."""
+        rows = self.sql.rows("remaining", st.select_remaining, {"rid": reservation_id})
+        return {block: decode_vector(vec) for block, vec in rows}
+
+    def set_remaining(self, reservation_id: str, remaining: dict[str, Vector]) -> None:
+        self.sql.run_many(
+            "update_remaining",
+            st.update_remaining,
+            [
+                {"r_id": reservation_id, "r_block": b, "r_remaining": encode_vector(v)}
+                for b, v in sorted(remaining.items())
+            ],
+        )
+
+    def close_reservation(self, res: OpenReservation, state: ReservationState) -> None:
+        """Give a reservation's remaining features back to unallocated and close it.
+
+        ``state`` is CLOSED (release; event ``released``) or EXPIRED (event ``expired``, no
+        request id). Nothing is ever charged here.
+        """
+        left = self.remaining(res.id)
+        self.load(left, res.context)
+        returned: dict[str, list[str]] = {}
+        for block, vec in sorted(left.items()):
+            charged, reserved = self.budget(block, res.context)
+            self.set_budget(block, res.context, charged, vsub(reserved, vec))
+            returned[block] = [str(v) for v in vec]
+        self.set_remaining(res.id, {b: (0,) * len(v) for b, v in left.items()})
+        self.sql.run(
+            "close_reservation",
+            st.close_reservation,
+            {"r_id": res.id, "r_state": state.value, "r_closed_at": self.now},
+        )
+        payload: dict[str, Any] = {"reservation_id": res.id, "returned": returned}
+        if state is ReservationState.EXPIRED:
+            payload["expires_at"] = res.expires_at
+            payload["now"] = self.now
+            self.event(EventKind.EXPIRED, res.context, payload, automatic=True)
+        else:
+            self.event(EventKind.RELEASED, res.context, payload)
+        res.state = state
+
+    def expire_stale(self, block_ids: Sequence[str], context: str) -> list[str]:
+        """Expire every open reservation in ``context`` past its TTL that holds any of
+        ``block_ids`` (a crashed holder never blocks a block forever). Returns their ids.
+
+        Skipped when nothing is reserved on these rows: then no such reservation holds
+        anything here.
+        """
+        if all(not any(self._budgets[(b, context)].reserved) for b in block_ids):
+            return []
+        wanted = set(block_ids)
+        expired: list[str] = []
+        stale = self.sql.rows("stale", st.select_stale, {"now": self.now, "ctx": context})
+        for rid, block_list in stale:
+            if wanted.isdisjoint(json.loads(block_list)):
+                continue
+            res = self.read_reservation(rid)
+            if res.state is ReservationState.OPEN:
+                self.close_reservation(res, ReservationState.EXPIRED)
+                expired.append(res.id)
+        return expired
+
+    # --- events and flush --------------------------------------------------------------------
+
+    def event(
+        self,
+        kind: EventKind,
+        context: str | None,
+        payload: dict[str, Any],
+        *,
+        automatic: bool = False,
+    ) -> None:
+        """Queue an audit event, carrying the transaction's request id unless ``automatic``."""
+        rid = None if automatic else self.request_id
+        self.events.append(PendingEvent(kind, rid, context, payload))
+
+    def flush(self) -> int:
+        """Write every changed budget row, then the queued events. Returns the last seq.
+
+        Raises:
+            InternalError: when nothing was queued (a change without an event).
+        """
+        updates: list[dict[str, str]] = []
+        inserts: list[dict[str, str]] = []
+        for (block, context), b in self._budgets.items():
+            if not b.dirty:
+                continue
+            charged_text, reserved_text = b.texts()
+            values = {
+                "b_id": block,
+                "b_ctx": context,
+                "b_charged": charged_text,
+                "b_reserved": reserved_text,
+            }
+            (updates if b.exists else inserts).append(values)
+            b.exists, b.dirty = True, False
+        if updates:
+            self.sql.run_many("update_budget", st.update_budget, updates)
+        if inserts:
+            rows = [
+                {
+                    "block_id": v["b_id"],
+                    "context": v["b_ctx"],
+                    "charged": v["b_charged"],
+                    "reserved": v["b_reserved"],
+                }
+                for v in inserts
+            ]
+            try:
+                self.sql.run_many("insert_budget", st.insert_budget, rows)
+            except IntegrityError as exc:  # a concurrent first touch; rerun the transaction
+                raise TransientConflict(str(exc)) from exc
+        if self.events:
+            self.last_seq = append_events(self.sql, self.events, ts=self.now)
+            self.events = []
+        if self.last_seq is None:
+            raise InternalError("flush() without any event: every change must be audited")
+        return self.last_seq
+
+    def record_request(
+        self, request_id: str, operation: Operation, fingerprint: str, result: str, seq: int
+    ) -> None:
+        """Insert the request row last; a duplicate id raises :class:`DuplicateRequest`."""
+        try:
+            self.sql.run(
+                "insert_request",
+                st.insert_request,
+                {
+                    "request_id": request_id,
+                    "operation": operation.value,
+                    "fingerprint": fingerprint,
+                    "result": result,
+                    "seq": seq,
+                    "created_at": self.now,
+                },
+            )
+        except IntegrityError as exc:
+            raise DuplicateRequest(request_id) from exc
