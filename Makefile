@@ -25,7 +25,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 pytest: $(STAMP)
-	$(BIN)/pytest
+	./scripts/with-postgres.sh $(BIN)/pytest
 
 test: lint typecheck pytest
 

@@ -1,0 +1,156 @@
+"""Grants: what a pipeline holds while it runs.
+
+A :class:`Grant` is the chosen blocks' data together with the right to spend up to a reserved
+budget on them (seed ``004_2b5d216070ae2ded.txt`` §3.2, "Sage Access Control"; PrivateKube's
+allocate → consume/release claims). Mechanisms draw on a grant through the
+:class:`~blockbudget.mechanisms.BudgetSource` contract: ``accounting`` and ``draw(cost)``.
+
+Each draw is charged to the ledger *durably, before* the mechanism releases anything — a crash
+after a noisy answer was computed can therefore never lose its charge. Closing the grant
+releases whatever was reserved and not drawn. A grant whose holder dies is never charged for its
+undrawn reservation: the ledger expires it after its time-to-live.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from blockbudget.accounting import Accounting
+from blockbudget.budget import Budget, Cost, RdpCurve
+from blockbudget.errors import ReservationError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+    from blockbudget.ledger import Ledger, Reservation
+
+
+class Grant:
+    """Reserved budget on a set of blocks, plus their data.
+
+    Use it as a context manager so that what was not spent is released::
+
+        with platform.request("flights", blocks=last(7), budget=Budget(epsilon=0.2),
+                              context="analytics") as grant:
+            answer = dp_count(grant, grant.frame(), epsilon=0.1)
+
+    Attributes:
+        stream: the stream the blocks belong to.
+        blocks: the block ids, in order.
+        context: the context whose per-block budget pays.
+        reservation: the ledger reservation backing the grant.
+        accounting: the stream's accounting rule (the kind of cost ``draw`` takes).
+    """
+
+    def __init__(
+        self,
+        *,
+        ledger: Ledger,
+        stream: str,
+        reservation: Reservation,
+        accounting: Accounting,
+        data: pa.Table,
+    ) -> None:
+        self._ledger = ledger
+        self.stream = stream
+        self.reservation = reservation
+        self.blocks: tuple[str, ...] = tuple(reservation.blocks)
+        self.context = reservation.context
+        self._accounting = accounting
+        self._data = data
+        self._draws: list[tuple[str, Cost]] = []
+        self._closed = False
+
+    # --- the BudgetSource contract -------------------------------------------------------------
+
+    @property
+    def accounting(self) -> Accounting:
+        """The accounting rule of the grant's stream."""
+        return self._accounting
+
+    def draw(self, cost: Cost, *, label: str) -> None:
+        """Charge ``cost`` to every block of the grant, durably, from its reservation.
+
+        Raises:
+            ReservationError: the grant is closed, or the draw exceeds what is left reserved.
+            InvalidBudgetError: the cost kind does not suit the stream's accounting.
+        """
+        if self._closed:
+            raise ReservationError(f"grant {self.reservation.id} is closed; cannot draw {label!r}")
+        request_id = f"{self.reservation.id}/draw/{len(self._draws)}"
+        self._ledger.charge(
+            self.blocks,
+            cost,
+            context=self.context,
+            request_id=request_id,
+            reservation_id=self.reservation.id,
+        )
+        self._draws.append((label, cost))
+
+    # --- data ----------------------------------------------------------------------------------
+
+    @property
+    def data(self) -> pa.Table:
+        """The rows of the granted blocks (only a holder of a grant ever sees them)."""
+        if self._closed:
+            raise ReservationError(f"grant {self.reservation.id} is closed; its data is gone")
+        return self._data
+
+    def frame(self) -> pd.DataFrame:
+        """The rows of the granted blocks as a pandas DataFrame."""
+        frame: pd.DataFrame = self.data.to_pandas()
+        return frame
+
+    @property
+    def num_rows(self) -> int:
+        return int(self._data.num_rows)
+
+    # --- state ---------------------------------------------------------------------------------
+
+    @property
+    def draws(self) -> tuple[tuple[str, Cost], ...]:
+        """Every (label, cost) drawn so far, in order."""
+        return tuple(self._draws)
+
+    @property
+    def spent(self) -> Cost:
+        """The exact sum of what was drawn (zero of the reservation's kind if nothing)."""
+        reserved = self.reservation.cost
+        total: Cost = RdpCurve.zero() if isinstance(reserved, RdpCurve) else Budget.zero()
+        for _, cost in self._draws:
+            if isinstance(total, RdpCurve) and isinstance(cost, Budget):
+                cost = RdpCurve.from_pure_dp(cost.epsilon)
+            total = total + cost
+        return total
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Release what was reserved and not drawn. Idempotent."""
+        if self._closed:
+            return
+        self._ledger.release(self.reservation.id, request_id=f"{self.reservation.id}/release")
+        self._closed = True
+        self._data = self._data.slice(0, 0)
+
+    def __enter__(self) -> Grant:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return (
+            f"Grant({self.reservation.id}, stream={self.stream!r}, context={self.context!r}, "
+            f"blocks={len(self.blocks)}, reserved={self.reservation.cost}, {state})"
+        )

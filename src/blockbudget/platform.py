@@ -1,0 +1,355 @@
+"""The facade users import: streams, blocks, ingest and grants over one ledger and one store.
+
+A :class:`Platform` lives in a home folder holding a SQLite database (the embedded default; any
+SQLAlchemy URL, e.g. PostgreSQL, can be given instead) and the blocks' Parquet files (any
+pyarrow filesystem URI can be given instead). It wires the store (rows per block) to the ledger
+(budget per block and context): a new block gets its stream's global budget the moment it is
+created, a block's data leaves the store only inside a :class:`~blockbudget.grant.Grant`, and a
+block is sealed before its data first leaves, so a charged block never changes afterwards
+(seed ``004_2b5d216070ae2ded.txt`` §3.2 and §4.3, Theorem 4.3).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from blockbudget.accounting import Accounting, Filter, add_vectors, make_filter
+from blockbudget.budget import Budget, Cost
+from blockbudget.errors import InvalidRequestError, UnknownBlockError
+from blockbudget.grant import Grant
+from blockbudget.ledger import Ledger, VerifyReport
+from blockbudget.store import Blocking, BlockMeta, BlockStore, IngestReport, LatePolicy, StreamSpec
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+_CONTEXT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+
+#: A block whose every context cannot fit this much more epsilon is retired by
+#: :meth:`Platform.retire_exhausted` unless told otherwise.
+DEFAULT_MIN_EPSILON = Budget(epsilon="0.001")
+
+
+@dataclass(frozen=True)
+class Last:
+    """Select the newest ``n`` blocks of a stream.
+
+    Args:
+        n: how many blocks.
+        affordable: skip blocks that cannot afford the requested cost in the requesting context
+            (so a sliding window keeps serving from fresh blocks while old ones run dry).
+    """
+
+    n: int
+    affordable: bool = True
+
+    def __post_init__(self) -> None:
+        if self.n <= 0:
+            raise InvalidRequestError(f"Last(n) needs n >= 1, got {self.n}")
+
+
+@dataclass(frozen=True)
+class BlockView:
+    """One block as an operator sees it: its data summary and its budget in each context."""
+
+    block_id: str
+    key: str
+    rows: int
+    sealed: bool
+    retired: bool
+    remaining_fraction: dict[str, float]
+    remaining: dict[str, str]
+
+
+def validate_context(context: str) -> str:
+    """Contexts are short names: letters, digits, ``_ . : -``."""
+    if not isinstance(context, str) or not _CONTEXT.match(context):
+        raise InvalidRequestError(
+            f"a context is 1–64 characters of letters, digits and _.:- (first a letter or digit); "
+            f"got {context!r}"
+        )
+    return context
+
+
+class Platform:
+    """Streams of blocks with per-block, per-context privacy budgets.
+
+    Args:
+        home: folder for the default SQLite database and block files (created if missing).
+        database_url: a SQLAlchemy URL to use instead of ``home/platform.db``.
+        data_root: a local path or pyarrow filesystem URI for block files instead of
+            ``home/blocks``.
+    """
+
+    def __init__(
+        self,
+        home: str | Path,
+        *,
+        database_url: str | None = None,
+        data_root: str | None = None,
+    ) -> None:
+        self.home = Path(home)
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.database_url = database_url or f"sqlite:///{(self.home / 'platform.db').resolve()}"
+        self.ledger = Ledger(self.database_url)
+        self.store = BlockStore(self.database_url, data_root or str(self.home / "blocks"))
+        self._filters: dict[str, Filter] = {}
+
+    # --- streams -------------------------------------------------------------------------------
+
+    def create_stream(
+        self,
+        name: str,
+        *,
+        policy: Budget,
+        blocking: Blocking,
+        accounting: Accounting = Accounting.BASIC,
+        late_policy: LatePolicy = LatePolicy.NEW_BLOCK,
+        slack_delta: float | None = None,
+        close_after: int | None = None,
+        description: str = "",
+    ) -> StreamSpec:
+        """Register a stream with its global policy (ε_g, δ_g), unit of protection and rule.
+
+        The filter is built first, so an unusable policy (e.g. RDP with δ_g = 0) is refused
+        before anything is stored.
+        """
+        make_filter(accounting, capacity=policy, slack_delta=slack_delta)
+        spec = StreamSpec(
+            name=name,
+            policy=policy,
+            accounting=accounting,
+            blocking=blocking,
+            late_policy=late_policy,
+            slack_delta=slack_delta,
+            close_after=close_after,
+            description=description,
+        )
+        return self.store.create_stream(spec)
+
+    def stream(self, name: str) -> StreamSpec:
+        return self.store.get_stream(name)
+
+    def streams(self) -> list[StreamSpec]:
+        return self.store.list_streams()
+
+    def filter(self, stream: str) -> Filter:
+        """The per-block filter of a stream."""
+        if stream not in self._filters:
+            spec = self.stream(stream)
+            self._filters[stream] = make_filter(
+                spec.accounting, capacity=spec.policy, slack_delta=spec.slack_delta
+            )
+        return self._filters[stream]
+
+    # --- data ----------------------------------------------------------------------------------
+
+    def ingest(
+        self, stream: str, data: pd.DataFrame | pa.Table | str | Path, *, format: str | None = None
+    ) -> IngestReport:
+        """Add rows to a stream's blocks; every new block starts with the stream's full budget."""
+        report = self.store.ingest(stream, data, format=format)
+        self._register_blocks(stream, report.new_blocks)
+        return report
+
+    def _register_blocks(self, stream: str, block_ids: Sequence[str]) -> None:
+        if not block_ids:
+            return
+        spec = self.stream(stream)
+        self.ledger.add_blocks(
+            list(block_ids),
+            stream=stream,
+            capacity=spec.policy,
+            accounting=spec.accounting,
+            slack_delta=spec.slack_delta,
+        )
+
+    def reconcile(self, stream: str) -> list[str]:
+        """Give a budget to every stored block the ledger does not know (after a crash between
+        writing a block and registering it). Returns the blocks registered."""
+        known = {b.block_id for b in self.ledger.blocks(stream=stream)}
+        missing = [m.block_id for m in self.store.blocks(stream) if m.block_id not in known]
+        self._register_blocks(stream, missing)
+        return missing
+
+    # --- blocks and budgets --------------------------------------------------------------------
+
+    def blocks(self, stream: str, *, contexts: Sequence[str] | None = None) -> list[BlockView]:
+        """Every block of a stream with its remaining budget in each context."""
+        metas = self.store.blocks(stream)
+        ctxs = list(contexts) if contexts is not None else self.ledger.contexts()
+        f = self.filter(stream)
+        retired = {b.block_id for b in self.ledger.blocks(stream=stream) if b.retired}
+        states = {(s.block, s.context): s for s in self.ledger.states(stream=stream)}
+        views = []
+        for m in metas:
+            fractions: dict[str, float] = {}
+            texts: dict[str, str] = {}
+            for c in ctxs:
+                s = states.get((m.block_id, c))
+                used = add_vectors(s.charged, s.reserved) if s is not None else f.zero()
+                fractions[c] = 0.0 if m.block_id in retired else f.remaining_fraction(used)
+                texts[c] = "retired" if m.block_id in retired else f.describe_remaining(used)
+            views.append(
+                BlockView(
+                    block_id=m.block_id,
+                    key=m.key,
+                    rows=m.rows,
+                    sealed=m.sealed,
+                    retired=m.block_id in retired,
+                    remaining_fraction=fractions,
+                    remaining=texts,
+                )
+            )
+        return views
+
+    def can_afford(
+        self, block_ids: Sequence[str], cost: Cost, *, context: str, stream: str | None = None
+    ) -> list[bool]:
+        """For each block, whether ``cost`` fits its filter in ``context`` right now (advisory:
+        the ledger re-checks atomically when reserving). ``stream`` narrows the lookup."""
+        infos = {b.block_id: b for b in self.ledger.blocks(stream=stream)}
+        states = {s.block: s for s in self.ledger.states(stream=stream, context=context)}
+        out = []
+        for block in block_ids:
+            info = infos.get(block)
+            if info is None or info.retired:
+                out.append(False)
+                continue
+            f = self.filter(info.stream)
+            s = states.get(block)
+            used = add_vectors(s.charged, s.reserved) if s is not None else f.zero()
+            out.append(f.fits_with(used, f.features(cost)))
+        return out
+
+    def select(
+        self, stream: str, selection: Sequence[str] | Last, *, context: str, cost: Cost
+    ) -> tuple[str, ...]:
+        """Resolve a selection (block ids, block keys, or :class:`Last`) to block ids."""
+        metas: list[BlockMeta] = self.store.blocks(stream)
+        if isinstance(selection, Last):
+            candidates = [m.block_id for m in metas]
+            if selection.affordable:
+                ok = self.can_afford(candidates, cost, context=context, stream=stream)
+                candidates = [b for b, good in zip(candidates, ok, strict=True) if good]
+            chosen = candidates[-selection.n :]
+            if not chosen:
+                raise InvalidRequestError(
+                    f"no block of stream {stream!r} can afford {cost} in context {context!r}"
+                )
+            return tuple(chosen)
+        if isinstance(selection, str):
+            raise InvalidRequestError("blocks must be a sequence of ids or keys, not one string")
+        by_key = {m.key: m.block_id for m in metas if m.seq == 1}
+        ids = {m.block_id for m in metas}
+        out = []
+        for item in selection:
+            if item in ids:
+                out.append(item)
+            elif item in by_key:
+                out.append(by_key[item])
+            else:
+                raise UnknownBlockError(f"stream {stream!r} has no block {item!r}")
+        return tuple(out)
+
+    # --- grants --------------------------------------------------------------------------------
+
+    def request(
+        self,
+        stream: str,
+        *,
+        blocks: Sequence[str] | Last,
+        budget: Cost,
+        context: str,
+        holder: str = "",
+        ttl_seconds: float = 600.0,
+        request_id: str | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> Grant:
+        """Reserve ``budget`` on every chosen block, atomically, and hand over their data.
+
+        Raises:
+            BudgetExceededError: a block cannot afford the budget (nothing is reserved).
+            UnknownBlockError / RetiredBlockError / InvalidRequestError / InvalidBudgetError:
+                bad input (nothing is reserved).
+        """
+        validate_context(context)
+        spec = self.stream(stream)
+        chosen = self.select(stream, blocks, context=context, cost=budget)
+        if not chosen:
+            raise InvalidRequestError("a request needs at least one block")
+        reservation = self.ledger.reserve(
+            list(chosen),
+            budget,
+            context=context,
+            request_id=request_id or f"grant-{uuid.uuid4().hex}",
+            holder=holder,
+            ttl_seconds=ttl_seconds,
+        )
+        try:
+            self.store.seal(list(chosen))
+            data = self.store.read(list(chosen), columns=list(columns) if columns else None)
+        except BaseException:
+            self.ledger.release(reservation.id, request_id=f"{reservation.id}/release")
+            raise
+        return Grant(
+            ledger=self.ledger,
+            stream=stream,
+            reservation=reservation,
+            accounting=spec.accounting,
+            data=data,
+        )
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def retire_exhausted(
+        self,
+        stream: str,
+        *,
+        contexts: Sequence[str] | None = None,
+        min_cost: Cost = DEFAULT_MIN_EPSILON,
+    ) -> list[str]:
+        """Retire every block that cannot fit ``min_cost`` in any of ``contexts`` (default: every
+        context the ledger knows). Retired blocks never serve again (Sage §3.2)."""
+        ctxs = list(contexts) if contexts is not None else self.ledger.contexts()
+        if not ctxs:
+            return []
+        f = self.filter(stream)
+        need = f.features(min_cost)
+        states = {(s.block, s.context): s for s in self.ledger.states(stream=stream)}
+        dead = []
+        for b in self.ledger.blocks(stream=stream):
+            if b.retired:
+                continue
+            spent_everywhere = True
+            for c in ctxs:
+                s = states.get((b.block_id, c))
+                used = add_vectors(s.charged, s.reserved) if s is not None else f.zero()
+                if f.fits_with(used, need):
+                    spent_everywhere = False
+                    break
+            if spent_everywhere:
+                dead.append(b.block_id)
+        if dead:
+            self.ledger.retire(
+                dead, request_id=f"retire-{uuid.uuid4().hex}", reason="budget exhausted"
+            )
+        return dead
+
+    def expire(self) -> list[str]:
+        """Release every reservation past its time-to-live (never charged)."""
+        return self.ledger.expire_reservations()
+
+    def verify(self) -> VerifyReport:
+        """Replay the audit log and check the ledger and every filter."""
+        return self.ledger.verify()
+
+    def close(self) -> None:
+        self.ledger.dispose()
+        self.store.dispose()

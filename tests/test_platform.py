@@ -1,0 +1,229 @@
+"""The platform facade: streams, ingest, grants, sealing, retirement and crash expiry."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from blockbudget import Accounting, Budget, RdpCurve
+from blockbudget.errors import (
+    BudgetExceededError,
+    DataError,
+    InvalidBudgetError,
+    InvalidRequestError,
+    ReservationError,
+    RetiredBlockError,
+    UnknownBlockError,
+)
+from blockbudget.mechanisms import statistics as stats
+from blockbudget.platform import Last, Platform
+from blockbudget.store import Blocking, LatePolicy, Unit
+
+DAY = Blocking(unit=Unit.TIME, column="ts", window=timedelta(days=1))
+
+
+def _frame(day: int, n: int = 50, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed + day)
+    start = pd.Timestamp("2024-01-01") + pd.Timedelta(days=day)
+    return pd.DataFrame(
+        {
+            "ts": start + pd.to_timedelta(rng.integers(0, 86_400, n), unit="s"),
+            "value": rng.normal(10.0, 2.0, n),
+            "kind": rng.choice(["a", "b", "c"], n),
+        }
+    )
+
+
+@pytest.fixture
+def platform(tmp_path: Path) -> Platform:
+    p = Platform(tmp_path / "home")
+    p.create_stream("events", policy=Budget(epsilon=1.0, delta=1e-6), blocking=DAY)
+    for d in range(5):
+        p.ingest("events", _frame(d))
+    return p
+
+
+def _snapshot(p: Platform) -> tuple[object, ...]:
+    return tuple(
+        (s.block, s.context, s.charged, s.reserved) for s in p.ledger.states(stream="events")
+    ), len(p.ledger.events())
+
+
+def test_ingest_creates_one_funded_block_per_day(platform: Platform) -> None:
+    views = platform.blocks("events", contexts=["a"])
+    assert [v.key for v in views] == [f"2024-01-0{d + 1}" for d in range(5)]
+    assert all(v.rows == 50 for v in views)
+    assert all(v.remaining_fraction["a"] == 1.0 for v in views)
+
+
+def test_grant_charges_what_was_drawn_and_releases_the_rest(platform: Platform) -> None:
+    with platform.request(
+        "events", blocks=Last(3), budget=Budget(epsilon=0.5), context="team-a"
+    ) as grant:
+        assert grant.num_rows == 150
+        result = stats.dp_count(grant, grant.frame(), epsilon=0.2)
+        assert result.cost == Budget(epsilon=0.2)
+        assert grant.spent == Budget(epsilon=0.2)
+        blocks = grant.blocks
+    assert grant.closed
+    f = platform.filter("events")
+    for block in blocks:
+        state = platform.ledger.state(block, "team-a")
+        assert state.charged == f.features(Budget(epsilon=0.2))
+        assert state.reserved == f.zero()
+    # The other two blocks and the other context were not touched.
+    untouched = platform.ledger.state("events/2024-01-01", "team-a")
+    assert untouched.charged == f.zero()
+    assert platform.verify().ok
+
+
+def test_refusal_names_blocks_and_charges_nothing(platform: Platform) -> None:
+    with platform.request(
+        "events", blocks=["2024-01-05"], budget=Budget(epsilon=0.9), context="a"
+    ) as g:
+        stats.dp_count(g, g.frame(), epsilon=0.9)
+    before = _snapshot(platform)
+    with pytest.raises(BudgetExceededError) as info:
+        platform.request(
+            "events", blocks=["2024-01-04", "2024-01-05"], budget=Budget(epsilon=0.2), context="a"
+        )
+    assert info.value.blocks == ("events/2024-01-05",)
+    assert "0.1" in str(info.value)  # remaining ε on the refusing block
+    assert _snapshot(platform) == before
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"blocks": [], "budget": Budget(epsilon=0.1), "context": "a"}, InvalidRequestError),
+        (
+            {"blocks": ["2030-01-01"], "budget": Budget(epsilon=0.1), "context": "a"},
+            UnknownBlockError,
+        ),
+        ({"blocks": Last(2), "budget": Budget(epsilon=0.1), "context": ""}, InvalidRequestError),
+        ({"blocks": Last(2), "budget": Budget(epsilon=0.1), "context": "a b"}, InvalidRequestError),
+        (
+            {"blocks": Last(2), "budget": RdpCurve.gaussian(sigma=1.0), "context": "a"},
+            InvalidBudgetError,
+        ),
+    ],
+)
+def test_bad_requests_change_nothing(
+    platform: Platform, kwargs: dict[str, object], error: type[Exception]
+) -> None:
+    before = _snapshot(platform)
+    with pytest.raises(error):
+        platform.request("events", **kwargs)  # type: ignore[arg-type]
+    assert _snapshot(platform) == before
+
+
+def test_drawing_past_the_reservation_is_refused(platform: Platform) -> None:
+    with platform.request("events", blocks=Last(1), budget=Budget(epsilon=0.1), context="a") as g:
+        with pytest.raises(ReservationError):
+            stats.dp_count(g, g.frame(), epsilon=0.2)
+        stats.dp_count(g, g.frame(), epsilon=0.1)
+    with pytest.raises(ReservationError):
+        g.draw(Budget(epsilon=0.01), label="after close")
+    assert platform.verify().ok
+
+
+def test_grant_is_released_when_the_pipeline_raises(platform: Platform) -> None:
+    with (
+        pytest.raises(RuntimeError),
+        platform.request("events", blocks=Last(2), budget=Budget(epsilon=0.4), context="a") as g,
+    ):
+        stats.dp_count(g, g.frame(), epsilon=0.1)
+        raise RuntimeError("pipeline crashed")
+    f = platform.filter("events")
+    for block in g.blocks:
+        state = platform.ledger.state(block, "a")
+        assert state.reserved == f.zero()
+        assert state.charged == f.features(Budget(epsilon=0.1))
+
+
+def test_reservation_of_a_dead_holder_expires_uncharged(platform: Platform) -> None:
+    g = platform.request(
+        "events", blocks=Last(2), budget=Budget(epsilon=0.6), context="a", ttl_seconds=0.2
+    )
+    stats.dp_count(g, g.frame(), epsilon=0.1)
+    time.sleep(0.3)
+    platform.expire()
+    f = platform.filter("events")
+    for block in g.blocks:
+        state = platform.ledger.state(block, "a")
+        assert state.reserved == f.zero()
+        assert state.charged == f.features(Budget(epsilon=0.1))
+    assert platform.verify().ok
+
+
+def test_contexts_have_separate_budgets(platform: Platform) -> None:
+    for context in ("a", "b"):
+        with platform.request(
+            "events", blocks=["2024-01-01"], budget=Budget(epsilon=1.0), context=context
+        ) as g:
+            stats.dp_count(g, g.frame(), epsilon=1.0)
+    with pytest.raises(BudgetExceededError):
+        platform.request("events", blocks=["2024-01-01"], budget=Budget(epsilon=0.01), context="a")
+
+
+def test_exhausted_blocks_retire_and_new_blocks_keep_serving(platform: Platform) -> None:
+    for context in ("a", "b"):
+        with platform.request(
+            "events",
+            blocks=["2024-01-01", "2024-01-02"],
+            budget=Budget(epsilon=1.0),
+            context=context,
+        ) as g:
+            stats.dp_count(g, g.frame(), epsilon=1.0)
+    retired = platform.retire_exhausted("events", contexts=["a", "b"])
+    assert retired == ["events/2024-01-01", "events/2024-01-02"]
+    with pytest.raises(RetiredBlockError):
+        platform.request("events", blocks=["2024-01-01"], budget=Budget(epsilon=0.1), context="c")
+    with platform.request("events", blocks=Last(5), budget=Budget(epsilon=0.1), context="a") as g:
+        assert g.blocks == ("events/2024-01-03", "events/2024-01-04", "events/2024-01-05")
+    platform.ingest("events", _frame(10))
+    with platform.request("events", blocks=Last(1), budget=Budget(epsilon=1.0), context="a") as g:
+        assert g.blocks == ("events/2024-01-11",)
+    assert platform.verify().ok
+
+
+def test_late_rows_never_enter_a_charged_block(tmp_path: Path) -> None:
+    p = Platform(tmp_path / "h")
+    p.create_stream("s", policy=Budget(epsilon=1.0, delta=1e-6), blocking=DAY)
+    p.create_stream(
+        "strict",
+        policy=Budget(epsilon=1.0, delta=1e-6),
+        blocking=DAY,
+        late_policy=LatePolicy.REJECT,
+    )
+    for name in ("s", "strict"):
+        p.ingest(name, _frame(0))
+        with p.request(name, blocks=Last(1), budget=Budget(epsilon=0.1), context="a") as g:
+            stats.dp_count(g, g.frame(), epsilon=0.1)
+    report = p.ingest("s", _frame(0, n=7, seed=99))
+    assert report.new_blocks == ("s/2024-01-01#2",) or list(report.new_blocks) == ["s/2024-01-01#2"]
+    assert [v.rows for v in p.blocks("s")] == [50, 7]
+    with pytest.raises(DataError):
+        p.ingest("strict", _frame(0, n=7, seed=99))
+    assert [v.rows for v in p.blocks("strict")] == [50]
+
+
+def test_rdp_stream_charges_gaussian_curves(tmp_path: Path) -> None:
+    p = Platform(tmp_path / "h")
+    p.create_stream(
+        "r", policy=Budget(epsilon=1.0, delta=1e-6), blocking=DAY, accounting=Accounting.RDP
+    )
+    p.ingest("r", _frame(0))
+    reserve = RdpCurve.gaussian(sigma=10.0)
+    with p.request("r", blocks=Last(1), budget=reserve, context="a") as g:
+        g.draw(RdpCurve.gaussian(sigma=20.0), label="gaussian")
+    f = p.filter("r")
+    assert p.ledger.state("r/2024-01-01", "a").charged == f.features(RdpCurve.gaussian(sigma=20.0))
+    with pytest.raises(InvalidBudgetError):
+        p.request("r", blocks=Last(1), budget=Budget(epsilon=0.1, delta=1e-7), context="a")
+    assert p.verify().ok
