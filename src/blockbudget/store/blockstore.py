@@ -99,6 +99,7 @@ class BlockStore:
             self._engine = sa.create_engine(url, **kwargs)
             self._owns_engine = True
         self._files = DataFiles(root)
+        self._pool: ThreadPoolExecutor | None = None
         catalog.create_tables(self._engine)
 
     @property
@@ -114,6 +115,9 @@ class BlockStore:
     def dispose(self) -> None:
         """Release the engine's connections if this store created it (an engine passed in is
         left to its owner)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         if self._owns_engine:
             self._engine.dispose()
 
@@ -505,8 +509,14 @@ class BlockStore:
         paths = [p for b in ids for p in parts[b]]
         if not paths:
             return schema.empty_table()
-        with ThreadPoolExecutor(max_workers=min(8, len(paths))) as pool:
-            tables = list(pool.map(lambda p: self._files.read_part(p, columns), paths))
+        if len(paths) == 1:
+            tables = [self._files.read_part(paths[0], columns)]
+        else:
+            # One long-lived pool per store: starting threads on every read cost more than the
+            # reads themselves for small blocks.
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="blockstore-read")
+            tables = list(self._pool.map(lambda p: self._files.read_part(p, columns), paths))
         return pa.concat_tables([t.select(schema.names) for t in tables])
 
     def read_pandas(
