@@ -96,7 +96,10 @@ def stream_create(
     column: Annotated[str, typer.Option(help="Column that decides the block.")] = "time",
     window: Annotated[str, typer.Option(help="Time window per block (by time).")] = "1d",
     ids_per_block: Annotated[int, typer.Option(help="User ids per block (by user).")] = 1000,
-    late_policy: Annotated[LatePolicy, typer.Option(help="Late records.")] = LatePolicy.NEW_BLOCK,
+    late_policy: Annotated[
+        LatePolicy | None,
+        typer.Option(help="Late records (default: new_block; drop for user streams)."),
+    ] = None,
     home: HomeOpt = DEFAULT_HOME,
 ) -> None:
     """Register a stream with its global policy and unit of protection."""
@@ -112,7 +115,9 @@ def stream_create(
         policy=Budget(epsilon=epsilon, delta=delta),
         blocking=blocking,
         accounting=accounting,
-        late_policy=late_policy,
+        late_policy=late_policy
+        if late_policy is not None
+        else (LatePolicy.DROP if by is Unit.USER else LatePolicy.NEW_BLOCK),
     )
     console.print(f"created stream [bold]{spec.name}[/] with policy {spec.policy}")
 

@@ -146,3 +146,36 @@ def test_user_stream_close_after(store: BlockStore) -> None:
     assert report.sealed_blocks == ("users/u000000-000099",)
     with pytest.raises(DataError, match=r"1 row\(s\) for sealed block users/u000000-000099"):
         store.ingest("users", pd.DataFrame({"uid": [7, 321], "v": [5, 6]}))
+
+
+def test_late_rows_drop_on_a_user_stream(store: BlockStore, root: Path) -> None:
+    """A returning user's new records neither join the sealed block nor start a second one."""
+    spec = StreamSpec(
+        "users", POLICY, Accounting.BASIC, Blocking.by_user("uid", 100), LatePolicy.DROP
+    )
+    store.create_stream(spec)
+    store.ingest("users", pd.DataFrame({"uid": [5, 6, 150], "v": [1, 2, 3]}))
+    store.seal(["users/u000000-000099"])
+    before = store.block("users/u000000-000099")
+    files_before = [p for p in part_files(root) if p.startswith("users/u000000-000099/")]
+    report = store.ingest("users", pd.DataFrame({"uid": [7, 8, 151, 250], "v": [4, 5, 6, 7]}))
+    assert report.dropped_rows == 2
+    assert report.rows == 2
+    assert report.late_rows == 0
+    assert report.appended_blocks == ("users/u000100-000199",)
+    assert report.new_blocks == ("users/u000200-000299",)
+    assert store.block("users/u000000-000099") == before
+    assert [p for p in part_files(root) if p.startswith("users/u000000-000099/")] == files_before
+    assert [m.block_id for m in store.blocks("users")] == [
+        "users/u000000-000099",
+        "users/u000100-000199",
+        "users/u000200-000299",
+    ]
+    # everything late: nothing written, nothing refused
+    only_late = store.ingest("users", pd.DataFrame({"uid": [9], "v": [8]}))
+    assert (only_late.rows, only_late.dropped_rows, only_late.new_blocks) == (0, 1, ())
+
+
+def test_user_stream_refuses_new_block_policy() -> None:
+    with pytest.raises(InvalidRequestError, match=r"LatePolicy\.DROP"):
+        StreamSpec("u", POLICY, Accounting.BASIC, Blocking.by_user("uid", 10), LatePolicy.NEW_BLOCK)

@@ -338,10 +338,12 @@ class BlockStore:
         if closed is not None:
             sealed = catalog.open_blocks_before(conn, stream, closed)
             catalog.seal_blocks(conn, sealed, now)
+        kept = sum(len(grouping.positions[t.index]) for t in plan)
         return IngestReport(
             stream=stream,
             source=source,
-            rows=table.num_rows,
+            rows=kept,
+            dropped_rows=table.num_rows - kept,
             new_blocks=tuple(new_blocks),
             appended_blocks=tuple(appended),
             late_rows=sum(len(grouping.positions[t.index]) for t in plan if t.late),

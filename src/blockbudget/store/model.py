@@ -51,11 +51,15 @@ class LatePolicy(Enum):
     """What happens to records whose block is already sealed (or whose window is closed).
 
     ``NEW_BLOCK`` puts them into a fresh block with the same key and the next sequence number
-    (``"{stream}/{key}#2"``…); ``REJECT`` refuses the whole ingest with a :class:`DataError`.
+    (``"{stream}/{key}#2"``…); ``REJECT`` refuses the whole ingest with a :class:`DataError`;
+    ``DROP`` ingests the other rows and discards the late ones, counting them in
+    :attr:`IngestReport.dropped_rows` (the practical choice for user-level streams, where a
+    returning user's new records may not join a sealed block nor start a second one).
     """
 
     NEW_BLOCK = "new_block"
     REJECT = "reject"
+    DROP = "drop"
 
 
 class DataFormat(Enum):
@@ -229,7 +233,7 @@ class StreamSpec:
             raise InvalidRequestError(
                 f"stream {self.name!r}: user-level blocks must keep each user's records in one "
                 "block, so late records cannot go to a new block (late_policy NEW_BLOCK); "
-                "use LatePolicy.REJECT"
+                "use LatePolicy.DROP or LatePolicy.REJECT"
             )
 
     def to_json(self) -> dict[str, Any]:
@@ -319,6 +323,7 @@ class IngestReport:
             one, or the key's open block with seq > 1).
         block_rows: rows added per block id (one entry per new or appended block).
         sealed_blocks: blocks sealed automatically (``close_after``) at the end of this ingest.
+        dropped_rows: late rows discarded under LatePolicy.DROP (not in ``rows``).
     """
 
     stream: str
@@ -329,6 +334,7 @@ class IngestReport:
     late_rows: int = 0
     block_rows: Mapping[str, int] = field(default_factory=dict, hash=False)
     sealed_blocks: tuple[str, ...] = ()
+    dropped_rows: int = 0
 
 
 def check_stream_name(name: object) -> str:

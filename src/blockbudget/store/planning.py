@@ -59,7 +59,8 @@ def plan_targets(
     closed_until: int | None,
     source: str,
 ) -> tuple[Target, ...]:
-    """Decide the block of every key from the catalog's state.
+    """Decide the block of every key from the catalog's state. Under LatePolicy.DROP the late
+    keys have no target: their rows are not written.
 
     Raises:
         DataError: under LatePolicy.REJECT when some key's block is sealed or window closed.
@@ -83,6 +84,8 @@ def plan_targets(
                 else f"closed window {key.key}"
             )
             refused.append(f"{n} row(s) for {what}")
+    if spec.late_policy is LatePolicy.DROP:
+        return tuple(t for t in targets if not t.late)
     if refused:
         total = sum(len(grouping.positions[t.index]) for t in targets if t.late)
         raise DataError(
