@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from pg_support import BACKENDS, postgres_database
 
 from blockbudget import Accounting, Budget, RdpCurve
 from blockbudget.errors import (
@@ -39,9 +42,32 @@ def _frame(day: int, n: int = 50, seed: int = 0) -> pd.DataFrame:
     )
 
 
+MakePlatform = Callable[[str], Platform]
+
+
+@pytest.fixture(params=BACKENDS)
+def make_platform(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakePlatform]:
+    """Platforms on SQLite (the default) and, when a server is configured, on PostgreSQL —
+    the same code, unchanged."""
+    with ExitStack() as stack:
+        made: list[Platform] = []
+
+        def make(name: str) -> Platform:
+            url = None
+            if request.param == "postgres":
+                url = stack.enter_context(postgres_database())
+            p = Platform(tmp_path / name, database_url=url)
+            made.append(p)
+            return p
+
+        yield make
+        for p in made:
+            p.close()
+
+
 @pytest.fixture
-def platform(tmp_path: Path) -> Platform:
-    p = Platform(tmp_path / "home")
+def platform(make_platform: MakePlatform) -> Platform:
+    p = make_platform("home")
     p.create_stream("events", policy=Budget(epsilon=1.0, delta=1e-6), blocking=DAY)
     for d in range(5):
         p.ingest("events", _frame(d))
@@ -192,8 +218,8 @@ def test_exhausted_blocks_retire_and_new_blocks_keep_serving(platform: Platform)
     assert platform.verify().ok
 
 
-def test_late_rows_never_enter_a_charged_block(tmp_path: Path) -> None:
-    p = Platform(tmp_path / "h")
+def test_late_rows_never_enter_a_charged_block(make_platform: MakePlatform) -> None:
+    p = make_platform("h")
     p.create_stream("s", policy=Budget(epsilon=1.0, delta=1e-6), blocking=DAY)
     p.create_stream(
         "strict",
@@ -213,8 +239,8 @@ def test_late_rows_never_enter_a_charged_block(tmp_path: Path) -> None:
     assert [v.rows for v in p.blocks("strict")] == [50]
 
 
-def test_rdp_stream_charges_gaussian_curves(tmp_path: Path) -> None:
-    p = Platform(tmp_path / "h")
+def test_rdp_stream_charges_gaussian_curves(make_platform: MakePlatform) -> None:
+    p = make_platform("h")
     p.create_stream(
         "r", policy=Budget(epsilon=1.0, delta=1e-6), blocking=DAY, accounting=Accounting.RDP
     )
