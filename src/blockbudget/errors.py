@@ -42,6 +42,15 @@ class UnknownBlockError(BlockBudgetError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class UnknownContextError(UnknownBlockError):
+    """A request names a context that was never registered.
+
+    Contexts are registered by an administrator (``Ledger.add_context``): letting any caller mint
+    a context would hand out a fresh full budget on every block (Sage §3.2 allows one budget per
+    group of non-colluding principals, not per request).
+    """
+
+
 class RetiredBlockError(BlockBudgetError):
     """A request names a block that has been retired (its budget is spent or it was closed)."""
 
