@@ -37,6 +37,10 @@ from blockbudget.errors import InvalidBudgetError
         (1.0, math.nan),
         ("abc", 0.0),
         (True, 0.0),
+        ("1e999999999", 0.0),  # would overflow Decimal arithmetic
+        (1e31, 0.0),
+        (1e-101, 0.0),  # below the smallest storable magnitude
+        (1.0, 1e-200),
     ],
 )
 def test_invalid_budgets_are_refused(epsilon: object, delta: object) -> None:
@@ -69,6 +73,10 @@ def test_ten_tenths_fit_one_and_an_extra_nanoepsilon_does_not() -> None:
 
 
 def test_fixed_point_rounds_charges_up_and_capacities_down() -> None:
+    # Directed rounding even past the 200-digit working precision.
+    long = Decimal("0." + "1" + "0" * 240 + "1")
+    assert units_up(long) == units_up(Decimal("0.1")) + 1
+    assert units_down(long) == units_down(Decimal("0.1"))
     tiny = Decimal("1e-30")
     assert units_up(tiny) == 1
     assert units_down(tiny) == 0
@@ -117,15 +125,18 @@ def test_gaussian_curve_matches_formula_and_rounds_up() -> None:
         assert float(value) <= exact * (1 + 1e-9)
 
 
-def test_laplace_curve_is_below_pure_dp_and_above_zcdp_small_order_limit() -> None:
-    curve = RdpCurve.laplace(scale=2.0, sensitivity=1.0)  # pure ε = 0.5
-    pure = RdpCurve.from_pure_dp(0.5)
-    for lap, bound in zip(curve.epsilons, pure.epsilons, strict=True):
-        assert lap <= Decimal("0.5") * Decimal(1 + 1e-9)
-        assert lap <= bound * Decimal(1 + 1e-9)
-    # Monotone in alpha, as every RDP curve is.
-    values = [float(v) for v in curve.epsilons]
-    assert values == sorted(values)
+def test_laplace_curve_is_a_valid_rdp_curve_below_the_pure_dp_bound() -> None:
+    for scale in [0.5, 2.0, 50.0]:
+        eps = 1.0 / scale
+        curve = RdpCurve.laplace(scale=scale, sensitivity=1.0)
+        pure = RdpCurve.from_pure_dp(eps)
+        for alpha, lap, bound in zip(ALPHAS, curve.epsilons, pure.epsilons, strict=True):
+            assert 0 < lap <= bound * Decimal(1 + 1e-9), (scale, alpha)
+            # Small-order limit of the exact curve: ≈ α·ε²/2 when α·ε is small.
+            if alpha * eps <= 0.1:
+                assert float(lap) == pytest.approx(alpha * eps * eps / 2, rel=0.05)
+        values = [float(v) for v in curve.epsilons]
+        assert values == sorted(values)  # monotone in α, as every RDP curve is
 
 
 def test_rdp_conversion_through_dp_accounting() -> None:
@@ -143,3 +154,26 @@ def test_bump_up_is_strictly_conservative() -> None:
     for x in [1e-300, 0.1, 1.0, 123.456]:
         assert bump_up(x) > x
     assert bump_up(0.0) == 0.0
+
+
+def test_laplace_curve_never_undercounts_against_a_high_precision_reference() -> None:
+    """The exact Laplace RDP (Mironov 2017, Prop. 6) at 400 digits: our stored curve is never
+    below it (the float log-sum-exp was, by up to 0.8% at Δ/b = 1e-7) and at most 1e-9 above."""
+    import mpmath
+
+    mpmath.mp.dps = 400
+    for ratio in [10.0, 1.0, 1e-3, 1e-6, 1e-7, 1e-12, 1e-20, 1e-39]:
+        curve = RdpCurve.laplace(scale=1.0, sensitivity=ratio)
+        t = mpmath.mpf(ratio)
+        for alpha, value in zip(ALPHAS, curve.epsilons, strict=True):
+            a = mpmath.mpf(alpha)
+            exact = mpmath.log(
+                a / (2 * a - 1) * mpmath.exp((a - 1) * t)
+                + (a - 1) / (2 * a - 1) * mpmath.exp(-a * t)
+            ) / (a - 1)
+            exact = min(exact, t)
+            relative = (mpmath.mpf(str(value)) - exact) / exact
+            assert 0 <= relative < 1e-9, (ratio, alpha, relative)
+    # Below 1e-40 the pure-DP bound min(ε, αε²/2) is used: still an upper bound.
+    tiny = RdpCurve.laplace(scale=1.0, sensitivity=1e-45)
+    assert tiny == RdpCurve.from_pure_dp(Decimal(repr(1e-45)))

@@ -20,7 +20,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal, InvalidOperation, localcontext
+from decimal import (
+    ROUND_CEILING,
+    ROUND_FLOOR,
+    Context,
+    Decimal,
+    Inexact,
+    InvalidOperation,
+    Overflow,
+    Underflow,
+    localcontext,
+)
 from typing import TypeAlias
 
 from blockbudget.errors import InvalidBudgetError
@@ -38,7 +48,15 @@ INF_UNITS = 10**60
 #: Relative bump applied to values computed with floating-point formulas.
 FLOAT_SAFETY = 1e-12
 
-_EXACT = Context(prec=200, traps=[InvalidOperation])
+#: Budget values are 0 or between these magnitudes, so that every sum and difference of stored
+#: values is exact at 200 digits (and Decimal never overflows or underflows).
+MIN_MAGNITUDE = Decimal("1e-100")
+MAX_MAGNITUDE = Decimal("1e30")
+
+# Exact arithmetic: an operation that would have to round raises instead of rounding silently.
+_EXACT = Context(prec=200, traps=[InvalidOperation, Inexact, Overflow, Underflow])
+_CEIL = Context(prec=200, rounding=ROUND_CEILING, traps=[InvalidOperation, Overflow])
+_FLOOR = Context(prec=200, rounding=ROUND_FLOOR, traps=[InvalidOperation, Overflow])
 
 Number: TypeAlias = int | float | str | Decimal
 
@@ -64,6 +82,12 @@ def to_decimal(value: Number, *, name: str) -> Decimal:
         raise InvalidBudgetError(f"{name} must be a number, got {value!r}") from exc
     if dec.is_nan():
         raise InvalidBudgetError(f"{name} must not be NaN")
+    # adjusted() needs no arithmetic context, so huge exponents cannot overflow here.
+    if dec.is_finite() and dec != 0 and not (-100 <= dec.adjusted() <= 30 and abs(dec) <= 10**30):
+        raise InvalidBudgetError(
+            f"{name} must be 0 or of magnitude between {MIN_MAGNITUDE} and {MAX_MAGNITUDE}, "
+            f"got {value!r}"
+        )
     return dec
 
 
@@ -71,7 +95,7 @@ def units_up(value: Decimal) -> int:
     """Fixed-point units of ``value``, rounded up (for charges). Infinity maps to INF_UNITS."""
     if value.is_infinite():
         return INF_UNITS if value > 0 else -INF_UNITS
-    with localcontext(_EXACT):
+    with localcontext(_CEIL):
         return int((value.scaleb(UNIT_EXPONENT)).to_integral_value(rounding=ROUND_CEILING))
 
 
@@ -79,7 +103,7 @@ def units_down(value: Decimal) -> int:
     """Fixed-point units of ``value``, rounded down (for capacities)."""
     if value.is_infinite():
         return INF_UNITS if value > 0 else -INF_UNITS
-    with localcontext(_EXACT):
+    with localcontext(_FLOOR):
         return int((value.scaleb(UNIT_EXPONENT)).to_integral_value(rounding=ROUND_FLOOR))
 
 
@@ -91,6 +115,16 @@ def from_units(units: int) -> Decimal:
         return Decimal("-Infinity")
     with localcontext(_EXACT):
         return Decimal(units).scaleb(-UNIT_EXPONENT)
+
+
+def _clamp_up(x: float) -> Decimal:
+    """A computed non-negative value as a storable decimal, never smaller than it: tiny positive
+    values become MIN_MAGNITUDE, huge ones infinity."""
+    if math.isinf(x) or Decimal(repr(x)) > MAX_MAGNITUDE:
+        return Decimal("Infinity")
+    if x > 0 and Decimal(repr(x)) < MIN_MAGNITUDE:
+        return MIN_MAGNITUDE
+    return Decimal(repr(x))
 
 
 def bump_up(x: float) -> float:
@@ -171,7 +205,7 @@ class Budget:
     def scaled(self, factor: Number) -> Budget:
         """This budget multiplied by a non-negative exact factor (e.g. a fraction of a split)."""
         f = to_decimal(factor, name="factor")
-        with localcontext(_EXACT):
+        with localcontext(_FLOOR):  # a share never exceeds the whole; charges are exact anyway
             return Budget(epsilon=self.epsilon * f, delta=self.delta * f)
 
     @property
@@ -240,7 +274,7 @@ class RdpCurve:
             value = float(fn(alpha))
             if math.isnan(value):
                 raise InvalidBudgetError(f"RDP formula gave NaN at alpha={alpha}")
-            out.append(Decimal("Infinity") if math.isinf(value) else bump_up(value))
+            out.append(_clamp_up(bump_up(value)))
         return cls(out)
 
     @classmethod
@@ -262,15 +296,25 @@ class RdpCurve:
             raise InvalidBudgetError(f"scale must be finite and > 0, got {scale!r}")
         if sensitivity == 0:
             return cls.zero()
-        inv = sensitivity / scale  # 1/λ = ε of the pure-DP guarantee
+        t = Decimal(repr(sensitivity)) / Decimal(repr(scale))  # 1/λ, the pure-DP ε
+
+        if t.adjusted() < -40:
+            # Below ~1e-40 the exact curve needs hundreds of digits; pure DP's bound
+            # min(ε, α·ε²/2) (Bun & Steinke 2016, Prop. 1.4) is an upper bound on it.
+            return cls.from_pure_dp(t)
 
         def f(a: float) -> float:
-            # log-sum-exp for stability at large alpha
-            t1 = math.log(a / (2 * a - 1)) + (a - 1) * inv
-            t2 = math.log((a - 1) / (2 * a - 1)) - a * inv
-            m = max(t1, t2)
-            val = (m + math.log(math.exp(t1 - m) + math.exp(t2 - m))) / (a - 1)
-            return min(val, inv)
+            # High-precision evaluation: the float log-sum-exp loses all precision when Δ/b is
+            # tiny (its log argument is 1 + O((Δ/b)²)), so carry twice the digits that costs.
+            with localcontext() as ctx:
+                ctx.prec = 60 + 2 * max(0, -t.adjusted())
+                al = Decimal(repr(a))
+                arg = (
+                    al / (2 * al - 1) * ((al - 1) * t).exp()
+                    + (al - 1) / (2 * al - 1) * (-al * t).exp()
+                )
+                value = arg.ln() / (al - 1)
+                return float(min(value, t))
 
         return cls.from_function(f)
 
@@ -303,7 +347,7 @@ class RdpCurve:
 
     def scaled(self, factor: Number) -> RdpCurve:
         f = to_decimal(factor, name="factor")
-        with localcontext(_EXACT):
+        with localcontext(_FLOOR):
             return RdpCurve(v * f for v in self.epsilons)
 
     @property
