@@ -187,14 +187,17 @@ class StrongFilter(Filter):
     """Strong adaptive block composition (seed 004, §A.3, Theorem A.2; Rogers, Roth, Ullman &
     Vadhan 2016, Theorem 5.1).
 
-    With slack δ̃ (default δ_g/2) and δ_c = 2δ̃, a block accepts charges while
-    ``Σδ_i ≤ δ_g − δ̃`` and
+    With slack δ̃ (default δ_g/2), a block accepts charges while ``Σδ_i ≤ δ_g − δ̃`` and
 
         Σ (e^{ε_i}−1)ε_i/2
-        + sqrt( 2 (Σε_i² + ε_g²/(28.04 log(1/δ_c))) ·
-                (1 + ½ log(28.04 log(1/δ_c) Σε_i²/ε_g² + 1)) · log(2/δ_c) )  ≤  ε_g .
+        + sqrt( 2 (Σε_i² + ε_g²/(28.04 L_H)) ·
+                (1 + ½ log(28.04 L_H Σε_i²/ε_g² + 1)) · L )  ≤  ε_g
 
-    With δ̃ = δ_g/2 this is exactly Rogers et al.'s COMP_{ε_g, δ_g}. The seed's OCR drops the
+    holds for *both* published readings of the constants: Rogers et al.'s COMP_{ε_g, δ_g}
+    (L_H = log(1/δ_c) with δ_c = 2δ̃, L = log(2/δ_c)) and Sage's Theorem A.2 as printed
+    (L_H = L = log(1/δ̃)). They differ only in L_H, and Sage's is slightly more conservative
+    (it fits 14,751 rather than 14,799 charges of 0.001 at (1, 1e-6)); requiring both keeps the
+    filter valid whichever is right. Rogers et al. need δ_c < 1/e. The seed's OCR drops the
     Σε_i² inside the logarithm; the form here is the cited theorem's. Features: (ε, ε²,
     (e^ε−1)ε/2, δ), each rounded up; the test inflates its left side by :data:`FLOAT_MARGIN`.
     """
@@ -216,8 +219,13 @@ class StrongFilter(Filter):
         self._eps_g = eps_g
         self._delta_cap = units_down(capacity.delta - Decimal(repr(slack)))
         delta_c = 2 * slack
-        self._log1 = math.log(1 / delta_c)
-        self._log2 = math.log(2 / delta_c)
+        if delta_c >= math.exp(-1):
+            raise InvalidBudgetError(
+                f"strong composition (Rogers et al. 2016, Thm 5.1) needs 2δ̃ < 1/e; got δ̃={slack!r}"
+            )
+        log_slack = math.log(1 / slack)
+        # (L_H, L) for Rogers et al.'s reading and for Sage Thm A.2 as printed.
+        self._forms = ((math.log(1 / delta_c), log_slack), (log_slack, log_slack))
 
     def features(self, cost: Cost) -> Vector:
         if not isinstance(cost, Budget):
@@ -225,6 +233,8 @@ class StrongFilter(Filter):
                 "strong composition accounts (ε, δ) budgets; convert an RDP curve first"
             )
         eps = cost.epsilon
+        if eps > 100:  # (e^ε−1)ε/2 > 1e45: no capacity can hold it; skip the huge exp()
+            return (units_up(eps), units_up(eps * eps), INF_UNITS, units_up(cost.delta))
         with localcontext() as ctx:
             ctx.prec = 60
             sq = eps * eps
@@ -237,10 +247,12 @@ class StrongFilter(Filter):
         s2 = sq_units / UNIT
         g = g_units / UNIT
         eg2 = self._eps_g * self._eps_g
-        a = s2 + eg2 / (28.04 * self._log1)
-        b = 1.0 + 0.5 * math.log(28.04 * self._log1 * s2 / eg2 + 1.0)
-        lhs: float = (g + math.sqrt(2.0 * a * b * self._log2)) * FLOAT_MARGIN
-        return lhs
+        worst = 0.0
+        for log_h, log_out in self._forms:
+            a = s2 + eg2 / (28.04 * log_h)
+            b = 1.0 + 0.5 * math.log(28.04 * log_h * s2 / eg2 + 1.0)
+            worst = max(worst, g + math.sqrt(2.0 * a * b * log_out))
+        return worst * FLOAT_MARGIN
 
     def fits(self, used: Sequence[int]) -> bool:
         if used[3] > self._delta_cap:
