@@ -76,14 +76,22 @@ def to_float_array(data: Any, *, name: str) -> FloatArray:
             arr = pd.Series(seq, dtype=object).to_numpy(dtype=np.float64, na_value=np.nan)
     except DataError:
         raise
-    except (TypeError, ValueError, ArithmeticError) as exc:
-        raise DataError(f"{name} must contain numbers: {exc}") from exc
-    except Exception as exc:  # pyarrow raises its own ArrowInvalid / ArrowNotImplementedError
-        raise DataError(f"{name} must contain numbers: {exc}") from exc
+    except Exception as exc:  # incl. pyarrow's ArrowInvalid / ArrowNotImplementedError
+        # The message never quotes the offending value: it is a private record.
+        raise DataError(
+            f"{name} must contain numbers; got {_kind_of(data)} that cannot be read as floats "
+            f"({type(exc).__name__})"
+        ) from None
     arr = np.asarray(arr, dtype=np.float64)
     if arr.ndim != 1:
         raise DataError(f"{name} must be one-dimensional, got shape {arr.shape}")
     return arr
+
+
+def _kind_of(data: object) -> str:
+    """A description of an input's type, without any of its values."""
+    dtype = getattr(data, "dtype", None) or getattr(data, "type", None)
+    return f"{type(data).__name__} of {dtype}" if dtype is not None else type(data).__name__
 
 
 def apply_nan_policy(values: FloatArray, policy: NanPolicy, *, name: str) -> FloatArray:
