@@ -313,3 +313,22 @@ def _day_codes(table: pa.Table) -> npt.NDArray[np.int64]:
         + _int_column(table, "day")
     )
     return codes
+
+
+def load_airlines() -> dict[str, str]:
+    """The public carrier table (``airlines.csv``: two-letter code → name), 16 carriers.
+
+    This is public metadata, not the sensitive stream: it is the right source for the categories
+    of a DP histogram of carriers (categories taken from the private rows would leak).
+    """
+    import pyarrow.csv as pacsv
+
+    table = pacsv.read_csv(
+        _data_file("airlines.csv"),
+        convert_options=pacsv.ConvertOptions(
+            column_types={"carrier": pa.string(), "name": pa.string()}
+        ),
+    )
+    codes = table.column("carrier").to_pylist()
+    names = table.column("name").to_pylist()
+    return {str(c): str(n) for c, n in zip(codes, names, strict=True)}
