@@ -1,6 +1,9 @@
 """Fixtures for the ledger tests: a fake clock, and ledgers on SQLite files and — when
 ``BLOCKBUDGET_TEST_POSTGRES_URL`` is set (e.g. ``postgresql+psycopg://postgres@127.0.0.1:5432/db``)
-— on PostgreSQL, each test in a schema of its own that is dropped afterwards."""
+— on PostgreSQL, each test in a schema of its own that is dropped afterwards.
+
+The ``ledger`` fixture registers the contexts the tests use (:data:`TEST_CONTEXTS`: ``ml`` and
+``ops``) besides ``default``, which every ledger registers when it is created."""
 
 from __future__ import annotations
 
@@ -8,7 +11,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ledger_support import BACKENDS, POSTGRES_URL, Backend, FakeClock, postgres_schema
+from ledger_support import (
+    BACKENDS,
+    POSTGRES_URL,
+    TEST_CONTEXTS,
+    Backend,
+    FakeClock,
+    postgres_schema,
+)
 
 from blockbudget.ledger import Ledger
 
@@ -38,5 +48,7 @@ def clock() -> FakeClock:
 @pytest.fixture
 def ledger(backend: Backend, clock: FakeClock) -> Iterator[Ledger]:
     led = backend.open(clock=clock)
+    for name in TEST_CONTEXTS:
+        led.add_context(name, description=f"the {name} team (test)")
     yield led
     led.dispose()

@@ -23,6 +23,9 @@ needs_postgres = pytest.mark.skipif(
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=needs_postgres)]
 
+#: The contexts the ``ledger`` fixture registers (besides ``default``).
+TEST_CONTEXTS = ("ml", "ops")
+
 
 class FakeClock:
     """A settable clock for TTL tests (Unix seconds)."""
@@ -80,8 +83,10 @@ def request_count(ledger: Ledger) -> int:
 
 
 def snapshot(ledger: Ledger) -> tuple[Any, ...]:
-    """Everything observable: blocks, every state, reservations, events, request rows."""
+    """Everything observable: contexts, blocks, every state, reservations, events, request
+    rows."""
     return (
+        tuple(ledger.context_infos()),
         tuple(ledger.blocks()),
         tuple(ledger.states()),
         tuple(ledger.reservations()),

@@ -7,6 +7,7 @@ import json
 import random
 import sys
 import time
+from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
 from blockbudget.budget import Budget
@@ -58,6 +59,12 @@ def mp_worker(url: str, worker: int, ops: int, out: str) -> None:
         ledger.release(res.id)
     ledger.dispose()
     Path(out).write_text(json.dumps({"acked": acked, "refused": refused}))
+
+
+def open_at_once(url: str, barrier: Barrier) -> None:
+    """Wait until every sibling is ready, then open (and so create) the ledger at ``url``."""
+    barrier.wait(timeout=120)
+    Ledger(url).dispose()
 
 
 def charge_loop(url: str, prefix: str) -> None:

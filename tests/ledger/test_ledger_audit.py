@@ -20,7 +20,8 @@ CAP = Budget(epsilon=1.0)
 
 
 def history(ledger: Ledger, clock: FakeClock) -> None:
-    """One of every event kind."""
+    """One of every event kind (after the fixture's three context_added events: default, ml,
+    ops)."""
     ledger.add_blocks(["a", "b"], stream="s", capacity=CAP, accounting=Accounting.BASIC)
     ledger.charge(["a", "b"], Budget(epsilon=0.2), request_id="c1")
     res = ledger.reserve(["a", "b"], Budget(epsilon=0.3), context="ml", request_id="r1")
@@ -30,6 +31,11 @@ def history(ledger: Ledger, clock: FakeClock) -> None:
     clock.advance(6)
     ledger.expire_reservations()
     ledger.retire(["b"], request_id="ret1", reason="closed")
+    ledger.add_context("late", description="added after the rest", request_id="ctx1")
+
+
+#: The seq of history()'s direct charge "c1" (after 3 context_added and 2 block_added events).
+C1 = 6
 
 
 def drop_triggers(backend: Backend, ledger: Ledger) -> None:
@@ -45,6 +51,9 @@ def test_every_change_is_a_versioned_hash_chained_event(ledger: Ledger, clock: F
     history(ledger, clock)
     events = ledger.events()
     assert [e.kind for e in events] == [
+        EventKind.CONTEXT_ADDED,
+        EventKind.CONTEXT_ADDED,
+        EventKind.CONTEXT_ADDED,
         EventKind.BLOCK_ADDED,
         EventKind.BLOCK_ADDED,
         EventKind.CHARGED,
@@ -54,6 +63,7 @@ def test_every_change_is_a_versioned_hash_chained_event(ledger: Ledger, clock: F
         EventKind.RESERVED,
         EventKind.EXPIRED,
         EventKind.RETIRED,
+        EventKind.CONTEXT_ADDED,
     ]
     prev = GENESIS_HASH
     for i, e in enumerate(events, start=1):
@@ -70,10 +80,28 @@ def test_every_change_is_a_versioned_hash_chained_event(ledger: Ledger, clock: F
             payload=e.payload_json,
         )
         prev = e.hash
-    assert [e.request_id for e in events[2:]] == ["c1", "r1", "d1", "rel1", "r2", None, "ret1"]
+    assert events[C1 - 1].request_id == "c1"
+    assert events[0].request_id is None  # default: registered with the schema
+    assert [e.request_id for e in events[C1 - 1 :]] == [
+        "c1",
+        "r1",
+        "d1",
+        "rel1",
+        "r2",
+        None,
+        "ret1",
+        "ctx1",
+    ]
+    added = [e for e in events if e.kind is EventKind.CONTEXT_ADDED]
+    assert [(e.context, e.payload) for e in added] == [
+        ("default", {"name": "default", "description": ""}),
+        ("ml", {"name": "ml", "description": "the ml team (test)"}),
+        ("ops", {"name": "ops", "description": "the ops team (test)"}),
+        ("late", {"name": "late", "description": "added after the rest"}),
+    ]
     report = ledger.verify()
     assert report.ok and report.problems == ()
-    assert (report.events, report.blocks, report.contexts) == (9, 2, 2)
+    assert (report.events, report.blocks, report.contexts) == (13, 2, 4)
     assert ledger.verify_or_raise() == report
 
 
@@ -83,8 +111,8 @@ def test_update_and_delete_on_the_audit_table_are_refused(
     history(ledger, clock)
     before = ledger.events()
     for stmt in (
-        update(audit).where(audit.c.seq == 3).values(payload="{}"),
-        audit.delete().where(audit.c.seq == 9),
+        update(audit).where(audit.c.seq == C1).values(payload="{}"),
+        audit.delete().where(audit.c.seq == 13),
     ):
         with pytest.raises(DBAPIError, match="append-only"), ledger.engine.begin() as conn:
             conn.execute(stmt)
@@ -106,10 +134,10 @@ def test_verify_reports_a_modified_payload(
         separators=(",", ":"),
     )
     with ledger.engine.begin() as conn:
-        conn.execute(update(audit).where(audit.c.seq == 3).values(payload=forged))
+        conn.execute(update(audit).where(audit.c.seq == C1).values(payload=forged))
     report = ledger.verify()
     assert not report.ok
-    assert any(p.startswith("event 3: hash mismatch") for p in report.problems)
+    assert any(p.startswith(f"event {C1}: hash mismatch") for p in report.problems)
     assert any("'a'/'default': table charged/reserved" in p for p in report.problems)
     with pytest.raises(AuditError, match="hash mismatch"):
         ledger.verify_or_raise()
@@ -119,7 +147,7 @@ def test_verify_reports_a_deleted_event(backend: Backend, ledger: Ledger, clock:
     history(ledger, clock)
     drop_triggers(backend, ledger)
     with ledger.engine.begin() as conn:
-        conn.execute(audit.delete().where(audit.c.seq == 5))
+        conn.execute(audit.delete().where(audit.c.seq == C1 + 2))
     problems = ledger.verify().problems
     assert any("sequence gap" in p for p in problems)
     assert any("chain broken" in p for p in problems)
@@ -149,7 +177,7 @@ def test_a_rehashed_forgery_is_caught_by_replaying_the_filters(
         prev = GENESIS_HASH
         for row in rows:
             m = dict(row._mapping)
-            if m["seq"] == 3:
+            if m["seq"] == C1:
                 data = json.loads(m["payload"])
                 data["cost"] = {"epsilon": "5", "delta": "0"}
                 m["payload"] = canonical_json(data)
@@ -171,5 +199,5 @@ def test_a_rehashed_forgery_is_caught_by_replaying_the_filters(
             prev = digest
     problems = ledger.verify().problems
     assert not any("hash" in p for p in problems)
-    assert any(p.startswith("event 3: overspend: block 'a'") for p in problems)
+    assert any(p.startswith(f"event {C1}: overspend: block 'a'") for p in problems)
     assert any("table charged/reserved" in p for p in problems)

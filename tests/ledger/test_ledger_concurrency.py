@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from ledger_support import BACKENDS, POSTGRES_URL, postgres_schema
-from ledger_workers import MP_BLOCKS, mp_worker
+from ledger_workers import MP_BLOCKS, MP_CONTEXTS, mp_worker
 
 from blockbudget.accounting import Accounting, add_vectors, make_filter
 from blockbudget.budget import Budget
@@ -64,6 +64,8 @@ def test_many_processes_never_overspend(backend_name: str, tmp_path: Path) -> No
 
 def check(url: str, tmp_path: Path, open_ledger: Callable[[], Ledger]) -> None:
     ledger = open_ledger()
+    for name in MP_CONTEXTS:
+        ledger.add_context(name)
     basic, rdp = MP_BLOCKS[:5], MP_BLOCKS[5:]
     ledger.add_blocks(basic, stream="mp", capacity=BASIC_CAP, accounting=Accounting.BASIC)
     ledger.add_blocks(rdp, stream="mp", capacity=RDP_CAP, accounting=Accounting.RDP)
@@ -86,7 +88,7 @@ def check(url: str, tmp_path: Path, open_ledger: Callable[[], Ledger]) -> None:
     assert refused > 300, "capacities should be small enough that budgets run out"
     assert len(acked_ids) > 1000
 
-    states = ledger.states()
+    states = [s for name in MP_CONTEXTS for s in ledger.states(context=name)]
     assert len(states) == len(MP_BLOCKS) * 2
     exhausted = 0
     for s in states:

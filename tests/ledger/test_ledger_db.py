@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, inspect, select, update
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 from sqlalchemy.exc import DBAPIError, OperationalError
@@ -16,7 +16,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget
 from blockbudget.errors import InvalidRequestError
-from blockbudget.ledger import Ledger
+from blockbudget.ledger import SCHEMA_VERSION, Ledger
 from blockbudget.ledger import statements as st
 from blockbudget.ledger.db import is_retryable, run_transaction
 from blockbudget.ledger.fastsql import Prepared
@@ -104,6 +104,8 @@ def test_run_transaction_reruns_transient_failures(tmp_path: Path) -> None:
 def test_statements_compile_once_per_dialect(dialect: Any) -> None:
     builders = [
         st.lock_head,
+        st.select_context,
+        st.insert_context,
         st.update_budget,
         st.insert_budget,
         st.select_reservation,
@@ -142,3 +144,36 @@ def test_a_database_of_another_schema_version_is_refused(tmp_path: Path) -> None
     ledger.dispose()
     with pytest.raises(InvalidRequestError, match="schema version 99"):
         Ledger(url)
+
+
+def test_a_version_1_database_is_refused_and_left_untouched(tmp_path: Path) -> None:
+    """Version 2 added registered contexts; a version 1 ledger (contexts minted on first use)
+    is refused, and opening it creates no table in it."""
+    assert SCHEMA_VERSION == 2
+    path = tmp_path / "v1.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE ledger_head (id INTEGER PRIMARY KEY, schema_version INTEGER)")
+    con.execute("INSERT INTO ledger_head VALUES (1, 1)")
+    con.commit()
+    con.close()
+    with pytest.raises(InvalidRequestError, match="schema version 1; this blockbudget reads"):
+        Ledger(f"sqlite:///{path}")
+    con = sqlite3.connect(path)
+    tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    con.close()
+    assert tables == ["ledger_head"]
+
+
+def test_budgets_and_reservations_reference_registered_contexts(tmp_path: Path) -> None:
+    """The foreign keys that let a loaded budget row prove its context is registered."""
+    ledger = Ledger(f"sqlite:///{tmp_path / 'l.db'}")
+    fks = {
+        table: [(fk["constrained_columns"], fk["referred_table"]) for fk in fk_list]
+        for table, fk_list in (
+            (t, inspect(ledger.engine).get_foreign_keys(t))
+            for t in ("ledger_budgets", "ledger_reservations")
+        )
+    }
+    assert (["context"], "ledger_contexts") in fks["ledger_budgets"]
+    assert (["context"], "ledger_contexts") in fks["ledger_reservations"]
+    ledger.dispose()

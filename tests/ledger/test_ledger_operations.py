@@ -19,6 +19,7 @@ from blockbudget.errors import (
     ReservationError,
     RetiredBlockError,
     UnknownBlockError,
+    UnknownContextError,
 )
 from blockbudget.ledger import EventKind, Ledger, ReservationState
 
@@ -48,8 +49,11 @@ def test_add_blocks_registers_and_emits_one_event_per_block(ledger: Ledger) -> N
     assert [i.block_id for i in infos] == ["d2", "d1"]
     assert all(i.stream == "flights" and not i.retired for i in infos)
     assert [b.block_id for b in ledger.blocks()] == ["d1", "d2"]
-    events = ledger.events()
-    assert [e.kind for e in events] == [EventKind.BLOCK_ADDED] * 2
+    # default (created with the ledger), then the fixture's ml and ops, then the two blocks
+    assert [e.kind for e in ledger.events()] == [EventKind.CONTEXT_ADDED] * 3 + [
+        EventKind.BLOCK_ADDED
+    ] * 2
+    events = ledger.events(after_seq=3)
     assert {e.payload["block"] for e in events} == {"d1", "d2"}
     state = ledger.state("d1")
     assert state.charged == (0, 0) and state.reserved == (0, 0)
@@ -152,9 +156,9 @@ def test_contexts_each_have_the_full_budget(ledger: Ledger) -> None:
     with pytest.raises(BudgetExceededError) as info:
         ledger.charge(["a"], Budget(epsilon=0.01), context="ml")
     assert info.value.context == "ml"
-    assert ledger.contexts() == ["ml", "ops"]
+    assert ledger.contexts() == ["default", "ml", "ops"]
     assert ledger.state("a", "default").charged == (0, 0)  # untouched context: zeros
-    assert {s.context for s in ledger.states()} == {"ml", "ops"}
+    assert {s.context for s in ledger.states()} == {"default", "ml", "ops"}
 
 
 def test_rdp_blocks_account_curves_and_pure_budgets(ledger: Ledger) -> None:
@@ -376,6 +380,26 @@ def test_retire_unknown_block_is_refused(ledger: Ledger) -> None:
             "context",
         ),
         (
+            lambda L: L.reserve(["a"], Budget(epsilon=0.1), context="team/ml"),
+            InvalidRequestError,
+            "context name",
+        ),
+        (
+            lambda L: L.reserve(["a"], Budget(epsilon=0.1), context="ghost"),
+            UnknownContextError,
+            "'ghost'.*add_context",
+        ),
+        (
+            lambda L: L.charge(["a"], Budget(epsilon=0.1), context="ghost"),
+            UnknownContextError,
+            "'ghost'",
+        ),
+        (
+            lambda L: L.charge(["a", "ghost"], Budget(epsilon=0.1), context="ghost"),
+            UnknownBlockError,
+            "ghost",
+        ),
+        (
             lambda L: L.reserve(["a"], Budget(epsilon=0.1), ttl_seconds=0),
             InvalidRequestError,
             "ttl",
@@ -431,15 +455,14 @@ def test_bad_input_with_a_request_id_is_not_recorded(ledger: Ledger) -> None:
 def test_reads(ledger: Ledger, clock: FakeClock) -> None:
     add_basic(ledger, ["s1/a", "s1/b"], stream="s1")
     add_basic(ledger, ["s2/a"], stream="s2")
+    ledger.add_context("x")
+    ledger.add_context("y")
     ledger.charge(["s1/a"], Budget(epsilon=0.5), context="x", request_id="q1")
     res = ledger.reserve(["s1/b"], Budget(epsilon=0.25), context="y", holder="h")
     assert [b.block_id for b in ledger.blocks(stream="s1")] == ["s1/a", "s1/b"]
-    assert ledger.contexts() == ["x", "y"]
+    assert ledger.contexts() == ["default", "ml", "ops", "x", "y"]
     assert [(s.block, s.context) for s in ledger.states(stream="s1")] == [
-        ("s1/a", "x"),
-        ("s1/a", "y"),
-        ("s1/b", "x"),
-        ("s1/b", "y"),
+        (block, ctx) for block in ("s1/a", "s1/b") for ctx in ("default", "ml", "ops", "x", "y")
     ]
     only_x = ledger.states(context="x")
     assert [s.block for s in only_x] == ["s1/a", "s1/b", "s2/a"]
@@ -449,6 +472,15 @@ def test_reads(ledger: Ledger, clock: FakeClock) -> None:
     assert got.expires_at == clock.now + 600.0
     assert [r.id for r in ledger.reservations(state=ReservationState.OPEN)] == [res.id]
     assert ledger.reservations(context="x") == []
+    for read in (
+        lambda: ledger.state("s1/a", "ghost"),
+        lambda: ledger.states(context="ghost"),
+        lambda: ledger.reservations(context="ghost"),
+    ):
+        with pytest.raises(UnknownContextError, match="'ghost'"):
+            read()
+    with pytest.raises(InvalidRequestError, match="context name"):
+        ledger.states(context="")
     record = ledger.request("q1")
     assert record is not None and record.operation.value == "charge"
     assert ledger.request("missing") is None

@@ -1,7 +1,9 @@
 """Property tests (hypothesis) over BASIC, STRONG and RDP filters.
 
 A random sequence of reserve / direct charge / draw / release / expire / clock steps runs
-against a real ledger (SQLite file) and against a small in-memory model of the rules. After
+against a real ledger (SQLite file) and against a small in-memory model of the rules. Reserves
+and charges name a registered context or, now and then, an unregistered one, which must be
+refused with UnknownContextError and change nothing. After
 every step: the ledger's vectors equal the model's; every (block, context) fits its filter
 (``filter.fits(charged + reserved)``: no overspend ever); ``reserved`` equals the sum of what
 the open reservations still hold (capacity = unallocated + reserved + charged). Every step's
@@ -22,11 +24,13 @@ from ledger_support import FakeClock
 
 from blockbudget.accounting import Accounting, Filter, add_vectors, make_filter, sub_vectors
 from blockbudget.budget import Budget, Cost, RdpCurve
-from blockbudget.errors import BudgetExceededError, ReservationError
+from blockbudget.errors import BudgetExceededError, ReservationError, UnknownContextError
 from blockbudget.ledger import Ledger, ReservationState
 
 BLOCKS = ("b0", "b1", "b2", "b3")
 CONTEXTS = ("ops", "ml")
+#: Named by some requests but never registered: every request naming it is refused.
+UNREGISTERED = "intruder"
 
 CASES: dict[Accounting, tuple[Budget, list[Cost]]] = {
     Accounting.BASIC: (
@@ -117,14 +121,14 @@ ops = st.one_of(
         st.just("reserve"),
         st.sets(st.sampled_from(BLOCKS), min_size=1, max_size=3),
         st.integers(0, 4),
-        st.sampled_from(CONTEXTS),
+        st.sampled_from((*CONTEXTS, *CONTEXTS, UNREGISTERED)),
         st.sampled_from([5.0, 50.0]),
     ),
     st.tuples(
         st.just("charge"),
         st.sets(st.sampled_from(BLOCKS), min_size=1, max_size=3),
         st.integers(0, 4),
-        st.sampled_from(CONTEXTS),
+        st.sampled_from((*CONTEXTS, *CONTEXTS, UNREGISTERED)),
     ),
     st.tuples(st.just("draw"), st.integers(0, 20), st.integers(1, 7), st.integers(0, 4)),
     st.tuples(st.just("release"), st.integers(0, 20)),
@@ -153,6 +157,8 @@ def run_sequence(accounting: Accounting, steps: list[tuple[object, ...]]) -> Non
     with tempfile.TemporaryDirectory() as tmp:
         ledger = Ledger(f"sqlite:///{Path(tmp) / 'ledger.db'}", clock=clock)
         try:
+            for name in CONTEXTS:
+                ledger.add_context(name)
             ledger.add_blocks(list(BLOCKS), stream="s", capacity=capacity, accounting=accounting)
             for step in steps:
                 apply_step(ledger, model, clock, costs, step)
@@ -173,6 +179,15 @@ def apply_step(
         cost = costs[step[2]]  # type: ignore[index]
         ctx = str(step[3])
         feat = f.features(cost)
+        if ctx == UNREGISTERED:
+            n_events = len(ledger.events())
+            with pytest.raises(UnknownContextError, match=UNREGISTERED):
+                if kind == "reserve":
+                    ledger.reserve(blocks, cost, context=ctx, ttl_seconds=float(step[4]))  # type: ignore[arg-type]
+                else:
+                    ledger.charge(blocks, cost, context=ctx)
+            assert len(ledger.events()) == n_events  # not even a stale reservation expired
+            return
         trial = model.copy()
         trial.expire_stale(blocks, ctx, clock.now)
         fits = all(f.fits(add_vectors(add_vectors(*trial.get(b, ctx)), feat)) for b in blocks)

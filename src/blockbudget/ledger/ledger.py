@@ -7,6 +7,11 @@ fits a block iff ``filter.fits(charged + reserved + features(cost))``; reservati
 spent until drawn (moved to charged) or released. Per block and context:
 capacity = unallocated + reserved + charged.
 
+Contexts are administrative: each gives a group of non-colluding principals its own full
+per-block budget (Sage §3.2), so a request may only name a context that an administrator
+registered with :meth:`Ledger.add_context` (``"default"`` is registered when the ledger is
+created); any other raises :class:`~blockbudget.errors.UnknownContextError`.
+
 Every write is one serialized database transaction over any number of blocks (atomic, safe
 across threads and processes), idempotent by request id, and appends hash-chained audit events
 in the same transaction; :meth:`Ledger.verify` replays the log from scratch.
@@ -43,16 +48,19 @@ from blockbudget.ledger.txn import BlockCatalog, DuplicateRequest, WriteTx
 from blockbudget.ledger.types import (
     DEFAULT_CONTEXT,
     DEFAULT_TTL_SECONDS,
+    MAX_CONTEXT_DESCRIPTION,
     AuditEvent,
     BlockInfo,
     BlockState,
     Charge,
+    ContextInfo,
     Operation,
     RequestRecord,
     Reservation,
     ReservationState,
     VerifyReport,
     decimal_text,
+    validate_context_name,
 )
 from blockbudget.ledger.verify import verify_ledger
 
@@ -82,6 +90,9 @@ class Ledger:
         >>> _ = ledger.charge(["d1"], Budget(epsilon=0.4), request_id="q1")
         >>> ledger.state("d1").remaining
         '(ε=0.6, δ=0)'
+        >>> _ = ledger.add_context("ml", description="the ML team")
+        >>> ledger.contexts()
+        ['default', 'ml']
     """
 
     def __init__(
@@ -98,11 +109,17 @@ class Ledger:
         self._clock = clock
         self._attempts = attempts
         self._catalog = BlockCatalog()
-        version = create_schema(self._engine)
+        created_at = self._now()
+        version = create_schema(
+            self._engine,
+            on_create=lambda conn: ops.register_default_context(conn, created_at),
+        )
         if version != SCHEMA_VERSION:
+            self.dispose()
             raise InvalidRequestError(
                 f"the database holds ledger schema version {version}; this blockbudget reads "
-                f"version {SCHEMA_VERSION} only"
+                f"version {SCHEMA_VERSION} only (version 2 added registered contexts; there is "
+                "no automatic migration)"
             )
 
     @property
@@ -124,6 +141,46 @@ class Ledger:
         self.dispose()
 
     # --- writes ------------------------------------------------------------------------------
+
+    def add_context(
+        self, name: str, *, description: str = "", request_id: str | None = None
+    ) -> ContextInfo:
+        """Register a context: a group of principals assumed not to collude, which gets its own
+        full budget on every block (Sage §3.2). An administrative act: requests may only name
+        registered contexts, so that no caller can mint fresh budget by naming a new one.
+
+        Idempotent: re-adding a context with the same description changes nothing and returns
+        the registration as it is. A context is never changed or removed.
+
+        Args:
+            name: 1–64 characters of letters, digits and ``_ . : -``, the first a letter or
+                digit.
+            description: whom the context stands for (free text, at most
+                :data:`~blockbudget.ledger.types.MAX_CONTEXT_DESCRIPTION` characters).
+            request_id: idempotency key (generated when None).
+
+        Returns:
+            The context's registration (for an existing context: its original one).
+
+        Raises:
+            InvalidRequestError: a malformed name or description, or a context that exists
+                with another description.
+        """
+        name = validate_context_name(name)
+        if not isinstance(description, str):
+            raise InvalidRequestError(f"description must be a string, got {description!r}")
+        if len(description) > MAX_CONTEXT_DESCRIPTION:
+            raise InvalidRequestError(
+                f"a context's description is at most {MAX_CONTEXT_DESCRIPTION} characters, "
+                f"got {len(description)}"
+            )
+        fp = _fingerprint(Operation.ADD_CONTEXT, name=name, description=description)
+
+        def body(tx: WriteTx) -> tuple[ContextInfo, str]:
+            info = ops.add_context(tx, name, description)
+            return info, json.dumps(info.to_json())
+
+        return self._write(Operation.ADD_CONTEXT, request_id, fp, body)
 
     def add_blocks(
         self,
@@ -211,14 +268,15 @@ class Ledger:
 
         Raises:
             BudgetExceededError: a block cannot fit the cost (nothing is reserved).
+            UnknownContextError: the context is not registered (see :meth:`add_context`).
             UnknownBlockError / RetiredBlockError: a block is unknown / retired.
-            InvalidRequestError: empty or duplicate blocks, bad context, ttl <= 0, or a request
-                id already used with other arguments.
+            InvalidRequestError: empty or duplicate blocks, a malformed context name,
+                ttl <= 0, or a request id already used with other arguments.
             InvalidBudgetError: a cost kind that a block's filter cannot account.
         """
         ids = _block_ids(blocks)
         _check_cost(cost)
-        context = _name(context, what="context")
+        context = validate_context_name(context)
         if holder is not None and not isinstance(holder, str):
             raise InvalidRequestError(f"holder must be a string or None, got {holder!r}")
         ttl = _ttl(ttl_seconds)
@@ -256,7 +314,7 @@ class Ledger:
         Args:
             blocks: the blocks to charge.
             cost: what to charge on each block.
-            context: the context (default: the reservation's, or ``"default"``).
+            context: a registered context (default: the reservation's, or ``"default"``).
             request_id: idempotency key (generated when None — then a retry charges twice).
             reservation_id: the reservation to draw from, or None for a direct charge.
 
@@ -266,13 +324,14 @@ class Ledger:
         Raises:
             BudgetExceededError: a direct charge does not fit (nothing is charged).
             ReservationError: the reservation is closed or expired, or the draw exceeds it.
-            UnknownBlockError / RetiredBlockError / InvalidRequestError / InvalidBudgetError:
-                as for :meth:`reserve`; a context other than the reservation's is refused.
+            UnknownContextError / UnknownBlockError / RetiredBlockError / InvalidRequestError /
+                InvalidBudgetError: as for :meth:`reserve`; a context other than the
+                reservation's is refused.
         """
         ids = _block_ids(blocks)
         _check_cost(cost)
         if context is not None:
-            context = _name(context, what="context")
+            context = validate_context_name(context)
         if reservation_id is not None:
             reservation_id = _name(reservation_id, what="reservation_id")
         fp = _fingerprint(
@@ -354,18 +413,28 @@ class Ledger:
     # --- reads -------------------------------------------------------------------------------
 
     def state(self, block: str, context: str = DEFAULT_CONTEXT) -> BlockState:
-        """The budget of one block in one context (zeros if the context never touched it).
+        """The budget of one block in one registered context (zeros if the context never
+        touched it).
 
         Raises:
             UnknownBlockError: the block is not registered.
+            UnknownContextError: the context is not registered.
+            InvalidRequestError: a malformed context name.
         """
         block = _name(block, what="block id")
-        context = _name(context, what="context")
+        context = validate_context_name(context)
         return self._run(lambda c: reads.state(c, self._catalog, block, context), write=False)
 
     def states(self, stream: str | None = None, context: str | None = None) -> list[BlockState]:
         """Block states, sorted by (block, context): for ``context`` given, one per block of
-        ``stream`` (or of every stream); otherwise one per block and known context."""
+        ``stream`` (or of every stream); otherwise one per block and registered context.
+
+        Raises:
+            UnknownContextError: ``context`` is not registered.
+            InvalidRequestError: a malformed context name.
+        """
+        if context is not None:
+            context = validate_context_name(context)
         return self._run(
             lambda c: reads.states(c, self._catalog, stream=stream, context=context), write=False
         )
@@ -375,8 +444,12 @@ class Ledger:
         return self._run(lambda c: reads.block_infos(c, stream=stream), write=False)
 
     def contexts(self) -> list[str]:
-        """Every context that has touched a block, sorted."""
+        """The names of every registered context (touched a block or not), sorted."""
         return self._run(reads.contexts, write=False)
+
+    def context_infos(self) -> list[ContextInfo]:
+        """Every registered context with its description and creation time, sorted by name."""
+        return self._run(reads.context_infos, write=False)
 
     def reservation(self, reservation_id: str) -> Reservation:
         """A reservation with its current state and remaining features.
@@ -389,7 +462,14 @@ class Ledger:
     def reservations(
         self, *, state: ReservationState | None = None, context: str | None = None
     ) -> list[Reservation]:
-        """Reservations, optionally of one state and context, by creation time."""
+        """Reservations, optionally of one state and context, by creation time.
+
+        Raises:
+            UnknownContextError: ``context`` is not registered.
+            InvalidRequestError: a malformed context name.
+        """
+        if context is not None:
+            context = validate_context_name(context)
         return self._run(
             lambda c: reads.reservations_list(c, state=state, context=context), write=False
         )
@@ -555,6 +635,8 @@ def _replay(record: RequestRecord, operation: Operation, fingerprint: str) -> An
             "request — retry with the same arguments or use a new id"
         )
     data = json.loads(record.result_json)
+    if operation is Operation.ADD_CONTEXT:
+        return ContextInfo.from_json(data)
     if operation in (Operation.ADD_BLOCKS, Operation.RETIRE):
         return tuple(BlockInfo.from_json(d) for d in data)
     if operation in (Operation.RESERVE, Operation.RELEASE):

@@ -12,18 +12,19 @@ import time
 import uuid
 from collections.abc import Sequence
 
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import Connection, bindparam, insert, select, update
 
 from blockbudget.budget import Cost, cost_from_json
 from blockbudget.errors import InvalidRequestError, ReservationError
 from blockbudget.ledger import statements as st
 from blockbudget.ledger.fastsql import chunks
 from blockbudget.ledger.schema import blocks
-from blockbudget.ledger.txn import WriteTx
+from blockbudget.ledger.txn import BlockCatalog, WriteTx
 from blockbudget.ledger.types import (
     DEFAULT_CONTEXT,
     BlockInfo,
     Charge,
+    ContextInfo,
     EventKind,
     Reservation,
     ReservationState,
@@ -41,6 +42,41 @@ _RETIRE = (
     .values(retired=True, retired_reason=bindparam("reason"))
 )
 _EXISTING = select(blocks.c.block_id).where(blocks.c.block_id.in_(bindparam("ids", expanding=True)))
+
+
+def add_context(tx: WriteTx, name: str, description: str) -> ContextInfo:
+    """Register a context; an existing one with the same description is left as it is.
+
+    Raises:
+        InvalidRequestError: when the context exists with another description.
+    """
+    existing = tx.read_context(name)
+    if existing is not None:
+        if existing.description != description:
+            raise InvalidRequestError(
+                f"context {name!r} already exists with description {existing.description!r}; "
+                f"re-adding it needs the same description, got {description!r} (a context is "
+                "never changed or removed)"
+            )
+        return existing
+    info = ContextInfo(name=name, description=description, created_at=tx.now)
+    tx.insert_context(info)
+    tx.flush()
+    return info
+
+
+def register_default_context(conn: Connection, now: float) -> None:
+    """Register :data:`DEFAULT_CONTEXT` (empty description) with an automatic
+    ``context_added`` event; run by :func:`blockbudget.ledger.schema.create_schema` in the
+    transaction that creates the schema, so it happens exactly once per database."""
+    tx = WriteTx(conn, BlockCatalog(), now=now, request_id=None)
+    try:
+        tx.insert_context(
+            ContextInfo(name=DEFAULT_CONTEXT, description="", created_at=now), automatic=True
+        )
+        tx.flush()
+    finally:
+        tx.sql.close()
 
 
 def add_blocks(tx: WriteTx, infos: Sequence[BlockInfo]) -> tuple[BlockInfo, ...]:
@@ -116,6 +152,7 @@ def reserve(
 ) -> Reservation:
     """Reserve ``cost`` on every block, all-or-nothing (see :meth:`Ledger.reserve`)."""
     tx.load(block_ids, context)
+    tx.require_context(context)
     tx.require_live(block_ids)
     feats = _features_all(tx, block_ids, cost)
     tx.expire_stale(block_ids, context)
@@ -189,6 +226,7 @@ def charge(
     if reservation_id is None:
         ctx = context if context is not None else DEFAULT_CONTEXT
         tx.load(block_ids, ctx)
+        tx.require_context(ctx)
         tx.require_live(block_ids)
         feats = _features_all(tx, block_ids, cost)
         tx.expire_stale(block_ids, ctx)
@@ -200,6 +238,7 @@ def charge(
         res = tx.read_reservation(reservation_id)
         ctx = res.context
         if context is not None and context != res.context:
+            tx.require_context(context)
             raise InvalidRequestError(
                 f"reservation {reservation_id!r} holds budget in context {res.context!r}; "
                 f"it cannot be drawn in context {context!r}"
@@ -212,6 +251,7 @@ def charge(
                 f"{reservation_id!r} does not hold {', '.join(map(repr, outside))}"
             )
         tx.load(block_ids, ctx)
+        tx.require_context(ctx)  # registered when reserved; proven by the rows just loaded
         tx.require_live(block_ids)
         feats = _features_all(tx, block_ids, cost)
         left = tx.remaining(res.id)

@@ -18,11 +18,13 @@ from blockbudget.ledger.schema import (
     reservation_blocks,
     reservations,
 )
-from blockbudget.ledger.txn import BlockCatalog, info_from_row
+from blockbudget.ledger.schema import contexts as contexts_table
+from blockbudget.ledger.txn import BlockCatalog, info_from_row, unknown_context
 from blockbudget.ledger.types import (
     AuditEvent,
     BlockInfo,
     BlockState,
+    ContextInfo,
     Operation,
     RequestRecord,
     Reservation,
@@ -55,11 +57,19 @@ def make_state(
     )
 
 
+def require_context(conn: Connection, context: str) -> None:
+    """Raises UnknownContextError unless ``context`` is registered."""
+    q = select(contexts_table.c.name).where(contexts_table.c.name == context)
+    if conn.execute(q).first() is None:
+        raise unknown_context(context)
+
+
 def state(conn: Connection, catalog: BlockCatalog, block: str, context: str) -> BlockState:
     """The budget of one block in one context."""
     row = conn.execute(select(blocks).where(blocks.c.block_id == block)).first()
     if row is None:
         raise UnknownBlockError(f"unknown block {block!r}: add it with add_blocks first")
+    require_context(conn, context)
     info = info_from_row(row._mapping)
     f = catalog.remember(info)
     b = conn.execute(_SELECT_ONE_BUDGET, {"b": block, "ctx": context}).first()
@@ -77,15 +87,26 @@ def block_infos(conn: Connection, *, stream: str | None) -> list[BlockInfo]:
 
 
 def contexts(conn: Connection) -> list[str]:
-    """Every context that has a budget row, sorted."""
-    q = select(budgets.c.context).distinct().order_by(budgets.c.context)
+    """Every registered context's name, sorted."""
+    q = select(contexts_table.c.name).order_by(contexts_table.c.name)
     return [r[0] for r in conn.execute(q)]
+
+
+def context_infos(conn: Connection) -> list[ContextInfo]:
+    """Every registered context, sorted by name."""
+    q = select(contexts_table).order_by(contexts_table.c.name)
+    return [
+        ContextInfo(name=r.name, description=r.description, created_at=float(r.created_at))
+        for r in conn.execute(q)
+    ]
 
 
 def states(
     conn: Connection, catalog: BlockCatalog, *, stream: str | None, context: str | None
 ) -> list[BlockState]:
     """See :meth:`Ledger.states`."""
+    if context is not None:
+        require_context(conn, context)
     infos = block_infos(conn, stream=stream)
     q = select(budgets.c.block_id, budgets.c.context, budgets.c.charged, budgets.c.reserved)
     if stream is not None:
@@ -151,6 +172,8 @@ def reservations_list(
     conn: Connection, *, state: ReservationState | None, context: str | None
 ) -> list[Reservation]:
     """Reservations filtered by state and context, by creation time then id."""
+    if context is not None:
+        require_context(conn, context)
     q = select(reservations).order_by(reservations.c.created_at, reservations.c.reservation_id)
     if state is not None:
         q = q.where(reservations.c.state == state.value)

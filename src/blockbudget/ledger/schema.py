@@ -6,11 +6,17 @@ Tables (all prefixed ``ledger_`` so that other modules may share the database):
   (``SELECT … FOR UPDATE``): the audit log is one hash chain, so appends are serial anyway, and
   this lock makes every write transaction serial too. On SQLite ``BEGIN IMMEDIATE`` takes the
   database write lock, which does the same.
+* ``ledger_contexts`` — one row per registered context: name, description, creation time.
+  Contexts are added by an administrator (``Ledger.add_context``) and never removed; the
+  ``default`` context is registered when the schema is created.
 * ``ledger_blocks`` — one row per block: stream, accounting rule, capacity, retired flag.
 * ``ledger_budgets`` — one row per (block, context), created lazily: ``charged`` and
-  ``reserved`` feature vectors as JSON text of decimal integer strings.
-* ``ledger_reservations`` and ``ledger_reservation_blocks`` — reservations and, per reserved
-  block, the features that are still drawable.
+  ``reserved`` feature vectors as JSON text of decimal integer strings. Its ``context`` is a
+  foreign key to ``ledger_contexts``: the database itself refuses a budget for an
+  unregistered context, and refuses to delete a context that holds one.
+* ``ledger_reservations`` and ``ledger_reservation_blocks`` — reservations (their ``context``
+  a foreign key to ``ledger_contexts`` too) and, per reserved block, the features that are
+  still drawable.
 * ``ledger_requests`` — idempotency: request id, operation, argument fingerprint, result.
 * ``ledger_audit`` — the append-only, hash-chained event log. Triggers refuse UPDATE and DELETE
   (and TRUNCATE on PostgreSQL); the DDL is emitted per dialect.
@@ -18,11 +24,14 @@ Tables (all prefixed ``ledger_`` so that other modules may share the database):
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sqlalchemy import (
     DDL,
     BigInteger,
     Boolean,
     Column,
+    Connection,
     Engine,
     Float,
     ForeignKey,
@@ -35,11 +44,12 @@ from sqlalchemy import (
     event,
     func,
     insert,
+    inspect,
     select,
 )
 
-#: Bumped when the table layout changes.
-SCHEMA_VERSION = 1
+#: Bumped when the table layout changes. 2: registered contexts (``ledger_contexts``).
+SCHEMA_VERSION = 2
 
 metadata = MetaData()
 
@@ -48,6 +58,15 @@ head = Table(
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=False),
     Column("schema_version", Integer, nullable=False),
+)
+
+contexts = Table(
+    "ledger_contexts",
+    metadata,
+    Column("name", String, primary_key=True),
+    Column("description", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+    sqlite_with_rowid=False,
 )
 
 blocks = Table(
@@ -69,7 +88,7 @@ budgets = Table(
     "ledger_budgets",
     metadata,
     Column("block_id", String, ForeignKey("ledger_blocks.block_id"), primary_key=True),
-    Column("context", String, primary_key=True),
+    Column("context", String, ForeignKey("ledger_contexts.name"), primary_key=True),
     Column("charged", Text, nullable=False),
     Column("reserved", Text, nullable=False),
     sqlite_with_rowid=False,
@@ -79,7 +98,7 @@ reservations = Table(
     "ledger_reservations",
     metadata,
     Column("reservation_id", String, primary_key=True),
-    Column("context", String, nullable=False),
+    Column("context", String, ForeignKey("ledger_contexts.name"), nullable=False),
     Column("holder", String, nullable=True),
     Column("request_id", String, nullable=False),
     Column("cost", Text, nullable=False),
@@ -179,20 +198,33 @@ AUDIT_TRIGGERS = ("ledger_audit_no_update", "ledger_audit_no_delete", "ledger_au
 _SCHEMA_LOCK_KEY = 0x6C656467  # "ledg"
 
 
-def create_schema(engine: Engine) -> int:
+def create_schema(engine: Engine, *, on_create: Callable[[Connection], None]) -> int:
     """Create the tables, triggers and the head row if missing (safe to call concurrently);
     return the schema version recorded in the database.
 
-    On SQLite the whole check-and-create runs inside ``BEGIN IMMEDIATE`` (installed by
-    :mod:`blockbudget.ledger.db`), so concurrent processes create the schema once. On
-    PostgreSQL a transaction-scoped advisory lock does the same; DDL there is transactional.
+    The whole check-and-create is one transaction that holds the writers' lock: on SQLite
+    ``BEGIN IMMEDIATE`` (installed by :mod:`blockbudget.ledger.db`), on PostgreSQL a
+    transaction-scoped advisory lock (DDL there is transactional). So when several processes
+    open a fresh database at once, exactly one creates it — and runs ``on_create`` — and the
+    others find it created. A database that already has a head row is not touched at all, so
+    one of another schema version is left as it is.
+
+    Args:
+        engine: the ledger's engine.
+        on_create: called in the creating transaction once the tables and the head row exist
+            (the ledger registers the ``default`` context there, with the log's first event).
+
+    Returns:
+        The schema version of the database (:data:`SCHEMA_VERSION` when it was just created).
     """
     with engine.begin() as conn:
         if conn.dialect.name == "postgresql":
             conn.execute(select(func.pg_advisory_xact_lock(_SCHEMA_LOCK_KEY)))
+        if inspect(conn).has_table(head.name):
+            row = conn.execute(select(head.c.schema_version).where(head.c.id == 1)).first()
+            if row is not None:
+                return int(row[0])
         metadata.create_all(conn, checkfirst=True)
-        row = conn.execute(select(head.c.schema_version).where(head.c.id == 1)).first()
-        if row is None:
-            conn.execute(insert(head).values(id=1, schema_version=SCHEMA_VERSION))
-            return SCHEMA_VERSION
-        return int(row[0])
+        conn.execute(insert(head).values(id=1, schema_version=SCHEMA_VERSION))
+        on_create(conn)
+        return SCHEMA_VERSION

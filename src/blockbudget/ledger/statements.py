@@ -13,6 +13,7 @@ from blockbudget.ledger.schema import (
     audit,
     blocks,
     budgets,
+    contexts,
     head,
     requests,
     reservation_blocks,
@@ -45,6 +46,18 @@ def _in_ids(n: int) -> list[object]:
 def lock_head() -> Select[tuple[int]]:
     """``SELECT id FROM ledger_head WHERE id = 1 FOR UPDATE`` (PostgreSQL's writer lock)."""
     return select(head.c.id).where(head.c.id == 1).with_for_update()
+
+
+def select_context() -> Select[tuple[str, str, float]]:
+    """One registered context's name, description and creation time (no lock: a context is
+    never removed, so a row once seen stays)."""
+    return select(contexts.c.name, contexts.c.description, contexts.c.created_at).where(
+        contexts.c.name == bindparam("name")
+    )
+
+
+def insert_context() -> Insert:
+    return insert(contexts)
 
 
 def select_budgets(n: int) -> Select[tuple[object, ...]]:

@@ -7,6 +7,13 @@ holds the lock), works on in-memory copies, and :meth:`WriteTx.flush` writes eve
 then the audit events, in the same transaction. Nothing is written before every check passed,
 and any exception rolls the whole transaction back.
 
+A request may only name a registered context (:meth:`WriteTx.require_context`). The check reads
+in the same transaction, but costs nothing on the hot path: a (block, context) budget row read
+by :meth:`WriteTx.load` proves that its context is registered, because ``ledger_budgets.context``
+is a foreign key to ``ledger_contexts`` (the database refused the row otherwise, and refuses to
+delete a context that holds one). Only a context that touches none of the blocks yet is looked
+up in ``ledger_contexts``.
+
 Blocks' registrations are immutable apart from the retired flag, so their filters are cached
 per process in a :class:`BlockCatalog`; the retired flag is read in every transaction.
 """
@@ -30,6 +37,7 @@ from blockbudget.errors import (
     InternalError,
     RetiredBlockError,
     UnknownBlockError,
+    UnknownContextError,
 )
 from blockbudget.ledger import statements as st
 from blockbudget.ledger.audit import PendingEvent, append_events
@@ -37,6 +45,7 @@ from blockbudget.ledger.db import TransientConflict
 from blockbudget.ledger.fastsql import FastSql, chunks
 from blockbudget.ledger.types import (
     BlockInfo,
+    ContextInfo,
     EventKind,
     Operation,
     ReservationState,
@@ -59,6 +68,15 @@ def _builder(fn: Callable[[int], _S], n: int) -> Callable[[], _S]:
 
 class DuplicateRequest(Exception):
     """Internal: the request id is already in the request table (the transaction rolled back)."""
+
+
+def unknown_context(context: str) -> UnknownContextError:
+    """The error for a request naming an unregistered context."""
+    return UnknownContextError(
+        f"unknown context {context!r}: a request may only name a registered context — an "
+        "administrator registers contexts with Ledger.add_context (each context is a group of "
+        "non-colluding principals with its own per-block budget, Sage §3.2)"
+    )
 
 
 def info_from_row(m: RowMapping) -> BlockInfo:
@@ -189,6 +207,7 @@ class WriteTx:
     last_seq: int | None = None
     _budgets: dict[tuple[str, str], _Budget] = field(default_factory=dict)
     _retired: dict[str, bool] = field(default_factory=dict)
+    _contexts: set[str] = field(default_factory=set)
     sql: FastSql = field(init=False)
 
     def __post_init__(self) -> None:
@@ -199,12 +218,53 @@ class WriteTx:
         if self.conn.dialect.name != "sqlite":
             self.sql.rows("lock_head", st.lock_head, {})
 
+    # --- contexts ----------------------------------------------------------------------------
+
+    def read_context(self, name: str) -> ContextInfo | None:
+        """The registered context ``name``, or None when there is none."""
+        rows = self.sql.rows("context", st.select_context, {"name": name})
+        if not rows:
+            return None
+        got, description, created_at = rows[0]
+        self._contexts.add(got)
+        return ContextInfo(name=got, description=description, created_at=float(created_at))
+
+    def require_context(self, context: str) -> None:
+        """Raises UnknownContextError unless ``context`` is registered (see the module
+        docstring: a budget row loaded in this transaction already proves it).
+
+        Raises:
+            UnknownContextError: naming the context and how contexts are registered.
+        """
+        if context in self._contexts or self.read_context(context) is not None:
+            return
+        raise unknown_context(context)
+
+    def insert_context(self, info: ContextInfo, *, automatic: bool = False) -> None:
+        """Insert a new context's row and queue its ``context_added`` event."""
+        try:
+            self.sql.run(
+                "insert_context",
+                st.insert_context,
+                {"name": info.name, "description": info.description, "created_at": info.created_at},
+            )
+        except IntegrityError as exc:  # not possible under the writers' lock, but handled
+            raise TransientConflict(str(exc)) from exc
+        self._contexts.add(info.name)
+        self.event(
+            EventKind.CONTEXT_ADDED,
+            info.name,
+            {"name": info.name, "description": info.description},
+            automatic=automatic,
+        )
+
     # --- blocks and budget rows -------------------------------------------------------------
 
     def load(self, block_ids: Iterable[str], context: str) -> None:
         """Lock and read the budget rows of ``block_ids`` in ``context`` (sorted by block).
 
-        Rows that do not exist yet start as zero vectors and are inserted at flush.
+        Rows that do not exist yet start as zero vectors and are inserted at flush. A row found
+        proves that ``context`` is registered (foreign key; see the module docstring).
 
         Raises:
             UnknownBlockError: when a block is not registered.
@@ -228,6 +288,8 @@ class WriteTx:
                     charged, reserved, exists=True, stored=(charged, reserved, row[0], row[1])
                 )
                 seen.add(block)
+        if seen:
+            self._contexts.add(context)
         missing = [b for b in wanted if b not in seen]
         if not missing:
             return

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import operator
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -21,11 +22,19 @@ from typing import Any
 
 from blockbudget.accounting import Accounting, Filter, make_filter
 from blockbudget.budget import Budget, Cost, cost_from_json
+from blockbudget.errors import InvalidRequestError
 
 Vector = tuple[int, ...]
 
 #: The context used when a caller names none (Sage §3.2: one per-block budget per context).
+#: It is registered (with an empty description) when the ledger's schema is created.
 DEFAULT_CONTEXT = "default"
+
+#: What a context name looks like: 1–64 letters, digits and ``_ . : -``, first a letter or digit.
+CONTEXT_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
+
+#: The longest description :meth:`Ledger.add_context` accepts, in characters.
+MAX_CONTEXT_DESCRIPTION = 1000
 
 #: Default time-to-live of a reservation, in seconds.
 DEFAULT_TTL_SECONDS = 600.0
@@ -34,6 +43,7 @@ DEFAULT_TTL_SECONDS = 600.0
 class EventKind(Enum):
     """The kind of an audit event. Stored as its value; new kinds are only ever added."""
 
+    CONTEXT_ADDED = "context_added"
     BLOCK_ADDED = "block_added"
     RESERVED = "reserved"
     CHARGED = "charged"
@@ -53,11 +63,33 @@ class ReservationState(Enum):
 class Operation(Enum):
     """The idempotent operations recorded in the request table."""
 
+    ADD_CONTEXT = "add_context"
     ADD_BLOCKS = "add_blocks"
     RESERVE = "reserve"
     CHARGE = "charge"
     RELEASE = "release"
     RETIRE = "retire"
+
+
+def validate_context_name(name: object) -> str:
+    """Return ``name`` if it is a well-formed context name (see :data:`CONTEXT_NAME_PATTERN`).
+
+    Args:
+        name: the candidate name.
+
+    Returns:
+        The name, unchanged.
+
+    Raises:
+        InvalidRequestError: when ``name`` is not a string of 1–64 letters, digits and
+            ``_ . : -`` starting with a letter or digit.
+    """
+    if not isinstance(name, str) or CONTEXT_NAME_PATTERN.fullmatch(name) is None:
+        raise InvalidRequestError(
+            "a context name is 1–64 characters of letters, digits and _ . : - (the first a "
+            f"letter or digit); got {name!r}"
+        )
+    return name
 
 
 def encode_vector(vector: Vector) -> str:
@@ -161,6 +193,34 @@ class BlockInfo:
             slack_delta=data["slack_delta"],
             retired=bool(data["retired"]),
             retired_reason=data["retired_reason"],
+        )
+
+
+@dataclass(frozen=True)
+class ContextInfo:
+    """A registered context: a group of principals assumed not to collude, which gets its own
+    full per-block budget (Sage §3.2). Contexts are registered by an administrator with
+    :meth:`Ledger.add_context` and never removed.
+
+    Attributes:
+        name: the context's name (see :data:`CONTEXT_NAME_PATTERN`).
+        description: free text saying whom the context stands for (may be empty).
+        created_at: Unix time of its registration.
+    """
+
+    name: str
+    description: str
+    created_at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "created_at": self.created_at}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ContextInfo:
+        return cls(
+            name=data["name"],
+            description=data["description"],
+            created_at=float(data["created_at"]),
         )
 
 
@@ -388,7 +448,7 @@ class VerifyReport:
         ok: True when no problem was found.
         events: how many events were replayed.
         blocks: how many blocks the log registers.
-        contexts: how many contexts the replay saw.
+        contexts: how many contexts the log registers (``context_added`` events).
         problems: one sentence per problem found, in log order.
     """
 

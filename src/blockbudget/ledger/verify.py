@@ -5,14 +5,17 @@ invariant 5).
 
 1. checks the chain: seq 1, 2, 3, … without gaps, each ``prev_hash`` equal to the previous
    event's hash, each ``hash`` equal to the recomputed SHA-256 (:mod:`blockbudget.ledger.audit`);
-2. rebuilds, from the events alone, every block's registration and filter, every
-   (block, context) ``charged`` and ``reserved`` vector, and every reservation's remaining
-   features and state — features are recomputed from the costs in the payloads;
+2. rebuilds, from the events alone, the set of registered contexts, every block's registration
+   and filter, every (block, context) ``charged`` and ``reserved`` vector, and every
+   reservation's remaining features and state — features are recomputed from the costs in the
+   payloads;
 3. checks every filter after every event: ``filter.fits(charged + reserved)`` must hold for every
    touched block at every point in history (no overspend ever), no vector may go negative, no
    draw may exceed its reservation or happen after its expiry, no charge or reservation may
-   touch a retired block;
-4. compares the rebuilt state with the tables (blocks, budgets, reservations, requests).
+   touch a retired block, and no event may name a context that no earlier ``context_added``
+   event registered (a context minted outside :meth:`Ledger.add_context` would be fresh budget);
+4. compares the rebuilt state with the tables (contexts, blocks, budgets, reservations,
+   requests).
 
 Problems are collected, not raised; :meth:`Ledger.verify_or_raise` raises AuditError.
 """
@@ -34,6 +37,7 @@ from blockbudget.ledger.schema import (
     audit,
     blocks,
     budgets,
+    contexts,
     requests,
     reservation_blocks,
     reservations,
@@ -69,11 +73,12 @@ class _Res:
 @dataclass
 class _Replay:
     problems: list[str] = field(default_factory=list)
+    #: Registered contexts: name -> (description, ts of the context_added event).
+    added: dict[str, tuple[str, float]] = field(default_factory=dict)
     regs: dict[str, _Reg] = field(default_factory=dict)
     charged: dict[tuple[str, str], Vector] = field(default_factory=dict)
     reserved: dict[tuple[str, str], Vector] = field(default_factory=dict)
     res: dict[str, _Res] = field(default_factory=dict)
-    contexts: set[str] = field(default_factory=set)
     _features: dict[tuple[int, str], Vector] = field(default_factory=dict)
 
     def problem(self, seq: int | None, text: str) -> None:
@@ -103,7 +108,6 @@ class _Replay:
             self.problem(seq, f"{block!r}/{ctx!r} goes negative: {charged} / {reserved}")
         self.charged[(block, ctx)] = charged
         self.reserved[(block, ctx)] = reserved
-        self.contexts.add(ctx)
         f = self.reg(block).filter
         used = add_vectors(charged, reserved)
         if not f.fits(used):
@@ -125,6 +129,23 @@ def _live(rp: _Replay, block_ids: list[str], what: str) -> None:
 
 
 def _apply(rp: _Replay, seq: int, ts: float, kind: EventKind, ctx: str | None, p: Any) -> None:
+    if kind is EventKind.CONTEXT_ADDED:
+        name, description = p["name"], p["description"]
+        if not isinstance(name, str) or not isinstance(description, str):
+            raise _Bad("a context_added event needs a string name and description")
+        if ctx != name:
+            raise _Bad(f"a context_added event for {name!r} carries context {ctx!r}")
+        if name in rp.added:
+            raise _Bad(f"context {name!r} is added twice")
+        rp.added[name] = (description, ts)
+        return
+    if ctx is not None and ctx not in rp.added:
+        # Reported, then replayed anyway, so that the comparison with the tables still works.
+        rp.problem(
+            seq,
+            f"a {kind.value} event in context {ctx!r}, which no earlier context_added event "
+            "registered",
+        )
     if kind is EventKind.BLOCK_ADDED:
         block = p["block"]
         if block in rp.regs:
@@ -229,7 +250,27 @@ def _replay_log(conn: Connection, rp: _Replay) -> tuple[int, int]:
     return count, expected - 1
 
 
+def _compare_contexts(conn: Connection, rp: _Replay) -> None:
+    table: set[str] = set()
+    for r in conn.execute(select(contexts)):
+        table.add(r.name)
+        logged = rp.added.get(r.name)
+        if logged is None:
+            rp.problem(None, f"context {r.name!r} is in the table but no event added it")
+            continue
+        if (r.description, float(r.created_at)) != logged:
+            rp.problem(
+                None,
+                f"context {r.name!r}: table description / created_at "
+                f"({r.description!r}, {float(r.created_at)!r}) differ from the log "
+                f"({logged[0]!r}, {logged[1]!r})",
+            )
+    for name in sorted(rp.added.keys() - table):
+        rp.problem(None, f"context {name!r} was added in the log but is missing from the table")
+
+
 def _compare_tables(conn: Connection, rp: _Replay, tip: int) -> None:
+    _compare_contexts(conn, rp)
     table_blocks = set()
     for r in conn.execute(select(blocks)):
         table_blocks.add(r.block_id)
@@ -303,6 +344,6 @@ def verify_ledger(conn: Connection) -> VerifyReport:
         ok=not rp.problems,
         events=count,
         blocks=len(rp.regs),
-        contexts=len(rp.contexts),
+        contexts=len(rp.added),
         problems=tuple(rp.problems),
     )
