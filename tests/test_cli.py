@@ -35,6 +35,14 @@ def test_stream_ingest_blocks_query_and_verify(tmp_path: Path) -> None:
     r = runner.invoke(app, ["ingest", "s", str(_csv(tmp_path / "d.csv")), *home])
     assert r.exit_code == 0, r.output
     assert "300 rows: 3 new block(s)" in r.output
+    # Contexts are registered by an administrator; an unknown one is refused.
+    r = runner.invoke(app, ["query", "count", "s", "--epsilon", "0.1", "--context", "a", *home])
+    assert r.exit_code == 2 and "UnknownContextError" in r.output
+    for name in ("a", "b"):
+        r = runner.invoke(app, ["context", "add", name, "--description", f"team {name}", *home])
+        assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["context", "list", *home])
+    assert "team a" in r.output and "default" in r.output
     r = runner.invoke(app, ["stream", "list", *home])
     assert "s" in r.output and r.exit_code == 0
     r = runner.invoke(
@@ -83,6 +91,7 @@ def test_stream_ingest_blocks_query_and_verify(tmp_path: Path) -> None:
     r = runner.invoke(app, ["blocks", "s", *home])
     assert r.exit_code == 0 and "s/2024-03-01" in r.output
     assert "20.0%" in r.output  # 1 − 0.4 − 0.4 left in context a
+    assert "3 contexts are registered" in r.output  # default, a, b: the coalition bound
     # A refused query: clear message, exit code 2, nothing charged.
     r = runner.invoke(
         app,

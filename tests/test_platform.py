@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -22,7 +24,9 @@ from blockbudget.errors import (
     ReservationError,
     RetiredBlockError,
     UnknownBlockError,
+    UnknownContextError,
 )
+from blockbudget.grant import group_cost
 from blockbudget.mechanisms import statistics as stats
 from blockbudget.platform import Last, Platform
 from blockbudget.store import Blocking, LatePolicy, Unit
@@ -43,6 +47,7 @@ def _frame(day: int, n: int = 50, seed: int = 0) -> pd.DataFrame:
 
 
 MakePlatform = Callable[[str], Platform]
+CONTEXTS = ("a", "b", "c", "team-a")
 
 
 @pytest.fixture(params=BACKENDS)
@@ -57,6 +62,8 @@ def make_platform(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ma
             if request.param == "postgres":
                 url = stack.enter_context(postgres_database())
             p = Platform(tmp_path / name, database_url=url)
+            for context in CONTEXTS:
+                p.add_context(context)
             made.append(p)
             return p
 
@@ -174,16 +181,21 @@ def test_grant_is_released_when_the_pipeline_raises(platform: Platform) -> None:
 
 def test_reservation_of_a_dead_holder_expires_uncharged(platform: Platform) -> None:
     g = platform.request(
-        "events", blocks=Last(2), budget=Budget(epsilon=0.6), context="a", ttl_seconds=0.2
+        "events", blocks=Last(2), budget=Budget(epsilon=0.6), context="a", ttl_seconds=60
     )
     stats.dp_count(g, g.frame(), epsilon=0.1)
-    time.sleep(0.3)
-    platform.expire()
+    # The holder "dies": nobody closes the grant. An hour later the ledger expires it.
+    assert platform.ledger.expire_reservations(now=time.time() + 3600) == [g.reservation.id]
     f = platform.filter("events")
     for block in g.blocks:
         state = platform.ledger.state(block, "a")
         assert state.reserved == f.zero()
         assert state.charged == f.features(Budget(epsilon=0.1))
+    # The holder comes back late: nothing more can be drawn, and closing is harmless.
+    with pytest.raises(ReservationError):
+        stats.dp_count(g, g.frame(), epsilon=0.1)
+    g.close()
+    assert g.closed
     assert platform.verify().ok
 
 
@@ -253,3 +265,129 @@ def test_rdp_stream_charges_gaussian_curves(make_platform: MakePlatform) -> None
     with pytest.raises(InvalidBudgetError):
         p.request("r", blocks=Last(1), budget=Budget(epsilon=0.1, delta=1e-7), context="a")
     assert p.verify().ok
+
+
+def test_unregistered_contexts_cannot_mint_budget(platform: Platform) -> None:
+    before = _snapshot(platform)
+    with pytest.raises(UnknownContextError, match="add_context"):
+        platform.request("events", blocks=Last(1), budget=Budget(epsilon=0.1), context="fresh")
+    assert _snapshot(platform) == before
+    platform.add_context("fresh", description="a new team")
+    assert "fresh" in platform.contexts()
+    with platform.request("events", blocks=Last(1), budget=Budget(epsilon=0.1), context="fresh"):
+        pass
+
+
+def test_concurrent_draws_on_one_grant_are_each_charged(platform: Platform) -> None:
+    """Four threads each draw 0.25 from a 0.5 reservation: exactly two answers come out, and
+    exactly two are charged (a shared draw id once let all four out for one charge)."""
+    answers: list[float] = []
+    refusals: list[Exception] = []
+    with platform.request(
+        "events", blocks=["2024-01-01"], budget=Budget(epsilon=0.5), context="a"
+    ) as g:
+        frame = g.frame()
+
+        def work() -> None:
+            try:
+                answers.append(stats.dp_count(g, frame, epsilon=0.25).value)
+            except ReservationError as exc:
+                refusals.append(exc)
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert len(answers) == 2 and len(refusals) == 2
+    f = platform.filter("events")
+    assert platform.ledger.state("events/2024-01-01", "a").charged == f.features(
+        Budget(epsilon=0.5)
+    )
+
+
+def test_a_replayed_request_id_never_hands_out_data_twice(platform: Platform) -> None:
+    with platform.request(
+        "events", blocks=Last(1), budget=Budget(epsilon=0.5), context="a", request_id="nightly"
+    ) as g:
+        stats.dp_count(g, g.frame(), epsilon=0.5)
+    for _ in range(3):
+        with pytest.raises(ReservationError, match="used before"):
+            platform.request(
+                "events",
+                blocks=Last(1),
+                budget=Budget(epsilon=0.5),
+                context="a",
+                request_id="nightly",
+            )
+    f = platform.filter("events")
+    assert platform.ledger.state(g.blocks[0], "a").charged == f.features(Budget(epsilon=0.5))
+
+
+def test_misspelled_column_reserves_and_seals_nothing(platform: Platform) -> None:
+    before = _snapshot(platform)
+    with pytest.raises(InvalidRequestError, match="no column"):
+        platform.request(
+            "events", blocks=Last(1), budget=Budget(epsilon=0.1), context="a", columns=["valu"]
+        )
+    assert _snapshot(platform) == before
+    assert not platform.store.block("events/2024-01-05").sealed
+
+
+def test_a_running_grant_keeps_its_blocks_from_retiring(platform: Platform) -> None:
+    with platform.request(
+        "events", blocks=["2024-01-01"], budget=Budget(epsilon=1.0), context="a"
+    ) as g:
+        assert platform.retire_exhausted("events", contexts=["a"]) == []
+        stats.dp_count(g, g.frame(), epsilon=0.5)
+    assert platform.retire_exhausted("events", contexts=["a"]) == []
+    with platform.request(
+        "events", blocks=["2024-01-01"], budget=Budget(epsilon=0.5), context="a"
+    ) as g:
+        stats.dp_count(g, g.frame(), epsilon=0.5)
+    assert platform.retire_exhausted("events", contexts=["a"]) == ["events/2024-01-01"]
+
+
+def test_a_key_selects_its_late_blocks_too(platform: Platform) -> None:
+    with platform.request("events", blocks=["2024-01-01"], budget=Budget(epsilon=0.1), context="a"):
+        pass
+    platform.ingest("events", _frame(0, n=5, seed=7))  # late rows: block 2024-01-01#2
+    with platform.request(
+        "events", blocks=["2024-01-01"], budget=Budget(epsilon=0.1), context="a"
+    ) as g:
+        assert g.blocks == ("events/2024-01-01", "events/2024-01-01#2")
+        assert g.num_rows == 55
+
+
+def test_user_level_streams_bound_contributions_and_charge_the_group(
+    make_platform: MakePlatform,
+) -> None:
+    p = make_platform("users")
+    p.create_stream(
+        "visits",
+        policy=Budget(epsilon=1.0, delta=1e-6),
+        blocking=Blocking.by_user("uid", ids_per_block=100, rows_per_user=2),
+        late_policy=LatePolicy.DROP,
+    )
+    uids = [7] * 200 + list(range(10, 60))
+    p.ingest("visits", pd.DataFrame({"uid": uids, "v": np.arange(len(uids), dtype=float)}))
+    with p.request("visits", blocks=Last(1), budget=Budget(epsilon=0.5), context="a") as g:
+        frame = g.frame()
+        assert (frame["uid"] == 7).sum() == 2  # user 7 contributes at most k = 2 rows
+        assert len(frame) == 2 + 50
+        assert frame.loc[frame["uid"] == 7, "v"].tolist() == [0.0, 1.0]  # the first ones
+        result = stats.dp_count(g, frame, epsilon=0.1)
+        assert result.cost == Budget(epsilon=0.1)  # the mechanism's row-level ε …
+        assert g.spent == Budget(epsilon=0.2)  # … charged for a group of 2 rows
+    f = p.filter("visits")
+    assert p.ledger.state("visits/u000000-000099", "a").charged == f.features(Budget(epsilon=0.2))
+
+
+def test_group_cost_follows_group_privacy() -> None:
+    assert group_cost(Budget(epsilon=0.1, delta=1e-8), 1) == Budget(epsilon=0.1, delta=1e-8)
+    cost = group_cost(Budget(epsilon=0.1, delta=1e-8), 3)
+    assert isinstance(cost, Budget)
+    assert cost.epsilon == Budget(epsilon=0.3).epsilon
+    assert float(cost.delta) >= 3 * math.exp(0.2) * 1e-8
+    with pytest.raises(InvalidBudgetError):
+        group_cost(RdpCurve.gaussian(sigma=1.0), 2)

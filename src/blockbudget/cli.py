@@ -33,7 +33,12 @@ app = typer.Typer(
 stream_app = typer.Typer(help="Create and list streams.", no_args_is_help=True)
 query_app = typer.Typer(help="Run DP queries over a window of blocks.", no_args_is_help=True)
 audit_app = typer.Typer(help="Inspect and verify the audit log.", no_args_is_help=True)
+context_app = typer.Typer(
+    help="Register and list contexts (one per-block budget per group of non-colluding users).",
+    no_args_is_help=True,
+)
 app.add_typer(stream_app, name="stream")
+app.add_typer(context_app, name="context")
 app.add_typer(query_app, name="query")
 app.add_typer(audit_app, name="audit")
 
@@ -139,6 +144,32 @@ def stream_list(home: HomeOpt = DEFAULT_HOME) -> None:
     console.print(table)
 
 
+# --- contexts ------------------------------------------------------------------------------------
+
+
+@context_app.command("add")
+@handle_errors
+def context_add(
+    name: str,
+    description: Annotated[str, typer.Option(help="Who the context is for.")] = "",
+    home: HomeOpt = DEFAULT_HOME,
+) -> None:
+    """Register a context (administrators only: each context gets a full budget per block)."""
+    Platform(home).add_context(name, description=description)
+    console.print(f"context [bold]{name}[/] registered")
+
+
+@context_app.command("list")
+@handle_errors
+def context_list(home: HomeOpt = DEFAULT_HOME) -> None:
+    """List the registered contexts."""
+    platform = Platform(home)
+    table = Table("context", "description", "registered")
+    for info in platform.ledger.context_infos():
+        table.add_row(info.name, info.description, str(info.created_at))
+    console.print(table)
+
+
 # --- ingest and blocks ---------------------------------------------------------------------------
 
 
@@ -193,6 +224,14 @@ def render_blocks(
         cells = [bar(v.remaining_fraction.get(c, 1.0)) for c in ctxs]
         table.add_row(v.block_id, f"{v.rows:,}", state, *cells)
     console.print(table)
+    registered = platform.contexts()
+    if len(registered) > 1:
+        coalition = len(registered) * float(platform.stream(stream).policy.epsilon)
+        console.print(
+            f"[dim]{len(registered)} contexts are registered: a coalition of all of them could "
+            f"learn up to {len(registered)} × ε_g = {coalition:g}"
+            " about any one block. Row counts are exact: show them to data owners only.[/]"
+        )
 
 
 # --- queries -------------------------------------------------------------------------------------

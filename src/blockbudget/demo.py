@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from blockbudget.budget import Budget
-from blockbudget.data.flights import flights_by_day
+from blockbudget.data.flights import flights_by_day, load_airlines
 from blockbudget.errors import BlockBudgetError
 from blockbudget.mechanisms import statistics as stats
 from blockbudget.platform import Last, Platform
@@ -59,6 +59,8 @@ def run_demo(*, home: Path, days: int = 365, console: Console | None = None) -> 
     if home.exists():
         shutil.rmtree(home)
     platform = Platform(home)
+    for name, what in (("ops", "operations team"), ("ml", "ML team")):
+        platform.add_context(name, description=what)
     platform.create_stream(
         STREAM,
         policy=POLICY,
@@ -74,7 +76,8 @@ def run_demo(*, home: Path, days: int = 365, console: Console | None = None) -> 
     )
     answers_path = home / "answers.csv"
     rows: list[dict[str, Any]] = []
-    carriers: list[str] | None = None
+    # Histogram bins come from the public airlines table, never from the private rows.
+    carriers = sorted(load_airlines())
     retired_total: list[str] = []
     refusals = 0
     started = time.perf_counter()
@@ -94,9 +97,6 @@ def run_demo(*, home: Path, days: int = 365, console: Console | None = None) -> 
             if i >= days:
                 break
             platform.ingest(STREAM, frame)
-            if carriers is None:
-                # The carrier list is public metadata (the airlines table), fixed up front.
-                carriers = sorted(frame["carrier"].astype(str).unique().tolist())
             day_rows: list[dict[str, Any]] = []
             try:
                 with platform.request(

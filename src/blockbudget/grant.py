@@ -6,19 +6,29 @@ allocate → consume/release claims). Mechanisms draw on a grant through the
 :class:`~blockbudget.mechanisms.BudgetSource` contract: ``accounting`` and ``draw(cost)``.
 
 Each draw is charged to the ledger *durably, before* the mechanism releases anything — a crash
-after a noisy answer was computed can therefore never lose its charge. Closing the grant
-releases whatever was reserved and not drawn. A grant whose holder dies is never charged for its
-undrawn reservation: the ledger expires it after its time-to-live.
+after a noisy answer was computed can therefore never lose its charge. Every draw is a new ledger
+request with a fresh random id: a draw is never answered from the ledger's idempotency table, so
+no retry, thread race or replayed grant can obtain a second noisy answer for one charge.
+Closing the grant releases whatever was reserved and not drawn. A grant whose holder dies is
+never charged for its undrawn reservation: the ledger expires it after its time-to-live.
+
+User-level streams (Sage §4.4): the grant holds at most ``k = rows_per_user`` rows per user, and
+a mechanism calibrated for one row is charged for a group of k rows (group privacy: (ε, δ)
+becomes (kε, k·e^{(k−1)ε}·δ); Dwork & Roth 2014, Thm 2.2 and its approximate-DP form).
 """
 
 from __future__ import annotations
 
+import math
+import threading
+import uuid
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget, Cost, RdpCurve
-from blockbudget.errors import ReservationError
+from blockbudget.errors import InvalidBudgetError, ReservationError
+from blockbudget.ledger import ReservationState
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -52,6 +62,7 @@ class Grant:
         reservation: Reservation,
         accounting: Accounting,
         data: pa.Table,
+        group_size: int = 1,
     ) -> None:
         self._ledger = ledger
         self.stream = stream
@@ -62,6 +73,11 @@ class Grant:
         self._data = data
         self._draws: list[tuple[str, Cost]] = []
         self._closed = False
+        self._lock = threading.Lock()
+        self._token = uuid.uuid4().hex
+        if group_size < 1:
+            raise InvalidBudgetError(f"group_size must be >= 1, got {group_size}")
+        self.group_size = group_size
 
     # --- the BudgetSource contract -------------------------------------------------------------
 
@@ -73,21 +89,27 @@ class Grant:
     def draw(self, cost: Cost, *, label: str) -> None:
         """Charge ``cost`` to every block of the grant, durably, from its reservation.
 
+        On a user-level stream with ``rows_per_user = k > 1`` the charge is the group-privacy
+        cost of ``cost`` for k rows (see :func:`group_cost`).
+
         Raises:
             ReservationError: the grant is closed, or the draw exceeds what is left reserved.
             InvalidBudgetError: the cost kind does not suit the stream's accounting.
         """
-        if self._closed:
-            raise ReservationError(f"grant {self.reservation.id} is closed; cannot draw {label!r}")
-        request_id = f"{self.reservation.id}/draw/{len(self._draws)}"
-        self._ledger.charge(
-            self.blocks,
-            cost,
-            context=self.context,
-            request_id=request_id,
-            reservation_id=self.reservation.id,
-        )
-        self._draws.append((label, cost))
+        charged = group_cost(cost, self.group_size)
+        with self._lock:  # one draw at a time: a refusal must be seen before the next try
+            if self._closed:
+                raise ReservationError(
+                    f"grant {self.reservation.id} is closed; cannot draw {label!r}"
+                )
+            self._ledger.charge(
+                self.blocks,
+                charged,
+                context=self.context,
+                request_id=f"{self.reservation.id}/{self._token}/draw/{uuid.uuid4().hex}",
+                reservation_id=self.reservation.id,
+            )
+            self._draws.append((label, charged))
 
     # --- data ----------------------------------------------------------------------------------
 
@@ -130,12 +152,23 @@ class Grant:
         return self._closed
 
     def close(self) -> None:
-        """Release what was reserved and not drawn. Idempotent."""
-        if self._closed:
-            return
-        self._ledger.release(self.reservation.id, request_id=f"{self.reservation.id}/release")
-        self._closed = True
-        self._data = self._data.slice(0, 0)
+        """Release what was reserved and not drawn. Idempotent.
+
+        A reservation that already expired (its holder took longer than its time-to-live) or
+        was released elsewhere has nothing left to release; the grant just closes.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                self._ledger.release(
+                    self.reservation.id, request_id=f"{self.reservation.id}/{self._token}/release"
+                )
+            except ReservationError:
+                if self._ledger.reservation(self.reservation.id).state is ReservationState.OPEN:
+                    raise
+            self._closed = True
+            self._data = self._data.slice(0, 0)
 
     def __enter__(self) -> Grant:
         return self
@@ -154,3 +187,32 @@ class Grant:
             f"Grant({self.reservation.id}, stream={self.stream!r}, context={self.context!r}, "
             f"blocks={len(self.blocks)}, reserved={self.reservation.cost}, {state})"
         )
+
+
+def group_cost(cost: Cost, k: int) -> Cost:
+    """The cost of a mechanism for a group of ``k`` rows (group privacy).
+
+    (ε, δ)-DP for one row is (kε, k·e^{(k−1)ε}·δ)-DP for k rows (Dwork & Roth 2014, Thm 2.2;
+    Vadhan 2017, Lemma 2.2 for δ > 0). RDP curves compose over groups only at a loss of order
+    (Mironov 2017, Prop. 11 needs α·2^c), so k > 1 with RDP is refused.
+
+    Raises:
+        InvalidBudgetError: RDP with k > 1, or a group cost that leaves δ < 1 unreachable.
+    """
+    if k == 1:
+        return cost
+    if isinstance(cost, RdpCurve):
+        raise InvalidBudgetError(
+            "user-level streams with rows_per_user > 1 account (ε, δ) budgets only: group "
+            "privacy for RDP curves is not supported; use rows_per_user=1 or basic accounting"
+        )
+    eps = cost.epsilon * k
+    delta = float(cost.delta) * k * math.exp((k - 1) * float(cost.epsilon))
+    if cost.delta > 0:
+        delta = math.nextafter(delta * (1 + 1e-12), math.inf)  # float formula: round up
+    if delta >= 1:
+        raise InvalidBudgetError(
+            f"the group-privacy cost of {cost} for {k} rows per user has δ ≥ 1; "
+            "lower δ or rows_per_user"
+        )
+    return Budget(epsilon=eps, delta=delta)

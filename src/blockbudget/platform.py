@@ -11,25 +11,33 @@ block is sealed before its data first leaves, so a charged block never changes a
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+from pyarrow import array as pa_array
+
 from blockbudget.accounting import Accounting, Filter, add_vectors, make_filter
 from blockbudget.budget import Budget, Cost
-from blockbudget.errors import InvalidRequestError, UnknownBlockError
+from blockbudget.errors import InvalidRequestError, ReservationError, UnknownBlockError
 from blockbudget.grant import Grant
-from blockbudget.ledger import Ledger, VerifyReport
-from blockbudget.store import Blocking, BlockMeta, BlockStore, IngestReport, LatePolicy, StreamSpec
+from blockbudget.ledger import Ledger, ReservationState, VerifyReport, validate_context_name
+from blockbudget.store import (
+    Blocking,
+    BlockMeta,
+    BlockStore,
+    IngestReport,
+    LatePolicy,
+    StreamSpec,
+    Unit,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
-
-_CONTEXT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 
 #: A block whose every context cannot fit this much more epsilon is retired by
 #: :meth:`Platform.retire_exhausted` unless told otherwise.
@@ -67,14 +75,19 @@ class BlockView:
     remaining: dict[str, str]
 
 
-def validate_context(context: str) -> str:
-    """Contexts are short names: letters, digits, ``_ . : -``."""
-    if not isinstance(context, str) or not _CONTEXT.match(context):
-        raise InvalidRequestError(
-            f"a context is 1–64 characters of letters, digits and _.:- (first a letter or digit); "
-            f"got {context!r}"
-        )
-    return context
+def bound_contributions(data: pa.Table, *, column: str, k: int) -> pa.Table:
+    """Keep at most ``k`` rows per user id (the first ones in stored order): the contribution
+    bound that makes row-level mechanisms user-level DP under group privacy (Sage §4.4)."""
+    if data.num_rows == 0:
+        return data
+    ids = np.asarray(data.column(column).to_numpy())
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    starts = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
+    lengths = np.diff(np.r_[starts, len(sorted_ids)])
+    rank = np.arange(len(sorted_ids)) - np.repeat(starts, lengths)
+    keep = np.sort(order[rank < k])
+    return data.take(pa_array(keep))
 
 
 class Platform:
@@ -147,6 +160,21 @@ class Platform:
                 spec.accounting, capacity=spec.policy, slack_delta=spec.slack_delta
             )
         return self._filters[stream]
+
+    # --- contexts ------------------------------------------------------------------------------
+
+    def add_context(self, name: str, *, description: str = "") -> str:
+        """Register a context: one full per-block budget for a group of principals assumed not
+        to collude (Sage §3.2). An administrative act, audited; requests name only registered
+        contexts. Idempotent."""
+        validate_context_name(name)
+        self.ledger.add_context(name, description=description)
+        return name
+
+    def contexts(self) -> list[str]:
+        """The registered contexts. A coalition of all of them could learn up to
+        ``len(contexts) × ε_g`` about a block's records."""
+        return self.ledger.contexts()
 
     # --- data ----------------------------------------------------------------------------------
 
@@ -246,14 +274,16 @@ class Platform:
             return tuple(chosen)
         if isinstance(selection, str):
             raise InvalidRequestError("blocks must be a sequence of ids or keys, not one string")
-        by_key = {m.key: m.block_id for m in metas if m.seq == 1}
+        by_key: dict[str, list[str]] = {}
+        for m in metas:  # a key names its window's first block and any late (#2, #3…) ones
+            by_key.setdefault(m.key, []).append(m.block_id)
         ids = {m.block_id for m in metas}
-        out = []
+        out: list[str] = []
         for item in selection:
             if item in ids:
                 out.append(item)
             elif item in by_key:
-                out.append(by_key[item])
+                out.extend(by_key[item])
             else:
                 raise UnknownBlockError(f"stream {stream!r} has no block {item!r}")
         return tuple(out)
@@ -279,8 +309,16 @@ class Platform:
             UnknownBlockError / RetiredBlockError / InvalidRequestError / InvalidBudgetError:
                 bad input (nothing is reserved).
         """
-        validate_context(context)
+        validate_context_name(context)
         spec = self.stream(stream)
+        wanted = list(columns) if columns else None
+        schema = self.store.schema(stream)
+        if wanted is not None and schema is not None:
+            unknown = [c for c in wanted if c not in schema.names]
+            if unknown:
+                raise InvalidRequestError(
+                    f"stream {stream!r} has no column(s) {unknown}; it has {schema.names}"
+                )
         chosen = self.select(stream, blocks, context=context, cost=budget)
         if not chosen:
             raise InvalidRequestError("a request needs at least one block")
@@ -292,9 +330,24 @@ class Platform:
             holder=holder,
             ttl_seconds=ttl_seconds,
         )
+        if request_id is not None:
+            # A caller-chosen id may be a replay: the ledger then returns the stored reservation
+            # (idempotency). Its data goes out again only while that reservation is still open —
+            # draws then share what it holds; once closed, a replay gets nothing.
+            current = self.ledger.reservation(reservation.id).state
+            if current is not ReservationState.OPEN:
+                raise ReservationError(
+                    f"request id {request_id!r} was used before and its reservation "
+                    f"{reservation.id} is {current.value}: its data is not handed out again; "
+                    "use a new request id"
+                )
         try:
             self.store.seal(list(chosen))
-            data = self.store.read(list(chosen), columns=list(columns) if columns else None)
+            data = self.store.read(list(chosen), columns=wanted)
+            group = 1
+            if spec.blocking.unit is Unit.USER:
+                group = spec.blocking.rows_per_user or 1
+                data = bound_contributions(data, column=spec.blocking.column, k=group)
         except BaseException:
             self.ledger.release(reservation.id, request_id=f"{reservation.id}/release")
             raise
@@ -304,6 +357,7 @@ class Platform:
             reservation=reservation,
             accounting=spec.accounting,
             data=data,
+            group_size=group,
         )
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -315,8 +369,11 @@ class Platform:
         contexts: Sequence[str] | None = None,
         min_cost: Cost = DEFAULT_MIN_EPSILON,
     ) -> list[str]:
-        """Retire every block that cannot fit ``min_cost`` in any of ``contexts`` (default: every
-        context the ledger knows). Retired blocks never serve again (Sage §3.2)."""
+        """Retire every block whose *charged* budget cannot fit ``min_cost`` in any of
+        ``contexts`` (default: every registered context — a registered context that never used a
+        block still has its full budget there, so the block stays). Budget merely reserved does
+        not count, so a running grant is never cut off. Retired blocks never serve again
+        (Sage §3.2)."""
         ctxs = list(contexts) if contexts is not None else self.ledger.contexts()
         if not ctxs:
             return []
@@ -330,7 +387,8 @@ class Platform:
             spent_everywhere = True
             for c in ctxs:
                 s = states.get((b.block_id, c))
-                used = add_vectors(s.charged, s.reserved) if s is not None else f.zero()
+                # Charged only: budget still reserved by a running grant may come back.
+                used = s.charged if s is not None else f.zero()
                 if f.fits_with(used, need):
                     spent_everywhere = False
                     break

@@ -78,6 +78,9 @@ class Blocking:
         column: the public column whose value decides a record's block.
         window: TIME only — the window length, a whole number of seconds, at least one second.
         ids_per_block: USER only — how many consecutive user ids share a block.
+        rows_per_user: USER only — the contribution bound k: a grant hands out at most k rows
+            per user id, and charges each draw for the group of k rows (group privacy), so a
+            mechanism calibrated for one row is charged as user-level DP. Default 1.
 
     Raises:
         InvalidRequestError: when a field is missing, set for the wrong unit, or out of range.
@@ -87,6 +90,7 @@ class Blocking:
     column: str
     window: timedelta | None = None
     ids_per_block: int | None = None
+    rows_per_user: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.unit, Unit):
@@ -113,9 +117,17 @@ class Blocking:
                 raise InvalidRequestError(
                     f"user blocking needs ids_per_block, an integer >= 1, got {n!r}"
                 )
-        elif self.ids_per_block is not None:
+            k = self.rows_per_user
+            if k is None:
+                object.__setattr__(self, "rows_per_user", 1)
+            elif not isinstance(k, int) or isinstance(k, bool) or k < 1:
+                raise InvalidRequestError(
+                    f"rows_per_user (the per-user contribution bound) must be an integer >= 1, "
+                    f"got {k!r}"
+                )
+        elif self.ids_per_block is not None or self.rows_per_user is not None:
             raise InvalidRequestError(
-                f"ids_per_block applies to user blocking only, not {self.unit}"
+                f"ids_per_block and rows_per_user apply to user blocking only, not {self.unit}"
             )
 
     @classmethod
@@ -124,9 +136,10 @@ class Blocking:
         return cls(Unit.TIME, column, window=window)
 
     @classmethod
-    def by_user(cls, column: str, ids_per_block: int = 1000) -> Blocking:
-        """Blocks of ``ids_per_block`` consecutive non-negative integer user ids."""
-        return cls(Unit.USER, column, ids_per_block=ids_per_block)
+    def by_user(cls, column: str, ids_per_block: int = 1000, rows_per_user: int = 1) -> Blocking:
+        """Blocks of ``ids_per_block`` consecutive non-negative integer user ids, each user
+        contributing at most ``rows_per_user`` rows to any grant."""
+        return cls(Unit.USER, column, ids_per_block=ids_per_block, rows_per_user=rows_per_user)
 
     @classmethod
     def by_attribute(cls, column: str) -> Blocking:
@@ -152,6 +165,7 @@ class Blocking:
             "column": self.column,
             "window_seconds": None if self.window is None else int(self.window.total_seconds()),
             "ids_per_block": self.ids_per_block,
+            "rows_per_user": self.rows_per_user,
         }
 
     @classmethod
@@ -163,6 +177,7 @@ class Blocking:
             str(data["column"]),
             window=None if seconds is None else timedelta(seconds=int(seconds)),
             ids_per_block=data.get("ids_per_block"),
+            rows_per_user=data.get("rows_per_user"),
         )
 
 
