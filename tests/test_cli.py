@@ -133,3 +133,36 @@ def test_demo_quick(tmp_path: Path) -> None:
     assert "audit verify: OK" in r.output
     assert "retired" in r.output
     assert (tmp_path / "demo" / "answers.csv").exists()
+
+
+def test_user_stream_queries_reserve_the_group_cost(tmp_path: Path) -> None:
+    home = ["--home", str(tmp_path / "h")]
+    data = tmp_path / "u.csv"
+    pd.DataFrame({"uid": [1] * 10 + [2, 3], "v": range(12)}).to_csv(data, index=False)
+    r = runner.invoke(
+        app,
+        [
+            "stream",
+            "create",
+            "u",
+            "--epsilon",
+            "1",
+            "--by",
+            "user",
+            "--column",
+            "uid",
+            "--ids-per-block",
+            "100",
+            "--rows-per-user",
+            "3",
+            *home,
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    runner.invoke(app, ["context", "add", "a", *home])
+    assert runner.invoke(app, ["ingest", "u", str(data), *home]).exit_code == 0
+    r = runner.invoke(app, ["query", "count", "u", "--epsilon", "0.2", "--context", "a", *home])
+    assert r.exit_code == 0, r.output
+    assert "(ε=0.2" in r.output  # the mechanism's row-level cost
+    r = runner.invoke(app, ["blocks", "u", "--context", "a", *home])
+    assert "40.0%" in r.output  # 1 − 3 × 0.2 left: the group cost was charged

@@ -391,3 +391,70 @@ def test_group_cost_follows_group_privacy() -> None:
     assert float(cost.delta) >= 3 * math.exp(0.2) * 1e-8
     with pytest.raises(InvalidBudgetError):
         group_cost(RdpCurve.gaussian(sigma=1.0), 2)
+
+
+def test_a_failed_replay_leaves_the_original_grant_working(
+    make_platform: MakePlatform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = make_platform("replay")
+    p.create_stream("s", policy=Budget(epsilon=1.0, delta=1e-6), blocking=DAY)
+    p.ingest("s", _frame(0))
+    g = p.request("s", blocks=Last(1), budget=Budget(epsilon=0.5), context="a", request_id="R")
+
+    def broken_read(*args: object, **kwargs: object) -> None:
+        raise OSError("storage went away")
+
+    monkeypatch.setattr(p.store, "read", broken_read)
+    with pytest.raises(OSError):
+        p.request("s", blocks=Last(1), budget=Budget(epsilon=0.5), context="a", request_id="R")
+    monkeypatch.undo()
+    # The replay failed after the ledger handed back the shared reservation; it must not have
+    # released it under the original holder, who still draws.
+    stats.dp_count(g, g.frame(), epsilon=0.2)
+    g.close()
+    assert p.verify().ok
+
+
+def test_user_streams_serve_a_column_subset_without_the_user_column(
+    make_platform: MakePlatform,
+) -> None:
+    p = make_platform("subset")
+    p.create_stream(
+        "visits",
+        policy=Budget(epsilon=1.0, delta=1e-6),
+        blocking=Blocking.by_user("uid", ids_per_block=100, rows_per_user=1),
+        late_policy=LatePolicy.DROP,
+    )
+    p.ingest("visits", pd.DataFrame({"uid": [1, 1, 1, 2], "v": [1.0, 2.0, 3.0, 4.0]}))
+    with p.request(
+        "visits", blocks=Last(1), budget=Budget(epsilon=0.1), context="a", columns=["v"]
+    ) as g:
+        assert g.data.column_names == ["v"]
+        assert sorted(g.frame()["v"]) == [1.0, 4.0]  # one row per user, the first
+
+
+def test_retire_keeps_a_block_while_any_grant_holds_budget_on_it(platform: Platform) -> None:
+    with platform.request(
+        "events", blocks=["2024-01-02"], budget=Budget(epsilon="0.9995"), context="a"
+    ) as g:
+        stats.dp_count(g, g.frame(), epsilon="0.9995")
+    # 0.0005 left < the default minimum 0.001, but a grant holds it: the block stays.
+    g = platform.request(
+        "events", blocks=["2024-01-02"], budget=Budget(epsilon="0.0005"), context="a"
+    )
+    assert "events/2024-01-02" not in platform.retire_exhausted("events", contexts=["a"])
+    stats.dp_count(g, g.frame(), epsilon="0.0005")
+    g.close()
+    assert platform.retire_exhausted("events", contexts=["a"]) == ["events/2024-01-02"]
+
+
+def test_group_cost_edges() -> None:
+    big = group_cost(Budget(epsilon=10), 100)  # pure DP: no e^{(k-1)ε} overflow
+    assert big == Budget(epsilon=1000)
+    with pytest.raises(InvalidBudgetError, match="δ ≥ 1"):
+        group_cost(Budget(epsilon=10, delta=1e-6), 100)
+    with pytest.raises(InvalidBudgetError):
+        group_cost(Budget(epsilon=0.1), 0)
+    exact = group_cost(Budget(epsilon="0.5000000000000000000000000001"), 3)
+    assert isinstance(exact, Budget)
+    assert exact.epsilon == Budget(epsilon="1.5000000000000000000000000003").epsilon

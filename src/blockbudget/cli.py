@@ -21,6 +21,7 @@ from rich.table import Table
 from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget
 from blockbudget.errors import BlockBudgetError
+from blockbudget.grant import group_cost
 from blockbudget.platform import Last, Platform
 from blockbudget.store import Blocking, LatePolicy, Unit
 
@@ -101,6 +102,9 @@ def stream_create(
     column: Annotated[str, typer.Option(help="Column that decides the block.")] = "time",
     window: Annotated[str, typer.Option(help="Time window per block (by time).")] = "1d",
     ids_per_block: Annotated[int, typer.Option(help="User ids per block (by user).")] = 1000,
+    rows_per_user: Annotated[
+        int, typer.Option(help="Contribution bound k: rows per user in a grant (by user).")
+    ] = 1,
     late_policy: Annotated[
         LatePolicy | None,
         typer.Option(help="Late records (default: new_block; drop for user streams)."),
@@ -111,7 +115,9 @@ def stream_create(
     if by is Unit.TIME:
         blocking = Blocking(unit=by, column=column, window=parse_window(window))
     elif by is Unit.USER:
-        blocking = Blocking(unit=by, column=column, ids_per_block=ids_per_block)
+        blocking = Blocking(
+            unit=by, column=column, ids_per_block=ids_per_block, rows_per_user=rows_per_user
+        )
     else:
         blocking = Blocking(unit=by, column=column)
     platform = Platform(home)
@@ -256,9 +262,11 @@ def _run_query(
 
     platform = Platform(home)
     cost = Budget(epsilon=epsilon)
+    # On user streams a draw of ε is charged for a group of rows_per_user rows.
+    reserve = group_cost(cost, platform.stream(stream).blocking.rows_per_user or 1)
     selection: list[str] | Last = list(block) if block else Last(last)
     result: DPResult[Any]
-    with platform.request(stream, blocks=selection, budget=cost, context=context) as grant:
+    with platform.request(stream, blocks=selection, budget=reserve, context=context) as grant:
         frame = grant.frame()
         if kind == "count":
             result = stats.dp_count(grant, frame, epsilon=epsilon)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import threading
 import uuid
+from decimal import ROUND_CEILING, localcontext
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -199,6 +200,8 @@ def group_cost(cost: Cost, k: int) -> Cost:
     Raises:
         InvalidBudgetError: RDP with k > 1, or a group cost that leaves δ < 1 unreachable.
     """
+    if k < 1:
+        raise InvalidBudgetError(f"a group has at least one row, got k={k}")
     if k == 1:
         return cost
     if isinstance(cost, RdpCurve):
@@ -206,13 +209,18 @@ def group_cost(cost: Cost, k: int) -> Cost:
             "user-level streams with rows_per_user > 1 account (ε, δ) budgets only: group "
             "privacy for RDP curves is not supported; use rows_per_user=1 or basic accounting"
         )
-    eps = cost.epsilon * k
-    delta = float(cost.delta) * k * math.exp((k - 1) * float(cost.epsilon))
-    if cost.delta > 0:
-        delta = math.nextafter(delta * (1 + 1e-12), math.inf)  # float formula: round up
-    if delta >= 1:
+    with localcontext() as ctx:  # exact product, rounded up if it ever needed rounding
+        ctx.prec = 200
+        ctx.rounding = ROUND_CEILING
+        eps = cost.epsilon * k
+    if cost.delta == 0:
+        return Budget(epsilon=eps, delta=0)
+    # log of k·e^{(k−1)ε}·δ, compared in log space so that nothing overflows.
+    log_delta = math.log(k) + (k - 1) * float(cost.epsilon) + math.log(float(cost.delta))
+    if log_delta >= -1e-12:
         raise InvalidBudgetError(
             f"the group-privacy cost of {cost} for {k} rows per user has δ ≥ 1; "
             "lower δ or rows_per_user"
         )
-    return Budget(epsilon=eps, delta=delta)
+    delta = math.nextafter(math.exp(log_delta) * (1 + 1e-12), math.inf)  # float: round up
+    return Budget(epsilon=eps, delta=min(delta, math.nextafter(1.0, 0.0)))

@@ -304,6 +304,9 @@ class Platform:
     ) -> Grant:
         """Reserve ``budget`` on every chosen block, atomically, and hand over their data.
 
+        On a user-level stream with ``rows_per_user = k``, each draw is charged k times its
+        row-level cost (group privacy): reserve ``group_cost(cost, k)`` for a draw of ``cost``.
+
         Raises:
             BudgetExceededError: a block cannot afford the budget (nothing is reserved).
             UnknownBlockError / RetiredBlockError / InvalidRequestError / InvalidBudgetError:
@@ -322,6 +325,11 @@ class Platform:
         chosen = self.select(stream, blocks, context=context, cost=budget)
         if not chosen:
             raise InvalidRequestError("a request needs at least one block")
+        user_column = spec.blocking.column if spec.blocking.unit is Unit.USER else None
+        read_columns = wanted
+        if wanted is not None and user_column is not None and user_column not in wanted:
+            read_columns = [*wanted, user_column]  # needed to bound contributions, dropped after
+        replay = request_id is not None and self.ledger.request(request_id) is not None
         reservation = self.ledger.reserve(
             list(chosen),
             budget,
@@ -330,10 +338,10 @@ class Platform:
             holder=holder,
             ttl_seconds=ttl_seconds,
         )
-        if request_id is not None:
-            # A caller-chosen id may be a replay: the ledger then returns the stored reservation
-            # (idempotency). Its data goes out again only while that reservation is still open —
-            # draws then share what it holds; once closed, a replay gets nothing.
+        if replay:
+            # A replay gets the stored reservation back (idempotency). Its data goes out again
+            # only while that reservation is still open — draws then share what it holds; once
+            # closed, a replay gets nothing.
             current = self.ledger.reservation(reservation.id).state
             if current is not ReservationState.OPEN:
                 raise ReservationError(
@@ -343,13 +351,16 @@ class Platform:
                 )
         try:
             self.store.seal(list(chosen))
-            data = self.store.read(list(chosen), columns=wanted)
+            data = self.store.read(list(chosen), columns=read_columns)
             group = 1
-            if spec.blocking.unit is Unit.USER:
+            if user_column is not None:
                 group = spec.blocking.rows_per_user or 1
-                data = bound_contributions(data, column=spec.blocking.column, k=group)
+                data = bound_contributions(data, column=user_column, k=group)
+                if wanted is not None:
+                    data = data.select(wanted)
         except BaseException:
-            self.ledger.release(reservation.id, request_id=f"{reservation.id}/release")
+            if not replay:  # never release a reservation another holder is using
+                self.ledger.release(reservation.id, request_id=f"{reservation.id}/release")
             raise
         return Grant(
             ledger=self.ledger,
@@ -371,9 +382,9 @@ class Platform:
     ) -> list[str]:
         """Retire every block whose *charged* budget cannot fit ``min_cost`` in any of
         ``contexts`` (default: every registered context — a registered context that never used a
-        block still has its full budget there, so the block stays). Budget merely reserved does
-        not count, so a running grant is never cut off. Retired blocks never serve again
-        (Sage §3.2)."""
+        block still has its full budget there, so the block stays). A block with an open
+        reservation in any of them is kept, so a running grant is never cut off. Retired blocks
+        never serve again (Sage §3.2)."""
         ctxs = list(contexts) if contexts is not None else self.ledger.contexts()
         if not ctxs:
             return []
@@ -387,6 +398,9 @@ class Platform:
             spent_everywhere = True
             for c in ctxs:
                 s = states.get((b.block_id, c))
+                if s is not None and any(s.reserved):
+                    spent_everywhere = False  # a running grant holds budget here: keep it
+                    break
                 # Charged only: budget still reserved by a running grant may come back.
                 used = s.charged if s is not None else f.zero()
                 if f.fits_with(used, need):

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from decimal import Decimal, localcontext
+from decimal import ROUND_FLOOR, Decimal, localcontext
 from enum import Enum
 
 from blockbudget.budget import (
@@ -217,7 +217,10 @@ class StrongFilter(Filter):
             raise InvalidBudgetError(f"slack δ̃ must be in (0, δ_g), got {slack!r}")
         self.slack_delta = slack
         self._eps_g = eps_g
-        self._delta_cap = units_down(capacity.delta - Decimal(repr(slack)))
+        with localcontext() as ctx:  # exact difference, rounded down if it ever needed rounding
+            ctx.prec = 200
+            ctx.rounding = ROUND_FLOOR
+            self._delta_cap = units_down(capacity.delta - Decimal(repr(slack)))
         delta_c = 2 * slack
         if delta_c >= math.exp(-1):
             raise InvalidBudgetError(
