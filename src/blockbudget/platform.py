@@ -130,10 +130,9 @@ class Platform:
     ) -> StreamSpec:
         """Register a stream with its global policy (ε_g, δ_g), unit of protection and rule.
 
-        The filter is built first, so an unusable policy (e.g. RDP with δ_g = 0) is refused
-        before anything is stored.
+        :class:`StreamSpec` builds the filter on construction, so an unusable policy (e.g. RDP
+        with δ_g = 0) is refused before anything is stored.
         """
-        make_filter(accounting, capacity=policy, slack_delta=slack_delta)
         spec = StreamSpec(
             name=name,
             policy=policy,
