@@ -1,0 +1,397 @@
+"""The one Scheduler interface: tasks, blocks, decisions, and the registry of implementations.
+
+A scheduler decides which waiting task (query, pipeline) gets which blocks and how much of
+their budget. Everything it does goes through a :class:`~blockbudget.scheduling.pool.Pool`,
+which holds the per-block budget state and *refuses* anything that would overspend a block or
+revisit a closed decision. Schedulers therefore cannot break the invariants; the contract test
+suite (``tests/scheduling/test_contract.py``) checks them again from the decision log alone.
+
+The model (seed ``000_de3e86489c8646aa.txt`` §IV-B, Eq. (5); PrivateKube OSDI'21 §4; DPack
+EuroSys'25 §3; Sage seed ``004_2b5d216070ae2ded.txt`` §3.2):
+
+* **Blocks** (:class:`BlockSpec`) arrive over time, each with a global capacity (ε_g, δ_g)
+  guarded by the stream's :class:`~blockbudget.accounting.Accounting` rule (BASIC: Σε ≤ ε_g and
+  Σδ ≤ δ_g; RDP: some order α keeps Σε(α) ≤ ε_g − log(1/δ_g)/(α−1); STRONG: adaptive strong
+  composition, seed 000's "adaptive composition" variant).
+* **Tasks** (:class:`TaskSpec`) arrive over time with a per-block demand (a
+  :class:`~blockbudget.budget.Budget` or an :class:`~blockbudget.budget.RdpCurve`), a profit
+  (weight), optional significance values p_ij per block (seed 000 §IV-B), an optional access
+  limit c_j (``max_blocks``), an optional timeout, and optionally a validator (seed 000 Alg. 2's
+  *Flag*). A task has one of two shapes (:class:`TaskShape`):
+
+  - ``NAMED`` — it names the blocks it needs (PrivateKube/DPack/Sage: "the last 10 blocks") and
+    is served all-or-nothing with ``demand`` on each of them;
+  - ``OPEN`` — any available block will do; the scheduler chooses up to ``max_blocks`` of them
+    (seed 000: the platform assigns blocks to queries by significance) and may grant less than
+    ``demand`` on a block where the algorithm allows partial grants (seed 000 Alg. 3).
+
+* **Decisions** (:class:`Decision`) are what the pool records, in order:
+
+  - ``RESERVE`` — set aside ``cost`` of a block for a still-waiting task (incremental: a task can
+    accumulate reservations block by block, as Sage's Block/Conserve does with each new block's
+    even split, or as DPF's unlocking would per task). Reserved budget counts as spent for every
+    other task (Sage's "allocated" budget).
+  - ``RELEASE`` — give a waiting task's reservation on one block back to the block.
+  - ``CHARGE`` — spend ``cost`` of a block for the task's computation. Irreversible. A charge
+    first consumes the task's own reservation on that block (the pool logs a ``RELEASE`` of it
+    just before).
+  - ``OVERHEAD`` — spend ``cost`` of a block for the *scheduler's* own DP work on behalf of a
+    task (seed 000 Alg. 1's AboveThreshold comparison cost ε0). Irreversible.
+  - ``GRANT`` — the task is served (terminal). Its remaining reservations are released first.
+  - ``REJECT`` — the task is turned down (terminal).
+  - ``EXPIRE`` — the task timed out, or the run ended while it waited (terminal).
+
+  Terminal decisions are final: after one, the pool refuses every operation for that task
+  (irrevocable decisions, seed 000 §III-B). Charged budget never returns.
+
+Life of a run (driven by :func:`blockbudget.scheduling.simulator.simulate`, or by a platform
+loop): for each event in time order the driver sets ``pool.now`` and calls
+:meth:`Scheduler.on_block` after :meth:`Pool.add_block`, :meth:`Scheduler.on_task` after
+:meth:`Pool.submit`, and :meth:`Scheduler.on_tick` every :attr:`Scheduler.tick_interval` time
+units when that is set (DPF T-unlocking, DPack batches). Timeouts are expired by the pool
+(:meth:`Pool.expire_due`) before the scheduler sees the event. At the end the driver calls
+:meth:`Scheduler.on_finish` and then :meth:`Pool.close`, which expires what still waits.
+
+Writing a scheduler:
+
+1. Subclass :class:`Scheduler`; set ``name`` (unique, lower-case, used by the registry and the
+   CLI), ``shapes`` (the task shapes it serves) and ``accountings`` (the rules it supports).
+2. Keep your own queue of waiting task ids; check ``pool.is_pending(task_id)`` before acting
+   (tasks may have expired in between).
+3. Act only through the pool: ``pool.reserve``, ``pool.release``, ``pool.charge``,
+   ``pool.charge_overhead``, ``pool.grant``, ``pool.reject``. Use ``pool.fits`` /
+   ``pool.fits_many`` to test before acting, and the read-only arrays (``pool.capacity``,
+   ``pool.charged``, ``pool.reserved``, ``pool.remaining()``) for vectorized decisions.
+4. Use ``self.rng`` for non-private randomness (block order) and ``self.noise`` for DP noise
+   (SecureNoise unless a test or experiment passes SeededNoise). Same seed and same noise seed
+   must give the same decisions.
+5. Expose it: list the class in the module-level ``SCHEDULERS`` tuple of a module inside
+   ``blockbudget.scheduling``. :func:`scheduler_classes` finds it, and the contract suite runs it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from blockbudget.accounting import Accounting
+from blockbudget.budget import Budget, Cost, RdpCurve
+from blockbudget.errors import InternalError, InvalidRequestError
+from blockbudget.mechanisms.noise import NoiseSource, resolve_noise
+
+if TYPE_CHECKING:  # pragma: no cover
+    from blockbudget.scheduling.pool import Pool
+
+__all__ = [
+    "BlockSpec",
+    "Decision",
+    "DecisionKind",
+    "Scheduler",
+    "SignificanceFn",
+    "TaskShape",
+    "TaskSpec",
+    "TaskStatus",
+    "get_scheduler",
+    "scheduler_classes",
+]
+
+#: Significance p_ij of a block (by id) to one task: a function or a mapping block id → value.
+SignificanceFn = Callable[[str], float]
+
+#: A task's validator: called with the ids of the blocks charged so far (in order); True means
+#: the model passed validation and the task needs no more blocks (seed 000 Alg. 2, *Flag*).
+ValidatorFn = Callable[[tuple[str, ...]], bool]
+
+
+class TaskShape(Enum):
+    """How a task asks for blocks."""
+
+    NAMED = "named"  # the task names its blocks; all-or-nothing with `demand` on each
+    OPEN = "open"  # any blocks; the scheduler picks up to `max_blocks` (seed 000 Eq. (5))
+
+
+class TaskStatus(Enum):
+    """Where a task is in its life; every status but PENDING is terminal."""
+
+    PENDING = "pending"
+    GRANTED = "granted"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+
+
+class DecisionKind(Enum):
+    """The kind of one recorded decision (see the module docstring)."""
+
+    RESERVE = "reserve"
+    RELEASE = "release"
+    CHARGE = "charge"
+    OVERHEAD = "overhead"
+    GRANT = "grant"
+    REJECT = "reject"
+    EXPIRE = "expire"
+
+
+TERMINAL_KINDS = frozenset({DecisionKind.GRANT, DecisionKind.REJECT, DecisionKind.EXPIRE})
+
+
+def _check_time(value: float, *, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not np.isfinite(value):
+        raise InvalidRequestError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class BlockSpec:
+    """A block arriving at the scheduler.
+
+    Attributes:
+        block_id: unique id (as in the ledger).
+        arrival: arrival time (any unit, the same as the tasks').
+        capacity: the block's global budget (ε_g, δ_g).
+        features: optional public description of the block (e.g. its day), for significance
+            providers; never private data.
+    """
+
+    block_id: str
+    arrival: float
+    capacity: Budget
+    features: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.block_id, str) or not self.block_id:
+            raise InvalidRequestError(f"block_id must be a non-empty string, got {self.block_id!r}")
+        object.__setattr__(self, "arrival", _check_time(self.arrival, name="arrival"))
+        if not isinstance(self.capacity, Budget):
+            raise InvalidRequestError(
+                f"a block's capacity must be a Budget (ε_g, δ_g), got {self.capacity!r}"
+            )
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A task (query, pipeline) arriving at the scheduler.
+
+    Attributes:
+        task_id: unique id.
+        arrival: arrival time.
+        demand: the budget it needs on each block it uses (ε_j in seed 000 Eq. (5); a demand
+            vector d_{j} per block in PrivateKube/DPack). Budget or RdpCurve, matching the
+            accounting rule (a pure Budget is accepted under RDP).
+        blocks: for NAMED tasks, the block ids it needs (non-empty, distinct); None makes it OPEN.
+        max_blocks: c_j, the most blocks an OPEN task may use (seed 000 Eq. (5)); None means no
+            limit. For NAMED tasks it must be None or ≥ len(blocks).
+        profit: the task's weight in "profit" metrics (DPack's p_j); 1.0 counts tasks.
+        significance: p_ij per block for OPEN tasks — a mapping block id → value or a function
+            of the block id (see :mod:`blockbudget.scheduling.significance`). None means
+            ``profit`` on every block.
+        timeout: how long the task may wait (from its arrival) before it expires; None = forever.
+        validator: seed 000 Alg. 2's Flag: called with the blocks charged so far after each
+            charge; once it returns True the task needs no more blocks.
+        min_blocks: the fewest blocks an OPEN task needs before it may be granted (default 1).
+    """
+
+    task_id: str
+    arrival: float
+    demand: Cost
+    blocks: tuple[str, ...] | None = None
+    max_blocks: int | None = None
+    profit: float = 1.0
+    significance: Mapping[str, float] | SignificanceFn | None = None
+    timeout: float | None = None
+    validator: ValidatorFn | None = None
+    min_blocks: int = 1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.task_id, str) or not self.task_id:
+            raise InvalidRequestError(f"task_id must be a non-empty string, got {self.task_id!r}")
+        object.__setattr__(self, "arrival", _check_time(self.arrival, name="arrival"))
+        if not isinstance(self.demand, Budget | RdpCurve):
+            raise InvalidRequestError(
+                f"a task's demand must be a Budget or an RdpCurve, got {self.demand!r}"
+            )
+        if self.demand.is_zero:
+            raise InvalidRequestError(f"task {self.task_id!r} demands zero budget")
+        if self.blocks is not None:
+            blocks = tuple(self.blocks)
+            if not blocks or len(set(blocks)) != len(blocks):
+                raise InvalidRequestError(
+                    f"task {self.task_id!r}: named blocks must be non-empty and distinct"
+                )
+            object.__setattr__(self, "blocks", blocks)
+        if self.max_blocks is not None and (
+            isinstance(self.max_blocks, bool)
+            or not isinstance(self.max_blocks, int)
+            or self.max_blocks < 1
+        ):
+            raise InvalidRequestError(f"max_blocks must be an int >= 1, got {self.max_blocks!r}")
+        if (
+            self.blocks is not None
+            and self.max_blocks is not None
+            and self.max_blocks < len(self.blocks)
+        ):
+            raise InvalidRequestError(
+                f"task {self.task_id!r} names {len(self.blocks)} blocks but max_blocks is "
+                f"{self.max_blocks}"
+            )
+        if not (np.isfinite(self.profit) and self.profit >= 0):
+            raise InvalidRequestError(f"profit must be finite and >= 0, got {self.profit!r}")
+        if self.timeout is not None and not (self.timeout > 0):
+            raise InvalidRequestError(f"timeout must be > 0 or None, got {self.timeout!r}")
+        if not isinstance(self.min_blocks, int) or self.min_blocks < 1:
+            raise InvalidRequestError(f"min_blocks must be an int >= 1, got {self.min_blocks!r}")
+
+    @property
+    def shape(self) -> TaskShape:
+        """NAMED when the task names its blocks, else OPEN."""
+        return TaskShape.OPEN if self.blocks is None else TaskShape.NAMED
+
+    @property
+    def deadline(self) -> float:
+        """Arrival + timeout (inf without a timeout)."""
+        return float("inf") if self.timeout is None else self.arrival + self.timeout
+
+    @property
+    def access_limit(self) -> int | None:
+        """c_j: ``max_blocks``, or the number of named blocks for a NAMED task."""
+        if self.max_blocks is not None:
+            return self.max_blocks
+        return None if self.blocks is None else len(self.blocks)
+
+    def significance_of(self, block_id: str) -> float:
+        """p_ij for this task and ``block_id`` (``profit`` when no significance is given)."""
+        sig = self.significance
+        if sig is None:
+            return self.profit
+        value = sig.get(block_id, 0.0) if isinstance(sig, Mapping) else sig(block_id)
+        value = float(value)
+        if not np.isfinite(value) or value < 0:
+            raise InvalidRequestError(
+                f"significance of block {block_id!r} to task {self.task_id!r} must be finite "
+                f"and >= 0, got {value!r}"
+            )
+        return value
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One recorded decision (see :class:`DecisionKind`).
+
+    Attributes:
+        seq: position in the log (0, 1, 2, ...).
+        time: the simulation time at which it was made.
+        kind: what was decided.
+        task_id: the task concerned.
+        block_id: the block (RESERVE, RELEASE, CHARGE, OVERHEAD); None for terminal decisions.
+        cost: the budget moved (RESERVE, RELEASE, CHARGE, OVERHEAD); None otherwise.
+        note: a short reason (e.g. ``"above-threshold comparison"``, ``"timeout"``).
+    """
+
+    seq: int
+    time: float
+    kind: DecisionKind
+    task_id: str
+    block_id: str | None = None
+    cost: Cost | None = None
+    note: str = ""
+
+    def key(self) -> tuple[Any, ...]:
+        """A hashable, comparable form (for determinism checks)."""
+        cost = None if self.cost is None else str(self.cost.to_json())
+        return (self.seq, self.time, self.kind.value, self.task_id, self.block_id, cost, self.note)
+
+
+class Scheduler(ABC):
+    """The contract every scheduler implements (see the module docstring for the run loop).
+
+    Class attributes:
+        name: unique registry name, e.g. ``"dpf-n"``.
+        shapes: the task shapes it serves; the driver rejects the others before calling it.
+        accountings: the accounting rules it supports.
+        tick_interval: when not None, the driver calls :meth:`on_tick` every this many time
+            units (instance attribute may override it).
+
+    Args:
+        seed: seed of ``self.rng`` (numpy Generator) for non-private random choices.
+        noise: the DP noise source for schedulers that spend privacy on decisions (seed 000
+            Alg. 1); None means SecureNoise. Pass SeededNoise for reproducible experiments.
+    """
+
+    name: ClassVar[str] = ""
+    shapes: ClassVar[frozenset[TaskShape]] = frozenset({TaskShape.NAMED})
+    accountings: ClassVar[frozenset[Accounting]] = frozenset({Accounting.BASIC, Accounting.RDP})
+    tick_interval: float | None = None
+
+    def __init__(self, *, seed: int = 0, noise: NoiseSource | None = None) -> None:
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise InvalidRequestError(f"seed must be an int, got {seed!r}")
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        self.noise = resolve_noise(noise)
+
+    def on_block(self, pool: Pool, block: BlockSpec) -> None:  # noqa: B027 - optional hook
+        """A block was added to ``pool`` (its budget is all unallocated). Default: nothing."""
+
+    @abstractmethod
+    def on_task(self, pool: Pool, task: TaskSpec) -> None:
+        """A task was submitted to ``pool`` (status PENDING). Decide now or queue it."""
+
+    def on_tick(self, pool: Pool) -> None:  # noqa: B027 - optional hook
+        """Periodic call every :attr:`tick_interval` (when set). Default: nothing."""
+
+    def on_finish(self, pool: Pool) -> None:  # noqa: B027 - optional hook
+        """The run ends; last chance to decide. What still waits is then expired."""
+
+    def describe(self) -> str:
+        """One line naming the scheduler and its parameters (for tables)."""
+        return self.name
+
+
+def scheduler_classes() -> dict[str, type[Scheduler]]:
+    """Every scheduler in the package, by name.
+
+    Walks ``blockbudget.scheduling`` with :mod:`pkgutil`, imports each module and collects the
+    classes listed in its ``SCHEDULERS`` tuple — adding a scheduler means adding a module.
+
+    Raises:
+        InternalError: two classes register the same name, or a listed class is not a
+            :class:`Scheduler` with a name.
+    """
+    import blockbudget.scheduling as package
+
+    found: dict[str, type[Scheduler]] = {}
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        for cls in getattr(module, "SCHEDULERS", ()):
+            if not (isinstance(cls, type) and issubclass(cls, Scheduler) and cls.name):
+                raise InternalError(f"{info.name}.SCHEDULERS lists {cls!r}, not a named Scheduler")
+            if cls.name in found and found[cls.name] is not cls:
+                raise InternalError(f"scheduler {cls.name!r} is registered twice")
+            found[cls.name] = cls
+    return found
+
+
+def get_scheduler(name: str, **kwargs: Any) -> Scheduler:
+    """Build the registered scheduler called ``name`` with ``kwargs``.
+
+    Raises:
+        InvalidRequestError: no scheduler has that name (the message lists the known ones).
+    """
+    classes = scheduler_classes()
+    if name not in classes:
+        known = ", ".join(sorted(classes)) or "none"
+        raise InvalidRequestError(f"unknown scheduler {name!r}; known schedulers: {known}")
+    return classes[name](**kwargs)
+
+
+def names(items: Sequence[Scheduler]) -> list[str]:
+    """The names of some schedulers (for tables)."""
+    return [s.name for s in items]

@@ -1,0 +1,166 @@
+"""Baseline schedulers: FCFS, round robin, Sage-style random block choice, Streaming.
+
+* :class:`Fcfs` — first come, first served: a NAMED task is granted on arrival if its demand
+  fits on every named block, else it waits (in arrival order) until blocks arrive or its timeout;
+  waiting tasks are retried, oldest first, whenever a block arrives. PrivateKube's FCFS
+  baseline (OSDI'21 §6.1). OPEN tasks take the most recent blocks that fit, up to c_j.
+* :class:`RoundRobin` — PrivateKube's RR baseline: each block's budget is split among the
+  waiting tasks that need it in equal turns; implemented as: at every tick and arrival, waiting
+  tasks are tried in rotating order (the start moves by one each pass), so no task starves
+  behind an elephant at the head of the queue.
+* :class:`RandomBlocks` — Sage's access control as seed 000 §VII-D describes it: a query gets
+  blocks chosen at random among those that can still afford its demand (up to c_j, stopping
+  early when the task's validator passes); blocks are reused until their budget runs out.
+* :class:`Streaming` — seed 000 §VII-D "Streaming" (Dwork 2010): each block serves at most one
+  query, chosen at random; used blocks are gone.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from blockbudget.mechanisms.noise import NoiseSource
+from blockbudget.scheduling.base import BlockSpec, Scheduler, TaskShape, TaskSpec
+from blockbudget.scheduling.pool import Pool
+
+__all__ = ["SCHEDULERS", "Fcfs", "RandomBlocks", "RoundRobin", "Streaming", "serve_open_in_order"]
+
+
+def serve_open_in_order(pool: Pool, task: TaskSpec, order: list[int]) -> bool:
+    """Charge an OPEN task's demand on blocks taken in ``order`` while they fit, up to c_j or
+    until its validator passes; grant if it got at least ``min_blocks``, else reject nothing
+    and return False (the caller decides)."""
+    limit = task.access_limit or len(order)
+    if not order:
+        return False
+    vec = pool.vector(task.demand)
+    ok = pool.fits_many(order, vec)
+    chosen = [order[k] for k in np.flatnonzero(ok)[:limit]]
+    if len(chosen) < task.min_blocks:
+        return False
+    if task.validator is None:
+        costs = {pool.blocks[i].block_id: task.demand for i in chosen}
+        return pool.grant(task.task_id, costs)
+    for i in chosen:
+        bid = pool.blocks[i].block_id
+        if not pool.charge(task.task_id, {bid: task.demand}):
+            continue
+        if task.validator(tuple(pool.charged_blocks[task.task_id])):
+            break
+    if len(pool.charged_blocks[task.task_id]) >= task.min_blocks:
+        return pool.grant(task.task_id)
+    return False
+
+
+class Fcfs(Scheduler):
+    """First come, first served (PrivateKube OSDI'21 §6.1 baseline); see the module docstring."""
+
+    name = "fcfs"
+    shapes = frozenset({TaskShape.NAMED, TaskShape.OPEN})
+
+    def __init__(self, *, seed: int = 0, noise: NoiseSource | None = None) -> None:
+        super().__init__(seed=seed, noise=noise)
+        self.queue: deque[str] = deque()
+
+    def _try(self, pool: Pool, task: TaskSpec) -> bool:
+        if task.blocks is not None:
+            return pool.grant(task.task_id)
+        order = list(range(pool.n_blocks - 1, -1, -1))
+        return serve_open_in_order(pool, task, order)
+
+    def on_task(self, pool: Pool, task: TaskSpec) -> None:
+        if not self.queue and self._try(pool, task):
+            return
+        if pool.is_pending(task.task_id):
+            self.queue.append(task.task_id)
+
+    def on_block(self, pool: Pool, block: BlockSpec) -> None:
+        self._drain(pool)
+
+    def _drain(self, pool: Pool) -> None:
+        while self.queue:
+            head = self.queue[0]
+            if not pool.is_pending(head):
+                self.queue.popleft()
+                continue
+            if self._try(pool, pool.tasks[head]):
+                self.queue.popleft()
+            else:
+                break
+
+
+class RoundRobin(Scheduler):
+    """PrivateKube's round-robin baseline; see the module docstring."""
+
+    name = "round-robin"
+    shapes = frozenset({TaskShape.NAMED, TaskShape.OPEN})
+    tick_interval = 1.0
+
+    def __init__(self, *, seed: int = 0, noise: NoiseSource | None = None) -> None:
+        super().__init__(seed=seed, noise=noise)
+        self.waiting: list[str] = []
+        self.start = 0
+
+    def on_task(self, pool: Pool, task: TaskSpec) -> None:
+        self.waiting.append(task.task_id)
+
+    def on_block(self, pool: Pool, block: BlockSpec) -> None:
+        self._pass(pool)
+
+    def on_tick(self, pool: Pool) -> None:
+        self._pass(pool)
+
+    def _pass(self, pool: Pool) -> None:
+        self.waiting = [t for t in self.waiting if pool.is_pending(t)]
+        if not self.waiting:
+            return
+        n = len(self.waiting)
+        start = self.start % n
+        order = self.waiting[start:] + self.waiting[:start]
+        self.start += 1
+        for tid in order:
+            task = pool.tasks[tid]
+            if task.blocks is not None:
+                pool.grant(tid)
+            else:
+                serve_open_in_order(pool, task, list(range(pool.n_blocks - 1, -1, -1)))
+
+
+class RandomBlocks(Scheduler):
+    """Sage-style random block choice (seed 000 §VII-D "Sage"); see the module docstring."""
+
+    name = "random-blocks"
+    shapes = frozenset({TaskShape.OPEN})
+
+    def on_task(self, pool: Pool, task: TaskSpec) -> None:
+        order = [int(i) for i in self.rng.permutation(pool.n_blocks)]
+        if not serve_open_in_order(pool, task, order) and pool.is_pending(task.task_id):
+            pool.reject(task.task_id, note="no block can afford the demand")
+
+
+class Streaming(Scheduler):
+    """Streaming (seed 000 §VII-D): every block serves at most one query; see the module
+    docstring."""
+
+    name = "streaming"
+    shapes = frozenset({TaskShape.OPEN})
+
+    def __init__(self, *, seed: int = 0, noise: NoiseSource | None = None) -> None:
+        super().__init__(seed=seed, noise=noise)
+        self.used: set[int] = set()
+
+    def on_task(self, pool: Pool, task: TaskSpec) -> None:
+        fresh = [i for i in range(pool.n_blocks) if i not in self.used]
+        order = [fresh[int(k)] for k in self.rng.permutation(len(fresh))]
+        if serve_open_in_order(pool, task, order):
+            for bid in pool.charged_blocks[task.task_id]:
+                self.used.add(pool.index(bid))
+        elif pool.is_pending(task.task_id):
+            for bid in pool.charged_blocks[task.task_id]:
+                self.used.add(pool.index(bid))
+            pool.reject(task.task_id, note="no unused block can afford the demand")
+
+
+SCHEDULERS: tuple[type[Scheduler], ...] = (Fcfs, RoundRobin, RandomBlocks, Streaming)

@@ -1,0 +1,503 @@
+"""The budget state a scheduler acts on: per-block capacity, charges, reservations, decisions.
+
+:class:`Pool` is the only way a :class:`~blockbudget.scheduling.base.Scheduler` changes
+anything. It keeps, per block, float vectors in the feature layout of the block's filter
+(:mod:`blockbudget.accounting.filters`): ``capacity``, ``charged`` and ``reserved`` (the sum of
+every waiting task's reservation). Every operation is checked and either done completely and
+logged as :class:`~blockbudget.scheduling.base.Decision` records, or refused with nothing
+changed:
+
+* an operation that would push a block beyond its filter returns ``False``;
+* an operation on a task that already has a terminal decision raises
+  :class:`~blockbudget.errors.InternalError` (decisions are irrevocable);
+* a charge on a block a NAMED task did not ask for, or beyond an OPEN task's ``max_blocks``,
+  raises :class:`~blockbudget.errors.InternalError` (a scheduler bug).
+
+Conservative floats: demands are the filter's fixed-point features (rounded up) divided by the
+unit and nudged up one ulp; capacities are the filter's capacities rounded down and shrunk by
+:data:`CAPACITY_MARGIN` (relative). Float sums therefore stay above the exact integer sums the
+ledger keeps for far more than a million charges per block, so decisions replayed on a real
+:class:`~blockbudget.ledger.Ledger` are never refused (tested in
+``tests/scheduling/test_ledger_bridge.py``). Under BASIC a block fits while *every* feature is
+within capacity; under RDP while *some* order is (PrivateKube OSDI'21 §4, DPack §3); under
+STRONG the filter's own non-linear test decides, one block at a time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from blockbudget.accounting import Accounting, Filter, make_filter
+from blockbudget.budget import UNIT, Budget, Cost, RdpCurve, sum_costs, units_down
+from blockbudget.errors import InternalError, InvalidRequestError, UnknownBlockError
+from blockbudget.scheduling.base import (
+    BlockSpec,
+    Decision,
+    DecisionKind,
+    TaskShape,
+    TaskSpec,
+    TaskStatus,
+)
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+#: Relative shrink applied to every float capacity (toward refusing).
+CAPACITY_MARGIN = 1e-9
+
+
+@dataclass(frozen=True)
+class CostVector:
+    """A cost with its conservative float features (cached by :meth:`Pool.vector`)."""
+
+    cost: Cost
+    vec: FloatArray
+
+
+class Pool:
+    """Per-block budget state under one accounting rule, with a checked decision log.
+
+    Args:
+        accounting: the rule guarding every block (BASIC, RDP or STRONG).
+        slack_delta: δ̃ for STRONG accounting (default δ_g/2).
+
+    Attributes:
+        now: the current time; the driver sets it before each event.
+        decisions: the decision log, in order.
+        tasks: every submitted task, by id.
+        status: every submitted task's status.
+    """
+
+    def __init__(self, accounting: Accounting, *, slack_delta: float | None = None) -> None:
+        if not isinstance(accounting, Accounting):
+            raise InvalidRequestError(f"accounting must be an Accounting, got {accounting!r}")
+        self.accounting = accounting
+        self.slack_delta = slack_delta
+        probe = make_filter(accounting, capacity=Budget(epsilon=1.0, delta=1e-6), slack_delta=None)
+        self.dims = probe.dims
+        self.now = 0.0
+        self.decisions: list[Decision] = []
+        self.tasks: dict[str, TaskSpec] = {}
+        self.status: dict[str, TaskStatus] = {}
+        self.blocks: list[BlockSpec] = []
+        self.block_index: dict[str, int] = {}
+        self.filters: list[Filter] = []
+        self._filter_cache: dict[Budget, tuple[Filter, FloatArray]] = {}
+        self._vec_cache: dict[Cost, FloatArray] = {}
+        self._cap = np.zeros((16, self.dims))
+        self._charged = np.zeros((16, self.dims))
+        self._reserved = np.zeros((16, self.dims))
+        # task id -> block index -> (summed vector, costs) of its open reservation there
+        self._holds: dict[str, dict[int, tuple[FloatArray, list[Cost]]]] = {}
+        self.charged_blocks: dict[str, list[str]] = {}
+        self.granted_at: dict[str, float] = {}
+        self.decided_at: dict[str, float] = {}
+
+    # --- views ------------------------------------------------------------------------------
+
+    @property
+    def n_blocks(self) -> int:
+        """How many blocks have arrived."""
+        return len(self.blocks)
+
+    @property
+    def capacity(self) -> FloatArray:
+        """(n_blocks, dims) conservative capacities (read-only view)."""
+        return self._view(self._cap)
+
+    @property
+    def charged(self) -> FloatArray:
+        """(n_blocks, dims) charged features (read-only view)."""
+        return self._view(self._charged)
+
+    @property
+    def reserved(self) -> FloatArray:
+        """(n_blocks, dims) features reserved for waiting tasks (read-only view)."""
+        return self._view(self._reserved)
+
+    def _view(self, array: FloatArray) -> FloatArray:
+        view = array[: self.n_blocks]
+        view.flags.writeable = False
+        return view
+
+    def remaining(self) -> FloatArray:
+        """(n_blocks, dims) capacity − charged − reserved (negative where an order is spent)."""
+        n = self.n_blocks
+        out: FloatArray = self._cap[:n] - self._charged[:n] - self._reserved[:n]
+        return out
+
+    def used_fraction(self, indices: Sequence[int] | IntArray | None = None) -> FloatArray:
+        """z_i of seed 000 Alg. 1: the consumed proportion of each block (charged + reserved).
+
+        BASIC: the largest used/capacity over (ε, δ); RDP: the smallest over usable orders (the
+        block lasts while its best order lasts); STRONG: 1 − the filter's remaining fraction.
+        """
+        idx = np.arange(self.n_blocks) if indices is None else np.asarray(indices, dtype=np.int64)
+        used = self._charged[idx] + self._reserved[idx]
+        cap = self._cap[idx]
+        if self.accounting is Accounting.STRONG:
+            return np.array(
+                [
+                    1.0 - self.filters[i].remaining_fraction(_to_units(used[k]))
+                    for k, i in enumerate(idx)
+                ]
+            )
+        with np.errstate(divide="ignore", invalid="ignore"):
+            frac = np.where(cap > 0, used / np.where(cap > 0, cap, 1.0), np.nan)
+        if self.accounting is Accounting.BASIC:
+            out = np.nanmax(np.where(np.isnan(frac), -np.inf, frac), axis=1)
+        else:
+            out = np.nanmin(np.where(np.isnan(frac), np.inf, frac), axis=1)
+        clipped: FloatArray = np.clip(out, 0.0, 1.0)
+        return clipped
+
+    def index(self, block_id: str) -> int:
+        """The index of a block.
+
+        Raises:
+            UnknownBlockError: the block has not arrived.
+        """
+        try:
+            return self.block_index[block_id]
+        except KeyError:
+            raise UnknownBlockError(f"block {block_id!r} has not arrived") from None
+
+    def is_pending(self, task_id: str) -> bool:
+        """Whether the task waits for a decision."""
+        return self.status.get(task_id) is TaskStatus.PENDING
+
+    def pending(self) -> list[str]:
+        """Ids of the waiting tasks, in submission order."""
+        return [t for t, s in self.status.items() if s is TaskStatus.PENDING]
+
+    def held(self, task_id: str) -> dict[str, FloatArray]:
+        """A waiting task's reservations: block id → reserved features."""
+        return {self.blocks[i].block_id: v for i, (v, _) in self._holds.get(task_id, {}).items()}
+
+    def held_cost(self, task_id: str, block_id: str) -> Cost | None:
+        """The exact total a task holds reserved on one block, or None."""
+        hold = self._holds.get(task_id, {}).get(self.index(block_id))
+        return None if hold is None else sum_costs(hold[1])
+
+    def vector(self, cost: Cost) -> FloatArray:
+        """Conservative float features of a cost (rounded up), cached.
+
+        Raises:
+            InvalidBudgetError: the accounting rule cannot account this kind of cost.
+        """
+        vec = self._vec_cache.get(cost)
+        if vec is None:
+            units = self.filters[0].features(cost) if self.filters else self._probe(cost)
+            vec = np.nextafter(np.array([u / UNIT for u in units], dtype=np.float64), np.inf)
+            vec[np.array(units) == 0] = 0.0
+            vec.flags.writeable = False
+            self._vec_cache[cost] = vec
+        return vec
+
+    def _probe(self, cost: Cost) -> Sequence[int]:
+        probe = make_filter(self.accounting, capacity=Budget(epsilon=1.0, delta=1e-6))
+        return probe.features(cost)
+
+    def capacity_share(self, block_id: str, fraction: float) -> Cost:
+        """A cost worth ``fraction`` of a block's capacity (Sage's even split, DPF's unlock).
+
+        BASIC: (fraction·ε_g, fraction·δ_g); RDP: a curve of fraction·capacity(α) at every
+        usable order and 0 where the capacity is negative; STRONG: (fraction·ε_g, fraction·δ_g),
+        which may not all fit (strong composition is not linear in ε).
+        """
+        if not (0 < fraction <= 1):
+            raise InvalidRequestError(f"fraction must be in (0, 1], got {fraction!r}")
+        block = self.blocks[self.index(block_id)]
+        f = fraction * (1 - 4 * CAPACITY_MARGIN)
+        if self.accounting is Accounting.RDP:
+            caps = self._cap[self.index(block_id)]
+            return RdpCurve([max(0.0, float(c)) * f for c in caps])
+        eps, delta = block.capacity.as_floats()
+        return Budget(epsilon=eps * f, delta=delta * f)
+
+    # --- fit tests --------------------------------------------------------------------------
+
+    def _fits_rows(self, used: FloatArray, idx: IntArray) -> npt.NDArray[np.bool_]:
+        ok: npt.NDArray[np.bool_]
+        if self.accounting is Accounting.BASIC:
+            ok = np.all(used <= self._cap[idx], axis=-1)
+            return ok
+        if self.accounting is Accounting.RDP:
+            ok = np.any(used <= self._cap[idx], axis=-1)
+            return ok
+        return np.array(
+            [self.filters[i].fits(_to_units(used[k])) for k, i in enumerate(idx)], dtype=bool
+        )
+
+    def fits_many(
+        self, indices: Sequence[int] | IntArray, vec: FloatArray
+    ) -> npt.NDArray[np.bool_]:
+        """Whether ``vec`` (one vector, or one row per index) fits on each block by index,
+        on top of everything charged and reserved."""
+        idx = np.asarray(indices, dtype=np.int64)
+        used = self._charged[idx] + self._reserved[idx] + vec
+        return self._fits_rows(used, idx)
+
+    def fits(self, task_id: str | None, block_id: str, cost: Cost) -> bool:
+        """Whether ``cost`` fits on a block for a task, counting the task's own reservation
+        there as available to it."""
+        i = self.index(block_id)
+        used = self._charged[i] + self._reserved[i] + self.vector(cost)
+        if task_id is not None:
+            hold = self._holds.get(task_id, {}).get(i)
+            if hold is not None:
+                used = used - hold[0]
+        return bool(self._fits_rows(used[None, :], np.array([i]))[0])
+
+    # --- registration -----------------------------------------------------------------------
+
+    def add_block(self, block: BlockSpec) -> int:
+        """Add an arriving block with its full capacity unallocated; returns its index.
+
+        Raises:
+            InvalidRequestError: a block with this id already arrived.
+            InvalidBudgetError: a capacity the accounting rule cannot use.
+        """
+        if block.block_id in self.block_index:
+            raise InvalidRequestError(f"block {block.block_id!r} arrived twice")
+        cached = self._filter_cache.get(block.capacity)
+        if cached is None:
+            filt = make_filter(
+                self.accounting, capacity=block.capacity, slack_delta=self.slack_delta
+            )
+            cached = (filt, _capacity_vector(filt))
+            self._filter_cache[block.capacity] = cached
+        n = self.n_blocks
+        if n == len(self._cap):
+            grow = max(16, n)
+            pad = np.zeros((grow, self.dims))
+            self._cap = np.vstack([self._cap, pad])
+            self._charged = np.vstack([self._charged, pad])
+            self._reserved = np.vstack([self._reserved, pad])
+        self._cap[n] = cached[1]
+        self.blocks.append(block)
+        self.filters.append(cached[0])
+        self.block_index[block.block_id] = n
+        return n
+
+    def submit(self, task: TaskSpec) -> None:
+        """Register an arriving task as PENDING.
+
+        Raises:
+            InvalidRequestError: a task with this id was already submitted.
+            UnknownBlockError: a NAMED task names a block that has not arrived.
+            InvalidBudgetError: a demand the accounting rule cannot account.
+        """
+        if task.task_id in self.tasks:
+            raise InvalidRequestError(f"task {task.task_id!r} submitted twice")
+        if task.blocks is not None:
+            for b in task.blocks:
+                self.index(b)
+        self.vector(task.demand)
+        self.tasks[task.task_id] = task
+        self.status[task.task_id] = TaskStatus.PENDING
+        self.charged_blocks[task.task_id] = []
+
+    # --- operations -------------------------------------------------------------------------
+
+    def _log(
+        self,
+        kind: DecisionKind,
+        task_id: str,
+        block: int | None = None,
+        cost: Cost | None = None,
+        note: str = "",
+    ) -> None:
+        block_id = None if block is None else self.blocks[block].block_id
+        self.decisions.append(
+            Decision(len(self.decisions), self.now, kind, task_id, block_id, cost, note)
+        )
+
+    def _open(self, task_id: str) -> TaskSpec:
+        status = self.status.get(task_id)
+        if status is None:
+            raise InternalError(f"task {task_id!r} was never submitted")
+        if status is not TaskStatus.PENDING:
+            raise InternalError(
+                f"task {task_id!r} is already {status.value}; decisions are irrevocable"
+            )
+        return self.tasks[task_id]
+
+    def reserve(self, task_id: str, block_id: str, cost: Cost, *, note: str = "") -> bool:
+        """Add ``cost`` to a waiting task's reservation on one block, if it fits.
+
+        Returns:
+            True when reserved; False (nothing changed) when the block cannot fit it.
+        """
+        self._open(task_id)
+        i = self.index(block_id)
+        vec = self.vector(cost)
+        if not bool(self.fits_many([i], vec)[0]):
+            return False
+        holds = self._holds.setdefault(task_id, {})
+        old = holds.get(i)
+        holds[i] = (vec.copy(), [cost]) if old is None else (old[0] + vec, [*old[1], cost])
+        self._reserved[i] += vec
+        self._log(DecisionKind.RESERVE, task_id, i, cost, note)
+        return True
+
+    def release(self, task_id: str, block_id: str | None = None, *, note: str = "") -> None:
+        """Return a waiting task's reservation on one block (or on all, when None)."""
+        self._open(task_id)
+        self._release(task_id, None if block_id is None else self.index(block_id), note)
+
+    def _release(self, task_id: str, block: int | None, note: str) -> None:
+        holds = self._holds.get(task_id, {})
+        targets = list(holds) if block is None else ([block] if block in holds else [])
+        for i in targets:
+            vec, costs = holds.pop(i)
+            self._reserved[i] = np.maximum(self._reserved[i] - vec, 0.0)
+            self._log(DecisionKind.RELEASE, task_id, i, sum_costs(costs), note)
+        if not holds:
+            self._holds.pop(task_id, None)
+
+    def charge(self, task_id: str, costs: Mapping[str, Cost], *, note: str = "") -> bool:
+        """Charge a waiting task's computation on several blocks, all-or-nothing.
+
+        On each block the task's own reservation is consumed first (released, then charged).
+
+        Returns:
+            True when charged; False (nothing changed) when some block cannot fit its cost.
+
+        Raises:
+            InternalError: a block a NAMED task did not name, more distinct blocks than an
+                OPEN task's ``max_blocks``, or a terminal task.
+        """
+        task = self._open(task_id)
+        idx = [self.index(b) for b in costs]
+        if task.blocks is not None:
+            extra = set(costs) - set(task.blocks)
+            if extra:
+                raise InternalError(f"task {task_id!r} did not ask for blocks {sorted(extra)}")
+        limit = task.access_limit
+        used_blocks = set(self.charged_blocks[task_id]) | set(costs)
+        if limit is not None and len(used_blocks) > limit:
+            raise InternalError(
+                f"task {task_id!r} may use at most {limit} blocks (c_j); got {len(used_blocks)}"
+            )
+        vecs = np.array([self.vector(c) for c in costs.values()]).reshape(len(idx), self.dims)
+        holds = self._holds.get(task_id, {})
+        own = np.array([holds[i][0] if i in holds else np.zeros(self.dims) for i in idx]).reshape(
+            len(idx), self.dims
+        )
+        arr = np.asarray(idx, dtype=np.int64)
+        used = self._charged[arr] + self._reserved[arr] - own + vecs
+        if len(set(idx)) != len(idx):
+            raise InternalError(f"task {task_id!r}: a block appears twice in one charge")
+        if not bool(np.all(self._fits_rows(used, arr))):
+            return False
+        for k, (block_id, cost) in enumerate(costs.items()):
+            i = idx[k]
+            if i in holds:
+                self._release(task_id, i, "consumed by charge")
+            self._charged[i] += vecs[k]
+            self._log(DecisionKind.CHARGE, task_id, i, cost, note)
+            if block_id not in self.charged_blocks[task_id]:
+                self.charged_blocks[task_id].append(block_id)
+        return True
+
+    def charge_overhead(self, task_id: str, block_id: str, cost: Cost, *, note: str) -> bool:
+        """Charge a block for the scheduler's own DP work on behalf of a task (seed 000
+        Alg. 1's comparison cost ε0). The block does not count toward the task's c_j.
+
+        Returns:
+            True when charged; False (nothing changed) when the block cannot fit it.
+        """
+        self._open(task_id)
+        i = self.index(block_id)
+        vec = self.vector(cost)
+        if not bool(self.fits_many([i], vec)[0]):
+            return False
+        self._charged[i] += vec
+        self._log(DecisionKind.OVERHEAD, task_id, i, cost, note)
+        return True
+
+    def grant(
+        self, task_id: str, costs: Mapping[str, Cost] | None = None, *, note: str = ""
+    ) -> bool:
+        """Serve a task (terminal): charge ``costs`` (if any) and close it.
+
+        For a NAMED task with ``costs`` None, its ``demand`` is charged on every named block
+        (all-or-nothing). For an OPEN task, ``costs`` may be None when it was already charged
+        block by block (:meth:`charge`); it must then have at least ``min_blocks`` blocks.
+        Whatever the task still holds reserved is released.
+
+        Returns:
+            True when granted; False (nothing changed) when the charge does not fit.
+        """
+        task = self._open(task_id)
+        if costs is None and task.blocks is not None and not self.charged_blocks[task_id]:
+            costs = {b: task.demand for b in task.blocks}
+        if costs and not self.charge(task_id, costs, note=note):
+            return False
+        if task.shape is TaskShape.OPEN and len(self.charged_blocks[task_id]) < task.min_blocks:
+            raise InternalError(
+                f"task {task_id!r} needs at least {task.min_blocks} blocks before a grant"
+            )
+        self._release(task_id, None, "granted")
+        self.status[task_id] = TaskStatus.GRANTED
+        self.granted_at[task_id] = self.now
+        self.decided_at[task_id] = self.now
+        self._log(DecisionKind.GRANT, task_id, note=note)
+        return True
+
+    def reject(self, task_id: str, *, note: str = "") -> None:
+        """Turn a waiting task down (terminal); its reservations are released. Budget it was
+        already charged stays spent."""
+        self._open(task_id)
+        self._release(task_id, None, "rejected")
+        self.status[task_id] = TaskStatus.REJECTED
+        self.decided_at[task_id] = self.now
+        self._log(DecisionKind.REJECT, task_id, note=note)
+
+    def _expire(self, task_id: str, note: str) -> None:
+        self._release(task_id, None, note)
+        self.status[task_id] = TaskStatus.EXPIRED
+        self.decided_at[task_id] = self.now
+        self._log(DecisionKind.EXPIRE, task_id, note=note)
+
+    def expire_due(self, now: float | None = None) -> list[str]:
+        """Expire every waiting task whose deadline is before ``now`` (default ``self.now``)."""
+        t = self.now if now is None else now
+        due = [tid for tid in self.pending() if self.tasks[tid].deadline < t]
+        for tid in due:
+            self._expire(tid, "timeout")
+        return due
+
+    def close(self) -> list[str]:
+        """End of the run: expire every task that still waits."""
+        left = self.pending()
+        for tid in left:
+            self._expire(tid, "end of run")
+        return left
+
+
+def _to_units(vec: Iterable[float]) -> tuple[int, ...]:
+    """Float features back to fixed-point units, rounded up (for non-linear filter tests)."""
+    return tuple(
+        0 if v <= 0 else math.ceil(float(v) * (1 + CAPACITY_MARGIN) * UNIT) + 1 for v in vec
+    )
+
+
+def _capacity_vector(filt: Filter) -> FloatArray:
+    """Conservative float capacity per feature (inf where a non-linear test decides)."""
+    if filt.accounting is Accounting.BASIC:
+        cap = filt.capacity
+        units = (units_down(cap.epsilon), units_down(cap.delta))
+    elif filt.accounting is Accounting.RDP:
+        units = filt.order_capacity  # type: ignore[attr-defined]
+    else:
+        return np.full(filt.dims, np.inf)
+    vals = np.array([u / UNIT for u in units], dtype=np.float64)
+    out: FloatArray = vals - np.abs(vals) * CAPACITY_MARGIN
+    return out

@@ -1,0 +1,148 @@
+"""Shared helpers of the scheduler contract suite: small random workloads and exact checks.
+
+The checks read only the decision log and recompute every block's usage with the real
+per-block filter in exact fixed-point integers — independent of the pool's float bookkeeping.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from blockbudget.accounting import Accounting, add_vectors, make_filter
+from blockbudget.budget import Budget, Cost, RdpCurve
+from blockbudget.scheduling import BlockSpec, DecisionKind, Pool, TaskShape, TaskSpec, TaskStatus
+from blockbudget.scheduling.base import TERMINAL_KINDS
+
+CAPACITY = Budget(epsilon=1.0, delta=1e-6)
+
+
+def demand(rng: np.random.Generator, accounting: Accounting, scale: float) -> Cost:
+    """A random demand of about ``scale`` × ε_g (RDP: Gaussian or Laplace curves)."""
+    if accounting is Accounting.RDP:
+        if rng.random() < 0.5:
+            sigma = 1.0 / (scale * 4.0)
+            return RdpCurve.gaussian(sigma=sigma)
+        return RdpCurve.laplace(scale=1.0 / (scale * 2.0))
+    return Budget(epsilon=round(scale, 4), delta=0 if accounting is Accounting.BASIC else 1e-9)
+
+
+def workload(
+    seed: int, accounting: Accounting, shape: TaskShape, *, n_blocks: int = 6, n_tasks: int = 40
+) -> tuple[list[BlockSpec], list[TaskSpec]]:
+    """Blocks arriving at t = 0, 1, ...; tasks arriving in between, mice and elephants, some
+    with timeouts, significance and access limits; NAMED tasks ask for the last 1–3 blocks."""
+    rng = np.random.default_rng(seed)
+    blocks = [BlockSpec(f"b{i}", float(i), CAPACITY) for i in range(n_blocks)]
+    tasks = []
+    for j in range(n_tasks):
+        arrival = float(rng.uniform(0, n_blocks))
+        scale = 0.05 if rng.random() < 0.75 else 0.3
+        cost = demand(rng, accounting, scale * float(rng.uniform(0.5, 1.5)))
+        timeout = None if rng.random() < 0.5 else float(rng.uniform(0.5, 3))
+        if shape is TaskShape.NAMED:
+            last = int(arrival)
+            k = int(rng.integers(1, 4))
+            names = tuple(f"b{i}" for i in range(max(0, last - k + 1), last + 1))
+            tasks.append(TaskSpec(f"t{j}", arrival, cost, blocks=names, timeout=timeout))
+        else:
+            sig = {f"b{i}": float(rng.uniform(0.1, 1.0)) for i in range(n_blocks)}
+            tasks.append(
+                TaskSpec(
+                    f"t{j}",
+                    arrival,
+                    cost,
+                    max_blocks=int(rng.integers(1, 4)),
+                    significance=sig,
+                    timeout=timeout,
+                )
+            )
+    return blocks, tasks
+
+
+def exact_usage(pool: Pool) -> dict[str, tuple[int, ...]]:
+    """Per block: the exact integer features of everything charged (CHARGE + OVERHEAD)."""
+    filt = make_filter(pool.accounting, capacity=CAPACITY)
+    usage: dict[str, tuple[int, ...]] = defaultdict(filt.zero)
+    for d in pool.decisions:
+        if d.kind in (DecisionKind.CHARGE, DecisionKind.OVERHEAD):
+            assert d.block_id is not None and d.cost is not None
+            usage[d.block_id] = add_vectors(usage[d.block_id], filt.features(d.cost))
+    return dict(usage)
+
+
+def check_no_overspend(pool: Pool) -> None:
+    """Every block's charges (and, at every moment, charges + reservations) fit its filter."""
+    filt = make_filter(pool.accounting, capacity=CAPACITY)
+    for block, used in exact_usage(pool).items():
+        assert filt.fits(used), f"block {block} overspent: {used}"
+    # replay reservations too: at every step, charged + reserved fits
+    used_now: dict[str, tuple[int, ...]] = defaultdict(filt.zero)
+    held: dict[tuple[str, str], tuple[int, ...]] = {}
+    for d in pool.decisions:
+        if d.block_id is None or d.cost is None:
+            continue
+        f = filt.features(d.cost)
+        key = (d.task_id, d.block_id)
+        if d.kind is DecisionKind.RESERVE:
+            held[key] = add_vectors(held.get(key, filt.zero()), f)
+            used_now[d.block_id] = add_vectors(used_now[d.block_id], f)
+        elif d.kind is DecisionKind.RELEASE:
+            assert held.pop(key) == f, "a release returned more or less than was held"
+            used_now[d.block_id] = tuple(
+                a - b for a, b in zip(used_now[d.block_id], f, strict=True)
+            )
+        else:
+            used_now[d.block_id] = add_vectors(used_now[d.block_id], f)
+        assert filt.fits(used_now[d.block_id]), f"block {d.block_id} over at decision {d.seq}"
+    assert not held, "reservations left open after the run"
+
+
+def check_irrevocable(pool: Pool) -> None:
+    """Exactly one terminal decision per task, nothing after it, and statuses that agree."""
+    closed: dict[str, DecisionKind] = {}
+    for d in pool.decisions:
+        assert d.task_id not in closed, f"decision {d.seq} after task {d.task_id} was closed"
+        if d.kind in TERMINAL_KINDS:
+            closed[d.task_id] = d.kind
+    assert set(closed) == set(pool.tasks)
+    expected = {
+        DecisionKind.GRANT: TaskStatus.GRANTED,
+        DecisionKind.REJECT: TaskStatus.REJECTED,
+        DecisionKind.EXPIRE: TaskStatus.EXPIRED,
+    }
+    for tid, kind in closed.items():
+        assert pool.status[tid] is expected[kind]
+    times = [d.time for d in pool.decisions]
+    assert times == sorted(times), "decisions out of time order"
+
+
+def check_task_rules(pool: Pool) -> None:
+    """NAMED grants charge exactly the demand on every named block; OPEN tasks respect c_j;
+    nothing is charged before a task arrives or after its deadline."""
+    charged: dict[str, dict[str, list[Cost]]] = defaultdict(lambda: defaultdict(list))
+    for d in pool.decisions:
+        task = pool.tasks[d.task_id]
+        assert d.time >= task.arrival
+        if d.kind is DecisionKind.CHARGE:
+            assert d.block_id is not None and d.cost is not None
+            assert d.time <= task.deadline
+            charged[d.task_id][d.block_id].append(d.cost)
+    for tid, task in pool.tasks.items():
+        got = charged.get(tid, {})
+        if task.blocks is not None and pool.status[tid] is TaskStatus.GRANTED:
+            assert set(got) == set(task.blocks)
+            for costs in got.values():
+                assert (
+                    len(costs) == 1
+                    and pool.vector(costs[0]).tolist() == pool.vector(task.demand).tolist()
+                )
+        if task.blocks is not None:
+            assert set(got) <= set(task.blocks)
+        limit = task.access_limit
+        if limit is not None:
+            assert len(got) <= limit
+        for costs in got.values():  # never more than the demand on one block
+            total = np.sum([pool.vector(c) for c in costs], axis=0)
+            assert np.all(total <= pool.vector(task.demand) * (1 + 1e-9) + 1e-15)
