@@ -1,8 +1,10 @@
 """The ``blockbudget`` command line (Typer + rich).
 
 Every command works on a platform home folder (``--home``, or ``$BLOCKBUDGET_HOME``, default
-``./.blockbudget``). Errors from the platform are printed as one clear line with exit code 2;
-nothing is charged by a refused command.
+``./.blockbudget``) — or, given ``--server URL --api-key KEY`` (or ``$BLOCKBUDGET_SERVER`` and
+``$BLOCKBUDGET_API_KEY``), against a running ``blockbudget serve`` as that key's principal.
+Errors from the platform or the server are printed as one clear line with exit code 2; nothing
+is charged by a refused command.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from blockbudget.budget import Budget
 from blockbudget.errors import BlockBudgetError
 from blockbudget.grant import group_cost
 from blockbudget.platform import Last, Platform
+from blockbudget.service.client import ServiceClient
 from blockbudget.store import Blocking, LatePolicy, Unit
 
 app = typer.Typer(
@@ -55,6 +58,29 @@ HomeOpt = Annotated[
     ),
 ]
 DEFAULT_HOME = Path(os.environ.get("BLOCKBUDGET_HOME", ".blockbudget"))
+ServerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--server", envvar="BLOCKBUDGET_SERVER", help="URL of a running `blockbudget serve`."
+    ),
+]
+KeyOpt = Annotated[
+    str | None,
+    typer.Option("--api-key", envvar="BLOCKBUDGET_API_KEY", help="API key for --server."),
+]
+principal_app = typer.Typer(
+    help="Principals, API keys and stream access of a service.", no_args_is_help=True
+)
+app.add_typer(principal_app, name="principal")
+
+
+def remote(server: str | None, api_key: str | None) -> ServiceClient | None:
+    """A client of ``server`` when one is given (then an API key is required), else None."""
+    if not server:
+        return None
+    if not api_key:
+        raise typer.BadParameter("--server needs --api-key (or $BLOCKBUDGET_API_KEY)")
+    return ServiceClient(server, api_key)
 
 
 def handle_errors(fn: F) -> F:
@@ -110,8 +136,34 @@ def stream_create(
         typer.Option(help="Late records (default: new_block; drop for user streams)."),
     ] = None,
     home: HomeOpt = DEFAULT_HOME,
+    server: ServerOpt = None,
+    api_key: KeyOpt = None,
 ) -> None:
     """Register a stream with its global policy and unit of protection."""
+    client = remote(server, api_key)
+    if client is not None:
+        if by is Unit.TIME:
+            parse_window(window)
+        out = client.create_stream(
+            {
+                "name": name,
+                "epsilon": epsilon,
+                "delta": delta,
+                "accounting": accounting.value,
+                "by": by.value,
+                "column": column,
+                "window_seconds": int(parse_window(window).total_seconds()),
+                "ids_per_block": ids_per_block,
+                "rows_per_user": rows_per_user,
+                "late_policy": late_policy.value if late_policy is not None else None,
+            }
+        )
+        policy = out["policy"]
+        console.print(
+            f"created stream [bold]{out['name']}[/] with policy "
+            f"(ε={policy['epsilon']}, δ={policy['delta']}) on {server}"
+        )
+        return
     if by is Unit.TIME:
         blocking = Blocking(unit=by, column=column, window=parse_window(window))
     elif by is Unit.USER:
@@ -135,10 +187,25 @@ def stream_create(
 
 @stream_app.command("list")
 @handle_errors
-def stream_list(home: HomeOpt = DEFAULT_HOME) -> None:
+def stream_list(
+    home: HomeOpt = DEFAULT_HOME, server: ServerOpt = None, api_key: KeyOpt = None
+) -> None:
     """List the streams."""
-    platform = Platform(home)
     table = Table("stream", "policy", "accounting", "blocking", "blocks")
+    client = remote(server, api_key)
+    if client is not None:
+        for st in client.streams():
+            pol = st["policy"]
+            table.add_row(
+                st["name"],
+                f"(ε={pol['epsilon']}, δ={pol['delta']})",
+                st["accounting"],
+                f"{st['unit']}({st['column']})",
+                str(st["blocks"]),
+            )
+        console.print(table)
+        return
+    platform = Platform(home)
     for spec in platform.streams():
         table.add_row(
             spec.name,
@@ -159,18 +226,32 @@ def context_add(
     name: str,
     description: Annotated[str, typer.Option(help="Who the context is for.")] = "",
     home: HomeOpt = DEFAULT_HOME,
+    server: ServerOpt = None,
+    api_key: KeyOpt = None,
 ) -> None:
     """Register a context (administrators only: each context gets a full budget per block)."""
-    Platform(home).add_context(name, description=description)
+    client = remote(server, api_key)
+    if client is not None:
+        client.add_context(name, description)
+    else:
+        Platform(home).add_context(name, description=description)
     console.print(f"context [bold]{name}[/] registered")
 
 
 @context_app.command("list")
 @handle_errors
-def context_list(home: HomeOpt = DEFAULT_HOME) -> None:
-    """List the registered contexts."""
-    platform = Platform(home)
+def context_list(
+    home: HomeOpt = DEFAULT_HOME, server: ServerOpt = None, api_key: KeyOpt = None
+) -> None:
+    """List the registered contexts (on a server: those the key's principal may use)."""
     table = Table("context", "description", "registered")
+    client = remote(server, api_key)
+    if client is not None:
+        for c in client.contexts():
+            table.add_row(c["name"], c["description"], str(c["created_at"]))
+        console.print(table)
+        return
+    platform = Platform(home)
     for info in platform.ledger.context_infos():
         table.add_row(info.name, info.description, str(info.created_at))
     console.print(table)
@@ -186,13 +267,38 @@ def ingest(
     path: Path,
     format: Annotated[str | None, typer.Option(help="csv or parquet (default: suffix).")] = None,
     home: HomeOpt = DEFAULT_HOME,
+    server: ServerOpt = None,
+    api_key: KeyOpt = None,
 ) -> None:
     """Ingest a CSV or Parquet file into a stream's blocks (all rows or none)."""
-    platform = Platform(home)
-    report = platform.ingest(stream, path, format=format)
+    client = remote(server, api_key)
+    if client is not None:
+        upload = path
+        kind = format or path.suffix.lstrip(".").lower()
+        if kind == "parquet":  # the server takes CSV or JSON records
+            import tempfile
+
+            import pandas as pd
+
+            upload = Path(tempfile.mkdtemp()) / "upload.csv"
+            pd.read_parquet(path).to_csv(upload, index=False)
+        out = client.ingest_csv(stream, upload)
+        rows, new, appended, late = (
+            out["rows"],
+            len(out["new_blocks"]),
+            len(out["appended_blocks"]),
+            out["late_rows"],
+        )
+    else:
+        report = Platform(home).ingest(stream, path, format=format)
+        rows, new, appended, late = (
+            report.rows,
+            len(report.new_blocks),
+            len(report.appended_blocks),
+            report.late_rows,
+        )
     console.print(
-        f"ingested {report.rows} rows: {len(report.new_blocks)} new block(s), "
-        f"{len(report.appended_blocks)} appended, {report.late_rows} late row(s)"
+        f"ingested {rows} rows: {new} new block(s), {appended} appended, {late} late row(s)"
     )
 
 
@@ -205,8 +311,14 @@ def blocks(
     ] = None,
     last: Annotated[int, typer.Option(help="Show only the newest N blocks (0: all).")] = 0,
     home: HomeOpt = DEFAULT_HOME,
+    server: ServerOpt = None,
+    api_key: KeyOpt = None,
 ) -> None:
     """Show each block's remaining budget, per context, as a bar."""
+    client = remote(server, api_key)
+    if client is not None:
+        render_remote_blocks(client.blocks(stream, context), stream, last=last)
+        return
     platform = Platform(home)
     render_blocks(platform, stream, contexts=context, last=last)
 
@@ -240,6 +352,28 @@ def render_blocks(
         )
 
 
+def render_remote_blocks(views: list[dict[str, Any]], stream: str, *, last: int = 0) -> None:
+    """Print the blocks table from a server's answer (row counts only where the server sent
+    them: to the stream's owners and admins)."""
+    if last > 0:
+        views = views[-last:]
+    ctxs = sorted({c for v in views for c in v["remaining_fraction"]})
+    with_rows = any(v.get("rows") is not None for v in views)
+    table = Table(title=f"blocks of {stream} — remaining budget per context")
+    table.add_column("block")
+    if with_rows:
+        table.add_column("rows", justify="right")
+    table.add_column("state")
+    for c in ctxs:
+        table.add_column(c)
+    for v in views:
+        state = "[red]retired[/]" if v["retired"] else ("sealed" if v["sealed"] else "open")
+        cells = [bar(v["remaining_fraction"].get(c, 1.0)) for c in ctxs]
+        rows = [f"{v['rows']:,}"] if with_rows else []
+        table.add_row(v["block_id"], *rows, state, *cells)
+    console.print(table)
+
+
 # --- queries -------------------------------------------------------------------------------------
 
 
@@ -256,7 +390,28 @@ def _run_query(
     lower: float | None = None,
     upper: float | None = None,
     categories: str | None = None,
+    client: ServiceClient | None = None,
 ) -> None:
+    if client is not None:
+        body: dict[str, Any] = {"epsilon": epsilon, "context": context}
+        if block:
+            body["blocks"] = list(block)
+        else:
+            body["last"] = last
+        if column is not None:
+            body["column"] = column
+        if lower is not None:
+            body["lower"] = lower
+        if upper is not None:
+            body["upper"] = upper
+        if categories:
+            body["categories"] = [c.strip() for c in categories.split(",") if c.strip()]
+        out = client.query(stream, kind, body)
+        cost = out["cost"]
+        console.print(f"[bold]{kind}[/] over {len(out['blocks'])} block(s) in context {context!r}:")
+        console.print(f"  DP answer: {out['value']}")
+        console.print(f"  cost: (ε={cost['epsilon']}, δ={cost['delta']})   noise: {out['noise']}")
+        return
     from blockbudget.mechanisms import DPResult
     from blockbudget.mechanisms import statistics as stats
 
@@ -308,6 +463,8 @@ def _query_command(kind: str) -> None:
             str | None, typer.Option(help="Comma-separated public bins (histogram).")
         ] = None,
         home: HomeOpt = DEFAULT_HOME,
+        server: ServerOpt = None,
+        api_key: KeyOpt = None,
     ) -> None:
         _run_query(
             kind,
@@ -321,6 +478,7 @@ def _query_command(kind: str) -> None:
             lower=lower,
             upper=upper,
             categories=categories,
+            client=remote(server, api_key),
         )
 
     command.__doc__ = f"DP {kind} over a window of blocks."
@@ -336,10 +494,18 @@ for _kind in ("count", "sum", "mean", "histogram"):
 
 @audit_app.command("verify")
 @handle_errors
-def audit_verify(home: HomeOpt = DEFAULT_HOME) -> None:
+def audit_verify(
+    home: HomeOpt = DEFAULT_HOME, server: ServerOpt = None, api_key: KeyOpt = None
+) -> None:
     """Replay the audit log; check the ledger and every filter."""
-    platform = Platform(home)
-    report = platform.verify()
+    client = remote(server, api_key)
+    report: Any
+    if client is not None:
+        from types import SimpleNamespace
+
+        report = SimpleNamespace(**client.verify())
+    else:
+        report = Platform(home).verify()
     print_verify(report)
     if not report.ok:
         raise typer.Exit(code=1)
@@ -364,14 +530,144 @@ def print_verify(report: Any) -> None:
 def audit_log(
     limit: Annotated[int, typer.Option(help="Newest N events.")] = 20,
     home: HomeOpt = DEFAULT_HOME,
+    server: ServerOpt = None,
+    api_key: KeyOpt = None,
 ) -> None:
     """Show the newest audit events."""
-    platform = Platform(home)
-    events = platform.ledger.events()
     table = Table("seq", "kind", "context", "request", "payload")
-    for e in events[-limit:]:
-        table.add_row(str(e.seq), str(e.kind), e.context or "", e.request_id, str(e.payload)[:80])
+    client = remote(server, api_key)
+    if client is not None:
+        rows: list[tuple[Any, ...]] = []
+        after = 0
+        while True:  # page through the log, keeping the newest `limit`
+            page = client.events(after_seq=after, limit=1000)
+            rows.extend(
+                (e["seq"], e["kind"], e["context"], e["request_id"], e["payload"]) for e in page
+            )
+            rows = rows[-limit:]
+            if len(page) < 1000:
+                break
+            after = page[-1]["seq"]
+    else:
+        rows = [
+            (e.seq, e.kind.value, e.context, e.request_id, e.payload)
+            for e in Platform(home).ledger.events()[-limit:]
+        ]
+    for seq, kind, context, request_id, payload in rows:
+        table.add_row(str(seq), str(kind), context or "", request_id, str(payload)[:80])
     console.print(table)
+
+
+# --- service ------------------------------------------------------------------------------------
+
+
+@app.command()
+@handle_errors
+def serve(
+    home: HomeOpt = DEFAULT_HOME,
+    database: Annotated[
+        str | None,
+        typer.Option(
+            envvar="BLOCKBUDGET_DATABASE",
+            help="SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db, shared by several "
+            "server processes (default: the SQLite file in --home).",
+        ),
+    ] = None,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    workers: Annotated[int, typer.Option(help="Server processes.")] = 1,
+    group_commit: Annotated[
+        bool, typer.Option(help="Batch concurrent ledger writes into one durable commit.")
+    ] = True,
+) -> None:
+    """Serve the platform over HTTP (API, OpenAPI schema at /docs, dashboard at /dashboard).
+
+    On first start (no principal yet) an admin principal is created and its key printed once.
+    """
+    from blockbudget.service.server import bootstrap_admin
+    from blockbudget.service.server import serve as run_server
+
+    key = bootstrap_admin(home, database)
+    if key is not None:
+        console.print(f"created principal [bold]admin[/]; its API key (shown once): {key}")
+    console.print(
+        f"serving on http://{host}:{port} ({workers} process(es)); dashboard at /dashboard"
+    )
+    run_server(
+        home=home,
+        database=database,
+        host=host,
+        port=port,
+        workers=workers,
+        group_commit=group_commit,
+    )
+
+
+@principal_app.command("add")
+@handle_errors
+def principal_add(
+    name: str,
+    role: Annotated[str, typer.Option(help="admin, owner or analyst.")] = "analyst",
+    context: Annotated[
+        list[str] | None, typer.Option(help="Context(s) the principal may spend in.")
+    ] = None,
+    home: HomeOpt = DEFAULT_HOME,
+    database: Annotated[str | None, typer.Option(envvar="BLOCKBUDGET_DATABASE")] = None,
+    server: ServerOpt = None,
+    api_key: KeyOpt = None,
+) -> None:
+    """Create a principal and print its first API key (shown once, stored hashed)."""
+    from blockbudget.service.auth import KeyStore, Role
+
+    contexts = list(context or [])
+    client = remote(server, api_key)
+    if client is not None:
+        key = client.add_principal(name, role, contexts)["api_key"]
+    else:
+        try:
+            role_value = Role(role)
+        except ValueError:
+            raise typer.BadParameter(
+                f"role must be admin, owner or analyst, not {role!r}"
+            ) from None
+        platform = Platform(home, database_url=database)
+        unknown = sorted(set(contexts) - set(platform.contexts()))
+        if unknown:
+            raise typer.BadParameter(f"unknown context(s) {unknown}: register them first")
+        keys = KeyStore(platform.ledger.engine)
+        keys.add_principal(name, role_value, contexts=tuple(contexts))
+        key = keys.create_key(name)
+    console.print(f"principal [bold]{name}[/] ({role}); API key (shown once): {key}")
+
+
+@principal_app.command("grant")
+@handle_errors
+def principal_grant(
+    name: str,
+    stream: str,
+    permission: Annotated[str, typer.Option(help="read or own.")] = "read",
+    home: HomeOpt = DEFAULT_HOME,
+    database: Annotated[str | None, typer.Option(envvar="BLOCKBUDGET_DATABASE")] = None,
+    server: ServerOpt = None,
+    api_key: KeyOpt = None,
+) -> None:
+    """Give a principal read (or own) access to a stream."""
+    from blockbudget.service.auth import KeyStore, Permission
+
+    client = remote(server, api_key)
+    if client is not None:
+        client.grant(name, stream, permission)
+    else:
+        try:
+            perm = Permission(permission)
+        except ValueError:
+            raise typer.BadParameter(
+                f"permission must be read or own, not {permission!r}"
+            ) from None
+        platform = Platform(home, database_url=database)
+        platform.stream(stream)
+        KeyStore(platform.ledger.engine).grant(name, stream, perm)
+    console.print(f"principal [bold]{name}[/] may now {permission} stream {stream}")
 
 
 # --- demo ----------------------------------------------------------------------------------------

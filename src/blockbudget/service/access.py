@@ -1,0 +1,155 @@
+"""Authentication, authorization and the mapping of refusals to HTTP statuses.
+
+Every check here runs *before* the platform is asked to do anything, so a refused request is
+answered without touching the ledger (nothing reserved, nothing charged):
+
+* 401 — no key, or a malformed, unknown or revoked key;
+* 403 — a valid key whose principal may not do this: wrong role, no ACL entry for the stream,
+  or a context the principal is not bound to;
+* 404 — an unknown stream, block or reservation (only after the ACL check, so that an analyst
+  cannot probe which streams exist);
+* 409 — refused by the state of the ledger: budget exceeded, retired block, a reservation that
+  is closed, expired or overdrawn, a store conflict;
+* 422 — a malformed request: bad budget, bad selection, unknown column or context, bad data.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+
+from blockbudget.errors import (
+    BlockBudgetError,
+    BudgetExceededError,
+    DataError,
+    InvalidBudgetError,
+    InvalidRequestError,
+    ReservationError,
+    RetiredBlockError,
+    StoreConflictError,
+    UnknownBlockError,
+    UnknownContextError,
+)
+from blockbudget.service.auth import KeyStore, Permission, Principal, Role
+
+
+class AuthError(BlockBudgetError):
+    """Raised by the service when a request is not authenticated (401) or not authorized (403).
+
+    Attributes:
+        status: 401 or 403.
+    """
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def status_of(exc: BlockBudgetError) -> int:
+    """The HTTP status of a platform refusal (see the module docstring)."""
+    if isinstance(exc, AuthError):
+        return exc.status
+    if isinstance(exc, UnknownContextError):
+        return 422
+    if isinstance(exc, UnknownBlockError):
+        return 404
+    if isinstance(
+        exc, (BudgetExceededError, RetiredBlockError, ReservationError, StoreConflictError)
+    ):
+        return 409
+    if isinstance(exc, (InvalidRequestError, InvalidBudgetError, DataError)):
+        return 422
+    return 500  # AuditError, InternalError: a broken ledger or a bug, never a client's fault
+
+
+def error_response(exc: BlockBudgetError) -> JSONResponse:
+    status = status_of(exc)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(
+        {"error": type(exc).__name__, "detail": str(exc)}, status_code=status, headers=headers
+    )
+
+
+class Authenticator:
+    """Resolves API keys to principals, with a short in-process cache.
+
+    A key is looked up at most once per ``ttl_seconds`` per process (revoking a key or changing
+    an ACL therefore takes effect within that time; 0 disables the cache).
+    """
+
+    def __init__(self, keys: KeyStore, *, ttl_seconds: float = 2.0) -> None:
+        self._keys = keys
+        self._ttl = ttl_seconds
+        self._cache: dict[str, tuple[float, Principal | None]] = {}
+        self._lock = threading.Lock()
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._cache.clear()
+
+    def __call__(self, request: Request) -> Principal:
+        key = request.headers.get("x-api-key")
+        auth = request.headers.get("authorization")
+        if key is None and auth is not None and auth.lower().startswith("bearer "):
+            key = auth[7:].strip()
+        if not key:
+            raise AuthError(
+                401, "an API key is required: send 'Authorization: Bearer <key>' or 'X-API-Key'"
+            )
+        now = time.monotonic()
+        hit = self._cache.get(key)
+        if hit is not None and now - hit[0] < self._ttl:
+            principal = hit[1]
+        else:
+            principal = self._keys.authenticate(key)
+            with self._lock:
+                if len(self._cache) > 10_000:
+                    self._cache.clear()
+                self._cache[key] = (now, principal)
+        if principal is None:
+            raise AuthError(401, "the API key is malformed, unknown or revoked")
+        return principal
+
+
+def require_role(principal: Principal, *roles: Role) -> None:
+    """403 unless the principal has one of ``roles`` (admins always pass)."""
+    if principal.role is Role.ADMIN or principal.role in roles:
+        return
+    allowed = ", ".join(r.value for r in (Role.ADMIN, *roles))
+    raise AuthError(
+        403, f"principal {principal.name!r} has role {principal.role.value}; this needs {allowed}"
+    )
+
+
+def require_stream(principal: Principal, stream: str, *, own: bool = False) -> Permission | None:
+    """403 unless the principal may read (or, with ``own``, owns) ``stream``. Returns the ACL
+    permission (None for admins without one)."""
+    permission = principal.permission(stream)
+    if principal.role is Role.ADMIN:
+        return permission
+    if permission is Permission.OWN or (permission is Permission.READ and not own):
+        return permission
+    need = "own" if own else "read"
+    raise AuthError(403, f"principal {principal.name!r} has no {need} access to stream {stream!r}")
+
+
+def require_context(principal: Principal, context: str) -> None:
+    """403 unless the principal is bound to ``context`` (admins may use any)."""
+    if principal.role is Role.ADMIN or context in principal.contexts:
+        return
+    bound = ", ".join(principal.contexts) or "none"
+    raise AuthError(
+        403,
+        f"principal {principal.name!r} may spend budget only in its bound context(s) ({bound}), "
+        f"not in {context!r}",
+    )
+
+
+def visible_contexts(principal: Principal, registered: list[str]) -> list[str]:
+    """The registered contexts a principal may see."""
+    if principal.role is Role.ADMIN:
+        return registered
+    return [c for c in registered if c in principal.contexts]

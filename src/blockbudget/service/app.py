@@ -1,0 +1,548 @@
+"""The HTTP API: FastAPI over one :class:`~blockbudget.platform.Platform`.
+
+Every route authenticates (:mod:`blockbudget.service.access`), checks role, stream ACL and
+context binding *before* calling the platform, and maps platform refusals to 404/409/422 — so a
+refused request never reserves or charges anything. No route returns a data row: DP answers,
+budgets, block keys, reservations and audit events only; exact row counts go to a stream's
+owners and admins only.
+
+Routes run in FastAPI's thread pool (the platform is synchronous). With ``group_commit`` the
+ledger batches concurrent writes of all those threads into single durable transactions
+(:mod:`blockbudget.ledger.group`).
+"""
+
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio.to_thread
+from fastapi import Body, Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+from blockbudget import __version__
+from blockbudget.accounting import Accounting
+from blockbudget.budget import Budget
+from blockbudget.errors import BlockBudgetError, InvalidRequestError, ReservationError
+from blockbudget.ledger import Ledger, Reservation, ReservationState
+from blockbudget.platform import BlockView, Last, Platform
+from blockbudget.service import schemas as sc
+from blockbudget.service.access import (
+    Authenticator,
+    AuthError,
+    error_response,
+    require_context,
+    require_role,
+    require_stream,
+    visible_contexts,
+)
+from blockbudget.service.auth import KeyStore, Permission, Principal, Role
+from blockbudget.service.dashboard import RETIRING_FRACTION, STATIC_DIR, heatmap, page
+from blockbudget.store import Blocking, LatePolicy, Unit
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": sc.ErrorOut, "description": "no, malformed, unknown or revoked API key"},
+    403: {"model": sc.ErrorOut, "description": "role, stream ACL or context binding refuses"},
+    404: {"model": sc.ErrorOut, "description": "unknown stream, block or reservation"},
+    409: {"model": sc.ErrorOut, "description": "budget exceeded, retired, reservation state"},
+    422: {"model": sc.ErrorOut, "description": "malformed request"},
+}
+
+
+def open_platform(home: str | Path, database_url: str | None, *, group_commit: bool) -> Platform:
+    """A platform whose ledger batches concurrent writes when ``group_commit``."""
+    platform = Platform(home, database_url=database_url)
+    if group_commit:
+        platform.ledger.dispose()
+        platform.ledger = Ledger(platform.database_url, group_commit=True)
+    return platform
+
+
+def create_app(
+    platform: Platform,
+    *,
+    keys: KeyStore | None = None,
+    auth_cache_seconds: float = 2.0,
+    threads: int = 128,
+) -> FastAPI:
+    """The FastAPI application serving ``platform``.
+
+    Args:
+        platform: the platform (its database also holds principals, keys and ACLs).
+        keys: the key store (default: in the platform's ledger database).
+        auth_cache_seconds: how long a key lookup is cached per process.
+        threads: the size of the thread pool that runs the (synchronous) routes.
+    """
+    keystore = keys if keys is not None else KeyStore(platform.ledger.engine)
+    authenticate = Authenticator(keystore, ttl_seconds=auth_cache_seconds)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        anyio.to_thread.current_default_thread_limiter().total_tokens = threads
+        yield
+
+    app = FastAPI(
+        title="blockbudget",
+        version=__version__,
+        description="Per-block differential-privacy budgets for growing datasets, as a service.",
+        lifespan=lifespan,
+        responses=ERRORS,
+    )
+    app.state.platform = platform
+    app.state.keys = keystore
+    app.state.authenticate = authenticate
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+    @app.exception_handler(BlockBudgetError)
+    async def on_error(_: Request, exc: BlockBudgetError) -> Any:
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def on_invalid(_: Request, exc: RequestValidationError) -> Any:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}"
+            for e in exc.errors()[:5]
+        )
+        return JSONResponse(
+            {"error": "RequestValidationError", "detail": f"malformed request — {problems}"},
+            status_code=422,
+        )
+
+    Auth = Annotated[Principal, Depends(authenticate)]
+
+    # --- public --------------------------------------------------------------------------------
+
+    @app.get("/healthz", tags=["service"])
+    def healthz() -> dict[str, str]:
+        return {"status": "ok", "version": __version__}
+
+    @app.get("/dashboard", response_class=HTMLResponse, tags=["dashboard"])
+    def dashboard_page() -> str:
+        return page()
+
+    # --- principals ----------------------------------------------------------------------------
+
+    def principal_out(p: Principal) -> sc.PrincipalOut:
+        return sc.PrincipalOut(
+            name=p.name, role=p.role, contexts=list(p.contexts), streams=dict(p.streams)
+        )
+
+    @app.get("/v1/whoami", tags=["principals"])
+    def whoami(me: Auth) -> sc.PrincipalOut:
+        return principal_out(me)
+
+    @app.post("/v1/principals", status_code=201, tags=["principals"])
+    def add_principal(me: Auth, body: sc.PrincipalIn) -> sc.NewKeyOut:
+        require_role(me)
+        registered = set(platform.contexts())
+        unknown = sorted(set(body.contexts) - registered)
+        if unknown:
+            raise InvalidRequestError(f"unknown context(s) {unknown}: register them first")
+        p = keystore.add_principal(body.name, body.role, contexts=tuple(body.contexts))
+        return sc.NewKeyOut(principal=principal_out(p), api_key=keystore.create_key(p.name))
+
+    @app.get("/v1/principals", tags=["principals"])
+    def list_principals(me: Auth) -> list[sc.PrincipalOut]:
+        require_role(me)
+        return [principal_out(p) for p in keystore.principals()]
+
+    @app.post("/v1/principals/{name}/keys", status_code=201, tags=["principals"])
+    def new_key(me: Auth, name: str) -> sc.NewKeyOut:
+        require_role(me)
+        key = keystore.create_key(name)
+        return sc.NewKeyOut(principal=principal_out(keystore.principal(name)), api_key=key)
+
+    @app.put("/v1/principals/{name}/contexts", tags=["principals"])
+    def set_contexts(me: Auth, name: str, body: sc.ContextsIn) -> sc.PrincipalOut:
+        require_role(me)
+        unknown = sorted(set(body.contexts) - set(platform.contexts()))
+        if unknown:
+            raise InvalidRequestError(f"unknown context(s) {unknown}: register them first")
+        out = keystore.set_contexts(name, tuple(body.contexts))
+        authenticate.invalidate()
+        return principal_out(out)
+
+    @app.put("/v1/principals/{name}/streams/{stream}", tags=["principals"])
+    def grant_stream(me: Auth, name: str, stream: str, body: sc.AclIn) -> sc.PrincipalOut:
+        # Admins grant anything; a stream's owner may grant READ on it to others.
+        if me.role is not Role.ADMIN:
+            require_stream(me, stream, own=True)
+            if body.permission is not Permission.READ:
+                raise AuthError(403, "only an admin can make another principal an owner")
+        platform.stream(stream)
+        out = keystore.grant(name, stream, body.permission)
+        authenticate.invalidate()
+        return principal_out(out)
+
+    @app.delete("/v1/principals/{name}/streams/{stream}", tags=["principals"])
+    def revoke_stream(me: Auth, name: str, stream: str) -> sc.PrincipalOut:
+        if me.role is not Role.ADMIN:
+            require_stream(me, stream, own=True)
+        out = keystore.revoke(name, stream)
+        authenticate.invalidate()
+        return principal_out(out)
+
+    # --- contexts ------------------------------------------------------------------------------
+
+    @app.get("/v1/contexts", tags=["contexts"])
+    def list_contexts(me: Auth) -> list[sc.ContextOut]:
+        seen = set(visible_contexts(me, platform.contexts()))
+        return [
+            sc.ContextOut(name=i.name, description=i.description, created_at=i.created_at)
+            for i in platform.ledger.context_infos()
+            if i.name in seen
+        ]
+
+    @app.post("/v1/contexts", status_code=201, tags=["contexts"])
+    def add_context(me: Auth, body: sc.ContextIn) -> sc.ContextOut:
+        require_role(me)
+        info = platform.ledger.add_context(body.name, description=body.description)
+        return sc.ContextOut(
+            name=info.name, description=info.description, created_at=info.created_at
+        )
+
+    # --- streams and blocks --------------------------------------------------------------------
+
+    def stream_out(name: str, me: Principal) -> sc.StreamOut:
+        spec = platform.stream(name)
+        perm = me.permission(name)
+        return sc.StreamOut(
+            name=spec.name,
+            policy={"epsilon": str(spec.policy.epsilon), "delta": str(spec.policy.delta)},
+            accounting=spec.accounting.value,
+            unit=spec.blocking.unit.value,
+            column=spec.blocking.column,
+            blocks=len(platform.store.blocks(name)),
+            description=spec.description,
+            permission=perm.value if perm is not None else None,
+        )
+
+    @app.get("/v1/streams", tags=["streams"])
+    def list_streams(me: Auth) -> list[sc.StreamOut]:
+        names = [s.name for s in platform.streams()]
+        if me.role is not Role.ADMIN:
+            names = [n for n in names if me.permission(n) is not None]
+        return [stream_out(n, me) for n in names]
+
+    @app.post("/v1/streams", status_code=201, tags=["streams"])
+    def create_stream(me: Auth, body: sc.StreamIn) -> sc.StreamOut:
+        require_role(me, Role.OWNER)
+        unit = Unit(body.by)
+        if unit is Unit.TIME:
+            blocking = Blocking(
+                unit=unit, column=body.column, window=timedelta(seconds=body.window_seconds)
+            )
+        elif unit is Unit.USER:
+            blocking = Blocking(
+                unit=unit,
+                column=body.column,
+                ids_per_block=body.ids_per_block,
+                rows_per_user=body.rows_per_user,
+            )
+        else:
+            blocking = Blocking(unit=unit, column=body.column)
+        late = (
+            LatePolicy(body.late_policy)
+            if body.late_policy is not None
+            else (LatePolicy.DROP if unit is Unit.USER else LatePolicy.NEW_BLOCK)
+        )
+        platform.create_stream(
+            body.name,
+            policy=Budget(epsilon=body.epsilon, delta=body.delta),
+            blocking=blocking,
+            accounting=Accounting(body.accounting),
+            late_policy=late,
+            description=body.description,
+        )
+        if me.role is Role.OWNER:
+            me = keystore.grant(me.name, body.name, Permission.OWN)
+            authenticate.invalidate()
+        return stream_out(body.name, me)
+
+    @app.get("/v1/streams/{stream}", tags=["streams"])
+    def get_stream(me: Auth, stream: str) -> sc.StreamOut:
+        require_stream(me, stream)
+        return stream_out(stream, me)
+
+    @app.post("/v1/streams/{stream}/ingest", tags=["streams"])
+    async def ingest(me: Auth, stream: str, request: Request) -> sc.IngestOut:
+        require_stream(me, stream, own=True)
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        raw = await request.body()
+        return await anyio.to_thread.run_sync(_ingest, stream, kind, raw)
+
+    def _ingest(stream: str, kind: str, raw: bytes) -> sc.IngestOut:
+        import pandas as pd
+        import pydantic
+
+        platform.stream(stream)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "upload.csv"
+            if kind in ("text/csv", "application/csv"):
+                path.write_bytes(raw)
+            elif kind == "application/json":
+                try:
+                    body = sc.IngestIn.model_validate_json(raw)
+                except pydantic.ValidationError as exc:
+                    raise InvalidRequestError(f"ingest body: {exc.errors()[:3]}") from None
+                pd.DataFrame.from_records(body.records).to_csv(path, index=False)
+            else:
+                raise InvalidRequestError(
+                    f"ingest takes text/csv or application/json records, not {kind or 'nothing'!r}"
+                )
+            report = platform.ingest(stream, path, format="csv")
+        return sc.IngestOut(
+            rows=report.rows,
+            new_blocks=list(report.new_blocks),
+            appended_blocks=list(report.appended_blocks),
+            late_rows=report.late_rows,
+        )
+
+    def block_out(v: BlockView, *, with_rows: bool) -> sc.BlockOut:
+        return sc.BlockOut(
+            block_id=v.block_id,
+            key=v.key,
+            sealed=v.sealed,
+            retired=v.retired,
+            remaining_fraction=v.remaining_fraction,
+            remaining=v.remaining,
+            rows=v.rows if with_rows else None,
+        )
+
+    def contexts_for(me: Principal, asked: list[str] | None) -> list[str]:
+        registered = platform.contexts()
+        seen = visible_contexts(me, registered)
+        if asked:
+            for c in asked:
+                require_context(me, c)
+            bad = sorted(set(asked) - set(registered))
+            if bad:
+                raise InvalidRequestError(f"unknown context(s) {bad}")
+            return list(asked)
+        return seen
+
+    @app.get("/v1/streams/{stream}/blocks", tags=["streams"])
+    def list_blocks(
+        me: Auth,
+        stream: str,
+        context: Annotated[list[str] | None, Query()] = None,
+    ) -> list[sc.BlockOut]:
+        perm = require_stream(me, stream)
+        ctxs = contexts_for(me, context)
+        with_rows = me.role is Role.ADMIN or perm is Permission.OWN
+        return [block_out(v, with_rows=with_rows) for v in platform.blocks(stream, contexts=ctxs)]
+
+    @app.post("/v1/streams/{stream}/retire", tags=["streams"])
+    def retire_exhausted(me: Auth, stream: str) -> sc.RetireOut:
+        require_stream(me, stream, own=True)
+        return sc.RetireOut(retired=platform.retire_exhausted(stream))
+
+    # --- reservations and charges --------------------------------------------------------------
+
+    def selection(stream: str, body: sc.Selection, *, context: str, cost: Budget) -> list[str]:
+        if (body.blocks is None) == (body.last is None):
+            raise InvalidRequestError("give exactly one of 'blocks' and 'last'")
+        sel: list[str] | Last = (
+            list(body.blocks) if body.blocks is not None else Last(body.last or 1)
+        )
+        return list(platform.select(stream, sel, context=context, cost=cost))
+
+    def reservation_out(r: Reservation) -> sc.ReservationOut:
+        return sc.ReservationOut(
+            id=r.id,
+            blocks=list(r.blocks),
+            context=r.context,
+            cost=r.cost.to_json(),
+            state=r.state.value,
+            holder=r.holder,
+            expires_at=r.expires_at,
+        )
+
+    def owned_reservation(me: Principal, rid: str) -> Reservation:
+        res = platform.ledger.reservation(rid)
+        if me.role is not Role.ADMIN and res.holder != me.name:
+            raise AuthError(403, f"reservation {rid!r} belongs to another principal")
+        return res
+
+    @app.post("/v1/streams/{stream}/reservations", status_code=201, tags=["budget"])
+    def reserve(me: Auth, stream: str, body: sc.ReserveIn) -> sc.ReservationOut:
+        require_stream(me, stream)
+        require_context(me, body.context)
+        cost = Budget(epsilon=body.epsilon, delta=body.delta)
+        blocks = selection(stream, body, context=body.context, cost=cost)
+        res = platform.ledger.reserve(
+            blocks,
+            cost,
+            context=body.context,
+            holder=me.name,
+            ttl_seconds=body.ttl_seconds,
+            request_id=_scoped(me, body.request_id),
+        )
+        return reservation_out(res)
+
+    @app.get("/v1/reservations/{rid}", tags=["budget"])
+    def get_reservation(me: Auth, rid: str) -> sc.ReservationOut:
+        return reservation_out(owned_reservation(me, rid))
+
+    @app.post("/v1/reservations/{rid}/charges", tags=["budget"])
+    def draw(me: Auth, rid: str, body: sc.DrawIn) -> sc.ChargeOut:
+        res = owned_reservation(me, rid)
+        require_context(me, res.context)
+        if res.state is not ReservationState.OPEN:
+            raise ReservationError(f"reservation {rid!r} is {res.state.value}")
+        receipt = platform.ledger.charge(
+            list(body.blocks) if body.blocks else list(res.blocks),
+            Budget(epsilon=body.epsilon, delta=body.delta),
+            context=res.context,
+            reservation_id=rid,
+            request_id=_scoped(me, body.request_id),
+        )
+        return _charge_out(receipt)
+
+    @app.post("/v1/reservations/{rid}/release", tags=["budget"])
+    def release(me: Auth, rid: str) -> sc.ReservationOut:
+        owned_reservation(me, rid)
+        return reservation_out(platform.ledger.release(rid, request_id=f"{rid}/release"))
+
+    @app.post("/v1/streams/{stream}/charges", tags=["budget"])
+    def charge(me: Auth, stream: str, body: sc.ChargeIn) -> sc.ChargeOut:
+        require_stream(me, stream)
+        require_context(me, body.context)
+        infos = {b.block_id: b for b in platform.ledger.blocks(stream=stream)}
+        foreign = sorted(set(body.blocks) - infos.keys())
+        if foreign:
+            text = f"block(s) {foreign[:5]} are not blocks of stream {stream!r}"
+            if me.role is Role.ADMIN:
+                raise InvalidRequestError(text)
+            raise AuthError(403, text + " (unknown, or another stream's)")
+        receipt = platform.ledger.charge(
+            body.blocks,
+            Budget(epsilon=body.epsilon, delta=body.delta),
+            context=body.context,
+            request_id=_scoped(me, body.request_id),
+        )
+        return _charge_out(receipt)
+
+    # --- DP queries ----------------------------------------------------------------------------
+
+    @app.post("/v1/streams/{stream}/queries/{kind}", tags=["queries"])
+    def query(
+        me: Auth,
+        stream: str,
+        kind: sc.QueryKind,
+        body: Annotated[sc.QueryIn, Body()],
+    ) -> sc.QueryOut:
+        require_stream(me, stream)
+        require_context(me, body.context)
+        from blockbudget.service.queries import run_query
+
+        return run_query(platform, stream, kind.value, body)
+
+    # --- audit ---------------------------------------------------------------------------------
+
+    @app.get("/v1/audit/events", tags=["audit"])
+    def audit_events(
+        me: Auth,
+        after_seq: Annotated[int, Query(ge=0)] = 0,
+        limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+    ) -> list[sc.EventOut]:
+        require_role(me)
+        return [
+            sc.EventOut(
+                seq=e.seq,
+                ts=e.ts,
+                kind=e.kind.value,
+                request_id=e.request_id,
+                context=e.context,
+                payload=e.payload,
+                hash=e.hash,
+            )
+            for e in platform.ledger.events(after_seq=after_seq, limit=limit)
+        ]
+
+    @app.get("/v1/audit/verify", tags=["audit"])
+    def audit_verify(me: Auth) -> sc.VerifyOut:
+        require_role(me)
+        r = platform.verify()
+        return sc.VerifyOut(
+            ok=r.ok,
+            events=r.events,
+            blocks=r.blocks,
+            contexts=r.contexts,
+            problems=list(r.problems),
+        )
+
+    # --- dashboard -----------------------------------------------------------------------------
+
+    @app.get("/v1/dashboard", tags=["dashboard"])
+    def dashboard_data(
+        me: Auth,
+        stream: Annotated[str | None, Query(max_length=256)] = None,
+        buckets: Annotated[int, Query(ge=1, le=200)] = 24,
+    ) -> sc.DashboardOut:
+        names = [s.name for s in platform.streams()]
+        if me.role is not Role.ADMIN:
+            names = [n for n in names if me.permission(n) is not None]
+        if stream is None:
+            if not names:
+                raise InvalidRequestError("no stream is visible to this principal")
+            stream = names[0]
+        perm = require_stream(me, stream)
+        spec = platform.stream(stream)
+        ctxs = visible_contexts(me, platform.contexts())
+        views = platform.blocks(stream, contexts=ctxs)
+        with_rows = me.role is Role.ADMIN or perm is Permission.OWN
+        hm = heatmap(
+            platform.ledger.events(),
+            blocks=[v.block_id for v in views],
+            contexts=ctxs,
+            filter_=platform.filter(stream),
+            buckets=buckets,
+        )
+        retiring = [
+            v.block_id
+            for v in views
+            if not v.retired
+            and ctxs
+            and all(v.remaining_fraction[c] <= RETIRING_FRACTION for c in ctxs)
+        ]
+        return sc.DashboardOut(
+            stream=stream,
+            streams=names,
+            policy={"epsilon": str(spec.policy.epsilon), "delta": str(spec.policy.delta)},
+            blocks=[block_out(v, with_rows=with_rows) for v in views],
+            retiring=retiring,
+            heatmap=sc.HeatmapOut(
+                blocks=list(hm.blocks),
+                retired=list(hm.retired),
+                times=list(hm.times),
+                contexts=hm.cells,
+            ),
+            extras={"group_size": spec.blocking.rows_per_user or 1},
+        )
+
+    return app
+
+
+def _scoped(me: Principal, request_id: str | None) -> str | None:
+    """Request ids are scoped per principal, so one principal cannot replay (and read the
+    stored result of) another's request."""
+    return None if request_id is None else f"{me.name}:{request_id}"
+
+
+def _charge_out(receipt: Any) -> sc.ChargeOut:
+    return sc.ChargeOut(
+        request_id=receipt.request_id,
+        blocks=list(receipt.blocks),
+        context=receipt.context,
+        cost=receipt.cost.to_json(),
+        reservation_id=receipt.reservation_id,
+        seq=receipt.seq,
+    )
+
+
+__all__ = ["create_app", "open_platform"]

@@ -1,0 +1,244 @@
+"""Request and response bodies of the HTTP API (pydantic; they make the OpenAPI schema).
+
+Budgets travel as numbers (ε ≥ 0, 0 ≤ δ < 1, finite); the platform reads a float as its
+shortest decimal (:class:`blockbudget.budget.Budget`), so ``0.1`` is exactly 0.1. No response
+model carries a data row: DP answers, budgets, block keys and audit events only.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from blockbudget.service.auth import Permission, Role
+
+Name = Field(min_length=1, max_length=256)
+ContextName = Field(default="default", min_length=1, max_length=64)
+Epsilon = Field(gt=0, le=1e6, allow_inf_nan=False, description="ε per block")
+Delta = Field(default=0.0, ge=0, lt=1, allow_inf_nan=False, description="δ per block")
+RequestId = Field(default=None, min_length=1, max_length=200, description="idempotency key")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorOut(BaseModel):
+    """Every refusal: the error class and a message stating the rule and the bad value."""
+
+    error: str
+    detail: str
+
+
+class PrincipalIn(Strict):
+    name: str = Field(min_length=1, max_length=64)
+    role: Role
+    contexts: list[str] = Field(default_factory=list, max_length=64)
+
+
+class PrincipalOut(BaseModel):
+    name: str
+    role: Role
+    contexts: list[str]
+    streams: dict[str, Permission]
+
+
+class NewKeyOut(BaseModel):
+    """A freshly issued API key: shown once, stored only as a hash."""
+
+    principal: PrincipalOut
+    api_key: str
+
+
+class ContextsIn(Strict):
+    contexts: list[str] = Field(max_length=64)
+
+
+class AclIn(Strict):
+    permission: Permission
+
+
+class ContextIn(Strict):
+    name: str = Field(min_length=1, max_length=64)
+    description: str = Field(default="", max_length=1000)
+
+
+class ContextOut(BaseModel):
+    name: str
+    description: str
+    created_at: float
+
+
+class StreamIn(Strict):
+    name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+    epsilon: float = Field(gt=0, le=1e6, allow_inf_nan=False, description="ε_g per block")
+    delta: float = Field(default=1e-6, ge=0, lt=1, allow_inf_nan=False, description="δ_g")
+    accounting: Literal["basic", "strong", "rdp"] = "basic"
+    by: Literal["time", "user", "attribute"] = "time"
+    column: str = Field(default="time", min_length=1, max_length=200)
+    window_seconds: int = Field(default=86_400, ge=1, le=10 * 366 * 86_400)
+    ids_per_block: int = Field(default=1000, ge=1, le=10**9)
+    rows_per_user: int = Field(default=1, ge=1, le=10**6)
+    late_policy: Literal["new_block", "drop", "refuse"] | None = None
+    description: str = Field(default="", max_length=1000)
+
+
+class StreamOut(BaseModel):
+    name: str
+    policy: dict[str, str]
+    accounting: str
+    unit: str
+    column: str
+    blocks: int
+    description: str
+    permission: str | None
+
+
+class IngestIn(Strict):
+    """Rows as JSON records (``[{"time": "2024-03-01T10:00", "delay": 3.5}, …]``); they are
+    read exactly like a CSV file with those columns. ``text/csv`` bodies are accepted too."""
+
+    records: list[dict[str, Any]] = Field(min_length=1, max_length=1_000_000)
+
+
+class IngestOut(BaseModel):
+    rows: int
+    new_blocks: list[str]
+    appended_blocks: list[str]
+    late_rows: int
+
+
+class BlockOut(BaseModel):
+    """A block's budget in each context; ``rows`` only for its owners and admins (exact counts
+    are statistics of the data)."""
+
+    block_id: str
+    key: str
+    sealed: bool
+    retired: bool
+    remaining_fraction: dict[str, float]
+    remaining: dict[str, str]
+    rows: int | None = None
+
+
+class Selection(Strict):
+    """Which blocks: explicit ids/keys, or the newest ``last`` affordable ones."""
+
+    blocks: list[str] | None = Field(default=None, min_length=1, max_length=10_000)
+    last: int | None = Field(default=None, ge=1, le=100_000)
+
+
+class ReserveIn(Selection):
+    epsilon: float = Epsilon
+    delta: float = Delta
+    context: str = ContextName
+    ttl_seconds: float = Field(default=600.0, gt=0, le=7 * 86_400, allow_inf_nan=False)
+    request_id: str | None = RequestId
+
+
+class ReservationOut(BaseModel):
+    id: str
+    blocks: list[str]
+    context: str
+    cost: dict[str, Any]
+    state: str
+    holder: str | None
+    expires_at: float
+
+
+class DrawIn(Strict):
+    epsilon: float = Epsilon
+    delta: float = Delta
+    blocks: list[str] | None = Field(default=None, min_length=1, max_length=10_000)
+    request_id: str | None = RequestId
+
+
+class ChargeIn(Strict):
+    blocks: list[str] = Field(min_length=1, max_length=10_000)
+    epsilon: float = Epsilon
+    delta: float = Delta
+    context: str = ContextName
+    request_id: str | None = RequestId
+
+
+class ChargeOut(BaseModel):
+    request_id: str
+    blocks: list[str]
+    context: str
+    cost: dict[str, Any]
+    reservation_id: str | None
+    seq: int
+
+
+class QueryKind(Enum):
+    """The core's DP statistics offered over HTTP."""
+
+    COUNT = "count"
+    SUM = "sum"
+    MEAN = "mean"
+    HISTOGRAM = "histogram"
+
+
+class QueryIn(Selection):
+    epsilon: float = Epsilon
+    context: str = ContextName
+    column: str | None = Field(default=None, min_length=1, max_length=200)
+    lower: float | None = Field(default=None, allow_inf_nan=False)
+    upper: float | None = Field(default=None, allow_inf_nan=False)
+    categories: list[str] | None = Field(default=None, min_length=1, max_length=10_000)
+
+
+class QueryOut(BaseModel):
+    """A DP answer with its public metadata: never a row, never an exact count."""
+
+    kind: str
+    value: float | list[float] | dict[str, float]
+    cost: dict[str, Any]
+    blocks: list[str]
+    context: str
+    noise: str
+    secure_noise: bool
+
+
+class RetireOut(BaseModel):
+    retired: list[str]
+
+
+class EventOut(BaseModel):
+    seq: int
+    ts: float
+    kind: str
+    request_id: str | None
+    context: str | None
+    payload: dict[str, Any]
+    hash: str
+
+
+class VerifyOut(BaseModel):
+    ok: bool
+    events: int
+    blocks: int
+    contexts: int
+    problems: list[str]
+
+
+class HeatmapOut(BaseModel):
+    """Consumed fraction of each block's budget (rows) at the end of each time bucket
+    (columns), per context."""
+
+    blocks: list[str]
+    retired: list[str]
+    times: list[float]
+    contexts: dict[str, list[list[float]]]
+
+
+class DashboardOut(BaseModel):
+    stream: str
+    streams: list[str]
+    policy: dict[str, str]
+    blocks: list[BlockOut]
+    retiring: list[str]
+    heatmap: HeatmapOut
+    extras: dict[str, Any]

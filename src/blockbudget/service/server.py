@@ -1,0 +1,77 @@
+"""Running the service: ``blockbudget serve`` and the uvicorn factory its worker processes use.
+
+Several server processes share one ledger through PostgreSQL (``--database
+postgresql+psycopg://…``; every write is serialized by the ledger's head-row lock, so processes
+need no other coordination) or, on one machine, through the SQLite file. The block files live
+in the home folder, which every process of one deployment must share.
+
+Configuration reaches worker processes through environment variables (uvicorn starts them by
+importing :func:`app_from_env`): ``BLOCKBUDGET_HOME``, ``BLOCKBUDGET_DATABASE`` (optional),
+``BLOCKBUDGET_GROUP_COMMIT`` (``1``/``0``, default 1).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from fastapi import FastAPI
+
+from blockbudget.service.app import create_app, open_platform
+from blockbudget.service.auth import KeyStore, Role
+
+ENV_HOME = "BLOCKBUDGET_HOME"
+ENV_DATABASE = "BLOCKBUDGET_DATABASE"
+ENV_GROUP_COMMIT = "BLOCKBUDGET_GROUP_COMMIT"
+
+
+def app_from_env() -> FastAPI:
+    """The application configured by the environment (see the module docstring)."""
+    home = os.environ.get(ENV_HOME, ".blockbudget")
+    database = os.environ.get(ENV_DATABASE) or None
+    group = os.environ.get(ENV_GROUP_COMMIT, "1") != "0"
+    return create_app(open_platform(home, database, group_commit=group))
+
+
+def bootstrap_admin(home: str | Path, database: str | None, name: str = "admin") -> str | None:
+    """Create principal ``name`` (admin) with a key if the deployment has no principal yet.
+
+    Returns:
+        The new key (shown once), or None when principals already exist.
+    """
+    platform = open_platform(home, database, group_commit=False)
+    try:
+        keys = KeyStore(platform.ledger.engine)
+        if keys.principals():
+            return None
+        keys.add_principal(name, Role.ADMIN)
+        return keys.create_key(name)
+    finally:
+        platform.close()
+
+
+def serve(
+    *,
+    home: str | Path,
+    database: str | None,
+    host: str,
+    port: int,
+    workers: int,
+    group_commit: bool,
+    log_level: str = "warning",
+) -> None:
+    """Run uvicorn with ``workers`` processes serving one platform."""
+    import uvicorn
+
+    os.environ[ENV_HOME] = str(Path(home).resolve())
+    if database:
+        os.environ[ENV_DATABASE] = database
+    os.environ[ENV_GROUP_COMMIT] = "1" if group_commit else "0"
+    uvicorn.run(
+        "blockbudget.service.server:app_from_env",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level=log_level,
+    )
