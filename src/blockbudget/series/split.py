@@ -1,0 +1,178 @@
+"""Splitting a grant's budget over the iterations of an iterative DP algorithm.
+
+An iterative algorithm (k-means, boosting, a stream of time slots) spends ε in rounds. A
+:class:`SplitSource` wraps any :class:`~blockbudget.mechanisms.BudgetSource` — in the platform a
+:class:`~blockbudget.grant.Grant` — together with a :class:`~blockbudget.series.BudgetSequence`:
+:meth:`SplitSource.next_iteration` (or iterating :meth:`SplitSource.iterations`) moves to
+iteration i and returns ε_i; the mechanisms of that iteration draw on the SplitSource, which
+forwards every draw to the grant (so each one is a durable ledger charge *before* noise, as
+always) after checking that the iteration's draws stay within ε_i.
+
+Seed 003 Theorem 4 and sequential composition (its Theorem 2): the iterations' draws total at
+most Σ ε_i ≤ ε, so reserving ε on the grant covers the whole run; the grant and the ledger, not
+this wrapper, enforce the privacy guarantee — the wrapper enforces the *allocation*.
+
+Per-iteration cap: for BASIC/STRONG streams the draws' ε within iteration i must total at most
+ε_i (exact decimals; δ is not split and passes through). For RDP streams the drawn curves of an
+iteration must stay below the curve of a generic ε_i-DP mechanism,
+:meth:`~blockbudget.budget.RdpCurve.from_pure_dp` (ε_i), up to a relative 1e-9 that absorbs the
+upward rounding of computed curves (the ledger still charges the exact curves). Budget left
+unspent in an iteration is not carried forward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from decimal import Decimal
+
+from blockbudget.accounting import Accounting
+from blockbudget.budget import Budget, Cost, RdpCurve
+from blockbudget.errors import InvalidRequestError, ReservationError
+from blockbudget.mechanisms.source import BudgetSource, source_accounting
+from blockbudget.series._exact import FLOOR, grid_floor
+from blockbudget.series.sequence import BudgetSequence
+
+#: Relative tolerance of the RDP per-iteration cap (see the module docstring).
+RDP_CAP_TOLERANCE = Decimal("1e-9")
+
+
+class SplitSource:
+    """A BudgetSource that hands iteration i its budget ε_i from a sequence.
+
+    Example::
+
+        plan = parse_strategy("Flip-Geo").build(10, epsilon=0.3)
+        with platform.request("points", blocks=last(7), budget=Budget(epsilon=0.3),
+                              context="analytics") as grant:
+            split = SplitSource(grant, plan)
+            for eps_i in split.iterations():
+                dp_count(split, grant.frame(), epsilon=eps_i)
+
+    Args:
+        source: where the budget is charged (a Grant in the platform).
+        sequence: the budgets ε_1, ε_2, … (finite or infinite).
+        label: prefix of the charge labels (``"<label> i/n: <mechanism label>"``).
+
+    Raises:
+        InvalidRequestError: if ``source`` is not a BudgetSource or ``sequence`` not a sequence.
+    """
+
+    def __init__(self, source: BudgetSource, sequence: BudgetSequence, *, label: str = "iteration"):
+        self._accounting = source_accounting(source)
+        if not isinstance(sequence, BudgetSequence):
+            raise InvalidRequestError(
+                f"sequence must be a BudgetSequence, got {type(sequence).__name__}"
+            )
+        self.source = source
+        self.sequence = sequence
+        self.label = label
+        self._index = 0
+        self._epsilon = Decimal(0)
+        self._spent_eps = Decimal(0)
+        self._spent_curve = RdpCurve.zero()
+        self.history: list[tuple[int, Decimal, str, Cost]] = []
+
+    # --- iterations ----------------------------------------------------------------------------
+
+    @property
+    def index(self) -> int:
+        """The current iteration (1-based; 0 before the first)."""
+        return self._index
+
+    @property
+    def epsilon(self) -> Decimal:
+        """ε_i of the current iteration (0 before the first)."""
+        return self._epsilon
+
+    @property
+    def remaining(self) -> Decimal:
+        """What the current iteration may still draw (ε; BASIC/STRONG bookkeeping)."""
+        return self._epsilon - self._spent_eps
+
+    def shares(self, parts: int) -> tuple[Decimal, ...]:
+        """The current ε_i cut into ``parts`` equal shares on the 10**-18 grid (rounded down).
+
+        Draw with these rather than ε_i/2 etc.: the ledger rounds an off-grid charge *up* to
+        its 10**-18 unit, so two off-grid halves could together cost one unit more than ε_i.
+
+        Raises:
+            InvalidRequestError: if ``parts`` < 1 or before the first iteration.
+        """
+        if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
+            raise InvalidRequestError(f"parts must be a positive integer, got {parts!r}")
+        if self._index == 0:
+            raise InvalidRequestError("call next_iteration() before asking for shares")
+        share = grid_floor(FLOOR.divide(self._epsilon, parts))
+        return (share,) * parts
+
+    def has_next(self) -> bool:
+        """Whether the sequence has another term."""
+        n = self.sequence.length
+        return n is None or self._index < n
+
+    def next_iteration(self) -> Decimal:
+        """Move to the next iteration and return its budget ε_i.
+
+        Raises:
+            InvalidRequestError: when a finite sequence has no more terms.
+        """
+        if not self.has_next():
+            raise InvalidRequestError(
+                f"the budget sequence {self.sequence.name!r} has only {self.sequence.length} "
+                "terms; no budget is left for another iteration"
+            )
+        self._index += 1
+        self._epsilon = self.sequence.term(self._index)
+        self._spent_eps = Decimal(0)
+        self._spent_curve = RdpCurve.zero()
+        return self._epsilon
+
+    def iterations(self, limit: int | None = None) -> Iterator[Decimal]:
+        """Yield ε_i for each remaining iteration (at most ``limit`` of them)."""
+        count = 0
+        while self.has_next() and (limit is None or count < limit):
+            yield self.next_iteration()
+            count += 1
+
+    # --- the BudgetSource contract -------------------------------------------------------------
+
+    @property
+    def accounting(self) -> Accounting:
+        """The wrapped source's accounting rule."""
+        return self._accounting
+
+    def draw(self, cost: Cost, *, label: str) -> None:
+        """Charge ``cost`` to the wrapped source if it fits in the current iteration's ε_i.
+
+        Raises:
+            InvalidRequestError: before the first iteration.
+            ReservationError: the draw would exceed ε_i (nothing is charged).
+            BudgetExceededError / ReservationError: from the wrapped source.
+        """
+        if self._index == 0:
+            raise InvalidRequestError("call next_iteration() before drawing from a SplitSource")
+        where = f"{self.label} {self._index}"
+        if self.sequence.length is not None:
+            where += f"/{self.sequence.length}"
+        if isinstance(cost, Budget):
+            after_eps = self._spent_eps + cost.epsilon
+            if after_eps > self._epsilon:
+                raise ReservationError(
+                    f"{where}: draw {label!r} of epsilon {cost.epsilon} exceeds the iteration's "
+                    f"budget {self._epsilon} (already drawn {self._spent_eps})"
+                )
+            self.source.draw(cost, label=f"{where}: {label}")
+            self._spent_eps = after_eps
+        elif isinstance(cost, RdpCurve):
+            after = self._spent_curve + cost
+            cap = RdpCurve.from_pure_dp(self._epsilon).scaled(1 + RDP_CAP_TOLERANCE)
+            if not after <= cap:
+                raise ReservationError(
+                    f"{where}: draw {label!r} exceeds the RDP curve of an "
+                    f"epsilon_i = {self._epsilon} mechanism"
+                )
+            self.source.draw(cost, label=f"{where}: {label}")
+            self._spent_curve = after
+        else:
+            raise InvalidRequestError(f"cost must be a Budget or RdpCurve, got {cost!r}")
+        self.history.append((self._index, self._epsilon, label, cost))
