@@ -89,9 +89,13 @@ def check_no_overspend(pool: Pool) -> None:
             held[key] = add_vectors(held.get(key, filt.zero()), f)
             used_now[d.block_id] = add_vectors(used_now[d.block_id], f)
         elif d.kind is DecisionKind.RELEASE:
-            assert held.pop(key) == f, "a release returned more or less than was held"
+            # a release returns everything the task held there (the pieces, each rounded up)
+            pieces = held.pop(key)
+            assert all(0 <= h - r <= 64 for h, r in zip(pieces, f, strict=True)), (
+                "a release returned more or less than was held"
+            )
             used_now[d.block_id] = tuple(
-                a - b for a, b in zip(used_now[d.block_id], f, strict=True)
+                a - b for a, b in zip(used_now[d.block_id], pieces, strict=True)
             )
         else:
             used_now[d.block_id] = add_vectors(used_now[d.block_id], f)

@@ -216,7 +216,7 @@ class Pool:
         f = fraction * (1 - 4 * CAPACITY_MARGIN)
         if self.accounting is Accounting.RDP:
             caps = self._cap[self.index(block_id)]
-            return RdpCurve([max(0.0, float(c)) * f for c in caps])
+            return RdpCurve([v if v > 1e-90 else 0.0 for v in (float(c) * f for c in caps)])
         eps, delta = block.capacity.as_floats()
         return Budget(epsilon=eps * f, delta=delta * f)
 

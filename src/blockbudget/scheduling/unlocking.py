@@ -1,0 +1,207 @@
+"""Budget unlocking and the waiting-task index shared by DPF and DPack.
+
+PrivateKube (OSDI'21 §4.2, github columbia/PrivateKube) does not hand a block's whole budget out
+at once: it *unlocks* it progressively, and tasks may only consume unlocked budget.
+
+* N-unlocking: every arriving task that demands block b unlocks ε_G/N of it (until all of it is
+  unlocked).
+* T-unlocking: block b unlocks linearly over its data lifetime: a fraction min(1, age/lifetime)
+  is unlocked (PrivateKube unlocks ε_G/N every lifetime/N; the limit N → ∞ is the linear form).
+
+A task (NAMED shape, all-or-nothing) can run when, on every block it names, its demand fits in
+the block's unlocked budget minus what is already charged or reserved there — BASIC: every
+feature; RDP: some order α with positive capacity (PrivateKube's "exists α" rule). Unlocked
+budget never exceeds the capacity, so anything that fits here also fits the pool.
+
+:class:`Waiting` keeps the waiting tasks indexed by block, so that a pass only looks at tasks
+touching blocks whose available budget grew (a grant only shrinks availability, so a task that
+cannot run cannot become runnable through another grant). Feasibility of many tasks is tested
+in one vectorized step.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+import numpy.typing as npt
+
+from blockbudget.accounting import Accounting
+from blockbudget.errors import InvalidRequestError
+from blockbudget.mechanisms.noise import NoiseSource
+from blockbudget.scheduling.base import BlockSpec, Scheduler, TaskShape, TaskSpec
+from blockbudget.scheduling.pool import FloatArray, IntArray, Pool
+
+__all__ = ["UnlockMode", "UnlockingScheduler", "Waiting", "WaitingTask"]
+
+
+class UnlockMode(Enum):
+    """How a block's budget is unlocked (PrivateKube OSDI'21 §4.2)."""
+
+    N = "n"  # each arriving task unlocks 1/N of the blocks it demands
+    T = "t"  # linear over the data lifetime
+    NONE = "none"  # everything unlocked at once
+
+
+@dataclass
+class WaitingTask:
+    """A waiting NAMED task, preprocessed: block indices, demand features, sort key."""
+
+    task: TaskSpec
+    blocks: IntArray
+    vec: FloatArray
+
+
+class Waiting:
+    """Waiting tasks, indexed by the blocks they name."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, WaitingTask] = {}
+        self.by_block: dict[int, set[str]] = defaultdict(set)
+
+    def add(self, item: WaitingTask) -> None:
+        self.tasks[item.task.task_id] = item
+        for b in item.blocks.tolist():
+            self.by_block[b].add(item.task.task_id)
+
+    def remove(self, task_id: str) -> None:
+        item = self.tasks.pop(task_id, None)
+        if item is None:
+            return
+        for b in item.blocks.tolist():
+            ids = self.by_block.get(b)
+            if ids is not None:
+                ids.discard(task_id)
+                if not ids:
+                    del self.by_block[b]
+
+    def touching(self, blocks: npt.ArrayLike) -> list[str]:
+        """Ids of waiting tasks naming any of ``blocks`` (sorted for determinism)."""
+        out: set[str] = set()
+        for b in np.asarray(blocks, dtype=np.int64).tolist():
+            out |= self.by_block.get(b, set())
+        return sorted(out, key=lambda t: (self.tasks[t].task.arrival, t))
+
+    def prune(self, pool: Pool) -> None:
+        """Forget tasks that are no longer pending (expired)."""
+        for tid in [t for t in self.tasks if not pool.is_pending(t)]:
+            self.remove(tid)
+
+
+class UnlockingScheduler(Scheduler):
+    """Base of DPF and DPack: unlocking state, waiting index, vectorized feasibility.
+
+    Args:
+        n: N, the number of fair shares per block (PrivateKube default 100).
+        unlock: the unlocking scheme.
+        lifetime: data lifetime for T-unlocking (time units).
+        tick: interval between T-unlocking steps and scheduling passes.
+    """
+
+    shapes = frozenset({TaskShape.NAMED})
+    accountings = frozenset({Accounting.BASIC, Accounting.RDP})
+
+    def __init__(
+        self,
+        *,
+        seed: int = 0,
+        noise: NoiseSource | None = None,
+        n: int = 100,
+        unlock: UnlockMode = UnlockMode.N,
+        lifetime: float = 10.0,
+        tick: float = 1.0,
+    ) -> None:
+        super().__init__(seed=seed, noise=noise)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise InvalidRequestError(f"N must be an int >= 1, got {n!r}")
+        if not isinstance(unlock, UnlockMode):
+            raise InvalidRequestError(f"unlock must be an UnlockMode, got {unlock!r}")
+        if not (lifetime > 0 and tick > 0):
+            raise InvalidRequestError(f"lifetime and tick must be > 0, got {lifetime}, {tick}")
+        self.n = n
+        self.unlock = unlock
+        self.lifetime = lifetime
+        self.tick_interval = tick if unlock is UnlockMode.T else None
+        self.unlocked = np.zeros(16)
+        self.waiting = Waiting()
+
+    # --- unlocking ---------------------------------------------------------------------------
+
+    def on_block(self, pool: Pool, block: BlockSpec) -> None:
+        if len(self.unlocked) < pool.n_blocks:
+            self.unlocked = np.concatenate([self.unlocked, np.zeros(max(16, pool.n_blocks))])
+        self.unlocked[pool.n_blocks - 1] = 1.0 if self.unlock is UnlockMode.NONE else 0.0
+
+    def _unlock_t(self, pool: Pool) -> IntArray:
+        n = pool.n_blocks
+        arrivals = np.array([b.arrival for b in pool.blocks])
+        new = np.minimum(1.0, (pool.now - arrivals) / self.lifetime)
+        changed = np.flatnonzero(new > self.unlocked[:n])
+        self.unlocked[:n] = np.maximum(self.unlocked[:n], new)
+        return changed
+
+    def limits(self, pool: Pool, blocks: IntArray) -> FloatArray:
+        """Unlocked budget per feature on ``blocks`` (−inf where the capacity is not positive)."""
+        cap = pool.capacity[blocks]
+        lim: FloatArray = np.where(cap > 0, cap * self.unlocked[blocks][:, None], -np.inf)
+        if pool.accounting is Accounting.BASIC:
+            lim = np.where(cap > 0, lim, cap)  # BASIC: a zero capacity (δ_g = 0) is a real 0
+        return lim
+
+    def available(self, pool: Pool, blocks: IntArray) -> FloatArray:
+        """Unlocked budget not yet charged or reserved, per feature."""
+        used = pool.charged[blocks] + pool.reserved[blocks]
+        out: FloatArray = self.limits(pool, blocks) - used
+        return out
+
+    def runnable(self, pool: Pool, items: list[WaitingTask]) -> npt.NDArray[np.bool_]:
+        """Whether each task's demand fits the unlocked, available budget of all its blocks."""
+        if not items:
+            return np.zeros(0, dtype=bool)
+        blocks = np.concatenate([w.blocks for w in items])
+        vecs = np.concatenate([np.broadcast_to(w.vec, (len(w.blocks), pool.dims)) for w in items])
+        left = self.available(pool, blocks)
+        if pool.accounting is Accounting.BASIC:
+            ok_rows = np.all(vecs <= left, axis=1)
+        else:
+            ok_rows = np.any(vecs <= left, axis=1)
+        starts = np.cumsum([0] + [len(w.blocks) for w in items[:-1]])
+        ok: npt.NDArray[np.bool_] = np.logical_and.reduceat(ok_rows, starts)
+        return ok
+
+    def prepare(self, pool: Pool, task: TaskSpec) -> WaitingTask:
+        assert task.blocks is not None
+        idx = np.array([pool.index(b) for b in task.blocks], dtype=np.int64)
+        return WaitingTask(task, idx, pool.vector(task.demand))
+
+    # --- the run -----------------------------------------------------------------------------
+
+    def on_task(self, pool: Pool, task: TaskSpec) -> None:
+        item = self.prepare(pool, task)
+        self.waiting.add(item)
+        if self.unlock is UnlockMode.N:
+            self.unlocked[item.blocks] = np.minimum(1.0, self.unlocked[item.blocks] + 1.0 / self.n)
+        self.schedule(pool, item.blocks)
+
+    def on_tick(self, pool: Pool) -> None:
+        if self.unlock is UnlockMode.T:
+            changed = self._unlock_t(pool)
+            self.schedule(pool, changed)
+
+    def schedule(self, pool: Pool, changed: IntArray) -> None:
+        """One scheduling pass over the tasks touching ``changed`` blocks."""
+        raise NotImplementedError
+
+    def grant_in_order(self, pool: Pool, ordered: list[WaitingTask]) -> int:
+        """Grant tasks in order while each still fits (re-checked one by one)."""
+        granted = 0
+        for item in ordered:
+            if not pool.is_pending(item.task.task_id):
+                self.waiting.remove(item.task.task_id)
+                continue
+            if self.runnable(pool, [item])[0] and pool.grant(item.task.task_id):
+                self.waiting.remove(item.task.task_id)
+                granted += 1
+        return granted
