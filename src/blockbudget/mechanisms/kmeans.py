@@ -94,28 +94,32 @@ def from_unit_cube(points: FloatMatrix, lower: FloatMatrix, upper: FloatMatrix) 
 def assign(points: FloatMatrix, centroids: FloatMatrix) -> NDArray[np.intp]:
     """The index of the nearest centroid of each point (squared Euclidean distance; ties go to
     the lower index)."""
-    d2 = (
-        np.einsum("ij,ij->i", points, points)[:, None]
-        - 2.0 * points @ centroids.T
-        + np.einsum("ij,ij->i", centroids, centroids)[None, :]
-    )
-    labels: NDArray[np.intp] = np.argmin(d2, axis=1)
+    columns = [np.ascontiguousarray(points[:, j]) for j in range(points.shape[1])]
+    labels = np.zeros(points.shape[0], dtype=np.intp)
+    best = np.full(points.shape[0], np.inf)
+    for c in range(centroids.shape[0]):
+        dist = np.zeros(points.shape[0])
+        for j, column in enumerate(columns):
+            diff = column - centroids[c, j]
+            dist += diff * diff
+        closer = dist < best
+        labels[closer] = c
+        best[closer] = dist[closer]
     return labels
 
 
 def cluster_stats(
     points: FloatMatrix, labels: NDArray[np.intp], k: int
 ) -> tuple[FloatMatrix, FloatMatrix]:
-    """Exact per-cluster counts (k,) and fsum'd sums (k, d)."""
+    """Exact per-cluster counts (k,) and ``math.fsum``'d sums (k, d)."""
     counts = np.bincount(labels, minlength=k).astype(np.float64)
     order = np.argsort(labels, kind="stable")
-    sorted_points = points[order]
     bounds = np.searchsorted(labels[order], np.arange(k + 1))
     sums = np.zeros((k, points.shape[1]), dtype=np.float64)
-    for c in range(k):
-        block = sorted_points[bounds[c] : bounds[c + 1]]
-        for j in range(points.shape[1]):
-            sums[c, j] = math.fsum(block[:, j])
+    for j in range(points.shape[1]):
+        column = points[order, j].tolist()
+        for c in range(k):
+            sums[c, j] = math.fsum(column[bounds[c] : bounds[c + 1]])
     return counts, sums
 
 

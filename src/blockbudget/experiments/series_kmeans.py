@@ -1,0 +1,360 @@
+"""Seed 003 §7.2: DP k-means under different budget strategies (Figures 10–14).
+
+Every run is :func:`~blockbudget.mechanisms.kmeans.dp_kmeans` (Algorithm 1: noisy counts and
+sums per cluster each iteration, points scaled to [−1, 1]², half of ε_j on the counts) on a
+metered source capped at ε, with seeded noise. For each total number of iterations N, all
+strategies of a round share the same public random initial centroids and the same noise seed
+(paired comparison).
+
+* ``series-kmeans-geo`` (Fig. 10): AVG, Bisection, Cormode, Geo, Flip-Geo, AC-Geo, AC-Flip-Geo
+  on the Unbalance-like set, N = 3…14, ε = 0.3, U_s from Table 3, weighted F1 (Eq. 38–39).
+* ``series-kmeans-taylor`` (Fig. 11): AVG, bl-Ty, AC-bl-Ty, Flip-Ty; U_s from Table 4.
+* ``series-kmeans-protect`` (Fig. 12): Flip-Geo unprotected, with probabilistic
+  perturbation (Eq. 34–35), with noisy N (Eq. 36, ε_n = 1, positive noise), and with a random
+  arrangement, beside AVG.
+* ``series-birch`` (Fig. 13–14): AVG, Flip-Geo, AC-Flip-Geo, Flip-Ty on the Birch3-like set
+  (100,000 points, k = 20), N = 5, 10, …, 45, ε = 0.5, U_s from Table 5; NIVC (Eq. 40) mean and
+  standard deviation over the repetitions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from blockbudget.budget import Budget
+from blockbudget.experiments.common import (
+    Experiment,
+    ExperimentContext,
+    ExperimentResult,
+    new_figure,
+)
+from blockbudget.experiments.series_data import (
+    MeteredSource,
+    birch3_like,
+    mean_and_std,
+    nivc,
+    unbalance_like,
+    weighted_f1,
+)
+from blockbudget.mechanisms import SeededNoise
+from blockbudget.mechanisms.kmeans import assign, dp_kmeans, to_unit_cube
+from blockbudget.series import (
+    FiniteBudgetSequence,
+    NoisySign,
+    noisy_n,
+    parse_strategy,
+    probabilistic_perturbation,
+    random_arrangement,
+)
+
+#: Table 3 (geometric strategies, ε = 0.3): the U_s actually set, by N.
+TABLE3_US = {
+    3: 18,
+    4: 25,
+    5: 30,
+    6: 35,
+    7: 45,
+    8: 50,
+    9: 55,
+    10: 65,
+    11: 70,
+    12: 75,
+    13: 82,
+    14: 90,
+}
+#: Table 4 (Taylor strategies, ε = 0.3).
+TABLE4_US = {
+    3: 16,
+    4: 21,
+    5: 27,
+    6: 34,
+    7: 41,
+    8: 48,
+    9: 57,
+    10: 65,
+    11: 75,
+    12: 80,
+    13: 90,
+    14: 98,
+}
+#: Table 5 (Birch3, ε = 0.5).
+TABLE5_US = {5: 18, 10: 35, 15: 55, 20: 75, 25: 95, 30: 115, 35: 135, 40: 155, 45: 170}
+
+UNBALANCE_EPSILON = "0.3"
+BIRCH_EPSILON = "0.5"
+NOISY_N_EPSILON = 1
+
+GEO_STRATEGIES = ("AVG", "Bisection", "Cormode", "Geo", "Flip-Geo", "AC-Geo", "AC-Flip-Geo")
+TAYLOR_STRATEGIES = ("AVG", "bl-Ty", "AC-bl-Ty", "Flip-Ty")
+PROTECTION_STRATEGIES = (
+    "AVG",
+    "Flip-Geo",
+    "Perturbed-Flip-Geo",
+    "NoisyN-Flip-Geo",
+    "Shuffled-Flip-Geo",
+)
+BIRCH_STRATEGIES = ("AVG", "Flip-Geo", "AC-Flip-Geo", "Flip-Ty")
+
+
+def build_sequence(
+    name: str, n: int, *, epsilon: str, noise_bounds: dict[int, int], seed: int
+) -> FiniteBudgetSequence:
+    """The sequence a figure's strategy uses for N = n (protections drawn from ``seed``)."""
+    rng = np.random.default_rng(seed)
+    if name.startswith("Perturbed-"):
+        return probabilistic_perturbation(
+            parse_strategy(name[10:]).build(n, epsilon=epsilon), rng=rng
+        )
+    if name.startswith("Shuffled-"):
+        return random_arrangement(parse_strategy(name[9:]).build(n, epsilon=epsilon), rng=rng)
+    if name.startswith("NoisyN-"):
+        return noisy_n(
+            parse_strategy(name[7:]),
+            n,
+            epsilon=epsilon,
+            epsilon_n=NOISY_N_EPSILON,
+            sign=NoisySign.POSITIVE,
+            noise=SeededNoise(seed),
+        ).sequence
+    bound = noise_bounds[n] if name.startswith("AC-") else None
+    return parse_strategy(name, noise_bound=bound).build(n, epsilon=epsilon)
+
+
+def _run_grid(
+    ctx: ExperimentContext,
+    *,
+    points: np.ndarray,
+    k: int,
+    strategies: tuple[str, ...],
+    ns: tuple[int, ...],
+    rounds: int,
+    epsilon: str,
+    noise_bounds: dict[int, int],
+    score: str,
+    true_labels: np.ndarray | None,
+    description: str,
+) -> list[dict[str, object]]:
+    unit_lo, unit_hi = np.zeros(2), np.ones(2)
+    unit_points = to_unit_cube(points, unit_lo, unit_hi)
+    results: dict[tuple[int, str], list[float]] = {(n, s): [] for n in ns for s in strategies}
+    jobs = [(n, r) for n in ns for r in range(rounds)]
+    for n, r in ctx.progress(jobs, description=description):
+        base_seed = ctx.seed * 7_919 + n * 104_729 + r
+        init = np.random.default_rng(base_seed).uniform(0.0, 1.0, size=(k, 2))
+        for s_idx, name in enumerate(strategies):
+            seq = build_sequence(
+                name, n, epsilon=epsilon, noise_bounds=noise_bounds, seed=base_seed + 31 * s_idx
+            )
+            source = MeteredSource(Budget(epsilon=epsilon))
+            out = dp_kmeans(
+                source,
+                points,
+                k=k,
+                budgets=seq,
+                lower=0.0,
+                upper=1.0,
+                initial=init,
+                noise=SeededNoise(base_seed),
+            )
+            assert source.spent <= Budget(epsilon=epsilon)
+            if score == "f1":
+                assert true_labels is not None
+                value = weighted_f1(true_labels, assign(points, out.centroids), k)
+            else:  # NIVC in the normalized [−1, 1]² space (scale-free)
+                value = nivc(unit_points, to_unit_cube(out.centroids, unit_lo, unit_hi))
+            results[(n, name)].append(value)
+    rows: list[dict[str, object]] = []
+    for n in ns:
+        for name in strategies:
+            mean, std = mean_and_std(results[(n, name)])
+            rows.append(
+                {
+                    "N": n,
+                    "strategy": name,
+                    "U_s": noise_bounds[n] if name.startswith("AC-") else "",
+                    "epsilon": epsilon,
+                    "rounds": rounds,
+                    f"{score}_mean": mean,
+                    f"{score}_std": std,
+                }
+            )
+    return rows
+
+
+def _plot(
+    ctx: ExperimentContext,
+    rows: list[dict[str, object]],
+    *,
+    key: str,
+    strategies: tuple[str, ...],
+    filename: str,
+    title: str,
+    ylabel: str,
+) -> None:
+    figure, axes = new_figure(width=7.0, height=4.2)
+    for name in strategies:
+        pts = [(int(str(r["N"])), float(str(r[key]))) for r in rows if r["strategy"] == name]
+        axes.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, label=name)
+    axes.set_xlabel("total iterations N")
+    axes.set_ylabel(ylabel)
+    axes.set_title(title)
+    axes.legend(fontsize=7)
+    ctx.save_figure(filename, figure)
+
+
+def _unbalance(
+    ctx: ExperimentContext,
+    strategies: tuple[str, ...],
+    noise_bounds: dict[int, int],
+    *,
+    figure_name: str,
+    title: str,
+) -> ExperimentResult:
+    points, labels = unbalance_like()
+    ns = (3, 6, 10) if ctx.quick else tuple(range(3, 15))
+    rounds = 2 if ctx.quick else 100
+    rows = _run_grid(
+        ctx,
+        points=points,
+        k=8,
+        strategies=strategies,
+        ns=ns,
+        rounds=rounds,
+        epsilon=UNBALANCE_EPSILON,
+        noise_bounds=noise_bounds,
+        score="f1",
+        true_labels=labels,
+        description=figure_name,
+    )
+    ctx.write_csv(f"{figure_name}.csv", rows)
+    main = tuple(s for s in strategies if s not in ("Bisection", "Cormode"))
+    _plot(
+        ctx,
+        rows,
+        key="f1_mean",
+        strategies=main,
+        filename=f"{figure_name}.png",
+        title=title,
+        ylabel="weighted F1",
+    )
+    if len(main) != len(strategies):
+        _plot(
+            ctx,
+            rows,
+            key="f1_mean",
+            strategies=strategies,
+            filename=f"{figure_name}-all.png",
+            title=title + " (with bisection, Cormode)",
+            ylabel="weighted F1",
+        )
+    notes = [
+        "noise: SeededNoise (experiments only, not secure)",
+        f"Unbalance-like set: 6,500 points, 8 clusters; epsilon = {UNBALANCE_EPSILON}",
+    ]
+    return ExperimentResult(rows=rows, files=list(ctx.files), notes=notes)
+
+
+def run_geo(ctx: ExperimentContext) -> ExperimentResult:
+    """Fig. 10: the geometric strategies."""
+    return _unbalance(
+        ctx,
+        GEO_STRATEGIES,
+        TABLE3_US,
+        figure_name="fig10-geometric",
+        title="Seed 003 Fig. 10: geometric strategies, DP k-means (ε = 0.3)",
+    )
+
+
+def run_taylor(ctx: ExperimentContext) -> ExperimentResult:
+    """Fig. 11: the Taylor strategies."""
+    return _unbalance(
+        ctx,
+        TAYLOR_STRATEGIES,
+        TABLE4_US,
+        figure_name="fig11-taylor",
+        title="Seed 003 Fig. 11: Taylor strategies, DP k-means (ε = 0.3)",
+    )
+
+
+def run_protection(ctx: ExperimentContext) -> ExperimentResult:
+    """Fig. 12: Flip-Geo with and without protections."""
+    return _unbalance(
+        ctx,
+        PROTECTION_STRATEGIES,
+        TABLE3_US,
+        figure_name="fig12-protection",
+        title="Seed 003 Fig. 12: protected Flip-Geo, DP k-means (ε = 0.3)",
+    )
+
+
+def run_birch(ctx: ExperimentContext) -> ExperimentResult:
+    """Fig. 13–14: NIVC on the Birch3-like set."""
+    points = birch3_like(n=20_000 if ctx.quick else 100_000)
+    ns = (5, 15) if ctx.quick else (5, 10, 15, 20, 25, 30, 35, 40, 45)
+    rounds = 2 if ctx.quick else 40
+    rows = _run_grid(
+        ctx,
+        points=points,
+        k=20,
+        strategies=BIRCH_STRATEGIES,
+        ns=ns,
+        rounds=rounds,
+        epsilon=BIRCH_EPSILON,
+        noise_bounds=TABLE5_US,
+        score="nivc",
+        true_labels=None,
+        description="series-birch",
+    )
+    ctx.write_csv("fig13-14-birch.csv", rows)
+    _plot(
+        ctx,
+        rows,
+        key="nivc_mean",
+        strategies=BIRCH_STRATEGIES,
+        filename="fig13-birch-nivc.png",
+        title="Seed 003 Fig. 13: NIVC on Birch3-like data (k = 20, ε = 0.5)",
+        ylabel="NIVC",
+    )
+    _plot(
+        ctx,
+        rows,
+        key="nivc_std",
+        strategies=BIRCH_STRATEGIES,
+        filename="fig14-birch-std.png",
+        title="Seed 003 Fig. 14: standard deviation of NIVC",
+        ylabel="std of NIVC",
+    )
+    notes = [
+        "noise: SeededNoise (experiments only, not secure)",
+        f"Birch3-like set: {points.shape[0]:,} points, 100 clusters, k = 20; "
+        f"epsilon = {BIRCH_EPSILON}; {rounds} repetitions (paper: 1000)",
+    ]
+    return ExperimentResult(rows=rows, files=list(ctx.files), notes=notes)
+
+
+EXPERIMENTS = [
+    Experiment(
+        name="series-kmeans-geo",
+        summary="DP k-means F1 under geometric budget strategies (Unbalance-like data)",
+        source="seed 003 Fig. 10, Tab. 3",
+        run=run_geo,
+    ),
+    Experiment(
+        name="series-kmeans-taylor",
+        summary="DP k-means F1 under Taylor budget strategies (Unbalance-like data)",
+        source="seed 003 Fig. 11, Tab. 4",
+        run=run_taylor,
+    ),
+    Experiment(
+        name="series-kmeans-protect",
+        summary="DP k-means F1 of Flip-Geo with sequence protections",
+        source="seed 003 Fig. 12",
+        run=run_protection,
+    ),
+    Experiment(
+        name="series-birch",
+        summary="DP k-means NIVC on Birch3-like data under four strategies",
+        source="seed 003 Fig. 13-14, Tab. 5",
+        run=run_birch,
+    ),
+]
