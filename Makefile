@@ -25,6 +25,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 pytest: $(STAMP)
+	./scripts/ensure-chromium.sh
 	./scripts/with-postgres.sh $(BIN)/pytest
 
 test: lint typecheck pytest

@@ -1,0 +1,142 @@
+"""The live dashboard in a real browser: headless Chromium (Debian ``chromium``, driven by
+playwright) loads the page from a running server for a seeded platform, shows every block with
+its budget per context and the heatmaps, refreshes live after a new charge, loads nothing from
+outside the service, and leaves a screenshot in ``results/service/dashboard.png``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from blockbudget.service import create_app
+from blockbudget.service.dashboard import STATIC_DIR
+from service.support import Seeded, thread_server
+
+CHROMIUM = os.environ.get("BLOCKBUDGET_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+RESULTS = Path(__file__).resolve().parents[2] / "results" / "service"
+
+
+def test_static_files_ship_in_the_package() -> None:
+    names = {p.name for p in STATIC_DIR.iterdir()}
+    assert {"dashboard.html", "dashboard.js", "dashboard.css"} <= names
+    html = (STATIC_DIR / "dashboard.html").read_text()
+    js = (STATIC_DIR / "dashboard.js").read_text()
+    for text in (html, js):  # no CDN, no foreign origin
+        assert "http://" not in text and "https://" not in text and "//cdn" not in text
+
+
+@pytest.mark.skipif(
+    not Path(CHROMIUM).exists(),
+    reason=f"no Chromium at {CHROMIUM}: run scripts/ensure-chromium.sh (apt-get install chromium)",
+)
+def test_dashboard_in_headless_chromium(seeded: Seeded, database_url: str | None) -> None:
+    if database_url is not None:
+        pytest.skip("one backend is enough for the browser; the data path is tested elsewhere")
+    from playwright.sync_api import sync_playwright
+
+    platform = seeded.platform
+    app = create_app(platform, keys=seeded.keys, auth_cache_seconds=0)
+    blocks = [b.block_id for b in platform.store.blocks("flights")]
+    with TestClient(app) as api:
+        h_a, h_root = seeded.headers(seeded.analyst), seeded.headers(seeded.admin)
+        for eps, last in ((0.3, 4), (0.4, 2)):
+            r = api.post(
+                "/v1/streams/flights/queries/count",
+                json={"epsilon": eps, "context": "team-a", "last": last},
+                headers=h_a,
+            )
+            assert r.status_code == 200, r.text
+        # Block 0 nearly spent in every context (retiring); block 1 spent and retired.
+        for block, eps in ((blocks[0], 0.95), (blocks[1], 1.0)):
+            for ctx, used in (("default", 0.0), ("team-a", 0.3), ("team-b", 0.0)):
+                r = api.post(
+                    "/v1/streams/flights/charges",
+                    json={"blocks": [block], "epsilon": round(eps - used, 6), "context": ctx},
+                    headers=h_root,
+                )
+                assert r.status_code == 200, r.text
+        r = api.post("/v1/streams/flights/retire", headers=h_root)
+        assert r.json() == {"retired": [blocks[1]]}
+        expected = {
+            b["block_id"]: b for b in api.get("/v1/streams/flights/blocks", headers=h_root).json()
+        }
+    outside: list[str] = []
+    with thread_server(app) as url, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+
+            def guard(route: object) -> None:
+                req = route.request  # type: ignore[attr-defined]
+                if not req.url.startswith(url):
+                    outside.append(req.url)
+                    route.abort()  # type: ignore[attr-defined]
+                else:
+                    route.continue_()  # type: ignore[attr-defined]
+
+            page.route("**/*", guard)
+            page.goto(f"{url}/dashboard#key={seeded.admin}&stream=flights")
+            page.wait_for_selector("body[data-loaded=true]", timeout=20_000)
+            rows = page.locator("#blocks tbody tr")
+            assert rows.count() == len(blocks)
+            for b in blocks:
+                row = page.locator(f'#blocks tbody tr[data-block="{b}"]')
+                assert row.count() == 1
+                for ctx in ("team-a", "default"):
+                    cell = row.locator(f'td[data-context="{ctx}"] .remaining')
+                    assert cell.inner_text() == expected[b]["remaining"][ctx]
+                assert str(expected[b]["rows"]) in row.inner_text()  # admins see row counts
+            # one heatmap per context, with pixels drawn for each block
+            for ctx in ("default", "team-a", "team-b"):
+                assert page.locator(f'.heat[data-context="{ctx}"] canvas').count() == 1
+            assert "retiring" in page.locator("#summary").inner_text()
+            retiring = page.locator("#retiring").inner_text()
+            assert f"{blocks[0]} — under 10% left" in retiring
+            assert f"{blocks[1]} — retired" in retiring
+            assert (
+                "retired"
+                in page.locator(f'#blocks tbody tr[data-block="{blocks[1]}"]').inner_text()
+            )
+            RESULTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(RESULTS / "dashboard.png"), full_page=True)
+            # Live refresh: a new charge shows up without reloading the page.
+            with TestClient(app) as api:
+                r = api.post(
+                    "/v1/streams/flights/charges",
+                    json={"blocks": [blocks[-1]], "epsilon": 0.25, "context": "team-a"},
+                    headers=h_a,
+                )
+                assert r.status_code == 200, r.text
+                now = api.get("/v1/streams/flights/blocks", headers=h_root).json()[-1]
+            cell = (
+                f'#blocks tbody tr[data-block="{blocks[-1]}"] td[data-context="team-a"] .remaining'
+            )
+            page.wait_for_function(
+                "([sel, text]) => document.querySelector(sel)?.textContent === text",
+                arg=[cell, now["remaining"]["team-a"]],
+                timeout=10_000,
+            )
+            # An analyst's view: its context only, no row counts.
+            page.goto(f"{url}/dashboard#key={seeded.analyst}&stream=flights")
+            page.reload()
+            page.wait_for_selector("body[data-loaded=true]", timeout=20_000)
+            assert page.locator(".heat").count() == 1
+            assert "rows" not in page.locator("#blocks thead").inner_text()
+        finally:
+            browser.close()
+    assert not outside, outside
+    assert (RESULTS / "dashboard.png").stat().st_size > 10_000
