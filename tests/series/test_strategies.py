@@ -17,6 +17,7 @@ from blockbudget.series import (
     Base,
     FiniteBudgetSequence,
     Flip,
+    SensitivityNormalization,
     Strategy,
     TaylorCentre,
     ac_alpha,
@@ -303,3 +304,15 @@ def test_taylor_flip_is_high_at_both_ends() -> None:
     # the ⌊n/2⌋-th term is the largest (Eq. 15–16); with ln(1/t) = 9 it ties with the 9th
     assert peak + 1 in (9, 10)
     assert float(raw.terms[9]) == pytest.approx(float(raw.terms[peak]), rel=1e-12)
+
+
+def test_sensitivity_normalization_keeps_the_noise_to_result_ratio() -> None:
+    norm = SensitivityNormalization(sensitivity=5000.0)
+    true_result = 1_234_567.0
+    eps = 0.2
+    ratio_original = true_result / norm.original_noise_std(eps)  # Eq. 24
+    ratio_normalized = norm.normalize(true_result) / (math.sqrt(2) / eps)  # Eq. 25
+    assert ratio_original == pytest.approx(ratio_normalized, rel=1e-15)
+    assert norm.denormalize(norm.normalize(3.5)) == pytest.approx(3.5)
+    with pytest.raises(InvalidRequestError, match="sensitivity"):
+        SensitivityNormalization(sensitivity=0.0)

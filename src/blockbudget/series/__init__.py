@@ -25,6 +25,7 @@ Modules: :mod:`.sequence` (value types, the geometric and Taylor series), :mod:`
 
 from blockbudget.series.acceptable import (
     NoiseBoundInterval,
+    SensitivityNormalization,
     Usefulness,
     ac_alpha,
     ac_compound,
@@ -85,6 +86,7 @@ __all__ = [
     "NoisyN",
     "NoisySign",
     "ProportionSeries",
+    "SensitivityNormalization",
     "Strategy",
     "TaylorCentre",
     "TaylorSeries",

@@ -43,6 +43,42 @@ def check_noise_bound(u_s: Number) -> Decimal:
     return value
 
 
+@dataclass(frozen=True)
+class SensitivityNormalization:
+    """Scale a query's value domain so its global sensitivity becomes 1 (seed 003 Def. 3).
+
+    With original sensitivity Δf = v, the scaled query is f(D_z) = f(D)/v (Eq. 22) and its
+    Laplace noise at budget ε has standard deviation √2/ε, the same for every query (Eq. 25);
+    the ratio of noise to true result is unchanged (TR/NR = TR*/NR*), so one bound U_s on the
+    normalized noise fits queries of any sensitivity.
+
+    Args:
+        sensitivity: the original global sensitivity v > 0 (e.g. max(|lower|, |upper|) of a sum).
+
+    Raises:
+        InvalidRequestError: if v is not finite and > 0.
+    """
+
+    sensitivity: float
+
+    def __post_init__(self) -> None:
+        v = self.sensitivity
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v < math.inf):
+            raise InvalidRequestError(f"sensitivity must be finite and > 0, got {v!r}")
+
+    def normalize(self, value: float) -> float:
+        """f(D_z) = f(D)/v."""
+        return value / self.sensitivity
+
+    def denormalize(self, value: float) -> float:
+        """Back to the original scale: f(D) = f(D_z)·v (noise scales with it)."""
+        return value * self.sensitivity
+
+    def original_noise_std(self, epsilon: Number) -> float:
+        """√2·v/ε, the original query's noise standard deviation at ε (Eq. 24)."""
+        return noise_std(epsilon) * self.sensitivity
+
+
 def noise_std(epsilon: Number) -> float:
     """The standard deviation √2/ε of normalized Laplace noise at budget ε (seed 003 Eq. 25)."""
     return math.sqrt(2.0) / float(check_epsilon(epsilon))
