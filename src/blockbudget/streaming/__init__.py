@@ -1,0 +1,74 @@
+"""DPI: user-level differentially private release of infinite streams (seed 002).
+
+See ``docs/dpi.md``. Public API:
+
+* :class:`DPIStream`, :class:`DPIConfig`, :class:`SlotRelease`, :class:`Horizon`,
+  :class:`AllocationKind` — the release pipeline (Alg. 1).
+* :class:`Compression` — per-slot user records → PDF with Δ_P = 2/n_min (§4.1).
+* :class:`SynopsisPool`, :class:`PoolDesign` — the 0-DP synopsis pool (Alg. 2).
+* :class:`QueryPool` — point, range and aggregate queries.
+* :class:`DPISeries`, :func:`dilog`, :func:`dilog_inverse` — Thm 5.4's series and Li₂.
+* :class:`RandomBudgetAllocation`, :class:`RangeBudgetAllocation` — Alg. 3 and Alg. 4.
+* :class:`StreamAccountant`, :func:`charge_stream_total` — Thm 5.1 accounting, ledger path.
+* :class:`SecureSelector` (default), :class:`SeededSelector` (tests/experiments only).
+"""
+
+from blockbudget.streaming.accountant import StreamAccountant, charge_stream_total
+from blockbudget.streaming.allocation import (
+    Allocation,
+    BudgetAllocator,
+    RandomBudgetAllocation,
+    RangeBudgetAllocation,
+)
+from blockbudget.streaming.compression import Compression
+from blockbudget.streaming.queries import QueryPool
+from blockbudget.streaming.release import (
+    AllocationKind,
+    DPIConfig,
+    DPIStream,
+    Horizon,
+    SlotRelease,
+    clipped_score,
+    tilt_towards,
+)
+from blockbudget.streaming.selection import SecureSelector, SeededSelector, Selector
+from blockbudget.streaming.series import (
+    DPISeries,
+    alpha_for_cost,
+    alpha_from_eta,
+    dilog,
+    dilog_inverse,
+    direction_cost,
+    eta_from_alpha,
+)
+from blockbudget.streaming.synopses import PoolDesign, SynopsisPool
+
+__all__ = [
+    "Allocation",
+    "AllocationKind",
+    "BudgetAllocator",
+    "Compression",
+    "DPIConfig",
+    "DPISeries",
+    "DPIStream",
+    "Horizon",
+    "PoolDesign",
+    "QueryPool",
+    "RandomBudgetAllocation",
+    "RangeBudgetAllocation",
+    "SecureSelector",
+    "SeededSelector",
+    "Selector",
+    "SlotRelease",
+    "StreamAccountant",
+    "SynopsisPool",
+    "alpha_for_cost",
+    "alpha_from_eta",
+    "charge_stream_total",
+    "clipped_score",
+    "dilog",
+    "dilog_inverse",
+    "direction_cost",
+    "eta_from_alpha",
+    "tilt_towards",
+]

