@@ -59,6 +59,14 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 
+_MAX_TILT = 1.0
+"""Largest log-factor one measurement may move any weight by (see :func:`tilt_towards`)."""
+
+_REPLAY_CONFIDENCE = 0.5
+"""Only measurements fitted with γ_t ≥ this are replayed: re-fitting a low-confidence measurement
+again and again would give it full weight (γ compounds), not γ."""
+
+
 class Horizon(Enum):
     """Which PDF the queries are asked of: the slot's own (instantaneous) or the running mean of all
     slots so far (accumulative). §6.2, Fig. 3."""
@@ -102,7 +110,7 @@ class DPIConfig:
     horizon: Horizon = Horizon.INSTANTANEOUS
     medium_from: int = 10
     small_from: int = 100
-    replay: int = 32
+    replay: int = 128
     smoothing: float = 0.01
 
     def __post_init__(self) -> None:
@@ -168,10 +176,12 @@ def tilt_towards(
     measurement: float,
     *,
     gamma: float,
-    max_tilt: float = 5.0,
+    tolerance: float = 0.0,
+    max_tilt: float = 1.0,
 ) -> FloatArray:
     """Multiplicative reweighting ``w ∝ w·exp(β·answers)`` with β such that the weighted mean answer
-    moves from its current value c to ``c + γ·(measurement − c)``, found by safeguarded Newton
+    moves from its current value c a fraction γ of the way to the nearest point of the measurement's
+    interval ``[m − tolerance, m + tolerance]``, found by safeguarded Newton
     steps on the (increasing) mean, whose derivative is the weighted variance. ``|β|`` is capped at
     ``max_tilt / (max − min answer)`` so that one measurement cannot wipe out the pool. Returns
     normalised log-weights."""
@@ -189,7 +199,11 @@ def tilt_towards(
         return mean, float(w @ (centred - mean) ** 2)
 
     current, _ = moments(0.0)
-    goal = current + gamma * (measurement - lo_a - current)
+    m = measurement - lo_a
+    nearest = min(max(current, m - tolerance), m + tolerance)
+    goal = current + gamma * (nearest - current)
+    if abs(goal - current) <= 1e-15:
+        return logw
     cap = max_tilt / (hi_a - lo_a)
     lo_b, hi_b = (0.0, cap) if goal > current else (-cap, 0.0)
     beta = 0.0
@@ -276,11 +290,15 @@ class DPIStream:
         self._log_pa = np.full(pool.size, -math.log(pool.size))
         self._log_pq = np.full(queries.size, -math.log(queries.size))
         self._items = np.arange(k, dtype=np.int64)
-        self._log_r = np.log(np.maximum(pool.mixture(np.exp(self._log_pa)), 1e-300))
+        self._r = pool.mixture(np.exp(self._log_pa))
+        self._z = float(self._r.sum())
         self._release = self._mixture()
         self._accumulated = np.zeros(k)
         self._t = 0
         self._history: list[tuple[int, float, float]] = []
+        # A measurement q(a) is only as fine as the pool's quantisation (1/n_u) and Alg. 1 calls a
+        # synopsis accurate within λ: it is fitted as the interval [m − tol, m + tol].
+        self._tolerance = max(config.lam, 0.5 / pool.n_units)
         # ℓ∞-sensitivity of one query's score vector: (2/μ)·Δ_P·max|w|.
         self._score_sensitivity = 2.0 / config.mu * compression.sensitivity * queries.max_weight()
 
@@ -288,7 +306,62 @@ class DPIStream:
         """R = (1 − ρ)·exp(log R) + ρ·uniform (ρ = ``config.smoothing``; post-processing)."""
         k = self.compression.domain_size
         rho = self.config.smoothing
-        return np.asarray((1.0 - rho) * np.exp(self._log_r) + rho / k, dtype=np.float64)
+        self._r /= self._r.sum()
+        self._z = 1.0
+        return np.asarray((1.0 - rho) * self._r + rho / k, dtype=np.float64)
+
+    def _tilt_release(self, query: int, measurement: float, gamma: float) -> None:
+        """Multiplicative-weights step of the released PDF towards one measurement.
+
+        Point and range queries have 0/1 weights, so the I-projection has a closed form: scale the
+        mass inside the query by ``g/S_in`` and outside by ``(1 − g)/(1 − S_in)``, with g the goal
+        ``S_in + γ·(m − S_in)`` and both factors within ``e^{±max_tilt}``. Linear queries use
+        :func:`tilt_towards`.
+        """
+        n_points = self.queries.points.size
+        n_ranges = self.queries.range_lo.size
+        r = self._r  # unnormalised; self._z is its total
+        if query >= n_points + n_ranges:
+            logr = np.log(np.maximum(r / self._z, 1e-300))
+            self._r = np.exp(
+                tilt_towards(
+                    logr,
+                    self._domain_weights(query),
+                    measurement,
+                    gamma=gamma,
+                    tolerance=self._tolerance,
+                )
+            )
+            self._z = float(self._r.sum())
+            return
+        if query < n_points:
+            sl: slice | int = int(self.queries.points[query])
+            mass = float(r[sl])
+        else:
+            j = query - n_points
+            sl = slice(int(self.queries.range_lo[j]), int(self.queries.range_hi[j]))
+            mass = float(r[sl].sum())
+        inside = mass / self._z
+        outside = 1.0 - inside
+        if inside <= 0.0 or outside <= 1e-12:
+            return
+        tol = self._tolerance
+        nearest = min(max(inside, measurement - tol), measurement + tol)
+        goal = inside + gamma * (nearest - inside)
+        if abs(goal - inside) <= 1e-15:
+            return
+        if goal <= 0.0:
+            log_ratio = -_MAX_TILT
+        elif goal >= 1.0:
+            log_ratio = _MAX_TILT
+        else:
+            log_ratio = math.log(goal * outside / ((1.0 - goal) * inside))
+        # the inside/outside odds move by e^{β}, |β| <= _MAX_TILT (as tilt_towards caps β)
+        factor = math.exp(min(max(log_ratio, -_MAX_TILT), _MAX_TILT))
+        r[sl] *= factor
+        self._z += mass * (factor - 1.0)
+        if not 1e-100 < self._z < 1e100:
+            self._z = float(r.sum())
 
     def _domain_weights(self, query: int) -> FloatArray:
         """The query's weight on every item of the domain."""
@@ -393,14 +466,18 @@ class DPIStream:
         # that constraint; γ_t → 1 when the draw is sharp, → 0 when the budget is tiny).
         gamma = 2.0 * eta_from_alpha(alpha)
         for j, m, pool_answers in zip(chosen, measurements, answers_of_pool, strict=True):
-            self._log_pa = tilt_towards(self._log_pa, pool_answers, m, gamma=gamma)
-            self._log_r = tilt_towards(self._log_r, self._domain_weights(j), m, gamma=gamma)
-            self._history.append((j, m, gamma))
+            self._log_pa = tilt_towards(
+                self._log_pa, pool_answers, m, gamma=gamma, tolerance=self._tolerance
+            )
+            self._tilt_release(j, m, gamma)
+            if gamma >= _REPLAY_CONFIDENCE:
+                self._history.append((j, m, gamma))
         # Replay a few earlier measurements (still post-processing) so that fitting the new one
         # does not undo them — the cyclic projections of multiplicative weights (cf. MWEM).
-        window = self._history[-(self.config.replay + len(chosen)) : -len(chosen)]
+        fresh = len(chosen) if gamma >= _REPLAY_CONFIDENCE else 0
+        window = self._history[-(self.config.replay + fresh) : len(self._history) - fresh]
         for j, m, g in window:
-            self._log_r = tilt_towards(self._log_r, self._domain_weights(j), m, gamma=g)
+            self._tilt_release(j, m, g)
         del self._history[: max(0, len(self._history) - 4 * self.config.replay - k_s)]
         self._log_pq = _normalise_log(self._log_pq)
         self._release = self._mixture()
