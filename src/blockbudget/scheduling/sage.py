@@ -1,0 +1,373 @@
+"""Sage's allocation of fresh block budget across concurrent pipelines (seed 004 §3.3, §5.4).
+
+Seed ``004_2b5d216070ae2ded.txt`` §3.3 ("Privacy-Adaptive Training") and §5.4 ("Multi-pipeline
+Workload Performance"); seed ``001_7d2967ad64403faa.txt`` §3.4 and §4.4:
+
+* Every time a block arrives, its budget is divided **evenly** among the pipelines waiting at
+  that moment, as reservations ("allocated" budget). When a pipeline is ACCEPTed, what it still
+  holds is reallocated evenly among the pipelines still waiting.
+* **Block/Conserve** (Sage): a pipeline first runs at a small ε0 on a minimum window of blocks;
+  on RETRY it doubles ε when its allocation on the window allows, otherwise it doubles its
+  window by waiting for new blocks (privacy-adaptive training; the budget search then costs at
+  most 4× the accepted iteration's budget, see :mod:`blockbudget.training.adaptive`).
+* **Block/Aggressive**: the same allocation, but each run spends all the budget the pipeline
+  holds on its window.
+* **Query composition** (§3.2, second alternative): the same allocation as Block/Conserve, but
+  the pipeline cannot combine blocks — it runs one DP query per block and aggregates, so it
+  needs more data for the same quality (its profile's ``partitioned`` sample complexity, Fig. 7).
+* **Streaming composition** (§3.2, third alternative): each arriving block goes whole to one
+  waiting pipeline (the oldest still collecting data), which spends its full budget on it; a
+  block is never shared.
+
+They are written against the one :class:`~blockbudget.scheduling.base.Scheduler` interface and
+act only through the checked :class:`~blockbudget.scheduling.pool.Pool`. Sage pipelines are
+OPEN tasks: ``demand`` is the most a pipeline may spend on one block over all its iterations
+(Sage's ε upper bound, 1 in §5), ``max_blocks`` its largest window.
+
+Adapter (what the interface does not carry): the quality of a pipeline run depends on the ε it
+used and on how much data it read, which ``TaskSpec.validator`` (called with the blocks charged
+so far) cannot express. The strategies therefore take an optional ``profiles`` mapping of task
+id → :class:`PipelineProfile` whose ``outcome(epsilon_fraction=, blocks=, partitioned=)`` gives
+the SLAed validator's decision. Without a profile a task falls back to ``TaskSpec.validator``
+(True = ACCEPT) and, without one, is ACCEPTed after its first run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal, Inexact, InvalidOperation
+from enum import Enum
+from typing import ClassVar, Protocol
+
+import numpy as np
+
+from blockbudget.accounting import Accounting
+from blockbudget.budget import Budget, Cost, RdpCurve
+from blockbudget.errors import InvalidRequestError
+from blockbudget.mechanisms.noise import NoiseSource
+from blockbudget.scheduling.base import BlockSpec, Scheduler, TaskShape, TaskSpec
+from blockbudget.scheduling.pool import Pool
+from blockbudget.training.validation import Outcome
+
+#: Relative tolerance when comparing a cost with a reservation in float features.
+_TOL = 1e-9
+
+
+class PipelineProfile(Protocol):
+    """How a pipeline's SLAed validation turns out for a given budget and amount of data."""
+
+    def outcome(self, *, epsilon_fraction: float, blocks: int, partitioned: bool) -> Outcome:
+        """The validator's decision for a run at ``epsilon_fraction`` × the task's demand on
+        ``blocks`` blocks; ``partitioned`` when each block is queried separately."""
+        ...
+
+
+class Usage(Enum):
+    """How a pipeline uses the budget allocated to it."""
+
+    CONSERVE = "conserve"
+    AGGRESSIVE = "aggressive"
+    STREAMING = "streaming"
+
+
+@dataclass
+class _State:
+    """Per-pipeline search state (privacy-adaptive training, seed 004 §3.3)."""
+
+    level: int
+    window: int
+    spent: dict[str, float] = field(default_factory=dict)  # block id -> fraction of demand
+    runs: int = 0
+
+
+class SageStrategy(Scheduler):
+    """Base of the four §5.4 strategies (not registered itself).
+
+    Args:
+        seed: seed of ``self.rng`` (unused: the strategies are deterministic).
+        noise: unused (no DP decision is made by the allocation itself).
+        profiles: task id → :class:`PipelineProfile` (see the module docstring).
+        levels: ε0 = demand / 2**levels for Block/Conserve and Query composition.
+        min_window: the minimum window, in blocks.
+    """
+
+    usage: ClassVar[Usage] = Usage.CONSERVE
+    partitioned: ClassVar[bool] = False
+    shapes = frozenset({TaskShape.OPEN})
+    accountings = frozenset({Accounting.BASIC, Accounting.RDP})
+
+    def __init__(
+        self,
+        *,
+        seed: int = 0,
+        noise: NoiseSource | None = None,
+        profiles: Mapping[str, PipelineProfile] | None = None,
+        levels: int = 4,
+        min_window: int = 1,
+    ) -> None:
+        super().__init__(seed=seed, noise=noise)
+        if isinstance(levels, bool) or not isinstance(levels, int) or not 0 <= levels <= 30:
+            raise InvalidRequestError(f"levels must be an int in [0, 30], got {levels!r}")
+        if isinstance(min_window, bool) or not isinstance(min_window, int) or min_window < 1:
+            raise InvalidRequestError(f"min_window must be an int >= 1, got {min_window!r}")
+        self.profiles = dict(profiles or {})
+        self.levels = levels
+        self.min_window = min_window
+        self.waiting: list[str] = []
+        self.state: dict[str, _State] = {}
+
+    def describe(self) -> str:
+        return f"{self.name}(levels={self.levels}, min_window={self.min_window})"
+
+    # --- events -------------------------------------------------------------------------------
+
+    def on_task(self, pool: Pool, task: TaskSpec) -> None:
+        start = self.levels if self.usage is not Usage.CONSERVE else 0
+        self.state[task.task_id] = _State(level=start, window=self.min_window)
+        self.waiting.append(task.task_id)
+
+    def on_block(self, pool: Pool, block: BlockSpec) -> None:
+        self._prune(pool)
+        if self.usage is Usage.STREAMING:
+            self._stream_block(pool, block)
+        elif self.waiting:
+            share = 1.0 / len(self.waiting)
+            for tid in list(self.waiting):
+                self._reserve(pool, tid, block.block_id, pool.capacity_share(block.block_id, share))
+        self._run_all(pool)
+
+    def on_tick(self, pool: Pool) -> None:
+        self._prune(pool)
+        self._run_all(pool)
+
+    # --- allocation ---------------------------------------------------------------------------
+
+    def _prune(self, pool: Pool) -> None:
+        self.waiting = [t for t in self.waiting if pool.is_pending(t)]
+
+    def _reserve(self, pool: Pool, task_id: str, block_id: str, cost: Cost) -> None:
+        """Add ``cost`` to a pipeline's reservation on a block, as one exact reservation (an
+        existing one is released and re-reserved with the exact sum), never above its demand."""
+        demand = pool.tasks[task_id].demand
+        held = pool.held_cost(task_id, block_id)
+        total = cost if held is None else _exact_sum(held, cost)
+        if total is None:
+            return
+        if np.all(pool.vector(total) >= pool.vector(demand)):
+            total = demand  # never hold more than the pipeline may spend on a block
+        if held is not None:
+            pool.release(task_id, block_id, note="merged into a larger reservation")
+        if not pool.reserve(task_id, block_id, total, note="sage even split") and held is not None:
+            pool.reserve(task_id, block_id, held, note="restored")
+
+    def _stream_block(self, pool: Pool, block: BlockSpec) -> None:
+        for tid in self.waiting:
+            st = self.state[tid]
+            held = [b for b in pool.held(tid) if b not in st.spent]
+            if len(held) < st.window:
+                self._reserve(pool, tid, block.block_id, pool.capacity_share(block.block_id, 1.0))
+                return
+
+    def _reallocate(self, pool: Pool, released: Mapping[str, Cost]) -> None:
+        self._prune(pool)
+        if not self.waiting or self.usage is Usage.STREAMING:
+            return
+        share = Decimal(1) / Decimal(len(self.waiting))
+        for block_id, cost in released.items():
+            part = cost.scaled(share)
+            if part.is_zero:
+                continue
+            for tid in self.waiting:
+                self._reserve(pool, tid, block_id, part)
+
+    # --- privacy-adaptive runs ----------------------------------------------------------------
+
+    def _run_all(self, pool: Pool) -> None:
+        for tid in list(self.waiting):
+            if pool.is_pending(tid):
+                self._run(pool, tid)
+
+    def _fraction(self, st: _State) -> float:
+        return float(2.0 ** (st.level - self.levels))
+
+    def _covers(self, pool: Pool, held: np.ndarray, need: np.ndarray) -> bool:
+        """Whether a reservation covers a need: on every feature (BASIC), on some order (RDP:
+        a curve fits a block when some order stays within capacity)."""
+        ok = held * (1 + _TOL) + 1e-18 >= need
+        return bool(np.any(ok) if pool.accounting is Accounting.RDP else np.all(ok))
+
+    def _usable(self, pool: Pool, task_id: str, fraction: float) -> list[str]:
+        """Blocks where the pipeline holds at least ``fraction`` of its demand and may still
+        spend it, oldest first."""
+        demand = pool.vector(pool.tasks[task_id].demand)
+        st = self.state[task_id]
+        out = []
+        for block_id, vec in pool.held(task_id).items():
+            if st.spent.get(block_id, 0.0) + fraction > 1.0 + _TOL:
+                continue
+            if self._covers(pool, vec, demand * fraction):
+                out.append(block_id)
+        return sorted(out, key=pool.index)
+
+    def _aggressive_fraction(self, pool: Pool, task_id: str, blocks: list[str]) -> float:
+        demand = pool.vector(pool.tasks[task_id].demand)
+        st = self.state[task_id]
+        held = pool.held(task_id)
+        best = 1.0
+        mask = demand > 0
+        for b in blocks:
+            ratios = held[b][mask] / demand[mask]
+            ratio = float(np.max(ratios) if pool.accounting is Accounting.RDP else np.min(ratios))
+            best = min(best, ratio * (1 - 1e-6), 1.0 - st.spent.get(b, 0.0))
+        return max(best, 0.0)
+
+    def _charge(self, pool: Pool, task_id: str, blocks: list[str], cost: Cost, note: str) -> bool:
+        """Charge ``cost`` on ``blocks`` and keep the rest of the pipeline's reservation there
+        reserved for it (the pool releases a whole reservation when it charges)."""
+        before = {b: pool.held_cost(task_id, b) for b in blocks}
+        if not pool.charge(task_id, {b: cost for b in blocks}, note=note):
+            return False
+        for b, held in before.items():
+            rest = _remainder(held, cost)
+            if rest is not None and pool.is_pending(task_id):
+                pool.reserve(task_id, b, rest, note="remainder kept")
+        return True
+
+    def _evaluate(self, pool: Pool, task: TaskSpec, fraction: float, blocks: int) -> Outcome:
+        profile = self.profiles.get(task.task_id)
+        if profile is not None:
+            return profile.outcome(
+                epsilon_fraction=fraction, blocks=blocks, partitioned=self.partitioned
+            )
+        if task.validator is not None:
+            ok = task.validator(tuple(pool.charged_blocks[task.task_id]))
+            return Outcome.ACCEPT if ok else Outcome.RETRY
+        return Outcome.ACCEPT
+
+    def _run(self, pool: Pool, task_id: str) -> None:
+        task = pool.tasks[task_id]
+        st = self.state[task_id]
+        limit = task.access_limit
+        while pool.is_pending(task_id):
+            if limit is not None and st.window > limit:
+                pool.reject(task_id, note=f"window of {st.window} blocks exceeds max_blocks")
+                return
+            if self.usage is not Usage.CONSERVE:
+                candidates = self._usable(pool, task_id, 2.0**-self.levels)
+                chosen = candidates[-st.window :]
+                fraction = self._aggressive_fraction(pool, task_id, chosen) if chosen else 0.0
+            else:
+                fraction = self._fraction(st)
+                chosen = self._usable(pool, task_id, fraction)[-st.window :]
+            if len(chosen) < st.window or fraction <= 0:
+                return  # wait for more blocks
+            if limit is not None and len(set(pool.charged_blocks[task_id]) | set(chosen)) > limit:
+                pool.reject(task_id, note="the next window would exceed max_blocks")
+                return
+            cost = task.demand.scaled(fraction)
+            if not self._charge(pool, task_id, chosen, cost, f"run {st.runs}"):
+                return
+            for b in chosen:
+                st.spent[b] = st.spent.get(b, 0.0) + fraction
+            st.runs += 1
+            outcome = self._evaluate(pool, task, fraction, len(chosen))
+            if outcome is Outcome.ACCEPT:
+                released = {b: c for b in pool.held(task_id) if (c := pool.held_cost(task_id, b))}
+                pool.grant(task_id, note=f"accepted after {st.runs} run(s)")
+                self._reallocate(pool, released)
+                return
+            if outcome is Outcome.REJECT:
+                pool.reject(task_id, note="validator rejected")
+                return
+            if self.usage is Usage.CONSERVE and st.level < self.levels:
+                doubled = 2.0 * fraction
+                if len(self._usable(pool, task_id, doubled)) >= st.window and all(
+                    b in self._usable(pool, task_id, doubled) for b in chosen
+                ):
+                    st.level += 1
+                    continue
+            st.window *= 2
+
+
+def _up(x: float) -> float:
+    """x rounded up to the next double, 0 kept, tiny values lifted to 1e-90 (the budget types'
+    smallest magnitude is 1e-100)."""
+    if x <= 0:
+        return 0.0
+    return max(math.nextafter(x, math.inf), 1e-90)
+
+
+def _down(x: float) -> float:
+    """x rounded down, and 0 when below 1e-90 (a remainder too small to matter)."""
+    y = math.nextafter(x, -math.inf)
+    return y if y > 1e-90 else 0.0
+
+
+def _exact_sum(a: Cost, b: Cost) -> Cost | None:
+    """a + b when both are of one kind (None otherwise)."""
+    if isinstance(a, Budget) and isinstance(b, Budget):
+        return a + b
+    if isinstance(a, RdpCurve) and isinstance(b, RdpCurve):
+        try:
+            return a + b
+        except (Inexact, InvalidOperation):  # too many digits to add exactly: round up
+            return RdpCurve(
+                _up(float(x) + float(y)) for x, y in zip(a.epsilons, b.epsilons, strict=True)
+            )
+    return None
+
+
+def _remainder(held: Cost | None, cost: Cost) -> Cost | None:
+    """What is left of a reservation after spending ``cost`` from it (None if nothing)."""
+    if held is None:
+        return None
+    if isinstance(held, Budget) and isinstance(cost, Budget):
+        if not cost <= held:
+            return None
+        rest: Cost = held - cost
+    elif isinstance(held, RdpCurve) and isinstance(cost, RdpCurve):
+        rest = RdpCurve(
+            _down(float(a) - float(b)) for a, b in zip(held.epsilons, cost.epsilons, strict=True)
+        )
+    else:
+        return None
+    return None if rest.is_zero else rest
+
+
+class BlockConserve(SageStrategy):
+    """Block/Conserve (Sage): even split of each new block, privacy-adaptive ε and data."""
+
+    name = "sage-block-conserve"
+    usage = Usage.CONSERVE
+
+
+class BlockAggressive(SageStrategy):
+    """Block/Aggressive: even split of each new block, each run spends all it holds."""
+
+    name = "sage-block-aggressive"
+    usage = Usage.AGGRESSIVE
+
+
+class QueryComposition(SageStrategy):
+    """Query composition: Block/Conserve's allocation with per-block (partitioned) queries."""
+
+    name = "sage-query-composition"
+    usage = Usage.CONSERVE
+    partitioned = True
+
+
+class StreamingComposition(SageStrategy):
+    """Streaming composition: each block goes whole to one waiting pipeline."""
+
+    name = "sage-streaming-composition"
+    usage = Usage.STREAMING
+
+
+SCHEDULERS: tuple[type[Scheduler], ...] = (
+    BlockConserve,
+    BlockAggressive,
+    QueryComposition,
+    StreamingComposition,
+)

@@ -1,0 +1,198 @@
+"""Executors: where a pipeline run happens — in this process, or on a Ray cluster.
+
+One interface (:class:`Executor`), one contract test suite. A :class:`PipelineJob` is a
+pipeline plus the (ε, δ, η) and seed of one iteration; an executor runs it against a
+:class:`~blockbudget.grant.Grant`:
+
+* :class:`InProcessExecutor` (default) calls the pipeline on the grant itself.
+* :class:`RayExecutor` ships the job, the granted rows and a :class:`GrantHandle` to a Ray
+  worker. The worker opens its own :class:`~blockbudget.ledger.Ledger` on the platform's
+  database (SQLite file on one machine, PostgreSQL on a cluster) and rebuilds a grant on the same
+  reservation, so every draw it makes is the same durable ledger charge, made before the noise,
+  as in-process (DESIGN.md invariants 1 and 7). The driver keeps the original grant and closes
+  it, releasing what the worker did not draw.
+
+With a seed, the same job gives the same release on either executor (tested).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from blockbudget.accounting import Accounting
+from blockbudget.errors import InvalidRequestError
+from blockbudget.mechanisms.noise import NoiseSource, SeededNoise
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow as pa
+
+    from blockbudget.grant import Grant
+    from blockbudget.mechanisms.source import BudgetSource
+    from blockbudget.training.pipeline import Pipeline, PipelineRun
+
+
+@dataclass(frozen=True)
+class PipelineJob:
+    """One iteration of a pipeline, ready to run anywhere (picklable).
+
+    Attributes:
+        pipeline: the pipeline.
+        epsilon, delta: the iteration's budget.
+        eta: the validator's confidence for this iteration.
+        seed: seeds the train/test split and the noise (SeededNoise: experiments and tests
+            only); None means secure noise and split seed 0.
+        iteration: the iteration number (varies the seeded noise between iterations).
+    """
+
+    pipeline: Pipeline
+    epsilon: Decimal
+    delta: Decimal
+    eta: float
+    seed: int | None = None
+    iteration: int = 1
+
+    def noise(self) -> NoiseSource | None:
+        """SeededNoise derived from (seed, iteration), or None (secure)."""
+        if self.seed is None:
+            return None
+        return SeededNoise(self.seed * 1_000_003 + self.iteration)
+
+    def execute(self, source: BudgetSource, frame: Any) -> PipelineRun:
+        """Run the pipeline on ``frame`` drawing from ``source``."""
+        return self.pipeline.run(
+            source,
+            frame,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            eta=self.eta,
+            noise=self.noise(),
+            seed=(self.seed or 0) + self.iteration,
+        )
+
+
+@dataclass(frozen=True)
+class GrantHandle:
+    """What a remote worker needs to draw on a driver's grant (no data, no connection).
+
+    Attributes:
+        database_url: the platform's ledger database.
+        stream, reservation_id, accounting, group_size: the grant's identity and rule.
+    """
+
+    database_url: str
+    stream: str
+    reservation_id: str
+    accounting: Accounting
+    group_size: int
+
+    @classmethod
+    def of(cls, grant: Grant, *, database_url: str) -> GrantHandle:
+        return cls(
+            database_url=database_url,
+            stream=grant.stream,
+            reservation_id=grant.reservation.id,
+            accounting=grant.accounting,
+            group_size=grant.group_size,
+        )
+
+
+def run_remote(job: PipelineJob, handle: GrantHandle, data: pa.Table) -> PipelineRun:
+    """Worker side: rebuild a grant on the handle's reservation and run the job.
+
+    The rebuilt grant is never closed here (closing would release the driver's reservation);
+    only its ledger connection is disposed.
+    """
+    from blockbudget.grant import Grant
+    from blockbudget.ledger import Ledger
+
+    ledger = Ledger(handle.database_url)
+    try:
+        grant = Grant(
+            ledger=ledger,
+            stream=handle.stream,
+            reservation=ledger.reservation(handle.reservation_id),
+            accounting=handle.accounting,
+            data=data,
+            group_size=handle.group_size,
+        )
+        return job.execute(grant, grant.frame())
+    finally:
+        ledger.dispose()
+
+
+class Executor(ABC):
+    """Runs pipeline jobs against grants."""
+
+    @abstractmethod
+    def run_many(self, work: Sequence[tuple[PipelineJob, Grant]]) -> list[PipelineRun]:
+        """Run each (job, grant) pair; results in the same order. A job's error is raised."""
+
+    def run(self, job: PipelineJob, grant: Grant) -> PipelineRun:
+        """Run one job."""
+        return self.run_many([(job, grant)])[0]
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the executor's resources."""
+
+
+class InProcessExecutor(Executor):
+    """Runs jobs one after the other in this process (the default)."""
+
+    def run_many(self, work: Sequence[tuple[PipelineJob, Grant]]) -> list[PipelineRun]:
+        return [job.execute(grant, grant.frame()) for job, grant in work]
+
+
+class RayExecutor(Executor):
+    """Runs jobs as Ray tasks, in parallel.
+
+    Args:
+        database_url: the platform's ledger database (``platform.database_url``); workers
+            connect to it to charge their draws.
+        address: a Ray cluster address; None starts (or reuses) a local Ray.
+        num_cpus: CPUs for a local Ray started here.
+    """
+
+    def __init__(
+        self, *, database_url: str, address: str | None = None, num_cpus: int | None = None
+    ) -> None:
+        import ray
+
+        if not isinstance(database_url, str) or not database_url:
+            raise InvalidRequestError("RayExecutor needs the platform's database_url")
+        if database_url.startswith("sqlite://") and ":memory:" in database_url:
+            raise InvalidRequestError("Ray workers cannot reach an in-memory SQLite ledger")
+        self.database_url = database_url
+        self._started = False
+        if not ray.is_initialized():
+            ray.init(
+                address=address,
+                num_cpus=num_cpus,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
+            self._started = True
+        self._remote = ray.remote(run_remote)
+
+    def run_many(self, work: Sequence[tuple[PipelineJob, Grant]]) -> list[PipelineRun]:
+        import ray
+
+        refs = [
+            self._remote.remote(
+                job, GrantHandle.of(grant, database_url=self.database_url), grant.data
+            )
+            for job, grant in work
+        ]
+        return list(ray.get(refs))
+
+    def close(self) -> None:
+        """Shut Ray down if this executor started it."""
+        import ray
+
+        if self._started and ray.is_initialized():
+            ray.shutdown()
+        self._started = False

@@ -1,0 +1,208 @@
+"""The (ε, δ)-DP training pipeline: preprocess → train → validate (Sage's List. 1).
+
+Seed ``004_2b5d216070ae2ded.txt`` §3.1 and List. 1 (seed ``001_7d2967ad64403faa.txt`` §3.3): a
+developer writes the three TFX callbacks — ``preprocessing_fn``, ``trainer_fn``,
+``validator_fn`` — with DP library calls, and *splits the (ε, δ) that Sage assigns at run time*
+across them. Here a :class:`Pipeline` does the same: :meth:`Pipeline.run` receives a budget
+source (a :class:`~blockbudget.grant.Grant`), the granted rows and the (ε, δ, η) of this
+iteration, splits the budget with its :class:`BudgetSplit`, and calls the three stages, each of
+which draws its share from the source before releasing anything. The validation is pure
+(ε, 0)-DP (App. B); δ goes to preprocessing and training.
+
+Rows are split into training and test sets by a seeded permutation (public randomness, 90::10
+by default as in seed 004 §5); the model sees the training rows, the ACCEPT test the test rows.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
+from blockbudget.budget import Number
+from blockbudget.errors import DataError, InvalidRequestError
+from blockbudget.mechanisms.calibration import exact_delta, exact_epsilon
+from blockbudget.mechanisms.noise import NoiseSource
+from blockbudget.mechanisms.source import BudgetSource
+from blockbudget.training.validation import ValidationResult
+
+
+@dataclass(frozen=True)
+class BudgetSplit:
+    """Fractions of the iteration's ε for each stage (δ: preprocess and train, pro rata).
+
+    Attributes:
+        preprocess: share of ε for DP preprocessing (0 when the features are per-row and public).
+        train: share of ε for training.
+        validate: share of ε for the SLAed validation.
+
+    Raises:
+        InvalidRequestError: a negative share, a zero train or validate share, or shares summing
+            to more than 1.
+    """
+
+    preprocess: float = 0.0
+    train: float = 0.5
+    validate: float = 0.5
+
+    def __post_init__(self) -> None:
+        shares = (self.preprocess, self.train, self.validate)
+        if any((not isinstance(s, (int, float))) or not math.isfinite(s) or s < 0 for s in shares):
+            raise InvalidRequestError(f"budget shares must be finite and >= 0, got {shares}")
+        if self.train <= 0 or self.validate <= 0:
+            raise InvalidRequestError("train and validate shares must be > 0")
+        if sum(shares) > 1.0 + 1e-12:
+            raise InvalidRequestError(f"budget shares must sum to at most 1, got {sum(shares)}")
+
+    def parts(self, epsilon: Decimal, delta: Decimal) -> dict[str, tuple[Decimal, Decimal]]:
+        """Per stage (ε, δ), rounded down so the parts never exceed the whole."""
+        from decimal import ROUND_FLOOR, Context, localcontext
+
+        with localcontext(Context(prec=40, rounding=ROUND_FLOOR)):
+            dp_total = Decimal(repr(self.preprocess)) + Decimal(repr(self.train))
+            out = {}
+            for name, share in (
+                ("preprocess", self.preprocess),
+                ("train", self.train),
+                ("validate", self.validate),
+            ):
+                s = Decimal(repr(share))
+                d = Decimal(0) if name == "validate" or dp_total == 0 else delta * s / dp_total
+                out[name] = (epsilon * s, d)
+        return out
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What preprocessing hands to training and validation.
+
+    Attributes:
+        x_train, y_train: training features and labels.
+        x_test, y_test: test features and labels.
+        extra: anything else the pipeline computed (e.g. DP aggregate features).
+    """
+
+    x_train: NDArray[Any]
+    y_train: NDArray[Any]
+    x_test: NDArray[Any]
+    y_test: NDArray[Any]
+    extra: Any = None
+
+
+@dataclass(frozen=True)
+class PipelineRun:
+    """One run of a pipeline.
+
+    Attributes:
+        model: the trained model or statistic.
+        validation: the validator's result.
+        epsilon, delta: the (ε, δ) the run was given.
+        n_train, n_test: the rows in each split.
+    """
+
+    model: Any
+    validation: ValidationResult
+    epsilon: Decimal
+    delta: Decimal
+    n_train: int
+    n_test: int
+
+
+def split_rows(n: int, *, test_fraction: float, seed: int) -> tuple[NDArray[Any], NDArray[Any]]:
+    """A seeded (public) split of ``n`` row indices into train and test."""
+    if not (0.0 < test_fraction < 1.0):
+        raise InvalidRequestError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+    order = np.random.default_rng(seed).permutation(n)
+    n_test = round(n * test_fraction)
+    return np.sort(order[n_test:]), np.sort(order[:n_test])
+
+
+class Pipeline(ABC):
+    """A developer's (ε, δ)-DP training pipeline (Sage List. 1).
+
+    Attributes:
+        name: a label for charges and reports.
+        split: how ε is shared between the stages.
+        test_fraction: share of the rows held out for the ACCEPT test.
+    """
+
+    name: str = "pipeline"
+    split: BudgetSplit = BudgetSplit()
+    test_fraction: float = 0.1
+
+    @abstractmethod
+    def preprocess(
+        self,
+        source: BudgetSource,
+        frame: pd.DataFrame,
+        *,
+        epsilon: Decimal,
+        delta: Decimal,
+        noise: NoiseSource | None,
+        seed: int,
+    ) -> Prepared:
+        """Turn granted rows into features (``preprocessing_fn``)."""
+
+    @abstractmethod
+    def train(
+        self,
+        source: BudgetSource,
+        data: Prepared,
+        *,
+        epsilon: Decimal,
+        delta: Decimal,
+        noise: NoiseSource | None,
+        seed: int,
+    ) -> Any:
+        """Fit the DP model (``trainer_fn``)."""
+
+    @abstractmethod
+    def validate(
+        self,
+        source: BudgetSource,
+        model: Any,
+        data: Prepared,
+        *,
+        epsilon: Decimal,
+        eta: float,
+        noise: NoiseSource | None,
+    ) -> ValidationResult:
+        """SLAed validation (``validator_fn``)."""
+
+    def run(
+        self,
+        source: BudgetSource,
+        frame: pd.DataFrame,
+        *,
+        epsilon: Number,
+        delta: Number,
+        eta: float,
+        noise: NoiseSource | None = None,
+        seed: int = 0,
+    ) -> PipelineRun:
+        """Run the three stages on ``frame`` with this iteration's (ε, δ).
+
+        Raises:
+            InvalidBudgetError: bad ε or δ. DataError: no rows.
+            BudgetExceededError, ReservationError: from the source (a stage refused).
+        """
+        eps = exact_epsilon(epsilon)
+        dl = exact_delta(delta, positive=False)
+        if len(frame) == 0:
+            raise DataError(f"pipeline {self.name!r} got no rows")
+        parts = self.split.parts(eps, dl)
+        pre_eps, pre_delta = parts["preprocess"]
+        data = self.preprocess(
+            source, frame, epsilon=pre_eps, delta=pre_delta, noise=noise, seed=seed
+        )
+        tr_eps, tr_delta = parts["train"]
+        model = self.train(source, data, epsilon=tr_eps, delta=tr_delta, noise=noise, seed=seed)
+        va_eps, _ = parts["validate"]
+        result = self.validate(source, model, data, epsilon=va_eps, eta=eta, noise=noise)
+        return PipelineRun(model, result, eps, dl, len(data.y_train), len(data.y_test))

@@ -1,0 +1,351 @@
+"""Ready pipelines: AdaSSP regression, DP-SGD classification and regression, DP statistics.
+
+Each is a frozen dataclass implementing :class:`~blockbudget.training.pipeline.Pipeline`
+(seed ``004_2b5d216070ae2ded.txt`` List. 1 and Tab. 1): a public per-row feature map, a DP
+model drawing from the grant, and the SLAed validator of its metric (App. B) — the loss
+validator for regressions, the accuracy validator for classifiers, the sum-statistic validator
+for the average-speed statistics. Pipelines hold only module-level functions, so they pickle
+(the Ray executor ships them to workers).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
+from blockbudget.mechanisms.noise import NoiseSource
+from blockbudget.mechanisms.source import BudgetSource
+from blockbudget.mechanisms.statistics import dp_group_by_mean
+from blockbudget.training.adassp import AdaSSPRegressor, clip_rows
+from blockbudget.training.dpsgd import DPSGDModel, Task
+from blockbudget.training.pipeline import BudgetSplit, Pipeline, Prepared, split_rows
+from blockbudget.training.tasks import (
+    REGRESSION_NORM,
+    SPEED_RANGE,
+    Granularity,
+    air_time_label,
+    arrived,
+    classification_features,
+    delayed_label,
+    regression_features,
+    speed,
+    speed_keys,
+)
+from blockbudget.training.validation import SlaMode, ValidationResult
+from blockbudget.training.validators import (
+    AccuracyEvidence,
+    AccuracyValidator,
+    LossEvidence,
+    LossValidator,
+    SumStatisticEvidence,
+    SumStatisticValidator,
+)
+
+Featurize = Callable[[pd.DataFrame], NDArray[np.float64]]
+Label = Callable[[pd.DataFrame], NDArray[Any]]
+
+
+def _prepare(
+    frame: pd.DataFrame, featurize: Featurize, label: Label, test_fraction: float, seed: int
+) -> Prepared:
+    rows = arrived(frame)
+    x, y = featurize(rows), label(rows)
+    train, test = split_rows(len(y), test_fraction=test_fraction, seed=seed)
+    return Prepared(x[train], y[train], x[test], y[test])
+
+
+def exact_least_squares_losses(
+    x: NDArray[np.float64], y: NDArray[np.float64], *, x_bound: float
+) -> NDArray[np.float64]:
+    """Training losses (clipped into [0, 1]) of the exact least-squares fit f̂ on the same
+    clipped design as AdaSSP — the empirical risk minimizer the REJECT test needs (App. B.1)."""
+    half = x_bound / math.sqrt(2.0)
+    design = np.hstack([clip_rows(x, half), np.full((len(x), 1), half)])
+    theta = np.linalg.lstsq(design, y, rcond=None)[0]
+    pred = np.clip(design @ theta, 0.0, 1.0)
+    out: NDArray[np.float64] = np.clip((pred - y) ** 2, 0.0, 1.0)
+    return out
+
+
+@dataclass(frozen=True)
+class AdaSSPPipeline(Pipeline):
+    """Linear regression of a [0, 1] label with AdaSSP and the loss (MSE) validator.
+
+    Attributes:
+        target: τ_loss, the MSE to reach.
+        featurize, label: the public feature map and label (default: flights air time).
+        mode: the validator's SLA mode.
+        with_reject: run the REJECT test with the exact least-squares fit (App. B.1).
+        split, test_fraction, name: see :class:`Pipeline`.
+    """
+
+    target: float
+    featurize: Featurize = regression_features
+    label: Label = air_time_label
+    mode: SlaMode = SlaMode.SAGE
+    with_reject: bool = True
+    split: BudgetSplit = field(default_factory=BudgetSplit)
+    test_fraction: float = 0.1
+    name: str = "adassp-regression"
+
+    @property
+    def x_bound(self) -> float:
+        """B_X for AdaSSP: features fit within B_X/√2, the intercept takes the rest."""
+        return REGRESSION_NORM * math.sqrt(2.0)
+
+    def preprocess(
+        self,
+        source: BudgetSource,
+        frame: pd.DataFrame,
+        *,
+        epsilon: Decimal,
+        delta: Decimal,
+        noise: NoiseSource | None,
+        seed: int,
+    ) -> Prepared:
+        return _prepare(frame, self.featurize, self.label, self.test_fraction, seed)
+
+    def train(
+        self,
+        source: BudgetSource,
+        data: Prepared,
+        *,
+        epsilon: Decimal,
+        delta: Decimal,
+        noise: NoiseSource | None,
+        seed: int,
+    ) -> AdaSSPRegressor:
+        model = AdaSSPRegressor(x_bound=self.x_bound, y_bound=1.0)
+        return model.fit(
+            source,
+            data.x_train,
+            data.y_train,
+            epsilon=epsilon,
+            delta=delta,
+            noise=noise,
+            label=f"{self.name}/train",
+        )
+
+    def validate(
+        self,
+        source: BudgetSource,
+        model: Any,
+        data: Prepared,
+        *,
+        epsilon: Decimal,
+        eta: float,
+        noise: NoiseSource | None,
+    ) -> ValidationResult:
+        pred = np.clip(model.predict(data.x_test), 0.0, 1.0)
+        test_losses = (pred - data.y_test) ** 2
+        train_losses = (
+            exact_least_squares_losses(data.x_train, data.y_train, x_bound=self.x_bound)
+            if self.with_reject and len(data.y_train)
+            else None
+        )
+        validator = LossValidator(target=self.target, bound=1.0, mode=self.mode)
+        return validator.validate(
+            source,
+            LossEvidence(test_losses, train_losses),
+            epsilon=epsilon,
+            eta=eta,
+            noise=noise,
+            label=f"{self.name}/validate",
+        )
+
+
+@dataclass(frozen=True)
+class DPSGDPipeline(Pipeline):
+    """A DP-SGD model (logistic regression when ``hidden`` is empty, else a small NN).
+
+    Classification is validated with the accuracy validator, regression with the loss
+    validator (MSE of predictions clipped into [0, 1]); no REJECT test (finding the empirical
+    risk minimizer of a NN or of the 0-1 loss is intractable, App. B.2).
+
+    Attributes:
+        target: τ_acc (classification) or τ_loss (regression).
+        task: classification or regression.
+        hidden: hidden layer widths.
+        epochs, batch_size, learning_rate: DP-SGD settings.
+        featurize, label: public feature map and label (default: flights delayed > 15 min).
+        mode: the validator's SLA mode.
+    """
+
+    target: float
+    task: Task = Task.CLASSIFICATION
+    hidden: tuple[int, ...] = ()
+    epochs: int = 1
+    batch_size: int = 256
+    learning_rate: float = 0.1
+    featurize: Featurize = classification_features
+    label: Label = delayed_label
+    mode: SlaMode = SlaMode.SAGE
+    split: BudgetSplit = field(default_factory=BudgetSplit)
+    test_fraction: float = 0.1
+    name: str = "dpsgd"
+
+    def preprocess(
+        self,
+        source: BudgetSource,
+        frame: pd.DataFrame,
+        *,
+        epsilon: Decimal,
+        delta: Decimal,
+        noise: NoiseSource | None,
+        seed: int,
+    ) -> Prepared:
+        return _prepare(frame, self.featurize, self.label, self.test_fraction, seed)
+
+    def train(
+        self,
+        source: BudgetSource,
+        data: Prepared,
+        *,
+        epsilon: Decimal,
+        delta: Decimal,
+        noise: NoiseSource | None,
+        seed: int,
+    ) -> DPSGDModel:
+        model = DPSGDModel(
+            task=self.task,
+            hidden=self.hidden,
+            epochs=self.epochs,
+            batch_size=self.batch_size,
+            learning_rate=self.learning_rate,
+            seed=seed,
+        )
+        return model.fit(
+            source,
+            data.x_train,
+            data.y_train,
+            epsilon=epsilon,
+            delta=delta,
+            label=f"{self.name}/train",
+        )
+
+    def validate(
+        self,
+        source: BudgetSource,
+        model: Any,
+        data: Prepared,
+        *,
+        epsilon: Decimal,
+        eta: float,
+        noise: NoiseSource | None,
+    ) -> ValidationResult:
+        pred = model.predict(data.x_test)
+        if self.task is Task.CLASSIFICATION:
+            acc = AccuracyValidator(target=self.target, mode=self.mode)
+            return acc.validate(
+                source,
+                AccuracyEvidence((pred == data.y_test).astype(np.float64)),
+                epsilon=epsilon,
+                eta=eta,
+                noise=noise,
+                label=f"{self.name}/validate",
+            )
+        losses = (np.clip(pred, 0.0, 1.0) - data.y_test) ** 2
+        loss = LossValidator(target=self.target, bound=1.0, mode=self.mode)
+        return loss.validate(
+            source,
+            LossEvidence(losses),
+            epsilon=epsilon,
+            eta=eta,
+            noise=noise,
+            label=f"{self.name}/validate",
+        )
+
+
+@dataclass(frozen=True)
+class AverageSpeedPipeline(Pipeline):
+    """Average speed per time key with the core's ``dp_group_by_mean`` (Sage List. 1) and the
+    sum-statistic validator (App. B.3); all rows train (the statistic needs no test split).
+
+    Attributes:
+        target: τ_err, the largest acceptable absolute error of any key's mean, in mph.
+        granularity: hour of day, day of week or week of month.
+        mode: the validator's SLA mode (SAGE, UNCORRECTED or NON_PRIVATE).
+    """
+
+    target: float
+    granularity: Granularity = Granularity.HOUR_OF_DAY
+    mode: SlaMode = SlaMode.SAGE
+    split: BudgetSplit = field(default_factory=BudgetSplit)
+    test_fraction: float = 0.1
+    name: str = "average-speed"
+
+    def preprocess(
+        self,
+        source: BudgetSource,
+        frame: pd.DataFrame,
+        *,
+        epsilon: Decimal,
+        delta: Decimal,
+        noise: NoiseSource | None,
+        seed: int,
+    ) -> Prepared:
+        rows = arrived(frame)
+        keys = speed_keys(rows, self.granularity)
+        empty = np.zeros(0)
+        return Prepared(keys, speed(rows), empty, empty)
+
+    def train(
+        self,
+        source: BudgetSource,
+        data: Prepared,
+        *,
+        epsilon: Decimal,
+        delta: Decimal,
+        noise: NoiseSource | None,
+        seed: int,
+    ) -> Any:
+        return dp_group_by_mean(
+            source,
+            data.x_train,
+            data.y_train,
+            epsilon=epsilon,
+            value_range=SPEED_RANGE,
+            nkeys=self.granularity.nkeys,
+            noise=noise,
+            label=f"{self.name}/{self.granularity.value}",
+        )
+
+    def validate(
+        self,
+        source: BudgetSource,
+        model: Any,
+        data: Prepared,
+        *,
+        epsilon: Decimal,
+        eta: float,
+        noise: NoiseSource | None,
+    ) -> ValidationResult:
+        scales = {p.name: p.scale for p in model.perturbations}
+        counts = np.bincount(data.x_train.astype(np.int64), minlength=self.granularity.nkeys)
+        evidence = SumStatisticEvidence(
+            counts=counts,
+            value_range=SPEED_RANGE,
+            sum_scale=scales["sums"],
+            count_scale=scales["counts"],
+        )
+        validator = SumStatisticValidator(target=self.target, mode=self.mode)
+        return validator.validate(
+            source, evidence, epsilon=epsilon, eta=eta, noise=noise, label=f"{self.name}/validate"
+        )
+
+
+def regression_pipeline(target: float, **kwargs: Any) -> AdaSSPPipeline:
+    """The Taxi-analog LR pipeline (flights air time, AdaSSP, MSE validator)."""
+    return AdaSSPPipeline(target=target, **kwargs)
+
+
+def classification_pipeline(target: float, **kwargs: Any) -> DPSGDPipeline:
+    """The Criteo-analog LG pipeline (flights delayed > 15 min, DP-SGD, accuracy validator)."""
+    return DPSGDPipeline(target=target, **kwargs)
