@@ -166,3 +166,128 @@ def test_user_stream_queries_reserve_the_group_cost(tmp_path: Path) -> None:
     assert "(ε=0.2" in r.output  # the mechanism's row-level cost
     r = runner.invoke(app, ["blocks", "u", "--context", "a", *home])
     assert "40.0%" in r.output  # 1 − 3 × 0.2 left: the group cost was charged
+
+
+def test_cli_as_a_client_of_a_running_server(tmp_path: Path) -> None:
+    """The same commands against `blockbudget serve` (a real uvicorn on loopback), as principals
+    of different roles: what the key may do works, the rest is refused with the HTTP status."""
+    from service.support import seed, thread_server
+
+    from blockbudget.service import create_app
+
+    seeded = seed(tmp_path / "server-home")
+    app_ = create_app(seeded.platform, keys=seeded.keys, auth_cache_seconds=0)
+    with thread_server(app_) as url:
+
+        def as_(key: str, *args: str) -> object:
+            return runner.invoke(app, [*args, "--server", url, "--api-key", key])
+
+        r = as_(seeded.analyst, "stream", "list")
+        assert r.exit_code == 0 and "flights" in r.output and "secret" not in r.output
+        r = as_(seeded.analyst, "blocks", "flights")
+        assert r.exit_code == 0 and "flights/2013-01-01" in r.output
+        assert "rows" not in r.output  # exact counts are for owners and admins
+        r = as_(seeded.owner, "blocks", "flights")
+        assert r.exit_code == 0 and "rows" in r.output
+        r = as_(
+            seeded.analyst,
+            "query",
+            "count",
+            "flights",
+            "--epsilon",
+            "0.5",
+            "--context",
+            "team-a",
+            "--last",
+            "2",
+        )
+        assert r.exit_code == 0 and "DP answer" in r.output, r.output
+        r = as_(
+            seeded.analyst,
+            "query",
+            "mean",
+            "flights",
+            "--epsilon",
+            "0.2",
+            "--context",
+            "team-a",
+            "--column",
+            "dep_delay",
+            "--lower",
+            "-30",
+            "--upper",
+            "120",
+        )
+        assert r.exit_code == 0 and "DP answer" in r.output, r.output
+        r = as_(
+            seeded.analyst, "query", "count", "flights", "--epsilon", "0.1", "--context", "team-b"
+        )
+        assert r.exit_code == 2 and "HTTP 403" in r.output and "bound context" in r.output
+        r = as_(
+            seeded.analyst,
+            "query",
+            "count",
+            "flights",
+            "--epsilon",
+            "0.6",
+            "--context",
+            "team-a",
+            "--block",
+            "2013-01-04",
+        )
+        assert r.exit_code == 2 and "HTTP 409 BudgetExceededError" in r.output
+        assert "Nothing was charged" in r.output
+        r = as_(seeded.analyst, "context", "add", "mine")
+        assert r.exit_code == 2 and "HTTP 403" in r.output
+        r = as_(seeded.analyst, "audit", "verify")
+        assert r.exit_code == 2 and "HTTP 403" in r.output
+        # A data owner creates and fills a stream; the admin verifies and reads the log.
+        r = as_(seeded.owner, "stream", "create", "mine", "--epsilon", "2", "--column", "time")
+        assert r.exit_code == 0 and "created stream mine" in r.output, r.output
+        r = as_(seeded.owner, "ingest", "mine", str(_csv(tmp_path / "d.csv")))
+        assert r.exit_code == 0 and "300 rows: 3 new block(s)" in r.output, r.output
+        r = as_(seeded.admin, "context", "add", "team-c", "--description", "third team")
+        assert r.exit_code == 0
+        r = as_(
+            seeded.admin, "principal", "add", "carl", "--role", "analyst", "--context", "team-c"
+        )
+        assert r.exit_code == 0 and "bbk_" in r.output
+        r = as_(seeded.owner, "principal", "grant", "carl", "mine")
+        assert r.exit_code == 0
+        carl = r.output and seeded.keys.create_key("carl")
+        r = as_(
+            carl, "query", "count", "mine", "--epsilon", "0.5", "--context", "team-c", "--last", "3"
+        )
+        assert r.exit_code == 0, r.output
+        r = as_(seeded.admin, "audit", "verify")
+        assert r.exit_code == 0 and "audit verify: OK" in r.output
+        r = as_(seeded.admin, "audit", "log", "--limit", "5")
+        assert r.exit_code == 0 and "charged" in r.output
+        # Environment variables instead of options.
+        r = runner.invoke(
+            app,
+            ["context", "list"],
+            env={"BLOCKBUDGET_SERVER": url, "BLOCKBUDGET_API_KEY": seeded.analyst},
+        )
+        assert r.exit_code == 0 and "team-a" in r.output and "team-b" not in r.output
+        r = runner.invoke(app, ["stream", "list", "--server", url])
+        assert r.exit_code != 0 and "--api-key" in r.output
+    assert seeded.platform.verify().ok
+    seeded.platform.close()
+
+
+def test_principal_commands_on_a_local_home(tmp_path: Path) -> None:
+    home = ["--home", str(tmp_path / "h")]
+    runner.invoke(app, ["stream", "create", "s", "--epsilon", "1", *home])
+    r = runner.invoke(
+        app, ["principal", "add", "ann", "--role", "analyst", "--context", "nope", *home]
+    )
+    assert r.exit_code != 0 and "unknown context" in r.output
+    r = runner.invoke(app, ["principal", "add", "ann", "--role", "boss", *home])
+    assert r.exit_code != 0 and "admin, owner or analyst" in r.output
+    r = runner.invoke(app, ["principal", "add", "ann", "--role", "analyst", *home])
+    assert r.exit_code == 0 and "bbk_" in r.output
+    r = runner.invoke(app, ["principal", "grant", "ann", "s", *home])
+    assert r.exit_code == 0 and "may now read stream s" in r.output
+    r = runner.invoke(app, ["principal", "grant", "ann", "nostream", *home])
+    assert r.exit_code == 2

@@ -408,12 +408,19 @@ def create_app(
         owned_reservation(me, rid)
         return reservation_out(platform.ledger.release(rid, request_id=f"{rid}/release"))
 
+    streams_of: dict[str, str] = {}  # block → stream; immutable once registered
+
+    def block_stream(block: str) -> str | None:
+        if block not in streams_of:
+            for info in platform.ledger.blocks():
+                streams_of[info.block_id] = info.stream
+        return streams_of.get(block)
+
     @app.post("/v1/streams/{stream}/charges", tags=["budget"])
     def charge(me: Auth, stream: str, body: sc.ChargeIn) -> sc.ChargeOut:
         require_stream(me, stream)
         require_context(me, body.context)
-        infos = {b.block_id: b for b in platform.ledger.blocks(stream=stream)}
-        foreign = sorted(set(body.blocks) - infos.keys())
+        foreign = sorted(b for b in set(body.blocks) if block_stream(b) != stream)
         if foreign:
             text = f"block(s) {foreign[:5]} are not blocks of stream {stream!r}"
             if me.role is Role.ADMIN:
