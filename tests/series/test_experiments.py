@@ -20,7 +20,7 @@ from blockbudget.experiments.series_data import (
     unbalance_like,
     weighted_f1,
 )
-from blockbudget.experiments.series_kmeans import TABLE3_US, TABLE4_US, TABLE5_US
+from blockbudget.experiments.series_kmeans import LLOYD, TABLE3_US, TABLE4_US, TABLE5_US
 from blockbudget.experiments.series_noise import PAPER_TABLE2, expected_mse, table2_sequence
 from blockbudget.series import parse_strategy, us_interval
 
@@ -67,6 +67,8 @@ def test_kmeans_quick(name: str, tmp_path: Path) -> None:
     assert all(0.0 <= float(str(r["f1_mean"])) <= 1.0 for r in rows)
     avg6 = next(r for r in rows if r["N"] == 6 and r["strategy"] == "AVG")
     assert float(str(avg6["f1_mean"])) > 0.8  # DP k-means does find the clusters at N = 6
+    lloyd = [r for r in rows if r["strategy"] == LLOYD]
+    assert len(lloyd) == 3 and all(float(str(r["f1_mean"])) > 0.8 for r in lloyd)
     for r in rows:
         if str(r["strategy"]).startswith("AC-"):
             table = TABLE4_US if "Ty" in str(r["strategy"]) else TABLE3_US
