@@ -12,7 +12,7 @@ ledger batches concurrent writes of all those threads into single durable transa
 """
 
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -42,6 +42,7 @@ from blockbudget.service.access import (
 )
 from blockbudget.service.auth import KeyStore, Permission, Principal, Role
 from blockbudget.service.dashboard import RETIRING_FRACTION, STATIC_DIR, heatmap, page
+from blockbudget.service.pipelines import Job, PipelineQueue
 from blockbudget.store import Blocking, LatePolicy, Unit
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -84,6 +85,7 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         anyio.to_thread.current_default_thread_limiter().total_tokens = threads
         yield
+        app.state.pipelines.close()
 
     app = FastAPI(
         title="blockbudget",
@@ -449,6 +451,43 @@ def create_app(
 
         return run_query(platform, stream, kind.value, body)
 
+    # --- pipelines ---------------------------------------------------------------------------
+
+    queue = PipelineQueue(platform)
+    app.state.pipelines = queue
+
+    def may_see(me: Principal) -> Callable[[Job], bool]:
+        return lambda job: me.role is Role.ADMIN or job.owner == me.name
+
+    @app.post("/v1/streams/{stream}/pipelines", status_code=201, tags=["pipelines"])
+    def submit_pipeline(me: Auth, stream: str, body: sc.PipelineIn) -> sc.JobOut:
+        require_stream(me, stream)
+        require_context(me, body.context)
+        if body.context not in platform.contexts():
+            raise InvalidRequestError(f"unknown context {body.context!r}")
+        job = queue.submit(
+            owner=me.name,
+            stream=stream,
+            context=body.context,
+            kind=body.kind.value,
+            target=body.target,
+            epsilon0=body.epsilon0,
+            max_epsilon=body.max_epsilon,
+            min_window=body.min_window,
+        )
+        return sc.JobOut.model_validate(job.to_json())
+
+    @app.get("/v1/pipelines", tags=["pipelines"])
+    def list_pipelines(me: Auth) -> list[sc.JobOut]:
+        return [sc.JobOut.model_validate(j.to_json()) for j in queue.jobs(may_see(me))]
+
+    @app.get("/v1/pipelines/{job_id}", tags=["pipelines"])
+    def get_pipeline(me: Auth, job_id: str) -> sc.JobOut:
+        job = queue.job(job_id)
+        if not may_see(me)(job):
+            raise AuthError(403, f"pipeline job {job_id!r} belongs to another principal")
+        return sc.JobOut.model_validate(job.to_json())
+
     # --- audit ---------------------------------------------------------------------------------
 
     @app.get("/v1/audit/events", tags=["audit"])
@@ -529,7 +568,25 @@ def create_app(
                 times=list(hm.times),
                 contexts=hm.cells,
             ),
-            extras={"group_size": spec.blocking.rows_per_user or 1},
+            extras={
+                "pipelines": [
+                    {
+                        "job": j.id,
+                        "owner": j.owner,
+                        "kind": j.kind,
+                        "context": j.context,
+                        "state": j.state,
+                        "outcomes": " ".join(a["outcome"] for a in j.attempts) or "-",
+                    }
+                    for j in queue.jobs(may_see(me))
+                    if j.stream == stream
+                ],
+                "released_models": [
+                    {"job": j.id, "kind": j.kind, "model": j.model or ""}
+                    for j in queue.jobs(may_see(me))
+                    if j.stream == stream and j.state == "accepted"
+                ],
+            },
         )
 
     return app

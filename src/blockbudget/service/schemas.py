@@ -242,3 +242,43 @@ class DashboardOut(BaseModel):
     retiring: list[str]
     heatmap: HeatmapOut
     extras: dict[str, Any]
+
+
+class PipelineKind(Enum):
+    """Pipelines offered over HTTP (see :mod:`blockbudget.service.pipelines`)."""
+
+    AVERAGE_SPEED = "average-speed"
+    ADASSP_REGRESSION = "adassp-regression"
+
+
+class PipelineIn(Strict):
+    kind: PipelineKind
+    target: float = Field(gt=0, le=1e6, allow_inf_nan=False, description="the SLA's τ")
+    context: str = ContextName
+    epsilon0: float = Field(default=0.0625, gt=0, le=10, allow_inf_nan=False)
+    max_epsilon: float = Field(default=1.0, gt=0, le=10, allow_inf_nan=False)
+    min_window: int = Field(default=1, ge=1, le=10_000)
+
+
+class AttemptOut(BaseModel):
+    iteration: int
+    epsilon: str
+    delta: str
+    blocks: int
+    outcome: str
+
+
+class JobOut(BaseModel):
+    """A pipeline job: its state and each attempt's ACCEPT / REJECT / RETRY."""
+
+    id: str
+    owner: str
+    stream: str
+    context: str
+    kind: str
+    target: float
+    state: str
+    error: str | None
+    attempts: list[AttemptOut]
+    model: str | None
+    submitted_at: float

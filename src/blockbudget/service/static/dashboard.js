@@ -109,6 +109,10 @@ function drawExtras(data) {
   for (const [name, value] of Object.entries(data.extras)) {
     if (!Array.isArray(value)) continue;
     box.appendChild(el("h2", {}, name.replaceAll("_", " ")));
+    if (!value.length) {
+      box.appendChild(el("p", { id: `extra-${name}`, class: "note" }, "none"));
+      continue;
+    }
     const table = el("table", { id: `extra-${name}` });
     const keys = value.length ? Object.keys(value[0]) : [];
     const hr = el("tr");
