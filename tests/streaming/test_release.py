@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,7 @@ N_USERS = 100_000
 
 def _skewed() -> np.ndarray:
     p = 1.0 / np.arange(1, K + 1) ** 2.0
-    return p / p.sum()
+    return np.asarray(p / p.sum(), dtype=np.float64)
 
 
 def _stream(seed: int, *, epsilon: float = 2.0, slots: int = 100, **kw: object) -> DPIStream:
@@ -59,14 +60,12 @@ def test_skewed_stream_gives_a_skewed_release(seed: int) -> None:
     for _ in range(100):
         r = s.step_counts(rng.multinomial(N_USERS, truth))
     uniform_kl = kl_divergence(truth, np.full(K, 1.0 / K))
-    assert kl_divergence(truth, r.pdf) < 0.5 * uniform_kl
+    assert kl_divergence(truth, r.pdf) < 0.2 * uniform_kl
     assert int(np.argmax(r.pdf)) == 0  # the heavy item is found
-    assert r.spent <= Decimal_(2.0)
+    assert r.spent <= _dec(2.0)
 
 
-def Decimal_(x: float) -> object:
-    from decimal import Decimal
-
+def _dec(x: float) -> Decimal:
     return Decimal(repr(x))
 
 
@@ -107,7 +106,7 @@ def test_zero_signal_stream_spends_within_budget_and_reports_it() -> None:
         r = s.step_counts(rng.multinomial(1000, np.full(K, 1.0 / K)))
         assert r.t == t
         total += r.epsilon
-        assert r.spent + r.remaining == Decimal_(0.5)
+        assert r.spent + r.remaining == _dec(0.5)
         assert abs(r.pdf.sum() - 1.0) < 1e-9
         assert not r.secure
     assert float(r.spent) == pytest.approx(total, rel=1e-12)

@@ -104,14 +104,20 @@ def svd_recommend(matrix: FloatArray, *, rank: int, top: int) -> IntArray:
 
 def kmeans_labels(rows: FloatArray, *, clusters: int, seed: int = 0) -> IntArray:
     """k-means cluster labels of released distributions (scikit-learn, ``n_init=10``)."""
+    import warnings
+
     from sklearn.cluster import KMeans
+    from sklearn.exceptions import ConvergenceWarning
 
     x = np.asarray(rows, dtype=np.float64)
     if x.ndim != 2 or not 1 <= clusters <= x.shape[0]:
         raise InvalidRequestError(f"need a 2-d array and 1 <= clusters <= {x.shape[0]}")
-    return np.asarray(
-        KMeans(n_clusters=clusters, n_init=10, random_state=seed).fit_predict(x), dtype=np.int64
-    )
+    with warnings.catch_warnings():
+        # released rows can coincide (e.g. all uniform at tiny ε): fewer distinct clusters is a
+        # legitimate answer there, not an error.
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        labels = KMeans(n_clusters=clusters, n_init=10, random_state=seed).fit_predict(x)
+    return np.asarray(labels, dtype=np.int64)
 
 
 def precision_recall(predicted: IntArray, truth: IntArray) -> tuple[float, float]:

@@ -290,15 +290,18 @@ class DPIStream:
         self._log_pa = np.full(pool.size, -math.log(pool.size))
         self._log_pq = np.full(queries.size, -math.log(queries.size))
         self._items = np.arange(k, dtype=np.int64)
-        self._r = pool.mixture(np.exp(self._log_pa))
-        self._z = float(self._r.sum())
+        # The release starts at the uniform PDF (maximum entropy, data-independent).
+        self._r = np.full(k, 1.0 / k)
+        self._z = 1.0
         self._release = self._mixture()
         self._accumulated = np.zeros(k)
         self._t = 0
-        self._history: list[tuple[int, float, float]] = []
-        # A measurement q(a) is only as fine as the pool's quantisation (1/n_u) and Alg. 1 calls a
-        # synopsis accurate within λ: it is fitted as the interval [m − tol, m + tol].
-        self._tolerance = max(config.lam, 0.5 / pool.n_units)
+        self._history: list[tuple[int, float, float, float]] = []
+        # A measurement q(a) is only as fine as the pool's quantisation (1/n_u), Alg. 1 calls a
+        # synopsis accurate within λ, and the draw resolves errors only down to about μ/(2α)
+        # (the score has slope 2/μ, the draw's log-odds are α·score): it is fitted as the
+        # interval [m − tol, m + tol] with tol the largest of the three (see _tolerance_for).
+        self._base_tolerance = max(config.lam, 0.5 / pool.n_units)
         # ℓ∞-sensitivity of one query's score vector: (2/μ)·Δ_P·max|w|.
         self._score_sensitivity = 2.0 / config.mu * compression.sensitivity * queries.max_weight()
 
@@ -310,7 +313,10 @@ class DPIStream:
         self._z = 1.0
         return np.asarray((1.0 - rho) * self._r + rho / k, dtype=np.float64)
 
-    def _tilt_release(self, query: int, measurement: float, gamma: float) -> None:
+    def _tolerance_for(self, alpha: float) -> float:
+        return max(self._base_tolerance, self.config.mu / (2.0 * alpha))
+
+    def _tilt_release(self, query: int, measurement: float, gamma: float, tolerance: float) -> None:
         """Multiplicative-weights step of the released PDF towards one measurement.
 
         Point and range queries have 0/1 weights, so the I-projection has a closed form: scale the
@@ -329,7 +335,7 @@ class DPIStream:
                     self._domain_weights(query),
                     measurement,
                     gamma=gamma,
-                    tolerance=self._tolerance,
+                    tolerance=tolerance,
                 )
             )
             self._z = float(self._r.sum())
@@ -345,7 +351,7 @@ class DPIStream:
         outside = 1.0 - inside
         if inside <= 0.0 or outside <= 1e-12:
             return
-        tol = self._tolerance
+        tol = tolerance
         nearest = min(max(inside, measurement - tol), measurement + tol)
         goal = inside + gamma * (nearest - inside)
         if abs(goal - inside) <= 1e-15:
@@ -465,19 +471,18 @@ class DPIStream:
         # a fraction γ_t = 2η_t of the way from q(R) to the measurement (the I-projection onto
         # that constraint; γ_t → 1 when the draw is sharp, → 0 when the budget is tiny).
         gamma = 2.0 * eta_from_alpha(alpha)
+        tol = self._tolerance_for(alpha)
         for j, m, pool_answers in zip(chosen, measurements, answers_of_pool, strict=True):
-            self._log_pa = tilt_towards(
-                self._log_pa, pool_answers, m, gamma=gamma, tolerance=self._tolerance
-            )
-            self._tilt_release(j, m, gamma)
+            self._log_pa = tilt_towards(self._log_pa, pool_answers, m, gamma=gamma, tolerance=tol)
+            self._tilt_release(j, m, gamma, tol)
             if gamma >= _REPLAY_CONFIDENCE:
-                self._history.append((j, m, gamma))
+                self._history.append((j, m, gamma, tol))
         # Replay a few earlier measurements (still post-processing) so that fitting the new one
         # does not undo them — the cyclic projections of multiplicative weights (cf. MWEM).
         fresh = len(chosen) if gamma >= _REPLAY_CONFIDENCE else 0
         window = self._history[-(self.config.replay + fresh) : len(self._history) - fresh]
-        for j, m, g in window:
-            self._tilt_release(j, m, g)
+        for j, m, g, w in window:
+            self._tilt_release(j, m, g, w)
         del self._history[: max(0, len(self._history) - 4 * self.config.replay - k_s)]
         self._log_pq = _normalise_log(self._log_pq)
         self._release = self._mixture()

@@ -31,11 +31,15 @@ class CategoricalStream:
         name: a label.
         domain: the category names, index = item id.
         slots: one (users, items) pair of int arrays per slot.
+        values: public per-item values for statistical queries (route distance; positive test).
+        value_name: what the values are.
     """
 
     name: str
     domain: tuple[str, ...]
     slots: tuple[tuple[IntArray, IntArray], ...] = field(repr=False)
+    values: npt.NDArray[np.float64] | None = field(default=None, repr=False)
+    value_name: str = ""
 
     @property
     def domain_size(self) -> int:
@@ -54,7 +58,7 @@ def flights_stream() -> CategoricalStream:
     """Flights per destination per day, user = aircraft (rows without a tail number dropped)."""
     from blockbudget.data.flights import load_flights
 
-    df = load_flights(columns=["year", "month", "day", "dest", "tailnum"])
+    df = load_flights(columns=["year", "month", "day", "dest", "tailnum", "distance"])
     df = df[df["tailnum"].notna()]
     dests = tuple(sorted(df["dest"].unique().tolist()))
     dest_id = {d: i for i, d in enumerate(dests)}
@@ -66,7 +70,9 @@ def flights_stream() -> CategoricalStream:
     for d in np.unique(day):
         mask = day == d
         slots.append((users[mask], items[mask]))
-    return CategoricalStream("flights", dests, tuple(slots))
+    distance = df.groupby("dest")["distance"].median()
+    values = np.array([float(distance[d]) for d in dests])
+    return CategoricalStream("flights", dests, tuple(slots), values, "route distance (miles)")
 
 
 def covid_stream() -> CategoricalStream:
@@ -81,7 +87,8 @@ def covid_stream() -> CategoricalStream:
     users = df["subject_id"].to_numpy().astype(np.int64)
     days = df["pan_day"].to_numpy().astype(np.int64)
     slots = [(users[days == d], items[days == d]) for d in np.unique(days)]
-    return CategoricalStream("covid", domain, tuple(slots))
+    values = np.array([1.0 if c.endswith("|positive") else 0.0 for c in domain])
+    return CategoricalStream("covid", domain, tuple(slots), values, "positive test (0/1)")
 
 
 def gaussian_counts(
@@ -93,3 +100,28 @@ def gaussian_counts(
         var = float(rng.choice(variances))
         counts = np.maximum(0, np.rint(rng.normal(mean, np.sqrt(var), size=items))).astype(np.int64)
         yield counts, var
+
+
+def flights_by_carrier() -> dict[str, CategoricalStream]:
+    """One destination stream per carrier (shared domain of all destinations), user = aircraft."""
+    from blockbudget.data.flights import load_flights
+
+    df = load_flights(columns=["month", "day", "dest", "tailnum", "carrier"])
+    df = df[df["tailnum"].notna()]
+    dests = tuple(sorted(df["dest"].unique().tolist()))
+    dest_id = {d: i for i, d in enumerate(dests)}
+    planes = {p: i for i, p in enumerate(sorted(df["tailnum"].unique().tolist()))}
+    day = (df["month"].to_numpy() * 100 + df["day"].to_numpy()).astype(np.int64)
+    items = df["dest"].map(dest_id).to_numpy().astype(np.int64)
+    users = df["tailnum"].map(planes).to_numpy().astype(np.int64)
+    carriers = df["carrier"].to_numpy()
+    days = np.unique(day)
+    out: dict[str, CategoricalStream] = {}
+    for carrier in sorted(set(carriers.tolist())):
+        mask = carriers == carrier
+        slots = []
+        for d in days:
+            m = mask & (day == d)
+            slots.append((users[m], items[m]))
+        out[carrier] = CategoricalStream(f"flights-{carrier}", dests, tuple(slots))
+    return out

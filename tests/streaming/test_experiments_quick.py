@@ -1,0 +1,88 @@
+"""The ``--quick`` forms of the dpi-… experiments and of benchmarks/dpi.py, with their numbers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from blockbudget.experiments import get_experiment
+from blockbudget.experiments.common import ExperimentContext
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(name: str, tmp_path: Path) -> list[dict[str, Any]]:
+    exp = get_experiment(name)
+    result = exp.run(ExperimentContext(name=name, out_dir=tmp_path / name, quick=True))
+    files = {p.suffix for p in result.files}
+    assert {".csv", ".png"} <= files
+    assert all(p.exists() and p.stat().st_size > 0 for p in result.files)
+    return [dict(r) for r in result.rows]
+
+
+def test_budget_experiment_never_overspends(tmp_path: Path) -> None:
+    rows = _run("dpi-budget", tmp_path)
+    assert len(rows) == 6
+    for r in rows:
+        assert 0.0 <= r["remaining"] <= r["epsilon"]
+    paper = [r for r in rows if r["scheme"] == "Alg. 3, Λ = 1e8"]
+    assert all(r["spent"] < 1e-3 for r in paper)
+
+
+def test_privacy_loss_experiment_grows_for_event_level_only(tmp_path: Path) -> None:
+    rows = _run("dpi-privacy-loss", tmp_path)
+    basic = [r["event_basic_epsilon"] for r in rows]
+    assert basic == [0.5 * r["t"] for r in rows]
+    rdp = [r["event_rdp_epsilon_at_1e-5"] for r in rows]
+    assert rdp == sorted(rdp) and rdp[-1] > 10
+    assert all(r["dpi_epsilon_spent"] <= 0.5 for r in rows)
+
+
+def test_utility_experiments_report_dpi_uniform_and_laplace(tmp_path: Path) -> None:
+    rows = _run("dpi-epsilon", tmp_path)
+    assert {r["stream"] for r in rows} == {"flights", "covid"}
+    for r in rows:
+        assert r["spent"] <= r["epsilon"]
+        assert r["kl"] >= 0 and r["kl_uniform"] > 0 and r["kl_laplace"] > 0
+        # never worse than the uniform PDF by more than a little on these small real streams
+        assert r["kl"] <= 1.1 * r["kl_uniform"]
+    params = _run("dpi-params", tmp_path)
+    assert {r["param"] for r in params} == {"lam", "mu", "zeta"}
+
+
+def test_synthetic_experiments(tmp_path: Path) -> None:
+    rows = _run("dpi-dynamic", tmp_path)
+    for r in rows:
+        assert r["spent"] <= r["epsilon"]
+        assert r["median_abs_err"] < 10  # counts per item ~ N(100, <= 10²)
+    long = _run("dpi-long", tmp_path)[0]
+    assert long["slots"] == 2000 and long["spent"] <= 2.0
+    assert long["remaining"] > 1.9  # Λ = 1e8: the budget is barely touched
+
+
+def test_apps_experiment(tmp_path: Path) -> None:
+    rows = _run("dpi-apps", tmp_path)
+    for r in rows:
+        for key in ("hbos_precision", "hbos_recall", "svd_precision", "svd_recall"):
+            assert 0.0 <= r[key] <= 1.0
+
+
+@pytest.mark.timeout(120)
+def test_benchmark_quick_prints_json_lines() -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "dpi.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    lines = [json.loads(x) for x in out.strip().splitlines()]
+    slots = [x for x in lines if x["kind"] == "dpi_slot"]
+    assert [x["domain"] for x in slots] == [100, 1000]
+    assert all(x["dpi_slot_ms"] > 0 and x["baseline_ms"] > 0 for x in slots)
+    assert lines[-1]["kind"] == "summary"
