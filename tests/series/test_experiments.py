@@ -29,7 +29,7 @@ def _run(name: str, tmp_path: Path) -> list[dict[str, object]]:
     experiment = get_experiment(name)
     result = experiment.run(ExperimentContext(name=name, out_dir=tmp_path / name, quick=True))
     pngs = [f for f in result.files if f.suffix == ".png"]
-    csvs = [f for f in result.files if f.suffix == ".csv"]
+    csvs = [f for f in result.files if f.suffix == ".csv" and not f.name.endswith("-rounds.csv")]
     assert pngs and csvs and all(f.stat().st_size > 0 for f in result.files)
     with csvs[0].open() as handle:
         assert len(list(csv.DictReader(handle))) == len(result.rows)
@@ -63,6 +63,10 @@ def test_expected_mse_is_the_laplace_variance_sum() -> None:
 )
 def test_kmeans_quick(name: str, tmp_path: Path) -> None:
     rows = _run(name, tmp_path)
+    for r in rows:  # paired differences with AVG are the differences of the means
+        avg = next(a for a in rows if a["N"] == r["N"] and a["strategy"] == "AVG")
+        diff = float(str(r["f1_mean"])) - float(str(avg["f1_mean"]))
+        assert float(str(r["minus_avg_mean"])) == pytest.approx(diff, abs=1e-12)
     assert {r["N"] for r in rows} == {3, 6, 10}
     assert all(0.0 <= float(str(r["f1_mean"])) <= 1.0 for r in rows)
     avg6 = next(r for r in rows if r["N"] == 6 and r["strategy"] == "AVG")

@@ -19,6 +19,8 @@ strategies of a round share the same public random initial centroids and the sam
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from blockbudget.budget import Budget
@@ -174,9 +176,14 @@ def _run_grid(
                 value = nivc(unit_points, to_unit_cube(centroids, unit_lo, unit_hi))
             results[(n, name)].append(value)
     rows: list[dict[str, object]] = []
+    raw: list[dict[str, object]] = []
     for n in ns:
         for name in strategies:
-            mean, std = mean_and_std(results[(n, name)])
+            values = results[(n, name)]
+            mean, std = mean_and_std(values)
+            # paired with AVG (same start, same noise seed in each round)
+            diffs = [a - b for a, b in zip(values, results[(n, "AVG")], strict=True)]
+            diff_mean, diff_std = mean_and_std(diffs)
             rows.append(
                 {
                     "N": n,
@@ -186,8 +193,14 @@ def _run_grid(
                     "rounds": rounds,
                     f"{score}_mean": mean,
                     f"{score}_std": std,
+                    "minus_avg_mean": diff_mean,
+                    "minus_avg_se": diff_std / math.sqrt(len(diffs)),
                 }
             )
+            raw.extend(
+                {"N": n, "round": r, "strategy": name, score: v} for r, v in enumerate(values)
+            )
+    ctx.write_csv(f"{description}-rounds.csv", raw)
     return rows
 
 
