@@ -2,14 +2,16 @@
 
 Seed ``002_e6d4c77f2abb3a16.txt`` §6.2–6.3, Fig. 3 (MSE/KL vs ε for λ, μ, ζ; accumulative and
 instantaneous) and Fig. 4 (statistical queries vs ε). Streams: flights per destination per day
-(365 slots, 105 destinations, user = aircraft) and COVID-19 tests per clinic × result per day
-(102 slots, 153 categories, user = patient). Each row also gives the uniform PDF and the Laplace
-mechanism spending the same ε_t per slot, measured in the same run. Seeded randomness
-(``secure=False``).
+(365 slots, 105 destinations, user = aircraft, n_min = 400) and COVID-19 tests per clinic × result
+per day (102 slots, 153 categories, user = patient, n_min = 50); for contrast, a synthetic Zipf
+stream over 105 items with 10⁵ users per slot (n_min = 50,000). Each row also gives the uniform
+PDF and the Laplace mechanism spending the same ε_t per slot, measured in the same run. Seeded
+randomness (``secure=False``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -47,40 +49,69 @@ def _config(epsilon: float, slots: int, horizon: Horizon, **kw: Any) -> DPIConfi
     return DPIConfig(epsilon=epsilon, rate=2.0 * slots / epsilon, horizon=horizon, **kw)
 
 
-def _streams(ctx: ExperimentContext) -> list[tuple[CategoricalStream, int]]:
+@dataclass(frozen=True)
+class _Job:
+    name: str
+    k: int
+    slots: list[Any]
+    counts: bool
+    n_min: int
+    stream: CategoricalStream | None
+
+
+def _zipf_slots(k: int, slots: int, users: int, seed: int) -> list[np.ndarray]:
+    """A synthetic contrast: Zipf(1.5) over k items, ``users`` users per slot (one record each)."""
+    p = 1.0 / np.arange(1, k + 1) ** 1.5
+    p /= p.sum()
+    rng = np.random.default_rng(seed)
+    return [rng.multinomial(users, p) for _ in range(slots)]
+
+
+def _jobs(ctx: ExperimentContext) -> list[_Job]:
     limit = 30 if ctx.quick else None
     out = []
     for stream in (flights_stream(), covid_stream()):
-        out.append((stream, len(stream_slots(stream, limit))))
+        slots = stream_slots(stream, limit)
+        out.append(
+            _Job(stream.name, stream.domain_size, slots, False, MIN_USERS[stream.name], stream)
+        )
+    n = 30 if ctx.quick else 365
+    out.append(
+        _Job("zipf-1e5-users", 105, _zipf_slots(105, n, 100_000, ctx.seed), True, 50_000, None)
+    )
     return out
+
+
+def _zipf_extra(t: int, target: np.ndarray, release: np.ndarray) -> dict[str, float]:
+    values = np.linspace(0.0, 1.0, target.size)
+    err = pdf_mean(target, values) - pdf_mean(release, values)
+    return {"stat_mse": err * err}
 
 
 def run_epsilon(ctx: ExperimentContext) -> ExperimentResult:
     """Fig. 3(a–d) and Fig. 4(a–b): MSE and KL against ε, both horizons, both streams."""
     epsilons = (0.5, 5.0) if ctx.quick else EPSILONS
     rows: list[dict[str, Any]] = []
-    jobs = [
-        (stream, n, horizon, eps)
-        for stream, n in _streams(ctx)
-        for horizon in Horizon
-        for eps in epsilons
-    ]
-    for stream, n, horizon, eps in ctx.progress(jobs, description="dpi-epsilon"):
-        setup = Setup(min_users=MIN_USERS[stream.name], values=stream.values)
+    jobs = [(job, horizon, eps) for job in _jobs(ctx) for horizon in Horizon for eps in epsilons]
+    for job, horizon, eps in ctx.progress(jobs, description="dpi-epsilon"):
+        values = job.stream.values if job.stream is not None else None
+        n = len(job.slots)
         per_slot = run_dpi(
-            stream_slots(stream, n),
-            k=stream.domain_size,
+            job.slots,
+            k=job.k,
             config=_config(eps, n, horizon),
-            setup=setup,
+            setup=Setup(min_users=job.n_min, values=values),
             seed=ctx.seed,
-            extra=_stat_extra(stream),
+            counts=job.counts,
+            extra=_stat_extra(job.stream) if job.stream is not None else _zipf_extra,
         )
         rows.append(
             {
-                "stream": stream.name,
+                "stream": job.name,
                 "horizon": horizon.value,
                 "epsilon": eps,
                 "slots": n,
+                "min_users": job.n_min,
                 "spent": per_slot[-1]["spent"],
                 **summarise(per_slot, KEYS),
                 "secure": False,
