@@ -135,6 +135,19 @@ def test_rdp_streams_cap_by_the_pure_dp_curve(platform: Platform) -> None:
         assert len(grant.draws) == 2
 
 
+def test_named_strategy_split(platform: Platform) -> None:
+    with platform.request(
+        "events", blocks=Last(1), budget=Budget(epsilon="0.3"), context="analytics"
+    ) as grant:
+        split = SplitSource.named(grant, "AC-Flip-Geo", 5, epsilon="0.3", noise_bound=40)
+        want = parse_strategy("AC-Flip-Geo", noise_bound=40).build(5, epsilon="0.3")
+        assert split.sequence == want
+        for eps_i in split.iterations():
+            split.draw(Budget(epsilon=eps_i), label="step")
+        assert grant.spent == Budget(epsilon=want.total)
+        assert [label for label, _ in grant.draws][-1] == "iteration 5/5: step"
+
+
 def test_bad_arguments() -> None:
     with pytest.raises(InvalidRequestError, match="BudgetSource"):
         SplitSource(object(), parse_strategy("AVG").build(2, epsilon=1))  # type: ignore[arg-type]

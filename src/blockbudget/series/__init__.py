@@ -57,6 +57,7 @@ from blockbudget.series.sequence import (
     ProportionSeries,
     TaylorSeries,
 )
+from blockbudget.series.split import SplitSource
 from blockbudget.series.strategies import (
     CORMODE_RATIO,
     TaylorCentre,
@@ -87,6 +88,7 @@ __all__ = [
     "NoisySign",
     "ProportionSeries",
     "SensitivityNormalization",
+    "SplitSource",
     "Strategy",
     "TaylorCentre",
     "TaylorSeries",

@@ -26,10 +26,11 @@ from collections.abc import Iterator
 from decimal import Decimal
 
 from blockbudget.accounting import Accounting
-from blockbudget.budget import Budget, Cost, RdpCurve
+from blockbudget.budget import Budget, Cost, Number, RdpCurve
 from blockbudget.errors import InvalidRequestError, ReservationError
 from blockbudget.mechanisms.source import BudgetSource, source_accounting
 from blockbudget.series._exact import FLOOR, grid_floor
+from blockbudget.series.plan import Strategy, parse_strategy
 from blockbudget.series.sequence import BudgetSequence
 
 #: Relative tolerance of the RDP per-iteration cap (see the module docstring).
@@ -71,6 +72,35 @@ class SplitSource:
         self._spent_eps = Decimal(0)
         self._spent_curve = RdpCurve.zero()
         self.history: list[tuple[int, Decimal, str, Cost]] = []
+
+    @classmethod
+    def named(
+        cls,
+        source: BudgetSource,
+        strategy: str | Strategy,
+        n: int,
+        *,
+        epsilon: Number,
+        noise_bound: Number | None = None,
+        label: str = "iteration",
+    ) -> SplitSource:
+        """Split ε over n iterations by a named strategy, e.g. ``"AC-Flip-Geo"``.
+
+        Args:
+            source: the grant (reserve at least ε on it).
+            strategy: a :class:`~blockbudget.series.plan.Strategy` or a name for
+                :func:`~blockbudget.series.plan.parse_strategy`.
+            n: the number of iterations.
+            epsilon: the total ε to split.
+            noise_bound: U_s for an "AC-" name.
+            label: prefix of the charge labels.
+        """
+        recipe = (
+            strategy
+            if isinstance(strategy, Strategy)
+            else parse_strategy(strategy, noise_bound=noise_bound)
+        )
+        return cls(source, recipe.build(n, epsilon=epsilon), label=label)
 
     # --- iterations ----------------------------------------------------------------------------
 
