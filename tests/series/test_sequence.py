@@ -103,6 +103,16 @@ def test_positive_length_is_the_last_positive_term() -> None:
     assert m == 59  # 2^-59 ≈ 1.7e-18 ≥ 1e-18 > 2^-60
 
 
+def test_positive_length_when_every_term_rounds_to_zero() -> None:
+    seq = taylor(epsilon="1e-6", initial=math.exp(-200))
+    assert isinstance(seq, InfiniteBudgetSequence)
+    # the peak term is about ε/sqrt(2π·200) ≈ 3e-8 > 0: positive terms exist
+    assert seq.positive_length() > 200
+    tiny = geometric(epsilon="1e-17", ratio="0.95")
+    assert isinstance(tiny, InfiniteBudgetSequence)
+    assert tiny.positive_length() == 0  # (1 − r)·ε < 1e-18 already for the first term
+
+
 def test_finite_sequence_validation() -> None:
     s = FiniteBudgetSequence(epsilon=Decimal(1), terms=(Decimal("0.5"), Decimal("0.5")))
     assert s.total == 1 and s.length == 2 and s.minimum == Decimal("0.5")

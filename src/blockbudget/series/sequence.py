@@ -381,13 +381,15 @@ class InfiniteBudgetSequence(BudgetSequence):
         return grid_floor(FLOOR.multiply(self.epsilon, self.series.proportion(i)))
 
     def positive_length(self, *, limit: int = 10_000_000) -> int:
-        """The number of leading terms before the terms are 0 for good on the grid.
+        """The index of the last positive term: every later term is 0 on the grid.
 
-        Both series are eventually decreasing (geometric: always; Taylor: after its peak at
-        i ≈ ln(1/t) + 1), so the first zero term after the peak ends the positive terms.
+        Both series are unimodal (geometric: decreasing; Taylor: increasing up to its peak at
+        i ≈ ln(1/t) + 1, then decreasing), so the first zero term after the peak ends the
+        positive terms; 0 if no term is positive. (Raw Taylor terms *before* the peak may also
+        be 0 when ε·t < 10**-18.)
 
         Raises:
-            InvalidRequestError: if more than ``limit`` terms are positive.
+            InvalidRequestError: if the last positive term lies beyond ``limit``.
         """
         if isinstance(self.series, GeometricSeries):
             lo, hi = 0, 1
@@ -402,6 +404,8 @@ class InfiniteBudgetSequence(BudgetSequence):
         peak = 1
         if isinstance(self.series, TaylorSeries):
             peak = int(self.series.log_inverse) + 1
+        if self.term(peak) == 0:
+            return 0
         i = peak
         while self.term(i) > 0:
             i += 1
