@@ -145,3 +145,24 @@ def test_accountant_is_conservative_and_refuses_without_charging() -> None:
     assert acc.spent == spent
     assert acc.refused == 2
     assert acc.remaining >= 0
+
+
+def test_rba_over_a_seed_003_sequence_stays_within_its_total() -> None:
+    from decimal import Decimal
+
+    from blockbudget.series import GeometricSeries, InfiniteBudgetSequence
+    from blockbudget.streaming.allocation import SequenceTerms
+
+    seq = InfiniteBudgetSequence(epsilon=Decimal("1"), series=GeometricSeries(ratio=Decimal("0.9")))
+    terms = SequenceTerms(seq, limit=400)
+    assert terms.term(1) == float(seq.term(1)) or terms.term(1) < float(seq.term(1))
+    assert all(terms.term(t) > terms.term(t + 1) for t in range(1, len(terms)))
+    rba = RandomBudgetAllocation(terms, rate=100.0, rng=np.random.default_rng(5))
+    acc = StreamAccountant(epsilon=1.0)
+    picks = [rba.next() for _ in range(len(terms))]
+    assert len({p.index for p in picks}) == len(terms)  # every term once, none twice
+    for p in picks:
+        assert acc.try_charge(p.epsilon)
+    assert acc.spent <= Decimal(1)
+    with pytest.raises(InvalidRequestError, match="used"):
+        rba.next()

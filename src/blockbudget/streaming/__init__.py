@@ -8,7 +8,8 @@ See ``docs/dpi.md``. Public API:
 * :class:`SynopsisPool`, :class:`PoolDesign` — the 0-DP synopsis pool (Alg. 2).
 * :class:`QueryPool` — point, range and aggregate queries.
 * :class:`DPISeries`, :func:`dilog`, :func:`dilog_inverse` — Thm 5.4's series and Li₂.
-* :class:`RandomBudgetAllocation`, :class:`RangeBudgetAllocation` — Alg. 3 and Alg. 4.
+* :class:`RandomBudgetAllocation`, :class:`RangeBudgetAllocation` — Alg. 3 and Alg. 4;
+  :class:`SequenceTerms` lets Alg. 3 draw from a seed-003 sequence (:mod:`blockbudget.series`).
 * :class:`StreamAccountant`, :func:`charge_stream_total` — Thm 5.1 accounting, ledger path.
 * :class:`SecureSelector` (default), :class:`SeededSelector` (tests/experiments only).
 """
@@ -19,6 +20,7 @@ from blockbudget.streaming.allocation import (
     BudgetAllocator,
     RandomBudgetAllocation,
     RangeBudgetAllocation,
+    SequenceTerms,
 )
 from blockbudget.streaming.compression import Compression
 from blockbudget.streaming.queries import QueryPool
@@ -59,6 +61,7 @@ __all__ = [
     "SecureSelector",
     "SeededSelector",
     "Selector",
+    "SequenceTerms",
     "SlotRelease",
     "StreamAccountant",
     "SynopsisPool",

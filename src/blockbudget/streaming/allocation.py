@@ -16,11 +16,73 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from decimal import Decimal
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from blockbudget.errors import InvalidRequestError
 from blockbudget.streaming.series import DPISeries
+
+if TYPE_CHECKING:
+    from blockbudget.series import BudgetSequence
+
+
+class TermSeries(Protocol):
+    """What the allocators need of a series: strictly decreasing positive terms ε_1 > ε_2 > …,
+    whose sum is at most the stream's ε."""
+
+    def term(self, t: int) -> float:
+        """ε_t for t ≥ 1."""
+
+    def index_at_most(self, value: float) -> int:
+        """The smallest t with ε_t <= value."""
+
+
+class SequenceTerms:
+    """The positive terms of a seed-003 budget sequence (:mod:`blockbudget.series`, e.g.
+    ``InfiniteBudgetSequence(epsilon, GeometricSeries(...))``), sorted into decreasing order so
+    that Alg. 3 can pick by value. Each term is the sequence's own 10⁻¹⁸-grid value read as the
+    largest float not above it, so any set of distinct terms sums to at most the sequence's total.
+
+    Args:
+        sequence: a :class:`~blockbudget.series.BudgetSequence`.
+        limit: how many leading terms to take from an infinite sequence (its later terms are 0 on
+            the grid, or negligible).
+    """
+
+    def __init__(self, sequence: BudgetSequence, *, limit: int = 100_000) -> None:
+        n = sequence.length if sequence.length is not None else limit
+        values = []
+        for i in range(1, n + 1):
+            dec = sequence.term(i)
+            if dec <= 0:
+                continue
+            x = float(dec)
+            if Decimal(x) > dec:  # Decimal(float) is exact
+                x = math.nextafter(x, 0.0)
+            values.append(x)
+        if not values:
+            raise InvalidRequestError("the sequence has no positive term")
+        # distinct values, decreasing (equal terms are nudged apart downwards: still <= the term)
+        ordered = sorted(values, reverse=True)
+        for j in range(1, len(ordered)):
+            if ordered[j] >= ordered[j - 1]:
+                ordered[j] = math.nextafter(ordered[j - 1], 0.0)
+        self.name = getattr(sequence, "name", "")
+        self._terms = ordered
+        self._negated = -np.asarray(ordered)
+
+    def __len__(self) -> int:
+        return len(self._terms)
+
+    def term(self, t: int) -> float:
+        if not 1 <= t <= len(self._terms):
+            return 0.0
+        return self._terms[t - 1]
+
+    def index_at_most(self, value: float) -> int:
+        return int(np.searchsorted(self._negated, -value, side="left")) + 1
 
 
 @dataclass(frozen=True)
@@ -35,7 +97,7 @@ class BudgetAllocator(ABC):
     """The interface every allocator follows: ``next()`` gives the next slot's term, never reusing
     one. ``used`` counts the terms handed out."""
 
-    series: DPISeries
+    series: TermSeries
 
     @abstractmethod
     def next(self) -> Allocation:
@@ -87,13 +149,17 @@ class RandomBudgetAllocation(BudgetAllocator):
     """
 
     def __init__(
-        self, series: DPISeries, *, rate: float = 1e8, rng: np.random.Generator | None = None
+        self,
+        series: DPISeries | TermSeries,
+        *,
+        rate: float = 1e8,
+        rng: np.random.Generator | None = None,
     ) -> None:
         if isinstance(rate, bool) or not isinstance(rate, (int, float)):
             raise InvalidRequestError(f"rate must be a number, got {type(rate).__name__}")
         if not math.isfinite(rate) or rate <= 0:
             raise InvalidRequestError(f"the exponential rate Lambda must be > 0, got {rate!r}")
-        self.series = series
+        self.series: TermSeries = series
         self.rate = float(rate)
         self._rng = rng if rng is not None else np.random.default_rng()
         self._skip = _Skip()
@@ -109,9 +175,16 @@ class RandomBudgetAllocation(BudgetAllocator):
         if not sample > 0.0:
             sample = math.ulp(0.0)
         t = self.series.index_at_most(sample)  # term(t) <= sample < term(t-1)
-        above = self._skip.up(t)  # smallest unused index >= t: term <= sample
+        above = self._skip.up(t)
+        if self.series.term(above) <= 0.0 and self._skip.down(t - 1) < 1:
+            raise InvalidRequestError(
+                "every term of the series has been used"
+            )  # smallest unused index >= t: term <= sample
         below = self._skip.down(t - 1)  # largest unused index <= t-1: term > sample (0 = none)
-        if below >= 1 and self.series.term(below) - sample < sample - self.series.term(above):
+        term_above = self.series.term(above)
+        if below >= 1 and (
+            term_above <= 0.0 or self.series.term(below) - sample < sample - term_above
+        ):
             chosen = below
         else:
             chosen = above
@@ -131,7 +204,7 @@ class RangeBudgetAllocation(BudgetAllocator):
 
     def __init__(
         self,
-        series: DPISeries,
+        series: DPISeries | TermSeries,
         *,
         medium_from: int = 10,
         small_from: int = 100,
@@ -143,7 +216,7 @@ class RangeBudgetAllocation(BudgetAllocator):
             raise InvalidRequestError(
                 f"need 1 < medium_from < small_from, got {medium_from} and {small_from}"
             )
-        self.series = series
+        self.series: TermSeries = series
         self._next = [1, medium_from, small_from]
         self._end = [medium_from, small_from, None]
         self._rng = rng if rng is not None else np.random.default_rng()
