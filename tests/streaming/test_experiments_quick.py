@@ -55,6 +55,7 @@ def test_utility_experiments_report_dpi_uniform_and_laplace(tmp_path: Path) -> N
     assert all(r["kl"] < 0.5 * r["kl_uniform"] for r in zipf)  # a strong signal is tracked
     params = _run("dpi-params", tmp_path)
     assert {r["param"] for r in params} == {"lam", "mu", "zeta"}
+    assert {r["stream"] for r in params} == {"covid", "zipf-1e5-users"}
 
 
 def test_synthetic_experiments(tmp_path: Path) -> None:
