@@ -310,6 +310,7 @@ def bench_backend(
         ledger_url = db or f"sqlite:///{(home / 'platform.db').resolve()}"
         expected = dict.fromkeys(blocks, 0)
         server = Server(home, db, group_commit=group)
+        seen = (0, 0)
         try:
             for n in clients:
                 per_client = (
@@ -321,6 +322,14 @@ def bench_backend(
                 for b, k in acked.items():
                     expected[b] += k
                 check = overspend_check(ledger_url, blocks, expected)
+                stats = httpx.get(
+                    f"{server.url}/v1/service/stats",
+                    headers={"Authorization": f"Bearer {key}"},
+                    timeout=30,
+                ).json()
+                batches = stats["batches"] - seen[0]
+                requests = stats["requests"] - seen[1]
+                seen = (stats["batches"], stats["requests"])
                 row = {
                     "bench": "http_charge",
                     "backend": name,
@@ -333,6 +342,7 @@ def bench_backend(
                     "raw_tx_per_s": round(raw, 1),
                     "ratio_vs_raw": round(rate / raw, 3),
                     "failed": failed,
+                    "mean_batch": round(requests / batches, 2) if batches else None,
                     **check,
                 }
                 emit(**row)

@@ -150,3 +150,34 @@ def test_replays_in_one_batch_charge_once_and_reused_ids_are_refused(url: str) -
     assert led.state("b2").remaining == "(ε=1, δ=0)"
     assert led.verify().ok
     led.dispose()
+
+
+def test_charge_async_awaits_the_batch_commit(url: str) -> None:
+    import asyncio
+
+    led = _ledger(url)
+
+    async def main() -> list[object]:
+        async def one(i: int) -> object:
+            try:
+                return await led.charge_async(
+                    ["b1", "b2"] if i % 2 else ["b1"], Budget(epsilon="0.125"), request_id=f"a{i}"
+                )
+            except BudgetExceededError as exc:
+                return exc
+
+        first = await asyncio.gather(*(one(i) for i in range(12)))
+        again = await one(3)  # a replay of an acknowledged id returns its receipt
+        return [*first, again]
+
+    out = asyncio.run(main())
+    ok = [o for o in out[:12] if not isinstance(o, Exception)]
+    assert len(ok) == 8  # 8 × 0.125 = 1 on b1: exactly the budget, never more
+    assert led.state("b1").remaining == "(ε=0, δ=0)"
+    assert not isinstance(out[12], Exception) and out[12] == out[3]
+    assert led.verify().ok
+    led.dispose()
+    plain = Ledger(url)  # without group commit the async form runs in a thread
+    with pytest.raises(BudgetExceededError):
+        asyncio.run(plain.charge_async(["b1"], Budget(epsilon="0.001")))
+    plain.dispose()

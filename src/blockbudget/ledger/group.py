@@ -30,6 +30,7 @@ import os
 import queue
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +50,7 @@ PerRequestError = (BlockBudgetError,)
 @dataclass
 class _Pending:
     work: Work
-    done: threading.Event = field(default_factory=threading.Event)
+    future: Future[Any] = field(default_factory=Future)
     result: Any = None
     error: BaseException | None = None
 
@@ -100,13 +101,16 @@ class GroupCommitter:
             whatever ``work`` raised for this request (nothing of it was written), or the
             batch's error (nothing of the batch was written).
         """
+        return self.submit_nowait(work).result()
+
+    def submit_nowait(self, work: Work) -> Future[Any]:
+        """Queue ``work`` for the next batch; the future resolves once the batch committed
+        (or holds the request's or the batch's error). Lets an event loop await a durable
+        write without holding a thread."""
         item = _Pending(work)
         self._ensure_thread()
         self._queue.put(item)
-        item.done.wait()
-        if item.error is not None:
-            raise item.error
-        return item.result
+        return item.future
 
     def close(self) -> None:
         """Stop the committer thread after the requests already queued."""
@@ -184,6 +188,9 @@ class GroupCommitter:
         else:
             self.batches += 1
             self.requests += len(batch)
-        finally:
+        finally:  # answered only now, after the commit returned (or failed)
             for item in batch:
-                item.done.set()
+                if item.error is not None:
+                    item.future.set_exception(item.error)
+                else:
+                    item.future.set_result(item.result)

@@ -19,6 +19,7 @@ in the same transaction; :meth:`Ledger.verify` replays the log from scratch.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import math
@@ -353,6 +354,56 @@ class Ledger:
                 InvalidBudgetError: as for :meth:`reserve`; a context other than the
                 reservation's is refused.
         """
+        fp, body = self._charge_parts(blocks, cost, context, reservation_id)
+        return self._write(Operation.CHARGE, request_id, fp, body)
+
+    async def charge_async(
+        self,
+        blocks: Iterable[str],
+        cost: Cost,
+        *,
+        context: str | None = None,
+        request_id: str | None = None,
+        reservation_id: str | None = None,
+    ) -> Charge:
+        """:meth:`charge` for an asyncio event loop: with group commit the loop awaits the
+        batch's commit without holding a thread; without it the charge runs in a worker
+        thread. Same checks, same guarantees, same errors."""
+        if self._group is None:
+            return await asyncio.to_thread(
+                self.charge,
+                blocks,
+                cost,
+                context=context,
+                request_id=request_id,
+                reservation_id=reservation_id,
+            )
+        fp, body = self._charge_parts(blocks, cost, context, reservation_id)
+        given = request_id is not None
+        rid = _name(request_id, what="request_id") if given else f"req-{uuid.uuid4().hex}"
+        fn = self._write_fn(Operation.CHARGE, rid, given, fp, body)
+        try:
+            return cast(Charge, await asyncio.wrap_future(self._group.submit_nowait(fn)))
+        except DuplicateRequest:
+            record = await asyncio.to_thread(self.request, rid)
+            if record is None:  # pragma: no cover - the row existed a moment ago
+                raise InternalError(f"request {rid!r} vanished after a duplicate insert") from None
+            return cast(Charge, _replay(record, Operation.CHARGE, fp))
+        except BlockBudgetError:
+            if given:
+                record = await asyncio.to_thread(self.request, rid)
+                if record is not None:
+                    return cast(Charge, _replay(record, Operation.CHARGE, fp))
+            raise
+
+    def _charge_parts(
+        self,
+        blocks: Iterable[str],
+        cost: Cost,
+        context: str | None,
+        reservation_id: str | None,
+    ) -> tuple[str, Callable[[WriteTx], tuple[Charge, str]]]:
+        """Validate a charge's arguments; its fingerprint and transaction body."""
         ids = _block_ids(blocks)
         _check_cost(cost)
         if context is not None:
@@ -371,7 +422,7 @@ class Ledger:
             receipt = ops.charge(tx, ids, cost, context=context, reservation_id=reservation_id)
             return receipt, json.dumps(receipt.to_json())
 
-        return self._write(Operation.CHARGE, request_id, fp, body)
+        return fp, body
 
     def release(self, reservation_id: str, *, request_id: str | None = None) -> Reservation:
         """Return what is left of an open reservation to unallocated and close it.
@@ -534,6 +585,32 @@ class Ledger:
     def _run(self, fn: Callable[[Connection], T], *, write: bool) -> T:
         return run_transaction(self._engine, fn, write=write, attempts=self._attempts)
 
+    def _write_fn(
+        self,
+        operation: Operation,
+        rid: str,
+        given: bool,
+        fingerprint: str,
+        body: Callable[[WriteTx], tuple[T, str]],
+    ) -> Callable[[Connection], T]:
+        """The transaction function of one write: lock, run ``body``, record the request."""
+
+        def fn(conn: Connection) -> T:
+            tx = WriteTx(conn, self._catalog, now=self._now(), request_id=rid)
+            try:
+                tx.lock_head()
+                result, result_json = body(tx)
+                if tx.events:
+                    raise InternalError("an operation queued events it did not flush")
+                if tx.last_seq is not None or given:
+                    seq = tx.last_seq if tx.last_seq is not None else chain_tip(tx.sql)[0]
+                    tx.record_request(rid, operation, fingerprint, result_json, seq)
+                return result
+            finally:
+                tx.sql.close()
+
+        return fn
+
     def _write(
         self,
         operation: Operation,
@@ -551,21 +628,7 @@ class Ledger:
         """
         given = request_id is not None
         rid = _name(request_id, what="request_id") if given else f"req-{uuid.uuid4().hex}"
-
-        def fn(conn: Connection) -> T:
-            tx = WriteTx(conn, self._catalog, now=self._now(), request_id=rid)
-            try:
-                tx.lock_head()
-                result, result_json = body(tx)
-                if tx.events:
-                    raise InternalError("an operation queued events it did not flush")
-                if tx.last_seq is not None or given:
-                    seq = tx.last_seq if tx.last_seq is not None else chain_tip(tx.sql)[0]
-                    tx.record_request(rid, operation, fingerprint, result_json, seq)
-                return result
-            finally:
-                tx.sql.close()
-
+        fn = self._write_fn(operation, rid, given, fingerprint, body)
         try:
             if self._group is not None:
                 return cast(T, self._group.submit(fn))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 import time
 
+import anyio.to_thread
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
@@ -90,7 +91,7 @@ class Authenticator:
         with self._lock:
             self._cache.clear()
 
-    def __call__(self, request: Request) -> Principal:
+    async def __call__(self, request: Request) -> Principal:
         key = request.headers.get("x-api-key")
         auth = request.headers.get("authorization")
         if key is None and auth is not None and auth.lower().startswith("bearer "):
@@ -104,7 +105,7 @@ class Authenticator:
         if hit is not None and now - hit[0] < self._ttl:
             principal = hit[1]
         else:
-            principal = self._keys.authenticate(key)
+            principal = await anyio.to_thread.run_sync(self._keys.authenticate, key)
             with self._lock:
                 if len(self._cache) > 10_000:
                     self._cache.clear()

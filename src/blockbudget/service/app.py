@@ -11,6 +11,7 @@ ledger batches concurrent writes of all those threads into single durable transa
 (:mod:`blockbudget.ledger.group`).
 """
 
+import os
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -125,6 +126,19 @@ def create_app(
     @app.get("/dashboard", response_class=HTMLResponse, tags=["dashboard"])
     def dashboard_page() -> str:
         return page()
+
+    @app.get("/v1/service/stats", tags=["service"])
+    def service_stats(me: Auth) -> dict[str, float | int | bool]:
+        """This server process's group-commit counters (admins): batches committed and the
+        requests in them."""
+        require_role(me)
+        gc = platform.ledger.group_committer
+        return {
+            "pid": os.getpid(),
+            "group_commit": gc is not None,
+            "batches": gc.batches if gc is not None else 0,
+            "requests": gc.requests if gc is not None else 0,
+        }
 
     # --- principals ----------------------------------------------------------------------------
 
@@ -412,23 +426,27 @@ def create_app(
 
     streams_of: dict[str, str] = {}  # block → stream; immutable once registered
 
-    def block_stream(block: str) -> str | None:
-        if block not in streams_of:
-            for info in platform.ledger.blocks():
-                streams_of[info.block_id] = info.stream
-        return streams_of.get(block)
+    def refresh_streams() -> None:
+        for info in platform.ledger.blocks():
+            streams_of[info.block_id] = info.stream
 
     @app.post("/v1/streams/{stream}/charges", tags=["budget"])
-    def charge(me: Auth, stream: str, body: sc.ChargeIn) -> sc.ChargeOut:
+    async def charge(me: Auth, stream: str, body: sc.ChargeIn) -> sc.ChargeOut:
+        """Charge budget directly (no data out: for computations run elsewhere, e.g. a trusted
+        executor). Async: with group commit the request awaits its batch's durable commit
+        without holding a thread."""
         require_stream(me, stream)
         require_context(me, body.context)
-        foreign = sorted(b for b in set(body.blocks) if block_stream(b) != stream)
+        wanted = set(body.blocks)
+        if any(b not in streams_of for b in wanted):
+            await anyio.to_thread.run_sync(refresh_streams)
+        foreign = sorted(b for b in wanted if streams_of.get(b) != stream)
         if foreign:
             text = f"block(s) {foreign[:5]} are not blocks of stream {stream!r}"
             if me.role is Role.ADMIN:
                 raise InvalidRequestError(text)
             raise AuthError(403, text + " (unknown, or another stream's)")
-        receipt = platform.ledger.charge(
+        receipt = await platform.ledger.charge_async(
             body.blocks,
             Budget(epsilon=body.epsilon, delta=body.delta),
             context=body.context,
