@@ -4,7 +4,8 @@ For each domain size k, a DPI stream (seeded selector, Dirichlet pool N = 1,000,
 standard query pool: k point queries + dyadic ranges, replay 32) processes S slots of synthetic
 per-item counts (one user per record, 10·k records per slot). Reported per k:
 
-* ``dpi_slot_ms`` — the median wall time of one ``DPIStream.step_counts`` call;
+* ``dpi_slot_ms`` — the median wall time of one ``DPIStream.step_counts`` call (seeded numpy
+  selection; a ``dpi_slot_secure`` line repeats it with the default OpenDP selector);
 * ``baseline_ms`` — the same slot's unavoidable linear work measured in the same run: building the
   compressed PDF and answering every query of the pool once (``QueryPool.answers``), no privacy;
 * ``ratio`` = dpi_slot_ms / baseline_ms, and ``slots_per_s`` = 1000 / dpi_slot_ms.
@@ -36,7 +37,7 @@ from blockbudget.streaming import (
 )
 
 
-def bench(k: int, slots: int, seed: int = 0) -> dict[str, object]:
+def bench(k: int, slots: int, seed: int = 0, *, secure: bool = False) -> dict[str, object]:
     rng = np.random.default_rng(seed)
     pool = SynopsisPool.generate(domain_size=k, size=1000, precision=0.02, rng=rng)
     queries = QueryPool.standard(k)
@@ -45,7 +46,7 @@ def bench(k: int, slots: int, seed: int = 0) -> dict[str, object]:
         compression=Compression(k, min_users=10 * k),
         pool=pool,
         queries=queries,
-        selector=SeededSelector(np.random.default_rng(seed + 1)),
+        selector=None if secure else SeededSelector(np.random.default_rng(seed + 1)),
         rng=np.random.default_rng(seed + 2),
     )
     truth = rng.dirichlet(np.full(k, 0.5))
@@ -63,7 +64,7 @@ def bench(k: int, slots: int, seed: int = 0) -> dict[str, object]:
     dpi_ms = 1000 * statistics.median(dpi_times)
     base_ms = 1000 * statistics.median(base_times)
     return {
-        "kind": "dpi_slot",
+        "kind": "dpi_slot_secure" if secure else "dpi_slot",
         "domain": k,
         "queries": queries.size,
         "slots": slots,
@@ -90,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         row = bench(k, slots)
         rows.append(row)
         print(json.dumps(row), flush=True)
+        # the default (OpenDP) selector, fewer slots
+        print(json.dumps(bench(k, max(5, slots // 4), secure=True)), flush=True)
     xs = [math.log(float(r["domain"])) for r in rows]  # type: ignore[arg-type]
     ys = [math.log(float(r["dpi_slot_ms"])) for r in rows]  # type: ignore[arg-type]
     slope = float(np.polyfit(xs, ys, 1)[0]) if len(rows) > 1 else float("nan")

@@ -81,3 +81,11 @@ def test_query_pool_answers_match_dense_weights() -> None:
     assert qp.max_weight() == 1.0
     with pytest.raises(InvalidRequestError):
         QueryPool.standard(k, values=np.ones(3))
+
+
+def test_answers_at_matches_answers() -> None:
+    k = 32
+    qp = QueryPool.standard(k, values=np.arange(k, dtype=float))
+    pdf = np.random.default_rng(4).dirichlet(np.ones(k))
+    ids = np.array([0, 5, k, k + 3, qp.size - 1, 2])
+    assert np.allclose(qp.answers_at(pdf, ids), qp.answers(pdf)[ids])

@@ -56,7 +56,8 @@ def test_each_slot_spends_exactly_its_term_across_its_draws(per_slot: int) -> No
         # ℓ∞-sensitivity of every score vector: (2/μ)·Δ_P·max|w| with Δ_P = 2/n_min
         assert all(d == pytest.approx(2 / mu * 2 / n_min) for _, d, _ in calls)
         sizes = [n for _, _, n in calls]
-        assert sizes[:per_slot] == [queries.size - i for i in range(per_slot)]
+        n_cand = min(256, queries.size)  # candidates sampled from P_Q (DPIConfig.candidates)
+        assert sizes[:per_slot] == [n_cand - i for i in range(per_slot)]
         assert sizes[per_slot:] == [pool.size] * per_slot
 
 

@@ -122,6 +122,24 @@ class QueryPool:
             (pdf[self.points], prefix[self.range_hi] - prefix[self.range_lo], self.linear @ pdf)
         )
 
+    def answers_at(self, pdf: FloatArray, ids: IntArray) -> FloatArray:
+        """The answers of the queries ``ids`` on one PDF, O(k + len(ids))."""
+        idx = np.asarray(ids, dtype=np.int64)
+        n_points = self.points.size
+        n_ranges = self.range_lo.size
+        out = np.empty(idx.size)
+        is_point = idx < n_points
+        out[is_point] = pdf[self.points[idx[is_point]]]
+        is_range = (idx >= n_points) & (idx < n_points + n_ranges)
+        if np.any(is_range):
+            prefix = np.concatenate(([0.0], np.cumsum(pdf)))
+            j = idx[is_range] - n_points
+            out[is_range] = prefix[self.range_hi[j]] - prefix[self.range_lo[j]]
+        is_linear = idx >= n_points + n_ranges
+        if np.any(is_linear):
+            out[is_linear] = self.linear[idx[is_linear] - n_points - n_ranges] @ pdf
+        return out
+
     def weights_at(self, query: int, positions: IntArray) -> FloatArray:
         """Query ``query``'s weight at each of ``positions`` (any shape)."""
         n_points = self.points.size

@@ -97,6 +97,8 @@ class DPIConfig:
         horizon: instantaneous or accumulative queries.
         medium_from / small_from: Alg. 4's index ranges.
         replay: earlier measurements re-fitted after each slot (public post-processing).
+        candidates: queries sampled from P_Q per slot (data-independent, Alg. 1 line 6) among
+            which the query draw chooses.
         smoothing: ρ ∈ [0, 1), the uniform share mixed into each release (keeps KL finite).
     """
 
@@ -111,6 +113,7 @@ class DPIConfig:
     medium_from: int = 10
     small_from: int = 100
     replay: int = 128
+    candidates: int = 256
     smoothing: float = 0.01
 
     def __post_init__(self) -> None:
@@ -124,6 +127,11 @@ class DPIConfig:
             raise InvalidRequestError(f"lam must be finite and >= 0, got {self.lam!r}")
         if not (isinstance(self.smoothing, (int, float)) and 0 <= self.smoothing < 1):
             raise InvalidRequestError(f"smoothing must lie in [0, 1), got {self.smoothing!r}")
+        c = self.candidates
+        if isinstance(c, bool) or not isinstance(c, int) or c < self.queries_per_slot:
+            raise InvalidRequestError(
+                f"candidates must be an int >= queries_per_slot, got {self.candidates!r}"
+            )
         if isinstance(self.replay, bool) or not isinstance(self.replay, int) or self.replay < 0:
             raise InvalidRequestError(f"replay must be an int >= 0, got {self.replay!r}")
         k = self.queries_per_slot
@@ -276,6 +284,7 @@ class DPIStream:
         self.accountant = accountant
         self.name = name
         gen = rng if rng is not None else np.random.default_rng()
+        self._rng = gen  # data-independent randomness: allocation and query candidates
         self.series = DPISeries(epsilon=config.epsilon, mu=config.mu, zeta=config.zeta)
         self.allocator: BudgetAllocator
         if config.allocation is AllocationKind.EXPONENTIAL:
@@ -427,25 +436,27 @@ class DPIStream:
         eps_dir = allocation.epsilon / 2.0 / k_s  # per draw, per direction
         d = self._score_sensitivity
         alpha = eps_dir / (2.0 * d)  # exponential-mechanism parameter of one draw
-        # Query direction: boost queries the current release answers badly.
-        true_answers = self.queries.answers(target)
-        release_answers = self.queries.answers(self._release)
-        badness = -clipped_score(true_answers - release_answers, lam=cfg.lam, mu=cfg.mu)
-        available = np.ones(self.queries.size, dtype=bool)
-        chosen: list[int] = []
-        base_q = np.logaddexp(self._log_pq + math.log(0.5), math.log(0.5 / self.queries.size))
-        offsets_q = base_q / alpha
+        # Query direction (Alg. 1 line 6, Q_s ~ P_Q): a public candidate set is sampled from P_Q
+        # without looking at data; among the candidates, queries the current release answers
+        # badly are drawn by noisy max.
+        m_all = self.queries.size
+        n_cand = min(cfg.candidates, m_all)
+        if n_cand < m_all:
+            cand = self._rng.choice(m_all, size=n_cand, replace=False, p=self.query_weights)
+        else:
+            cand = np.arange(m_all)
+        cand = np.sort(cand)
+        true_c = self.queries.answers_at(target, cand)
+        release_c = self.queries.answers_at(self._release, cand)
+        badness = -clipped_score(true_c - release_c, lam=cfg.lam, mu=cfg.mu)
+        available = np.ones(n_cand, dtype=bool)
+        chosen_pos: list[int] = []
         for _ in range(k_s):
             ids = np.flatnonzero(available)
-            j = int(
-                ids[
-                    self.selector.select(
-                        badness[ids] + offsets_q[ids], epsilon=eps_dir, sensitivity=d
-                    )
-                ]
-            )
-            available[j] = False
-            chosen.append(j)
+            pos = int(ids[self.selector.select(badness[ids], epsilon=eps_dir, sensitivity=d)])
+            available[pos] = False
+            chosen_pos.append(pos)
+        chosen = [int(cand[p]) for p in chosen_pos]
         # Synopsis direction: for each drawn query, draw an accurate synopsis; its answer is the
         # slot's measurement.
         # Base measure of the synopsis draw: half P_A, half uniform (public), so that a pool whose
@@ -454,17 +465,15 @@ class DPIStream:
         offsets_a = base_a / alpha
         measurements: list[float] = []
         answers_of_pool: list[FloatArray] = []
-        for j in chosen:
+        for pos, j in zip(chosen_pos, chosen, strict=True):
             pool_answers = self.queries.pool_answers(j, self.pool.units)
-            scores = clipped_score(true_answers[j] - pool_answers, lam=cfg.lam, mu=cfg.mu)
+            scores = clipped_score(true_c[pos] - pool_answers, lam=cfg.lam, mu=cfg.mu)
             a = self.selector.select(scores + offsets_a, epsilon=eps_dir, sensitivity=d)
             m = float(pool_answers[a])
             measurements.append(m)
             answers_of_pool.append(pool_answers)
             # P_Q: a query the release already answers well (per the measurement) loses weight.
-            agree = float(
-                clipped_score(np.array([m - release_answers[j]]), lam=cfg.lam, mu=cfg.mu)[0]
-            )
+            agree = float(clipped_score(np.array([m - release_c[pos]]), lam=cfg.lam, mu=cfg.mu)[0])
             self._log_pq[j] -= alpha * agree
         # Public boosting of P_A and P_Q from the released draws only (post-processing): P_A is
         # tilted multiplicatively, P_A ∝ P_A·exp(β·q(a)), with β chosen so that the release moves
