@@ -316,6 +316,10 @@ class Scheduler(ABC):
         accountings: the accounting rules it supports.
         tick_interval: when not None, the driver calls :meth:`on_tick` every this many time
             units (instance attribute may override it).
+        drain_time: how long after the last arrival the driver keeps ticking by default (e.g.
+            a T-unlocking lifetime, so the last blocks unlock fully).
+        exact: True for schedulers that solve an NP-hard problem exactly (the offline
+            optimum); the contract suite gives them smaller workloads.
 
     Args:
         seed: seed of ``self.rng`` (numpy Generator) for non-private random choices.
@@ -327,13 +331,22 @@ class Scheduler(ABC):
     shapes: ClassVar[frozenset[TaskShape]] = frozenset({TaskShape.NAMED})
     accountings: ClassVar[frozenset[Accounting]] = frozenset({Accounting.BASIC, Accounting.RDP})
     tick_interval: float | None = None
+    drain_time: float = 0.0
+    exact: ClassVar[bool] = False
 
     def __init__(self, *, seed: int = 0, noise: NoiseSource | None = None) -> None:
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise InvalidRequestError(f"seed must be an int, got {seed!r}")
         self.seed = seed
         self.rng = np.random.default_rng(seed)
-        self.noise = resolve_noise(noise)
+        self._noise = None if noise is None else resolve_noise(noise)
+
+    @property
+    def noise(self) -> NoiseSource:
+        """The DP noise source (SecureNoise, created on first use, unless one was given)."""
+        if self._noise is None:
+            self._noise = resolve_noise(None)
+        return self._noise
 
     def on_block(self, pool: Pool, block: BlockSpec) -> None:  # noqa: B027 - optional hook
         """A block was added to ``pool`` (its budget is all unallocated). Default: nothing."""

@@ -295,18 +295,27 @@ class OfflineOptimum(Scheduler):
     docstring). Not an online algorithm: it is the OPT of competitive ratios.
 
     Args:
-        time_limit: seconds for HiGHS.
+        time_limit: seconds for HiGHS (a safety net; results then depend on the machine).
+        node_limit: branch-and-bound nodes for HiGHS (deterministic); ``optimal`` says whether
+            optimality was proven within it.
     """
 
     name = "offline-optimum"
+    exact = True
     shapes = frozenset({TaskShape.NAMED, TaskShape.OPEN})
     accountings = frozenset({Accounting.BASIC, Accounting.RDP})
 
     def __init__(
-        self, *, seed: int = 0, noise: NoiseSource | None = None, time_limit: float = 60.0
+        self,
+        *,
+        seed: int = 0,
+        noise: NoiseSource | None = None,
+        time_limit: float = 600.0,
+        node_limit: int = 20_000,
     ) -> None:
         super().__init__(seed=seed, noise=noise)
         self.time_limit = time_limit
+        self.node_limit = node_limit
         self.queue: list[TaskSpec] = []
         self.optimal: bool | None = None
 
@@ -377,21 +386,20 @@ class OfflineOptimum(Scheduler):
                     hi.append(float(limit))
                     r += 1
         vec = {k: pool.vector(t.demand) for k, t in enumerate(tasks)}
-        big = float(np.max(np.abs(np.where(np.isfinite(cap), cap, 0)))) + sum(
-            float(np.max(v)) for v in vec.values()
-        )
+        # big-M per (block, order): the most the tasks could ever put there beyond capacity
         for i in range(nb):
             on_block = [(n_g + v, k) for v, (k, bi) in enumerate(cols) if bi == i]
             if not on_block:
                 continue
             for d in range(dims):
-                limit_d = float(cap[i, d]) * (1 - 1e-7)
+                limit_d = float(cap[i, d]) * (1 - 1e-5)  # HiGHS feasibility tolerance
                 if rdp and pool.capacity[i, d] <= 0:
                     continue
                 rows += [r] * len(on_block)
                 cidx += [xv for xv, _ in on_block]
                 vals += [float(vec[k][d]) for _, k in on_block]
                 if rdp:  # Σ d x ≤ cap + M(1 − y)
+                    big = max(0.0, sum(float(vec[k][d]) for _, k in on_block) - limit_d) + 1.0
                     rows.append(r)
                     cidx.append(n_g + n_x + i * dims + d)
                     vals.append(big)
@@ -414,7 +422,7 @@ class OfflineOptimum(Scheduler):
             constraints=[LinearConstraint(a, np.array(lo), np.array(hi))],
             integrality=np.ones(n_var),
             bounds=Bounds(0, 1),
-            options={"time_limit": self.time_limit},
+            options={"time_limit": self.time_limit, "node_limit": self.node_limit},
         )
         self.optimal = bool(res.status == 0)
         out: list[list[str]] = [[] for _ in tasks]

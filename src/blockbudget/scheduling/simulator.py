@@ -94,8 +94,8 @@ def simulate(
         tasks: the tasks, any order (sorted by arrival here).
         accounting: the accounting rule of every block.
         fair_share_n: N of the fair-share metric.
-        horizon: last tick time (default: the last arrival plus the longest timeout, or the
-            last arrival when no task has a timeout).
+        horizon: last tick time (default: the last arrival plus the longer of the longest
+            timeout and the scheduler's ``drain_time``).
         slack_delta: δ̃ for STRONG accounting.
 
     Raises:
@@ -114,7 +114,7 @@ def simulate(
     last = max((e[0] for e in events), default=0.0)
     if horizon is None:
         timeouts = [t.timeout for t in tasks if t.timeout is not None]
-        horizon = last + (max(timeouts) if timeouts else 0.0)
+        horizon = last + max(max(timeouts, default=0.0), scheduler.drain_time)
     interval = scheduler.tick_interval
     if interval is not None and interval > 0:
         start = min((e[0] for e in events), default=0.0)

@@ -124,6 +124,7 @@ class UnlockingScheduler(Scheduler):
         self.unlock = unlock
         self.lifetime = lifetime
         self.tick_interval = tick if unlock is UnlockMode.T else None
+        self.drain_time = lifetime if unlock is UnlockMode.T else 0.0
         self.unlocked = np.zeros(16)
         self.waiting = Waiting()
 
