@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from blockbudget import Budget
+from blockbudget import Accounting, Budget, RdpCurve
 from blockbudget.errors import DataError, InvalidRequestError
 from blockbudget.platform import Platform
 from blockbudget.store import Blocking, LatePolicy, Unit
@@ -198,25 +198,30 @@ def test_config_validation() -> None:
         DPIConfig(epsilon=1.0, queries_per_slot=0)
 
 
-def test_stream_total_is_charged_to_the_ledger_before_any_slot(tmp_path: Path) -> None:
+@pytest.mark.parametrize("accounting", [Accounting.BASIC, Accounting.RDP])
+def test_stream_total_is_charged_to_the_ledger_before_any_slot(
+    tmp_path: Path, accounting: Accounting
+) -> None:
     platform = Platform(tmp_path / "p")
     platform.add_context("dashboard")
     platform.create_stream(
         "visits",
-        policy=Budget(epsilon=3.0),
+        accounting=accounting,
+        policy=Budget(epsilon=3.0, delta=1e-6 if accounting is Accounting.RDP else 0.0),
         blocking=Blocking(unit=Unit.USER, column="user", ids_per_block=25),
         late_policy=LatePolicy.DROP,
     )
     frame = pd.DataFrame({"user": np.arange(200) % 50, "item": np.arange(200) % K})
     platform.ingest("visits", frame)
+    expected: Budget | RdpCurve = (
+        RdpCurve.from_pure_dp(2.0) if accounting is Accounting.RDP else Budget(epsilon=2.0)
+    )
     views = platform.blocks("visits")
     blocks = [v.block_id for v in views]
     keys = [v.key for v in views]
-    with platform.request(
-        "visits", blocks=keys, budget=Budget(epsilon=2.0), context="dashboard"
-    ) as grant:
+    with platform.request("visits", blocks=keys, budget=expected, context="dashboard") as grant:
         acc = charge_stream_total(grant, epsilon=2.0, stream="visits")
-        assert grant.spent == Budget(epsilon=2.0)
+        assert grant.spent == expected
         pool = SynopsisPool.generate(
             domain_size=K, size=100, precision=0.1, rng=np.random.default_rng(0)
         )
@@ -235,6 +240,6 @@ def test_stream_total_is_charged_to_the_ledger_before_any_slot(tmp_path: Path) -
         assert float(r.spent) <= 2.0
     f = platform.filter("visits")
     for block in blocks:
-        assert platform.ledger.state(block, "dashboard").charged == f.features(Budget(epsilon=2.0))
+        assert platform.ledger.state(block, "dashboard").charged == f.features(expected)
     assert platform.verify().ok
     platform.close()

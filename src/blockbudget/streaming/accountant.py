@@ -18,7 +18,16 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from blockbudget.budget import Budget, from_units, to_decimal, units_down, units_up
+from blockbudget.accounting import Accounting
+from blockbudget.budget import (
+    Budget,
+    Cost,
+    RdpCurve,
+    from_units,
+    to_decimal,
+    units_down,
+    units_up,
+)
 from blockbudget.errors import BudgetExceededError, InvalidRequestError
 
 if TYPE_CHECKING:
@@ -124,12 +133,14 @@ def charge_stream_total(grant: Grant, *, epsilon: float, stream: str) -> StreamA
 
     The whole ε is drawn up front (conservative: it is the bound on the stream's loss over all its
     slots, and charging it first means no slot can ever run on budget the ledger did not record).
+    On an RDP stream the charge is the RDP curve of an ε-DP mechanism (ε at every order).
 
     Raises:
         ReservationError / BudgetExceededError: the grant cannot pay ε (nothing is charged).
     """
     accountant = StreamAccountant(epsilon=epsilon, name=stream)
-    grant.draw(
-        Budget(epsilon=accountant.target), label=f"dpi stream {stream!r}: total user-level epsilon"
-    )
+    cost: Cost = Budget(epsilon=accountant.target)
+    if grant.accounting is Accounting.RDP:
+        cost = RdpCurve.from_pure_dp(accountant.target)  # ε-DP is (α, ε)-RDP at every order
+    grant.draw(cost, label=f"dpi stream {stream!r}: total user-level epsilon")
     return accountant
