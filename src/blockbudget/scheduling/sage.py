@@ -51,8 +51,13 @@ from blockbudget.scheduling.base import BlockSpec, Scheduler, TaskShape, TaskSpe
 from blockbudget.scheduling.pool import Pool
 from blockbudget.training.validation import Outcome
 
-#: Relative tolerance when comparing a cost with a reservation in float features.
-_TOL = 1e-9
+#: Relative tolerance when comparing a cost with a reservation (the pool keeps a 1e-9 capacity
+#: margin, so an even share of a whole block is a hair below the block; the pool still checks
+#: every charge exactly).
+_TOL = 1e-6
+#: Charges are this fraction of their nominal share, so that runs adding up to a whole block's
+#: capacity still fit the pool's conservatively rounded (upward) float bookkeeping.
+_SCALE = 1.0 - 1e-6
 
 
 class PipelineProfile(Protocol):
@@ -171,16 +176,25 @@ class SageStrategy(Scheduler):
                 return
 
     def _reallocate(self, pool: Pool, released: Mapping[str, Cost]) -> None:
+        """Split what an ACCEPTed pipeline held evenly among the waiting ones. A share too small
+        for any run (below 1/16 of ε0) stays unallocated instead."""
         self._prune(pool)
         if not self.waiting or self.usage is Usage.STREAMING:
             return
         share = Decimal(1) / Decimal(len(self.waiting))
+        smallest = 2.0 ** -(self.levels + 4)
+        by_demand: dict[Cost, list[str]] = {}
+        for tid in self.waiting:
+            by_demand.setdefault(pool.tasks[tid].demand, []).append(tid)
         for block_id, cost in released.items():
             part = cost.scaled(share)
             if part.is_zero:
                 continue
-            for tid in self.waiting:
-                self._reserve(pool, tid, block_id, part)
+            vec = pool.vector(part)
+            for demand, tids in by_demand.items():
+                if self._covers(pool, vec, pool.vector(demand) * smallest):
+                    for tid in tids:
+                        self._reserve(pool, tid, block_id, part)
 
     # --- privacy-adaptive runs ----------------------------------------------------------------
 
@@ -266,7 +280,7 @@ class SageStrategy(Scheduler):
             if limit is not None and len(set(pool.charged_blocks[task_id]) | set(chosen)) > limit:
                 pool.reject(task_id, note="the next window would exceed max_blocks")
                 return
-            cost = task.demand.scaled(fraction)
+            cost = task.demand.scaled(fraction * _SCALE)
             if not self._charge(pool, task_id, chosen, cost, f"run {st.runs}"):
                 return
             for b in chosen:
@@ -306,13 +320,20 @@ def _down(x: float) -> float:
 
 
 def _exact_sum(a: Cost, b: Cost) -> Cost | None:
-    """a + b when both are of one kind (None otherwise)."""
-    if isinstance(a, Budget) and isinstance(b, Budget):
-        return a + b
-    if isinstance(a, RdpCurve) and isinstance(b, RdpCurve):
-        try:
+    """a + b when both are of one kind (None otherwise); exact when the digits allow, else
+    rounded up (a reservation may round up: the pool checks it against the filter)."""
+    try:
+        if isinstance(a, Budget) and isinstance(b, Budget):
             return a + b
-        except (Inexact, InvalidOperation):  # too many digits to add exactly: round up
+        if isinstance(a, RdpCurve) and isinstance(b, RdpCurve):
+            return a + b
+    except (Inexact, InvalidOperation):
+        if isinstance(a, Budget) and isinstance(b, Budget):
+            return Budget(
+                epsilon=_up(float(a.epsilon) + float(b.epsilon)),
+                delta=min(_up(float(a.delta) + float(b.delta)), 0.999999),
+            )
+        if isinstance(a, RdpCurve) and isinstance(b, RdpCurve):
             return RdpCurve(
                 _up(float(x) + float(y)) for x, y in zip(a.epsilons, b.epsilons, strict=True)
             )

@@ -259,9 +259,18 @@ class AdaptiveTrainer:
             raise InvalidRequestError(f"no model is released: the search is {self.status.value}")
         return self.runs[-1].model
 
-    def _window(self) -> tuple[str, ...] | None:
+    def _window(self, epsilon: Decimal) -> tuple[str, ...] | None:
+        """The first ``window`` blocks from ``start`` that can still pay (ε, δ): Sage offers a
+        pipeline only blocks with budget left (§3.2), so spent blocks drop out and the window
+        grows into new data. None when the stream does not have enough yet."""
         blocks = [b.block_id for b in self.platform.blocks(self.stream) if not b.retired]
-        chosen = blocks[self.start : self.start + self.search.window]
+        candidates = blocks[self.start :]
+        if not candidates:
+            return None
+        cost = Budget(epsilon=epsilon, delta=self.search.delta)
+        ok = self.platform.can_afford(candidates, cost, context=self.context, stream=self.stream)
+        chosen = [b for b, good in zip(candidates, ok, strict=True) if good]
+        chosen = chosen[: self.search.window]
         return tuple(chosen) if len(chosen) == self.search.window else None
 
     def _affordable(self, blocks: tuple[str, ...], epsilon: Decimal) -> bool:
@@ -276,12 +285,9 @@ class AdaptiveTrainer:
 
         assert self.executor is not None
         while self.search.status not in TERMINAL:
-            blocks = self._window()
-            if blocks is None:
-                self.search.status = Status.WAITING
-                return self.search.status
             eps = self.search.epsilon
-            if not self._affordable(blocks, eps):
+            blocks = self._window(eps)
+            if blocks is None:
                 self.search.status = Status.WAITING
                 return self.search.status
             eta = self.search.next_eta()

@@ -53,6 +53,7 @@ COLUMNS = (
     "dep_delay",
     "arr_delay",
     "sched_dep_datetime",
+    "time_hour",
 )
 
 
@@ -144,7 +145,7 @@ def speed_keys(frame: pd.DataFrame, granularity: Granularity) -> NDArray[np.int6
     if granularity is Granularity.HOUR_OF_DAY:
         keys = np.clip(frame["hour"].to_numpy(dtype=np.int64), FIRST_HOUR, 23) - FIRST_HOUR
     elif granularity is Granularity.DAY_OF_WEEK:
-        keys = when.dt.dayofweek.to_numpy(dtype=np.int64)
+        keys = when.dt.day_of_week.to_numpy(dtype=np.int64)
     else:
         keys = (when.dt.day.to_numpy(dtype=np.int64) - 1) // 7
     return np.asarray(keys, dtype=np.int64)
@@ -178,7 +179,7 @@ def year_frame() -> pd.DataFrame:
 def regression_arrays() -> TaskArrays:
     """The regression task over the year."""
     frame = _arrived_year()
-    day = pd.to_datetime(frame["sched_dep_datetime"]).dt.dayofyear.to_numpy() - 1
+    day = pd.to_datetime(frame["sched_dep_datetime"]).dt.day_of_year.to_numpy() - 1
     return TaskArrays(regression_features(frame), air_time_label(frame), day.astype(np.int64))
 
 
@@ -186,5 +187,5 @@ def regression_arrays() -> TaskArrays:
 def classification_arrays() -> TaskArrays:
     """The classification task over the year."""
     frame = _arrived_year()
-    day = pd.to_datetime(frame["sched_dep_datetime"]).dt.dayofyear.to_numpy() - 1
+    day = pd.to_datetime(frame["sched_dep_datetime"]).dt.day_of_year.to_numpy() - 1
     return TaskArrays(classification_features(frame), delayed_label(frame), day.astype(np.int64))

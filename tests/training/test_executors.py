@@ -1,0 +1,109 @@
+"""The executor contract: a seeded job gives the same release in-process and on Ray, every
+draw a worker makes is a ledger charge on the driver's reservation, and the rest is released."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from blockbudget.errors import InvalidRequestError
+from blockbudget.platform import Platform
+from blockbudget.training import (
+    AdaSSPPipeline,
+    AverageSpeedPipeline,
+    Executor,
+    InProcessExecutor,
+    PipelineJob,
+    RayExecutor,
+)
+from blockbudget.training.tasks import Granularity
+
+from .conftest import CONTEXT, STREAM, make_platform
+
+
+@pytest.fixture(scope="module")
+def ray_executor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayExecutor]:
+    """One small local Ray for the module (starting Ray costs seconds)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        home = tmp_path_factory.mktemp("ray-platform")
+        executor = RayExecutor(
+            database_url=f"sqlite:///{(home / 'platform.db').resolve()}", num_cpus=1
+        )
+    yield executor
+    executor.close()
+
+
+JOBS = [
+    PipelineJob(AdaSSPPipeline(target=0.004), Decimal("0.5"), Decimal("1e-6"), 0.05, seed=7),
+    PipelineJob(
+        AverageSpeedPipeline(target=300.0, granularity=Granularity.WEEK_OF_MONTH),
+        Decimal("0.25"),
+        Decimal(0),
+        0.05,
+        seed=8,
+    ),
+]
+
+
+def run_all(platform: Platform, executor: Executor) -> list[object]:
+    grants = [
+        platform.request(
+            STREAM,
+            blocks=[b.block_id for b in platform.blocks(STREAM)],
+            budget=job_budget(job),
+            context=CONTEXT,
+        )
+        for job in JOBS
+    ]
+    try:
+        runs = executor.run_many(list(zip(JOBS, grants, strict=True)))
+    finally:
+        for g in grants:
+            g.close()
+    return runs
+
+
+def job_budget(job: PipelineJob) -> object:
+    from blockbudget.budget import Budget
+
+    return Budget(epsilon=job.epsilon, delta=job.delta)
+
+
+def summary(run: object) -> tuple[object, ...]:
+    model = run.model  # type: ignore[attr-defined]
+    params = tuple(np.round(model.coef_, 12)) if hasattr(model, "coef_") else model.value.means
+    v = run.validation  # type: ignore[attr-defined]
+    return (params, v.outcome, v.accept_bound, v.cost, run.n_train, run.n_test)  # type: ignore[attr-defined]
+
+
+def test_ray_gives_the_same_releases_as_in_process(
+    tmp_path: Path, ray_executor: RayExecutor
+) -> None:
+    local = make_platform(tmp_path / "local", 3)
+    ray_home = Path(ray_executor.database_url.removeprefix("sqlite:///")).parent
+    remote = make_platform(ray_home, 3)
+    try:
+        in_process = run_all(local, InProcessExecutor())
+        on_ray = run_all(remote, ray_executor)
+        assert [summary(r) for r in on_ray] == [summary(r) for r in in_process]
+        # the workers' draws landed in the driver's ledger, and nothing stays reserved
+        for p in (local, remote):
+            states = p.ledger.states(stream=STREAM, context=CONTEXT)
+            assert all(any(s.charged) and not any(s.reserved) for s in states)
+            assert p.verify().ok
+        charged = lambda p: [s.charged for s in p.ledger.states(stream=STREAM, context=CONTEXT)]  # noqa: E731
+        assert charged(local) == charged(remote)
+    finally:
+        local.close()
+        remote.close()
+
+
+def test_ray_refuses_an_in_memory_ledger(ray_executor: RayExecutor) -> None:
+    with pytest.raises(InvalidRequestError, match="in-memory"):
+        RayExecutor(database_url="sqlite:///:memory:")

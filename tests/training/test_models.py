@@ -1,0 +1,139 @@
+"""DP models: AdaSSP in layers (exact at huge ε, noise parameters, charge before noise) and
+DP-SGD through Opacus (the charged plan equals Opacus' accountant history)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from blockbudget.accounting import Accounting
+from blockbudget.budget import Budget, RdpCurve
+from blockbudget.errors import DataError, InvalidRequestError, ReservationError
+from blockbudget.mechanisms import SeededNoise, analytic_gaussian_sigma
+from blockbudget.training import AdaSSPRegressor, DPSGDModel, MeteredSource, Task
+from blockbudget.training.adassp import ols
+from blockbudget.training.dpsgd import plan_dpsgd
+
+
+def linear_data(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-0.3, 0.3, (n, 4))
+    w = np.array([0.5, -0.2, 0.1, 0.3])
+    return x, x @ w + 0.1 + rng.normal(0, 0.05, n), w
+
+
+def test_adassp_matches_exact_least_squares_at_huge_epsilon() -> None:
+    x, y, _ = linear_data(5000, 0)
+    model = AdaSSPRegressor(x_bound=1.0, y_bound=1.0).fit(
+        MeteredSource(), x, y, epsilon=1e6, delta=1e-6, noise=SeededNoise(1)
+    )
+    exact = ols(x, y)
+    assert model.ridge_ == 0.0
+    np.testing.assert_allclose(model.coef_, exact[:-1], atol=2e-4)
+    assert model.intercept_ == pytest.approx(exact[-1], abs=2e-4)
+    np.testing.assert_allclose(
+        model.predict(x), np.hstack([x, np.ones((5000, 1))]) @ exact, atol=2e-4
+    )
+
+
+def test_adassp_is_noisier_at_small_epsilon_and_charges_its_budget() -> None:
+    x, y, w = linear_data(5000, 2)
+    errors = []
+    for eps in (0.05, 1.0, 100.0):
+        src = MeteredSource()
+        m = AdaSSPRegressor().fit(src, x, y, epsilon=eps, delta=1e-6, noise=SeededNoise(3))
+        assert src.spent == Budget(epsilon=eps, delta=1e-6) == m.cost_
+        assert len(src.draws) == 1 and not m.secure_noise_
+        errors.append(float(np.linalg.norm(m.coef_ - w)))
+    assert errors[0] > errors[1] > errors[2]
+
+
+def test_adassp_rdp_cost_is_the_three_gaussian_curves() -> None:
+    x, y, _ = linear_data(1000, 4)
+    src = MeteredSource(Accounting.RDP)
+    AdaSSPRegressor(x_bound=1.0, y_bound=1.0).fit(
+        src, x, y, epsilon=0.9, delta=3e-6, noise=SeededNoise(5)
+    )
+    # each part is calibrated for (ε/3, δ/3): two with sensitivity B_X² = 1, one with B_X·B_Y = 1
+    sigma = analytic_gaussian_sigma(epsilon=0.3, delta=1e-6, sensitivity=1.0)
+    expected = (
+        RdpCurve.gaussian(sigma=sigma)
+        + RdpCurve.gaussian(sigma=sigma)
+        + RdpCurve.gaussian(sigma=sigma)
+    )
+    assert isinstance(src.spent, RdpCurve)
+    for got, want in zip(src.spent.as_floats(), expected.as_floats(), strict=True):
+        assert got == pytest.approx(want, rel=1e-6)
+
+
+def test_adassp_refusal_fits_nothing_and_bad_input_is_refused() -> None:
+    x, y, _ = linear_data(100, 6)
+    model = AdaSSPRegressor()
+    with pytest.raises(ReservationError):
+        model.fit(MeteredSource(cap=Budget(epsilon=0.1, delta=1e-6)), x, y, epsilon=1, delta=1e-6)
+    with pytest.raises(InvalidRequestError, match="fit the model"):
+        model.predict(x)
+    with pytest.raises(DataError, match="rows"):
+        model.fit(MeteredSource(), x, y[:-1], epsilon=1, delta=1e-6)
+    with pytest.raises(DataError, match="finite"):
+        model.fit(MeteredSource(), np.full((3, 2), np.nan), y[:3], epsilon=1, delta=1e-6)
+    with pytest.raises(InvalidRequestError, match="x_bound"):
+        AdaSSPRegressor(x_bound=-1)
+
+
+def separable(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0, 1, (n, 3))
+    return x, (x[:, 0] - x[:, 1] > 0).astype(int)
+
+
+def test_dpsgd_charges_its_plan_before_training_and_opacus_agrees() -> None:
+    x, y = separable(3000, 7)
+    plan = plan_dpsgd(n=3000, batch_size=300, epochs=2, epsilon=2.0, delta=1e-5)
+    assert plan.steps == 20 and plan.sample_rate == pytest.approx(0.1)
+    src = MeteredSource()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = DPSGDModel(epochs=2, batch_size=300, learning_rate=0.5, seed=1).fit(
+            src, x, y, epsilon=2.0, delta=1e-5
+        )
+    assert src.spent == Budget(epsilon=2.0, delta=1e-5) and model.plan_ == plan
+    accuracy = float(np.mean(model.predict(x) == y))
+    assert accuracy > 0.85  # the logistic model learned the separable rule
+    probs = model.predict_proba(x)
+    assert probs.shape == (3000, 2) and np.allclose(probs.sum(axis=1), 1.0)
+    # an RDP source is charged the plan's subsampled-Gaussian curve, which converts to ≈ (ε, δ)
+    rdp = MeteredSource(Accounting.RDP)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        DPSGDModel(epochs=2, batch_size=300, seed=1).fit(rdp, x, y, epsilon=2.0, delta=1e-5)
+    assert isinstance(rdp.spent, RdpCurve) and rdp.spent == plan.rdp_curve()
+    eps = float(rdp.spent.to_dp(delta=1e-5).epsilon)
+    assert 2.0 <= eps < 3.0  # our coarser order grid (≤ 64) converts a little above the target
+
+
+def test_dpsgd_refusal_trains_nothing() -> None:
+    x, y = separable(500, 8)
+    model = DPSGDModel(batch_size=100)
+    with pytest.raises(ReservationError):
+        model.fit(MeteredSource(cap=Budget(epsilon=0.5, delta=1e-5)), x, y, epsilon=1, delta=1e-5)
+    with pytest.raises(InvalidRequestError, match="fit the model"):
+        model.predict(x)
+    with pytest.raises(DataError, match="class labels"):
+        model.fit(MeteredSource(), x, y + 5, epsilon=1, delta=1e-5)
+
+
+def test_dpsgd_regressor_predicts_values() -> None:
+    rng = np.random.default_rng(9)
+    x = rng.uniform(0, 1, (2000, 2))
+    y = 0.3 * x[:, 0] + 0.2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = DPSGDModel(
+            task=Task.REGRESSION, hidden=(8,), epochs=3, batch_size=200, learning_rate=0.05, seed=2
+        ).fit(MeteredSource(), x, y, epsilon=8, delta=1e-5)
+    mse = float(np.mean((m.predict(x) - y) ** 2))
+    assert mse < float(np.var(y)) and math.isfinite(mse)
