@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from sklearn.metrics import adjusted_rand_score
 
 from blockbudget.experiments.common import (
     Experiment,
@@ -52,6 +51,8 @@ def _released(
 
 def run_apps(ctx: ExperimentContext) -> ExperimentResult:
     """Fig. 5–6: precision/recall of HBOS, SVD top-5 and k-means against non-private results."""
+    from sklearn.metrics import adjusted_rand_score
+
     epsilons = (1.0, 1000.0) if ctx.quick else (0.5, 1.0, 2.0, 10.0, 100.0, 1000.0)
     limit = 20 if ctx.quick else None
     flights = flights_stream()
