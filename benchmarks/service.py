@@ -4,8 +4,9 @@ without group commit. Loopback only, bounded loops.
 
 For each backend:
 
-* **raw** (the baseline) — one client doing the smallest durable write transaction the database
-  offers, on the same kind of database: ``BEGIN``; ``UPDATE t SET v = v + 1 WHERE id = 1``;
+* **raw** (the baseline, measured again right before every configuration, so that both see the
+  same state of a shared machine) — one client doing the smallest durable write transaction the
+  database offers, on the same kind of database: ``BEGIN``; ``UPDATE t SET v = v + 1 WHERE id = 1``;
   ``COMMIT`` (SQLite: stdlib ``sqlite3``, WAL, ``synchronous=FULL``, ``BEGIN IMMEDIATE``;
   PostgreSQL: psycopg, ``synchronous_commit=on``). The "raw single-transaction durable rate".
 * **http** — a ``blockbudget serve`` process (uvicorn, one worker) on 127.0.0.1 with a stream
@@ -16,6 +17,10 @@ For each backend:
   After each run the **overspend check**: for every block, the ledger's charged budget equals
   exactly the acknowledged charges, fits the capacity, and ``Ledger.verify`` replays the whole
   audit log without a problem.
+* **http_noop** — the same clients sending ``GET /v1/whoami`` (authenticated, no write): the
+  ceiling of the HTTP stack (uvicorn, FastAPI, the httpx clients) on this machine, reported as
+  ``http_noop_per_s`` beside each charge run; ``ratio_vs_http_noop`` shows how close charges get
+  to it, i.e. how much of the cost is the ledger.
 * **ledger** — the same charges through :class:`~blockbudget.ledger.Ledger` in-process from N
   threads (no HTTP), to separate the ledger's scaling from the HTTP stack's cost.
 
@@ -72,38 +77,50 @@ def emit(**row: Any) -> None:
 # --- the raw baseline ---------------------------------------------------------------------------
 
 
-def raw_sqlite(path: Path, n: int) -> float:
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=FULL")
-    conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v INTEGER)")
-    conn.execute("INSERT INTO t VALUES (1, 0)")
-    start = time.perf_counter()
-    for _ in range(n):
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("UPDATE t SET v = v + 1 WHERE id = 1")
-        conn.execute("COMMIT")
-    rate = n / (time.perf_counter() - start)
-    conn.close()
-    return rate
+class RawBaseline:
+    """The smallest durable write transaction of the backend, measured on demand right before
+    each configuration (so that both see the same state of a shared, noisy machine)."""
 
+    def __init__(self, backend: str, target: str) -> None:
+        self.backend = backend
+        if backend == "sqlite":
+            self._sqlite = sqlite3.connect(target, isolation_level=None)
+            self._sqlite.execute("PRAGMA journal_mode=WAL")
+            self._sqlite.execute("PRAGMA synchronous=FULL")
+            self._sqlite.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v INTEGER)")
+            self._sqlite.execute("INSERT INTO t VALUES (1, 0)")
+        else:
+            import psycopg
 
-def raw_postgres(url: str, n: int) -> float:
-    import psycopg
+            dsn = sa.engine.make_url(target).set(drivername="postgresql")
+            self._pg = psycopg.connect(dsn.render_as_string(False))
+            self._pg.execute("DROP TABLE IF EXISTS bench_raw")
+            self._pg.execute("CREATE TABLE bench_raw (id INTEGER PRIMARY KEY, v INTEGER)")
+            self._pg.execute("INSERT INTO bench_raw VALUES (1, 0)")
+            self._pg.commit()
 
-    dsn = sa.engine.make_url(url).set(drivername="postgresql").render_as_string(False)
-    with psycopg.connect(dsn) as conn:
-        conn.execute("CREATE TABLE bench_raw (id INTEGER PRIMARY KEY, v INTEGER)")
-        conn.execute("INSERT INTO bench_raw VALUES (1, 0)")
-        conn.commit()
+    def rate(self, n: int) -> float:
+        """Transactions per second over ``n`` transactions by one client."""
         start = time.perf_counter()
-        for _ in range(n):
-            conn.execute("UPDATE bench_raw SET v = v + 1 WHERE id = 1")
-            conn.commit()
-        rate = n / (time.perf_counter() - start)
-        conn.execute("DROP TABLE bench_raw")
-        conn.commit()
-    return rate
+        if self.backend == "sqlite":
+            conn = self._sqlite
+            for _ in range(n):
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("UPDATE t SET v = v + 1 WHERE id = 1")
+                conn.execute("COMMIT")
+        else:
+            for _ in range(n):
+                self._pg.execute("UPDATE bench_raw SET v = v + 1 WHERE id = 1")
+                self._pg.commit()
+        return n / (time.perf_counter() - start)
+
+    def close(self) -> None:
+        if self.backend == "sqlite":
+            self._sqlite.close()
+        else:
+            self._pg.execute("DROP TABLE bench_raw")
+            self._pg.commit()
+            self._pg.close()
 
 
 # --- a deployment to measure --------------------------------------------------------------------
@@ -201,9 +218,12 @@ def window(i: int, j: int, blocks: list[str]) -> list[str]:
 
 
 async def http_run(
-    url: str, key: str, blocks: list[str], clients: int, per_client: int
+    url: str, key: str, blocks: list[str], clients: int, per_client: int, *, noop: bool = False
 ) -> tuple[float, list[float], dict[str, int], int]:
-    """Charges/s, latencies (s), acknowledged charges per block, and non-200 answers."""
+    """Charges/s, latencies (s), acknowledged charges per block, and non-200 answers.
+
+    With ``noop`` the clients send ``GET /v1/whoami`` instead (authenticated, no database
+    write): the ceiling of the HTTP stack itself on this machine."""
     latencies: list[float] = []
     acked: dict[str, int] = dict.fromkeys(blocks, 0)
     failed = 0
@@ -222,6 +242,11 @@ async def http_run(
                     "request_id": uuid.uuid4().hex,
                 }
                 t0 = time.perf_counter()
+                if noop:
+                    r = await http.get("/v1/whoami", headers=headers)
+                    latencies.append(time.perf_counter() - t0)
+                    failed += r.status_code != 200
+                    continue
                 r = await http.post("/v1/streams/bench/charges", json=body, headers=headers)
                 latencies.append(time.perf_counter() - t0)
                 if r.status_code == 200:
@@ -292,13 +317,14 @@ def bench_backend(
     name: str, database: str | None, work: Path, args: argparse.Namespace, clients: list[int]
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    raw_n = 200 if args.quick else 2000
-    if name == "sqlite":
-        raw = raw_sqlite(work / "raw.db", raw_n)
-    else:
-        assert database is not None
-        raw = raw_postgres(database, raw_n)
-    emit(bench="raw_txn", backend=name, tx_per_s=round(raw, 1), transactions=raw_n)
+    raw_n = 100 if args.quick else 500
+    baseline = RawBaseline(name, str(work / "raw.db") if name == "sqlite" else database or "")
+
+    def raw_now() -> float:
+        rate = baseline.rate(raw_n)
+        emit(bench="raw_txn", backend=name, tx_per_s=round(rate, 1), transactions=raw_n)
+        return rate
+
     modes = [True] if args.quick else [True, False]
     for group in modes:
         home = work / f"{name}-{'gc' if group else 'nogc'}"
@@ -313,8 +339,12 @@ def bench_backend(
         seen = (0, 0)
         try:
             for n in clients:
+                raw = raw_now()
                 per_client = (
                     max(2, int(args.requests / n)) if args.quick else max(5, int(args.requests / n))
+                )
+                noop_rate, _, _, _ = asyncio.run(
+                    http_run(server.url, key, blocks, n, per_client, noop=True)
                 )
                 rate, lat, acked, failed = asyncio.run(
                     http_run(server.url, key, blocks, n, per_client)
@@ -341,6 +371,8 @@ def bench_backend(
                     "p99_ms": round(pct(lat, 0.99), 2),
                     "raw_tx_per_s": round(raw, 1),
                     "ratio_vs_raw": round(rate / raw, 3),
+                    "http_noop_per_s": round(noop_rate, 1),
+                    "ratio_vs_http_noop": round(rate / noop_rate, 3),
                     "failed": failed,
                     "mean_batch": round(requests / batches, 2) if batches else None,
                     **check,
@@ -351,6 +383,7 @@ def bench_backend(
             server.stop()
         if not args.quick:
             for n in (1, 64):
+                raw = raw_now()
                 rate, acked = ledger_run(
                     ledger_url, blocks, n, max(5, args.requests // n), group_commit=group
                 )
@@ -371,6 +404,7 @@ def bench_backend(
                 rows.append(row)
         if name == "postgres":
             drop_postgres(database or "", db or "")
+    baseline.close()
     return rows
 
 

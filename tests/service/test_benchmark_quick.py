@@ -21,8 +21,10 @@ def test_quick_service_benchmark(tmp_path: Path) -> None:
     )
     lines = [json.loads(x) for x in proc.stdout.splitlines() if x.strip()]
     raw = [x for x in lines if x["bench"] == "raw_txn"]
-    assert len(raw) == 1 and raw[0]["backend"] == "sqlite" and raw[0]["tx_per_s"] > 0
+    assert len(raw) == 3 and all(x["backend"] == "sqlite" and x["tx_per_s"] > 0 for x in raw)
     http = [x for x in lines if x["bench"] == "http_charge"]
+    # each configuration's ratio uses the raw rate measured right before it
+    assert [x["raw_tx_per_s"] for x in http] == [x["tx_per_s"] for x in raw]
     assert [x["clients"] for x in http] == [1, 16, 64]
     total = 0
     for x in http:

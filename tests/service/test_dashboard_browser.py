@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
-from blockbudget.service import create_app
+from blockbudget.service import Permission, create_app
 from blockbudget.service.dashboard import STATIC_DIR
 from service.support import Seeded, thread_server
 
@@ -28,6 +29,24 @@ ARGS = [
     "--disable-sync",
 ]
 RESULTS = Path(__file__).resolve().parents[2] / "results" / "service"
+
+
+def _full_flights(path: Path) -> bytes:
+    """One day of real flights with the columns the training pipelines read."""
+    import pandas as pd
+
+    from blockbudget.data.flights import load_flights
+    from blockbudget.service.pipelines import _FLIGHT_COLUMNS
+
+    frame = load_flights(columns=list(_FLIGHT_COLUMNS))
+    t = frame["sched_dep_datetime"]
+    keep = frame[(t >= pd.Timestamp(2013, 3, 1)) & (t < pd.Timestamp(2013, 3, 2))].copy()
+    keep["time"] = keep["sched_dep_datetime"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    keep.to_csv(path, index=False)
+    data = path.read_bytes()
+    path.unlink()
+    return data
 
 
 def test_static_files_ship_in_the_package() -> None:
@@ -130,6 +149,38 @@ def test_dashboard_in_headless_chromium(seeded: Seeded, database_url: str | None
                 arg=[cell, now["remaining"]["team-a"]],
                 timeout=10_000,
             )
+            # The pipeline queue: a privacy-adaptive job on a stream with the flights columns.
+            with TestClient(app) as api:
+                r = api.post("/v1/streams", headers=h_root, json={"name": "full", "epsilon": 4})
+                assert r.status_code == 201
+                r = api.post(
+                    "/v1/streams/full/ingest",
+                    headers={**h_root, "Content-Type": "text/csv"},
+                    content=_full_flights(RESULTS.parent / "full-flights.csv"),
+                )
+                assert r.status_code == 200, r.text
+                seeded.keys.grant("ana", "full", Permission.READ)
+                r = api.post(
+                    "/v1/streams/full/pipelines",
+                    headers=h_a,
+                    json={"kind": "average-speed", "target": 150, "context": "team-a"},
+                )
+                assert r.status_code == 201, r.text
+                job = r.json()["id"]
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline:
+                    state = api.get(f"/v1/pipelines/{job}", headers=h_a).json()
+                    if state["state"] not in ("queued", "training"):
+                        break
+                    time.sleep(0.1)
+            page.goto(f"{url}/dashboard#key={seeded.admin}&stream=full")
+            page.reload()
+            page.wait_for_selector("#extra-pipelines tr", timeout=20_000)
+            table = page.locator("#extra-pipelines").inner_text()
+            assert job in table and state["state"] in table
+            outcomes = " ".join(a["outcome"] for a in state["attempts"])
+            assert outcomes and outcomes in table  # each attempt's ACCEPT / REJECT / RETRY
+            page.screenshot(path=str(RESULTS / "dashboard-pipelines.png"), full_page=True)
             # An analyst's view: its context only, no row counts.
             page.goto(f"{url}/dashboard#key={seeded.analyst}&stream=flights")
             page.reload()

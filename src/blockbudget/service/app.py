@@ -583,6 +583,7 @@ def create_app(
             heatmap=sc.HeatmapOut(
                 blocks=list(hm.blocks),
                 retired=list(hm.retired),
+                retired_at=hm.retired_at,
                 times=list(hm.times),
                 contexts=hm.cells,
             ),

@@ -35,6 +35,7 @@ class Heatmap:
     retired: tuple[str, ...]
     times: tuple[float, ...]
     cells: dict[str, list[list[float]]]
+    retired_at: dict[str, int]
 
 
 def heatmap(
@@ -58,23 +59,32 @@ def heatmap(
         raise ValueError(f"buckets must be >= 1, got {buckets}")
     wanted = {b: i for i, b in enumerate(blocks)}
     relevant: list[AuditEvent] = []
-    retired: list[str] = []
+    retirements: list[AuditEvent] = []
     for e in events:
         if e.kind is EventKind.CHARGED and e.context in contexts:
             relevant.append(e)
         elif e.kind is EventKind.RETIRED:
-            retired.extend(b for b in e.payload["blocks"] if b in wanted)
+            retirements.append(e)
     if events:
         t0, t1 = events[0].ts, events[-1].ts
     else:
         t0 = t1 = 0.0
     width = (t1 - t0) / buckets if t1 > t0 else 1.0
+
+    def bucket_of(ts: float) -> int:
+        return min(buckets - 1, int((ts - t0) / width)) if t1 > t0 else buckets - 1
+
+    retired_at: dict[str, int] = {}
+    for e in retirements:
+        for b in e.payload["blocks"]:
+            if b in wanted and b not in retired_at:
+                retired_at[b] = bucket_of(e.ts)
     times = tuple(t0 + width * (k + 1) for k in range(buckets))
     used = {c: [filter_.zero() for _ in blocks] for c in contexts}
     cells = {c: [[0.0] * buckets for _ in blocks] for c in contexts}
     k = 0
     for e in relevant:
-        bucket = min(buckets - 1, int((e.ts - t0) / width)) if t1 > t0 else buckets - 1
+        bucket = bucket_of(e.ts)
         while k < bucket:  # close the buckets before this event
             _snapshot(cells, used, filter_, k)
             k += 1
@@ -88,7 +98,7 @@ def heatmap(
     while k < buckets:
         _snapshot(cells, used, filter_, k)
         k += 1
-    return Heatmap(tuple(blocks), tuple(dict.fromkeys(retired)), times, cells)
+    return Heatmap(tuple(blocks), tuple(retired_at), times, cells, retired_at)
 
 
 def _snapshot(

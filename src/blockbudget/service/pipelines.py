@@ -174,16 +174,20 @@ class PipelineQueue:
             return [self._jobs[i] for i in self._order if visible(self._jobs[i])]
 
     def close(self) -> None:
-        self._stop = True
+        """Stop the worker after the iteration it is running (jobs keep their state)."""
+        with self._lock:
+            self._stop = True
+            thread = self._thread
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+        if thread is not None:
+            thread.join(timeout=30)
 
     # --- the worker --------------------------------------------------------------------------
 
     def _ensure_worker(self) -> None:
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
+                self._stop = False  # a queue closed by a server's shutdown restarts on submit
                 self._thread = threading.Thread(
                     target=self._loop, name="blockbudget-pipelines", daemon=True
                 )

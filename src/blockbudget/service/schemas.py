@@ -230,6 +230,7 @@ class HeatmapOut(BaseModel):
 
     blocks: list[str]
     retired: list[str]
+    retired_at: dict[str, int] = Field(description="the bucket in which each block retired")
     times: list[float]
     contexts: dict[str, list[list[float]]]
 

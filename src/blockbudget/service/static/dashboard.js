@@ -50,7 +50,8 @@ function drawHeatmaps(hm) {
     });
     const g = canvas.getContext("2d");
     rows.forEach((row, i) => row.forEach((f, k) => {
-      g.fillStyle = hm.retired.includes(hm.blocks[i]) ? "#444" : colour(f);
+      const gone = hm.retired_at[hm.blocks[i]];
+      g.fillStyle = gone !== undefined && k >= gone ? "#444" : colour(f);
       g.fillRect(k * cell, i * rowH, cell, rowH);
     }));
     wrap.appendChild(canvas);
