@@ -62,10 +62,6 @@ IntArray = npt.NDArray[np.int64]
 _MAX_TILT = 1.0
 """Largest log-factor one measurement may move any weight by (see :func:`tilt_towards`)."""
 
-_REPLAY_CONFIDENCE = 0.5
-"""Only measurements fitted with γ_t ≥ this are replayed: re-fitting a low-confidence measurement
-again and again would give it full weight (γ compounds), not γ."""
-
 
 class Horizon(Enum):
     """Which PDF the queries are asked of: the slot's own (instantaneous) or the running mean of all
@@ -230,6 +226,43 @@ def tilt_towards(
     return _normalise_log(logw + beta * centred)
 
 
+def plausible_interval(
+    pool_answers: FloatArray,
+    base_log_weights: FloatArray,
+    measurement: float,
+    *,
+    alpha: float,
+    lam: float,
+    mu: float,
+    quantum: float = 0.0,
+    points: int = 201,
+    drop: float = 1.0,
+) -> tuple[float, float]:
+    """The values of the true answer T that make the released measurement plausible.
+
+    The synopsis draw picks a with probability ≈ ``w_a·exp(α·s(q(a) − T)) / Z(T)`` (Alg. 1's clipped
+    score s; the exponential mechanism the noisy max stands for), so the measurement m = q(a) has
+    log-likelihood ``ℓ(T) = α·s(m − T) − ln Σ_a w_a·exp(α·s(q(a) − T))`` — computable from public
+    values only. Returns ``[min, max]`` of the grid points within ``drop`` nats of the best,
+    widened by ``quantum`` (half the pool's quantisation step). A sharp draw gives a narrow
+    interval; a draw at a tiny budget, or whose candidates all clip at −1, gives a wide one (and
+    the release hardly moves).
+    """
+    values, inverse = np.unique(pool_answers, return_inverse=True)
+    weights = np.full(values.size, -np.inf)
+    np.logaddexp.at(weights, inverse, base_log_weights)
+    lo = min(0.0, float(values[0]))
+    hi = max(1.0, float(values[-1]))
+    grid = np.linspace(lo, hi, points)
+    scores = clipped_score(values[None, :] - grid[:, None], lam=lam, mu=mu)
+    z = weights[None, :] + alpha * scores
+    top = z.max(axis=1, keepdims=True)
+    log_z = top[:, 0] + np.log(np.exp(z - top).sum(axis=1))
+    ll = alpha * clipped_score(measurement - grid, lam=lam, mu=mu) - log_z
+    keep = grid[ll >= ll.max() - drop]
+    return float(keep.min()) - quantum, float(keep.max()) + quantum
+
+
 class DPIStream:
     """One DPI stream: feed it each slot's user records, get a :class:`SlotRelease` back.
 
@@ -305,12 +338,8 @@ class DPIStream:
         self._release = self._mixture()
         self._accumulated = np.zeros(k)
         self._t = 0
-        self._history: list[tuple[int, float, float, float]] = []
-        # A measurement q(a) is only as fine as the pool's quantisation (1/n_u), Alg. 1 calls a
-        # synopsis accurate within λ, and the draw resolves errors only down to about μ/(2α)
-        # (the score has slope 2/μ, the draw's log-odds are α·score): it is fitted as the
-        # interval [m − tol, m + tol] with tol the largest of the three (see _tolerance_for).
-        self._base_tolerance = max(config.lam, 0.5 / pool.n_units)
+        # fitted measurements: (query, lo, hi) — see plausible_interval
+        self._history: list[tuple[int, float, float]] = []
         # ℓ∞-sensitivity of one query's score vector: (2/μ)·Δ_P·max|w|.
         self._score_sensitivity = 2.0 / config.mu * compression.sensitivity * queries.max_weight()
 
@@ -322,10 +351,7 @@ class DPIStream:
         self._z = 1.0
         return np.asarray((1.0 - rho) * self._r + rho / k, dtype=np.float64)
 
-    def _tolerance_for(self, alpha: float) -> float:
-        return max(self._base_tolerance, self.config.mu / (2.0 * alpha))
-
-    def _tilt_release(self, query: int, measurement: float, gamma: float, tolerance: float) -> None:
+    def _tilt_release(self, query: int, lo: float, hi: float) -> None:
         """Multiplicative-weights step of the released PDF towards one measurement.
 
         Point and range queries have 0/1 weights, so the I-projection has a closed form: scale the
@@ -342,9 +368,9 @@ class DPIStream:
                 tilt_towards(
                     logr,
                     self._domain_weights(query),
-                    measurement,
-                    gamma=gamma,
-                    tolerance=tolerance,
+                    0.5 * (lo + hi),
+                    gamma=1.0,
+                    tolerance=0.5 * (hi - lo),
                 )
             )
             self._z = float(self._r.sum())
@@ -360,9 +386,7 @@ class DPIStream:
         outside = 1.0 - inside
         if inside <= 0.0 or outside <= 1e-12:
             return
-        tol = tolerance
-        nearest = min(max(inside, measurement - tol), measurement + tol)
-        goal = inside + gamma * (nearest - inside)
+        goal = min(max(inside, lo), hi)
         if abs(goal - inside) <= 1e-15:
             return
         if goal <= 0.0:
@@ -479,19 +503,22 @@ class DPIStream:
         # tilted multiplicatively, P_A ∝ P_A·exp(β·q(a)), with β chosen so that the release moves
         # a fraction γ_t = 2η_t of the way from q(R) to the measurement (the I-projection onto
         # that constraint; γ_t → 1 when the draw is sharp, → 0 when the budget is tiny).
-        gamma = 2.0 * eta_from_alpha(alpha)
-        tol = self._tolerance_for(alpha)
+        quantum = 0.5 / self.pool.n_units
         for j, m, pool_answers in zip(chosen, measurements, answers_of_pool, strict=True):
-            self._log_pa = tilt_towards(self._log_pa, pool_answers, m, gamma=gamma, tolerance=tol)
-            self._tilt_release(j, m, gamma, tol)
-            if gamma >= _REPLAY_CONFIDENCE:
-                self._history.append((j, m, gamma, tol))
-        # Replay a few earlier measurements (still post-processing) so that fitting the new one
-        # does not undo them — the cyclic projections of multiplicative weights (cf. MWEM).
-        fresh = len(chosen) if gamma >= _REPLAY_CONFIDENCE else 0
+            lo, hi = plausible_interval(
+                pool_answers, base_a, m, alpha=alpha, lam=cfg.lam, mu=cfg.mu, quantum=quantum
+            )
+            self._log_pa = tilt_towards(
+                self._log_pa, pool_answers, 0.5 * (lo + hi), gamma=1.0, tolerance=0.5 * (hi - lo)
+            )
+            self._tilt_release(j, lo, hi)
+            self._history.append((j, lo, hi))
+        # Replay earlier measurements (still post-processing) so that fitting the new one does not
+        # undo them — the cyclic projections of multiplicative weights (cf. MWEM).
+        fresh = len(chosen)
         window = self._history[-(self.config.replay + fresh) : len(self._history) - fresh]
-        for j, m, g, w in window:
-            self._tilt_release(j, m, g, w)
+        for j, lo, hi in window:
+            self._tilt_release(j, lo, hi)
         del self._history[: max(0, len(self._history) - 4 * self.config.replay - k_s)]
         self._log_pq = _normalise_log(self._log_pq)
         self._release = self._mixture()
