@@ -91,3 +91,17 @@ def test_seeded_selection_matches_exponential_noisy_max_distribution() -> None:
     assert abs(low - n * p_low) < 6 * sd
     for wrong in (0.7 * b, 1.3 * b):
         assert abs(low - n * 0.5 * math.exp(-gap / wrong)) > 6 * sd
+
+
+def test_plausible_interval_is_narrow_for_sharp_draws_and_wide_for_weak_ones() -> None:
+    from blockbudget.streaming.release import plausible_interval
+
+    answers = np.linspace(0.0, 1.0, 51)  # a pool whose answers cover [0, 1]
+    base = np.full(answers.size, -np.log(answers.size))
+    lo, hi = plausible_interval(answers, base, 0.3, alpha=200.0, lam=0.0, mu=0.5)
+    assert lo <= 0.3 <= hi and hi - lo < 0.05
+    lo, hi = plausible_interval(answers, base, 0.3, alpha=1e-6, lam=0.0, mu=0.5)
+    assert lo <= 0.0 and hi >= 1.0  # a draw at a tiny budget says nothing
+    # every candidate clips at -1 far from the truth: a small μ cannot localise beyond λ + μ
+    lo, hi = plausible_interval(answers, base, 0.3, alpha=200.0, lam=0.0, mu=0.01)
+    assert lo <= 0.3 <= hi
