@@ -26,7 +26,7 @@ def test_dpf_n_unlocks_one_nth_per_arrival_and_serves_fair_share_at_once() -> No
     tasks += [
         TaskSpec(f"m{k}", 0.2 + k / 10, Budget(epsilon=0.05), blocks=("b0",)) for k in range(4)
     ]
-    result = simulate(DpfN(n=10), blocks, tasks, accounting=Accounting.BASIC)
+    result = simulate(DpfN(n=10, batch=False), blocks, tasks, accounting=Accounting.BASIC)
     pool = result.pool
     assert pool.granted_at["m0"] == pytest.approx(0.2)  # fast path
     # after e, m0..m3: 0.5 unlocked, mice hold 0.2, so e (0.28) fits at m3 (not at m2: 0.25)

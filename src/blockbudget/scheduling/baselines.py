@@ -1,9 +1,9 @@
 """Baseline schedulers: FCFS, round robin, Sage-style random block choice, Streaming.
 
-* :class:`Fcfs` — first come, first served: a NAMED task is granted on arrival if its demand
-  fits on every named block, else it waits (in arrival order) until blocks arrive or its timeout;
-  waiting tasks are retried, oldest first, whenever a block arrives. PrivateKube's FCFS
-  baseline (OSDI'21 §6.1). OPEN tasks take the most recent blocks that fit, up to c_j.
+* :class:`Fcfs` — first come, first served: a task is granted on arrival if its demand fits
+  on every named block (OPEN tasks: the most recent blocks that fit, up to c_j); OPEN tasks that
+  do not fit wait and are retried, oldest first, when a block arrives. PrivateKube's FCFS
+  baseline (OSDI'21 §6.1), without unlocking.
 * :class:`RoundRobin` — PrivateKube's RR baseline: each block's budget is split among the
   waiting tasks that need it in equal turns; implemented as: at every tick and arrival, waiting
   tasks are tried in rotating order (the start moves by one each pass), so no task starves
@@ -16,8 +16,6 @@
 """
 
 from __future__ import annotations
-
-from collections import deque
 
 import numpy as np
 
@@ -55,14 +53,20 @@ def serve_open_in_order(pool: Pool, task: TaskSpec, order: list[int]) -> bool:
 
 
 class Fcfs(Scheduler):
-    """First come, first served (PrivateKube OSDI'21 §6.1 baseline); see the module docstring."""
+    """First come, first served (PrivateKube OSDI'21 §6.1; DPack's ``Fcfs`` metric): tasks are
+    tried in arrival order, each granted as soon as it fits; see the module docstring.
+
+    A NAMED task that does not fit when it arrives never will (its blocks only lose budget), so
+    it is rejected at once. OPEN tasks wait for new blocks and are retried, oldest first, when
+    one arrives (no head-of-line blocking: a task that does not fit is skipped).
+    """
 
     name = "fcfs"
     shapes = frozenset({TaskShape.NAMED, TaskShape.OPEN})
 
     def __init__(self, *, seed: int = 0, noise: NoiseSource | None = None) -> None:
         super().__init__(seed=seed, noise=noise)
-        self.queue: deque[str] = deque()
+        self.queue: list[str] = []
 
     def _try(self, pool: Pool, task: TaskSpec) -> bool:
         if task.blocks is not None:
@@ -71,24 +75,20 @@ class Fcfs(Scheduler):
         return serve_open_in_order(pool, task, order)
 
     def on_task(self, pool: Pool, task: TaskSpec) -> None:
-        if not self.queue and self._try(pool, task):
+        if self._try(pool, task) or not pool.is_pending(task.task_id):
             return
-        if pool.is_pending(task.task_id):
+        if task.blocks is not None:
+            pool.reject(task.task_id, note="does not fit its blocks")
+        else:
             self.queue.append(task.task_id)
 
     def on_block(self, pool: Pool, block: BlockSpec) -> None:
-        self._drain(pool)
-
-    def _drain(self, pool: Pool) -> None:
-        while self.queue:
-            head = self.queue[0]
-            if not pool.is_pending(head):
-                self.queue.popleft()
-                continue
-            if self._try(pool, pool.tasks[head]):
-                self.queue.popleft()
-            else:
-                break
+        still = []
+        for tid in self.queue:
+            waiting = pool.is_pending(tid) and not self._try(pool, pool.tasks[tid])
+            if waiting and pool.is_pending(tid):
+                still.append(tid)
+        self.queue = still
 
 
 class RoundRobin(Scheduler):

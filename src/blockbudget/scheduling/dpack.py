@@ -107,9 +107,7 @@ class DPack(UnlockingScheduler):
     def efficiencies(self, pool: Pool, items: list[WaitingTask]) -> FloatArray:
         """profit / Σ_b Σ_{α*_b} d/available for each item (inf when it costs nothing)."""
         rows_block = np.concatenate([w.blocks for w in items])
-        demands = np.concatenate(
-            [np.broadcast_to(w.vec, (len(w.blocks), pool.dims)) for w in items]
-        )
+        demands = np.concatenate([w.rows for w in items])
         used = np.unique(rows_block)
         local = np.searchsorted(used, rows_block)
         avail = self.available(pool, used)
@@ -132,6 +130,7 @@ class DPack(UnlockingScheduler):
             if not items:
                 return
             ok = self.runnable(pool, items)
+            self.drop_dead(pool, items, ok)
             items = [items[k] for k in np.flatnonzero(ok)]
             if not items:
                 return

@@ -44,9 +44,12 @@ class _Dpf(UnlockingScheduler):
         n: int = 100,
         lifetime: float = 10.0,
         tick: float = 1.0,
+        batch: bool = True,
     ) -> None:
         unlock = UnlockMode.N if self.name == "dpf-n" else UnlockMode.T
-        super().__init__(seed=seed, noise=noise, n=n, unlock=unlock, lifetime=lifetime, tick=tick)
+        super().__init__(
+            seed=seed, noise=noise, n=n, unlock=unlock, lifetime=lifetime, tick=tick, batch=batch
+        )
         self.keys: dict[str, tuple[float, float, float, str]] = {}
 
     def prepare(self, pool: Pool, task: TaskSpec) -> WaitingTask:
@@ -61,12 +64,15 @@ class _Dpf(UnlockingScheduler):
         ids = self.waiting.touching(changed)
         if not ids:
             return
-        items = [self.waiting.tasks[t] for t in ids]
+        items = [self.waiting.tasks[t] for t in ids if pool.is_pending(t)]
+        for t in ids:
+            if not pool.is_pending(t):
+                self.waiting.remove(t)
         ok = self.runnable(pool, items)
         ready = [items[k] for k in np.flatnonzero(ok)]
         ready.sort(key=lambda w: self.keys[w.task.task_id])
         self.grant_in_order(pool, ready)
-        self.waiting.prune(pool)
+        self.drop_dead(pool, items, ok)
 
     def describe(self) -> str:
         extra = f", lifetime={self.lifetime:g}" if self.unlock is UnlockMode.T else ""

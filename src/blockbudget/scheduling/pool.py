@@ -385,25 +385,34 @@ class Pool:
             raise InternalError(
                 f"task {task_id!r} may use at most {limit} blocks (c_j); got {len(used_blocks)}"
             )
-        vecs = np.array([self.vector(c) for c in costs.values()]).reshape(len(idx), self.dims)
-        holds = self._holds.get(task_id, {})
-        own = np.array([holds[i][0] if i in holds else np.zeros(self.dims) for i in idx]).reshape(
-            len(idx), self.dims
-        )
-        arr = np.asarray(idx, dtype=np.int64)
-        used = self._charged[arr] + self._reserved[arr] - own + vecs
         if len(set(idx)) != len(idx):
             raise InternalError(f"task {task_id!r}: a block appears twice in one charge")
+        values = list(costs.values())
+        first = values[0] if values else None
+        if first is not None and all(c is first for c in values):  # one cost on every block
+            vecs = np.broadcast_to(self.vector(first), (len(idx), self.dims))
+        else:
+            vecs = np.array([self.vector(c) for c in values]).reshape(len(idx), self.dims)
+        arr = np.asarray(idx, dtype=np.int64)
+        used = self._charged[arr] + self._reserved[arr] + vecs
+        holds = self._holds.get(task_id)
+        if holds:
+            for k, i in enumerate(idx):
+                if i in holds:
+                    used[k] -= holds[i][0]
         if not bool(np.all(self._fits_rows(used, arr))):
             return False
+        if holds:
+            for i in idx:
+                if i in holds:
+                    self._release(task_id, i, "consumed by charge")
+        np.add.at(self._charged, arr, vecs)
+        seen = set(self.charged_blocks[task_id])
         for k, (block_id, cost) in enumerate(costs.items()):
-            i = idx[k]
-            if i in holds:
-                self._release(task_id, i, "consumed by charge")
-            self._charged[i] += vecs[k]
-            self._log(DecisionKind.CHARGE, task_id, i, cost, note)
-            if block_id not in self.charged_blocks[task_id]:
+            self._log(DecisionKind.CHARGE, task_id, idx[k], cost, note)
+            if block_id not in seen:
                 self.charged_blocks[task_id].append(block_id)
+                seen.add(block_id)
         return True
 
     def charge_overhead(self, task_id: str, block_id: str, cost: Cost, *, note: str) -> bool:

@@ -47,11 +47,12 @@ class UnlockMode(Enum):
 
 @dataclass
 class WaitingTask:
-    """A waiting NAMED task, preprocessed: block indices, demand features, sort key."""
+    """A waiting NAMED task, preprocessed: block indices, demand features, one row per block."""
 
     task: TaskSpec
     blocks: IntArray
     vec: FloatArray
+    rows: FloatArray
 
 
 class Waiting:
@@ -78,11 +79,14 @@ class Waiting:
                     del self.by_block[b]
 
     def touching(self, blocks: npt.ArrayLike) -> list[str]:
-        """Ids of waiting tasks naming any of ``blocks`` (sorted for determinism)."""
+        """Ids of waiting tasks naming any of ``blocks`` (in no particular order: callers
+        sort by a key that ends with the task id)."""
         out: set[str] = set()
         for b in np.asarray(blocks, dtype=np.int64).tolist():
-            out |= self.by_block.get(b, set())
-        return sorted(out, key=lambda t: (self.tasks[t].task.arrival, t))
+            ids = self.by_block.get(b)
+            if ids:
+                out.update(ids)
+        return list(out)
 
     def prune(self, pool: Pool) -> None:
         """Forget tasks that are no longer pending (expired)."""
@@ -97,7 +101,10 @@ class UnlockingScheduler(Scheduler):
         n: N, the number of fair shares per block (PrivateKube default 100).
         unlock: the unlocking scheme.
         lifetime: data lifetime for T-unlocking (time units).
-        tick: interval between T-unlocking steps and scheduling passes.
+        tick: interval between T-unlocking steps and batched scheduling passes.
+        batch: schedule in passes every ``tick`` over the tasks touching blocks whose unlocked
+            budget grew since the last pass (an arriving task that fits at once is still
+            served at once: PrivateKube's fast path); False runs a pass at every arrival.
     """
 
     shapes = frozenset({TaskShape.NAMED})
@@ -112,6 +119,7 @@ class UnlockingScheduler(Scheduler):
         unlock: UnlockMode = UnlockMode.N,
         lifetime: float = 10.0,
         tick: float = 1.0,
+        batch: bool = True,
     ) -> None:
         super().__init__(seed=seed, noise=noise)
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -123,8 +131,10 @@ class UnlockingScheduler(Scheduler):
         self.n = n
         self.unlock = unlock
         self.lifetime = lifetime
-        self.tick_interval = tick if unlock is UnlockMode.T else None
+        self.batch = batch
+        self.tick_interval = tick if (unlock is UnlockMode.T or batch) else None
         self.drain_time = lifetime if unlock is UnlockMode.T else 0.0
+        self.changed: set[int] = set()
         self.unlocked = np.zeros(16)
         self.waiting = Waiting()
 
@@ -161,21 +171,40 @@ class UnlockingScheduler(Scheduler):
         """Whether each task's demand fits the unlocked, available budget of all its blocks."""
         if not items:
             return np.zeros(0, dtype=bool)
-        blocks = np.concatenate([w.blocks for w in items])
-        vecs = np.concatenate([np.broadcast_to(w.vec, (len(w.blocks), pool.dims)) for w in items])
+        if len(items) == 1:
+            blocks, vecs = items[0].blocks, items[0].rows
+        else:
+            blocks = np.concatenate([w.blocks for w in items])
+            vecs = np.concatenate([w.rows for w in items])
         left = self.available(pool, blocks)
         if pool.accounting is Accounting.BASIC:
             ok_rows = np.all(vecs <= left, axis=1)
         else:
             ok_rows = np.any(vecs <= left, axis=1)
+        if len(items) == 1:
+            return np.array([bool(np.all(ok_rows))])
         starts = np.cumsum([0] + [len(w.blocks) for w in items[:-1]])
         ok: npt.NDArray[np.bool_] = np.logical_and.reduceat(ok_rows, starts)
         return ok
 
+    def drop_dead(self, pool: Pool, items: list[WaitingTask], ok: npt.NDArray[np.bool_]) -> None:
+        """Forget waiting tasks that cannot run and never will: every block they name is fully
+        unlocked, and availability only shrinks from here. They stay PENDING in the pool
+        (until their timeout or the end of the run), as in PrivateKube."""
+        if not items:
+            return
+        blocks = np.concatenate([w.blocks for w in items])
+        starts = np.cumsum([0] + [len(w.blocks) for w in items[:-1]])
+        full = np.logical_and.reduceat(self.unlocked[blocks] >= 1.0, starts)
+        for k in np.flatnonzero(full & ~ok).tolist():
+            self.waiting.remove(items[k].task.task_id)
+
     def prepare(self, pool: Pool, task: TaskSpec) -> WaitingTask:
         assert task.blocks is not None
         idx = np.array([pool.index(b) for b in task.blocks], dtype=np.int64)
-        return WaitingTask(task, idx, pool.vector(task.demand))
+        vec = pool.vector(task.demand)
+        rows = np.broadcast_to(vec, (len(idx), pool.dims))
+        return WaitingTask(task, idx, vec, rows)
 
     # --- the run -----------------------------------------------------------------------------
 
@@ -184,12 +213,20 @@ class UnlockingScheduler(Scheduler):
         self.waiting.add(item)
         if self.unlock is UnlockMode.N:
             self.unlocked[item.blocks] = np.minimum(1.0, self.unlocked[item.blocks] + 1.0 / self.n)
-        self.schedule(pool, item.blocks)
+        if not self.batch:
+            self.schedule(pool, item.blocks)
+            return
+        if self.runnable(pool, [item])[0] and pool.grant(task.task_id):  # fast path
+            self.waiting.remove(task.task_id)
+        if self.unlock is UnlockMode.N:
+            self.changed.update(item.blocks.tolist())
 
     def on_tick(self, pool: Pool) -> None:
-        if self.unlock is UnlockMode.T:
-            changed = self._unlock_t(pool)
-            self.schedule(pool, changed)
+        changed = self._unlock_t(pool) if self.unlock is UnlockMode.T else np.zeros(0, np.int64)
+        if self.changed:
+            changed = np.union1d(changed, np.fromiter(self.changed, dtype=np.int64))
+            self.changed.clear()
+        self.schedule(pool, changed)
 
     def schedule(self, pool: Pool, changed: IntArray) -> None:
         """One scheduling pass over the tasks touching ``changed`` blocks."""

@@ -1,0 +1,235 @@
+"""Seeded workloads for the simulator: seed 000's queries, PrivateKube's microbenchmark, and an
+Alibaba-DP-like heterogeneous RDP workload.
+
+* :func:`seed000_queries` — seed ``000_de3e86489c8646aa.txt`` §VII-C/D: OPEN queries over a pool
+  of blocks, each with an access limit c_j and significance p_ij; *small-cost* queries demand
+  1–5% of a block (Assumption 1), *mixed-cost* ones are 30% large (30–80% of a block). p_ij is a
+  block quality times a query affinity, scaled so that L ≤ p_ij/ε_j ≤ U (Assumption 2, Eq. (8)).
+* :func:`privatekube_micro` — PrivateKube OSDI'21 §6.2 microbenchmark: a block per time unit;
+  75% mice demanding 0.01·ε_G and 25% elephants demanding 0.1·ε_G, each asking for the last
+  block with probability 0.75 or the last 10 blocks with probability 0.25 (NAMED tasks).
+* :func:`alibaba_like` — the shape of DPack's Alibaba-DP workload (EuroSys'25 §6.1): RDP curves of
+  Laplace, Gaussian and subsampled-Gaussian (DP-SGD) mechanisms with heterogeneous parameters,
+  1–100 blocks per task (most tasks few, a heavy tail many), the latest blocks, unit profits
+  or heavy-tailed profits. Not the real trace (it is not bundled here); a seeded look-alike.
+
+Curves are drawn from a fixed library of task types per workload (as the Alibaba-DP trace has a
+finite set of mechanisms), which also keeps the pool's per-cost cache small.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from blockbudget.accounting import Accounting
+from blockbudget.budget import Budget, Cost, RdpCurve
+from blockbudget.errors import InvalidRequestError
+from blockbudget.scheduling.base import BlockSpec, TaskSpec
+
+__all__ = [
+    "Workload",
+    "alibaba_like",
+    "privatekube_micro",
+    "seed000_queries",
+    "subsampled_gaussian_curve",
+]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Blocks and tasks of one seeded run, with the accounting rule they are meant for.
+
+    Attributes:
+        name: a short label.
+        blocks: the blocks (arrival times ascending).
+        tasks: the tasks (arrival times ascending).
+        accounting: the accounting rule.
+        upper: U of Assumption 2 where meaningful (seed 000 workloads), else None.
+        lower: L of Assumption 2 where meaningful, else None.
+    """
+
+    name: str
+    blocks: tuple[BlockSpec, ...]
+    tasks: tuple[TaskSpec, ...]
+    accounting: Accounting
+    upper: float | None = None
+    lower: float | None = None
+
+
+def _positive(name: str, value: float) -> None:
+    if not (value > 0 and math.isfinite(value)):
+        raise InvalidRequestError(f"{name} must be finite and > 0, got {value!r}")
+
+
+def seed000_queries(
+    *,
+    n_blocks: int = 8,
+    n_queries: int = 12,
+    mixed: bool = False,
+    epsilon_g: float = 1.0,
+    upper: float = 50.0,
+    lower: float = 1.0,
+    max_blocks: tuple[int, int] = (1, 4),
+    seed: int = 0,
+    accounting: Accounting = Accounting.BASIC,
+) -> Workload:
+    """Seed 000's queries (see the module docstring). Blocks arrive at 0, 1, ...; queries
+    arrive uniformly over the same span (each after at least one block).
+
+    Raises:
+        InvalidRequestError: non-positive sizes or bounds, or L > U.
+    """
+    if n_blocks < 1 or n_queries < 1:
+        raise InvalidRequestError("need at least one block and one query")
+    _positive("epsilon_g", epsilon_g)
+    if not (0 < lower <= upper):
+        raise InvalidRequestError(f"need 0 < L <= U, got L={lower}, U={upper}")
+    rng = np.random.default_rng(seed)
+    cap = Budget(epsilon=epsilon_g, delta=1e-6 if accounting is not Accounting.BASIC else 0)
+    blocks = tuple(BlockSpec(f"d{i}", float(i), cap) for i in range(n_blocks))
+    quality = rng.uniform(0.0, 1.0, n_blocks)
+    tasks = []
+    for j in range(n_queries):
+        large = mixed and rng.random() < 0.3
+        share = rng.uniform(0.3, 0.8) if large else rng.uniform(0.01, 0.05)
+        eps = round(float(share * epsilon_g), 6)
+        demand: Cost = (
+            RdpCurve.from_pure_dp(eps) if accounting is Accounting.RDP else Budget(epsilon=eps)
+        )
+        affinity = rng.uniform(0.0, 1.0, n_blocks)
+        # ratio p/ε in [L, U], increasing with block quality × query affinity
+        ratio = lower * (upper / lower) ** (quality * affinity)
+        sig = {blocks[i].block_id: float(ratio[i] * eps) for i in range(n_blocks)}
+        arrival = float(rng.uniform(0, n_blocks - 1)) if n_blocks > 1 else 0.0
+        limit = int(rng.integers(max_blocks[0], max_blocks[1] + 1))
+        tasks.append(TaskSpec(f"q{j}", arrival, demand, max_blocks=limit, significance=sig))
+    tasks.sort(key=lambda t: t.arrival)
+    kind = "mixed" if mixed else "small"
+    return Workload(f"seed000-{kind}", blocks, tuple(tasks), accounting, upper, lower)
+
+
+def privatekube_micro(
+    *,
+    n_blocks: int = 50,
+    tasks_per_block: int = 100,
+    epsilon_g: float = 10.0,
+    delta_g: float = 1e-7,
+    seed: int = 0,
+    accounting: Accounting = Accounting.BASIC,
+    timeout: float | None = None,
+) -> Workload:
+    """PrivateKube's microbenchmark (see the module docstring). Under RDP, a mouse is a Laplace
+    mechanism of pure ε = 0.01·ε_G (its exact RDP curve), an elephant one of 0.1·ε_G.
+
+    Raises:
+        InvalidRequestError: non-positive sizes.
+    """
+    if n_blocks < 1 or tasks_per_block < 1:
+        raise InvalidRequestError("need at least one block and one task per block")
+    rng = np.random.default_rng(seed)
+    cap = Budget(epsilon=epsilon_g, delta=delta_g)
+    blocks = tuple(BlockSpec(f"b{i}", float(i), cap) for i in range(n_blocks))
+    mouse_eps, elephant_eps = 0.01 * epsilon_g, 0.1 * epsilon_g
+
+    def cost(eps: float) -> Cost:
+        if accounting is Accounting.RDP:
+            return RdpCurve.laplace(scale=1.0 / eps)
+        return Budget(epsilon=eps)
+
+    mouse, elephant = cost(mouse_eps), cost(elephant_eps)
+    n_tasks = n_blocks * tasks_per_block
+    arrivals = np.sort(rng.uniform(0, n_blocks, n_tasks))
+    tasks = []
+    for j, t in enumerate(arrivals):
+        last = int(t)
+        k = 1 if rng.random() < 0.75 else 10
+        names = tuple(blocks[i].block_id for i in range(max(0, last - k + 1), last + 1))
+        demand = mouse if rng.random() < 0.75 else elephant
+        tasks.append(TaskSpec(f"t{j}", float(t), demand, blocks=names, timeout=timeout))
+    return Workload("privatekube-micro", blocks, tuple(tasks), accounting)
+
+
+def subsampled_gaussian_curve(*, sample_rate: float, sigma: float, steps: int) -> RdpCurve:
+    """RDP curve of DP-SGD: ``steps`` Poisson-subsampled Gaussian steps (Mironov, Talwar &
+    Zhang 2019), from dp-accounting's RDP accountant (no torch import)."""
+    from dp_accounting import dp_event
+    from dp_accounting.rdp import RdpAccountant
+
+    def at(alpha: float) -> float:
+        accountant = RdpAccountant(orders=[alpha])
+        event = dp_event.PoissonSampledDpEvent(sample_rate, dp_event.GaussianDpEvent(sigma))
+        accountant.compose(event, steps)
+        return float(accountant._rdp[0])
+
+    return RdpCurve.from_function(at)
+
+
+def _curve_library(rng: np.random.Generator, size: int) -> list[RdpCurve]:
+    """Heterogeneous task types: a third Laplace, a third Gaussian, a third DP-SGD."""
+    out: list[RdpCurve] = []
+    for k in range(size):
+        kind = k % 3
+        if kind == 0:
+            eps = float(np.exp(rng.uniform(math.log(0.05), math.log(1.0))))
+            out.append(RdpCurve.laplace(scale=1.0 / eps))
+        elif kind == 1:
+            sigma = float(np.exp(rng.uniform(math.log(1.0), math.log(10.0))))
+            out.append(RdpCurve.gaussian(sigma=sigma))
+        else:
+            q = float(np.exp(rng.uniform(math.log(0.001), math.log(0.05))))
+            sigma = float(rng.uniform(0.7, 2.0))
+            steps = int(rng.integers(100, 5000))
+            out.append(subsampled_gaussian_curve(sample_rate=q, sigma=sigma, steps=steps))
+    return out
+
+
+def alibaba_like(
+    *,
+    n_blocks: int = 100,
+    n_tasks: int = 1000,
+    epsilon_g: float = 10.0,
+    delta_g: float = 1e-7,
+    n_types: int = 60,
+    profits: bool = False,
+    timeout: float | None = None,
+    seed: int = 0,
+) -> Workload:
+    """An Alibaba-DP-like heterogeneous RDP workload (see the module docstring).
+
+    Tasks arrive uniformly over the blocks' span; each asks for its ``k`` latest blocks, with
+    ``k`` = ⌈exp(U(0, ln 100))⌉ clipped to 1..100 (log-uniform: most tasks need few blocks);
+    curves are drawn from ``n_types`` task types; a type's demand is too large for a block at
+    some orders and small at others, so the best order differs between tasks.
+
+    Raises:
+        InvalidRequestError: non-positive sizes.
+    """
+    if n_blocks < 1 or n_tasks < 1 or n_types < 1:
+        raise InvalidRequestError("need at least one block, task and task type")
+    rng = np.random.default_rng(seed)
+    cap = Budget(epsilon=epsilon_g, delta=delta_g)
+    blocks = tuple(BlockSpec(f"b{i}", float(i), cap) for i in range(n_blocks))
+    library = _curve_library(np.random.default_rng(seed + 7919), n_types)
+    arrivals = np.sort(rng.uniform(0, n_blocks, n_tasks))
+    ks = np.clip(np.ceil(np.exp(rng.uniform(0, math.log(100), n_tasks))), 1, 100).astype(int)
+    types = rng.integers(0, n_types, n_tasks)
+    weights = rng.pareto(2.0, n_tasks) + 1.0 if profits else np.ones(n_tasks)
+    tasks = []
+    for j in range(n_tasks):
+        last = int(arrivals[j])
+        first = max(0, last - int(ks[j]) + 1)
+        names = tuple(blocks[i].block_id for i in range(first, last + 1))
+        tasks.append(
+            TaskSpec(
+                f"t{j}",
+                float(arrivals[j]),
+                library[int(types[j])],
+                blocks=names,
+                profit=float(weights[j]),
+                timeout=timeout,
+            )
+        )
+    return Workload("alibaba-like", blocks, tuple(tasks), Accounting.RDP)
