@@ -1,0 +1,103 @@
+"""Pipelines split the run's budget across their stages and draw before releasing; the
+concentration bounds and noise corrections match their distributions."""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from blockbudget.budget import Budget
+from blockbudget.errors import InvalidRequestError, ReservationError
+from blockbudget.mechanisms import SeededNoise
+from blockbudget.training import (
+    AdaSSPPipeline,
+    AverageSpeedPipeline,
+    BudgetSplit,
+    MeteredSource,
+    Outcome,
+)
+from blockbudget.training.bounds import (
+    bernstein_upper,
+    clopper_pearson_lower,
+    clopper_pearson_upper,
+    hoeffding_margin,
+    laplace_one_sided,
+    laplace_two_sided,
+)
+from blockbudget.training.tasks import Granularity, year_frame
+
+
+@pytest.fixture(scope="module")
+def month() -> object:
+    frame = year_frame()
+    return frame[frame["month"] == 3].reset_index(drop=True)
+
+
+def test_regression_pipeline_splits_its_budget_and_charges_each_stage(month: object) -> None:
+    src = MeteredSource()
+    run = AdaSSPPipeline(target=0.03).run(
+        src, month, epsilon=1.0, delta=1e-6, eta=0.05, noise=SeededNoise(1), seed=2
+    )
+    labels = [label for label, _ in src.draws]
+    assert labels == ["adassp-regression/train", "adassp-regression/validate"]
+    assert src.draws[0][1] == Budget(epsilon=Decimal("0.5"), delta=1e-6)
+    assert src.draws[1][1] == Budget(epsilon=Decimal("0.5"))
+    assert src.spent == Budget(epsilon=1.0, delta=1e-6)
+    assert run.n_test == pytest.approx(0.1 * (run.n_train + run.n_test), abs=1)
+    assert run.validation.outcome is Outcome.ACCEPT  # a month of flights: bound ≈ 0.022 < 0.03
+
+
+def test_a_refused_stage_stops_the_pipeline(month: object) -> None:
+    src = MeteredSource(cap=Budget(epsilon=0.6, delta=1e-6))
+    with pytest.raises(ReservationError):
+        AdaSSPPipeline(target=0.02).run(src, month, epsilon=1.0, delta=1e-6, eta=0.05)
+    assert [label for label, _ in src.draws] == ["adassp-regression/train"]
+
+
+def test_statistics_pipeline_validates_the_released_means(month: object) -> None:
+    src = MeteredSource()
+    run = AverageSpeedPipeline(target=60.0, granularity=Granularity.DAY_OF_WEEK).run(
+        src, month, epsilon=1.0, delta=0, eta=0.05, noise=SeededNoise(3)
+    )
+    assert run.validation.outcome is Outcome.ACCEPT
+    assert len(run.model.value.means) == 7
+    assert src.spent == Budget(epsilon=1.0)
+
+
+def test_budget_split_is_checked_and_never_exceeds_the_whole() -> None:
+    parts = BudgetSplit(preprocess=0.1, train=0.6, validate=0.3).parts(Decimal(1), Decimal("1e-6"))
+    assert sum(e for e, _ in parts.values()) <= 1
+    assert sum(d for _, d in parts.values()) <= Decimal("1e-6")
+    assert parts["validate"][1] == 0
+    for bad in ({"train": 0.0}, {"validate": -0.1}, {"train": 0.8, "validate": 0.5}):
+        with pytest.raises(InvalidRequestError):
+            BudgetSplit(**bad)
+
+
+def test_laplace_corrections_are_exact_tails() -> None:
+    for scale, p in ((2.0, 0.01), (0.5, 0.2)):
+        assert stats.laplace(scale=scale).sf(laplace_one_sided(scale, p)) == pytest.approx(p)
+        two = laplace_two_sided(scale, p)
+        assert 2 * stats.laplace(scale=scale).sf(two) == pytest.approx(p)
+
+
+def test_clopper_pearson_matches_scipy_and_rounds_noisy_counts_conservatively() -> None:
+    ci = stats.binomtest(80, 100).proportion_ci(confidence_level=0.9, method="exact")
+    assert clopper_pearson_lower(80, 100, p=0.05) == pytest.approx(ci.low)
+    assert clopper_pearson_upper(80, 100, p=0.05) == pytest.approx(ci.high)
+    assert clopper_pearson_lower(80.9, 99.2, p=0.05) == clopper_pearson_lower(80, 100, p=0.05)
+    assert clopper_pearson_lower(0, 10, p=0.05) == 0.0 and clopper_pearson_upper(5, 0, p=0.05) == 1
+
+
+def test_bernstein_and_hoeffding_cover_their_means_by_simulation() -> None:
+    rng = np.random.default_rng(0)
+    n, mean, p = 500, 0.1, 0.05
+    sums = rng.binomial(n, mean, size=20_000) / n
+    upper = np.array([bernstein_upper(s, n, bound=1.0, p=p) for s in sums])
+    assert np.mean(upper < mean) <= p
+    assert np.mean(sums - hoeffding_margin(n, bound=1.0, p=p) > mean) <= p
+    assert bernstein_upper(0.1, 0, bound=1.0, p=p) == math.inf
