@@ -317,7 +317,7 @@ def bench_backend(
     name: str, database: str | None, work: Path, args: argparse.Namespace, clients: list[int]
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    raw_n = 100 if args.quick else 500
+    raw_n = 50 if args.quick else 500
     baseline = RawBaseline(name, str(work / "raw.db") if name == "sqlite" else database or "")
 
     def raw_now() -> float:
@@ -343,8 +343,9 @@ def bench_backend(
                 per_client = (
                     max(2, int(args.requests / n)) if args.quick else max(5, int(args.requests / n))
                 )
+                noop_per_client = max(1, per_client // 2) if args.quick else per_client
                 noop_rate, _, _, _ = asyncio.run(
-                    http_run(server.url, key, blocks, n, per_client, noop=True)
+                    http_run(server.url, key, blocks, n, noop_per_client, noop=True)
                 )
                 rate, lat, acked, failed = asyncio.run(
                     http_run(server.url, key, blocks, n, per_client)
@@ -436,7 +437,7 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=None, help="scratch folder")
     args = parser.parse_args()
     if args.requests is None:
-        args.requests = 64 if args.quick else 3000
+        args.requests = 48 if args.quick else 3000
     if args.postgres is None and not args.quick:
         args.postgres = os.environ.get("BLOCKBUDGET_TEST_POSTGRES_URL")
     clients = [1, 16, 64]

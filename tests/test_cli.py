@@ -291,3 +291,42 @@ def test_principal_commands_on_a_local_home(tmp_path: Path) -> None:
     assert r.exit_code == 0 and "may now read stream s" in r.output
     r = runner.invoke(app, ["principal", "grant", "ann", "nostream", *home])
     assert r.exit_code == 2
+
+
+def test_serve_bootstraps_an_admin_and_serves(tmp_path: Path) -> None:
+    """`blockbudget serve` as a process: the first start creates the admin and prints its key
+    once; the key works; the schema and the dashboard are served."""
+    import re
+    import subprocess
+    import sys
+
+    import httpx
+    from service.support import free_port, wait_ready
+
+    exe = Path(sys.executable).with_name("blockbudget")
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(exe), "serve", "--home", str(tmp_path / "h"), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_ready(url, timeout=90)
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        match = re.search(r"(bbk_[0-9a-f]{16}_[0-9a-f]{64})", line)
+        assert match, line
+        key = match.group(1)
+        me = httpx.get(f"{url}/v1/whoami", headers={"Authorization": f"Bearer {key}"}).json()
+        assert me["name"] == "admin" and me["role"] == "admin"
+        assert "/v1/streams/{stream}/charges" in httpx.get(f"{url}/openapi.json").json()["paths"]
+        assert "dashboard.js" in httpx.get(f"{url}/dashboard").text
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    # A second start finds the principal and prints no key.
+    from blockbudget.service.server import bootstrap_admin
+
+    assert bootstrap_admin(tmp_path / "h", None) is None

@@ -589,7 +589,9 @@ def serve(
 
     key = bootstrap_admin(home, database)
     if key is not None:
-        console.print(f"created principal [bold]admin[/]; its API key (shown once): {key}")
+        console.print(
+            f"created principal [bold]admin[/]; its API key (shown once): {key}", soft_wrap=True
+        )
     console.print(
         f"serving on http://{host}:{port} ({workers} process(es)); dashboard at /dashboard"
     )
@@ -637,7 +639,9 @@ def principal_add(
         keys = KeyStore(platform.ledger.engine)
         keys.add_principal(name, role_value, contexts=tuple(contexts))
         key = keys.create_key(name)
-    console.print(f"principal [bold]{name}[/] ({role}); API key (shown once): {key}")
+    console.print(
+        f"principal [bold]{name}[/] ({role}); API key (shown once): {key}", soft_wrap=True
+    )
 
 
 @principal_app.command("grant")

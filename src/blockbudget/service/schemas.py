@@ -81,7 +81,7 @@ class StreamIn(Strict):
     window_seconds: int = Field(default=86_400, ge=1, le=10 * 366 * 86_400)
     ids_per_block: int = Field(default=1000, ge=1, le=10**9)
     rows_per_user: int = Field(default=1, ge=1, le=10**6)
-    late_policy: Literal["new_block", "drop", "refuse"] | None = None
+    late_policy: Literal["new_block", "drop", "reject"] | None = None
     description: str = Field(default="", max_length=1000)
 
 
