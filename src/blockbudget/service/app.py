@@ -41,6 +41,7 @@ from blockbudget.service.access import (
     require_stream,
     visible_contexts,
 )
+from blockbudget.service.admin import register_principal_routes
 from blockbudget.service.auth import KeyStore, Permission, Principal, Role
 from blockbudget.service.dashboard import RETIRING_FRACTION, STATIC_DIR, heatmap, page
 from blockbudget.service.pipelines import Job, PipelineQueue
@@ -140,67 +141,7 @@ def create_app(
             "requests": gc.requests if gc is not None else 0,
         }
 
-    # --- principals ----------------------------------------------------------------------------
-
-    def principal_out(p: Principal) -> sc.PrincipalOut:
-        return sc.PrincipalOut(
-            name=p.name, role=p.role, contexts=list(p.contexts), streams=dict(p.streams)
-        )
-
-    @app.get("/v1/whoami", tags=["principals"])
-    def whoami(me: Auth) -> sc.PrincipalOut:
-        return principal_out(me)
-
-    @app.post("/v1/principals", status_code=201, tags=["principals"])
-    def add_principal(me: Auth, body: sc.PrincipalIn) -> sc.NewKeyOut:
-        require_role(me)
-        registered = set(platform.contexts())
-        unknown = sorted(set(body.contexts) - registered)
-        if unknown:
-            raise InvalidRequestError(f"unknown context(s) {unknown}: register them first")
-        p = keystore.add_principal(body.name, body.role, contexts=tuple(body.contexts))
-        return sc.NewKeyOut(principal=principal_out(p), api_key=keystore.create_key(p.name))
-
-    @app.get("/v1/principals", tags=["principals"])
-    def list_principals(me: Auth) -> list[sc.PrincipalOut]:
-        require_role(me)
-        return [principal_out(p) for p in keystore.principals()]
-
-    @app.post("/v1/principals/{name}/keys", status_code=201, tags=["principals"])
-    def new_key(me: Auth, name: str) -> sc.NewKeyOut:
-        require_role(me)
-        key = keystore.create_key(name)
-        return sc.NewKeyOut(principal=principal_out(keystore.principal(name)), api_key=key)
-
-    @app.put("/v1/principals/{name}/contexts", tags=["principals"])
-    def set_contexts(me: Auth, name: str, body: sc.ContextsIn) -> sc.PrincipalOut:
-        require_role(me)
-        unknown = sorted(set(body.contexts) - set(platform.contexts()))
-        if unknown:
-            raise InvalidRequestError(f"unknown context(s) {unknown}: register them first")
-        out = keystore.set_contexts(name, tuple(body.contexts))
-        authenticate.invalidate()
-        return principal_out(out)
-
-    @app.put("/v1/principals/{name}/streams/{stream}", tags=["principals"])
-    def grant_stream(me: Auth, name: str, stream: str, body: sc.AclIn) -> sc.PrincipalOut:
-        # Admins grant anything; a stream's owner may grant READ on it to others.
-        if me.role is not Role.ADMIN:
-            require_stream(me, stream, own=True)
-            if body.permission is not Permission.READ:
-                raise AuthError(403, "only an admin can make another principal an owner")
-        platform.stream(stream)
-        out = keystore.grant(name, stream, body.permission)
-        authenticate.invalidate()
-        return principal_out(out)
-
-    @app.delete("/v1/principals/{name}/streams/{stream}", tags=["principals"])
-    def revoke_stream(me: Auth, name: str, stream: str) -> sc.PrincipalOut:
-        if me.role is not Role.ADMIN:
-            require_stream(me, stream, own=True)
-        out = keystore.revoke(name, stream)
-        authenticate.invalidate()
-        return principal_out(out)
+    register_principal_routes(app, platform=platform, keys=keystore, authenticate=authenticate)
 
     # --- contexts ------------------------------------------------------------------------------
 

@@ -1,0 +1,86 @@
+"""Principal administration routes: principals, API keys, context bindings, stream ACLs.
+
+Admins manage everything; a stream's owner may let other principals read its stream. Every
+change to a principal drops the authenticator's cache, so it takes effect at once in this
+process (within the cache's time-to-live in others).
+"""
+
+from typing import Annotated
+
+from fastapi import Depends, FastAPI
+
+from blockbudget.errors import InvalidRequestError
+from blockbudget.platform import Platform
+from blockbudget.service import schemas as sc
+from blockbudget.service.access import Authenticator, AuthError, require_role, require_stream
+from blockbudget.service.auth import KeyStore, Permission, Principal, Role
+
+
+def principal_out(p: Principal) -> sc.PrincipalOut:
+    """The public form of a principal (never its keys)."""
+    return sc.PrincipalOut(
+        name=p.name, role=p.role, contexts=list(p.contexts), streams=dict(p.streams)
+    )
+
+
+def register_principal_routes(
+    app: FastAPI, *, platform: Platform, keys: KeyStore, authenticate: Authenticator
+) -> None:
+    """Add the ``/v1/whoami`` and ``/v1/principals…`` routes to ``app``."""
+    keystore = keys
+    Auth = Annotated[Principal, Depends(authenticate)]
+
+    @app.get("/v1/whoami", tags=["principals"])
+    def whoami(me: Auth) -> sc.PrincipalOut:
+        return principal_out(me)
+
+    @app.post("/v1/principals", status_code=201, tags=["principals"])
+    def add_principal(me: Auth, body: sc.PrincipalIn) -> sc.NewKeyOut:
+        require_role(me)
+        registered = set(platform.contexts())
+        unknown = sorted(set(body.contexts) - registered)
+        if unknown:
+            raise InvalidRequestError(f"unknown context(s) {unknown}: register them first")
+        p = keystore.add_principal(body.name, body.role, contexts=tuple(body.contexts))
+        return sc.NewKeyOut(principal=principal_out(p), api_key=keystore.create_key(p.name))
+
+    @app.get("/v1/principals", tags=["principals"])
+    def list_principals(me: Auth) -> list[sc.PrincipalOut]:
+        require_role(me)
+        return [principal_out(p) for p in keystore.principals()]
+
+    @app.post("/v1/principals/{name}/keys", status_code=201, tags=["principals"])
+    def new_key(me: Auth, name: str) -> sc.NewKeyOut:
+        require_role(me)
+        key = keystore.create_key(name)
+        return sc.NewKeyOut(principal=principal_out(keystore.principal(name)), api_key=key)
+
+    @app.put("/v1/principals/{name}/contexts", tags=["principals"])
+    def set_contexts(me: Auth, name: str, body: sc.ContextsIn) -> sc.PrincipalOut:
+        require_role(me)
+        unknown = sorted(set(body.contexts) - set(platform.contexts()))
+        if unknown:
+            raise InvalidRequestError(f"unknown context(s) {unknown}: register them first")
+        out = keystore.set_contexts(name, tuple(body.contexts))
+        authenticate.invalidate()
+        return principal_out(out)
+
+    @app.put("/v1/principals/{name}/streams/{stream}", tags=["principals"])
+    def grant_stream(me: Auth, name: str, stream: str, body: sc.AclIn) -> sc.PrincipalOut:
+        # Admins grant anything; a stream's owner may grant READ on it to others.
+        if me.role is not Role.ADMIN:
+            require_stream(me, stream, own=True)
+            if body.permission is not Permission.READ:
+                raise AuthError(403, "only an admin can make another principal an owner")
+        platform.stream(stream)
+        out = keystore.grant(name, stream, body.permission)
+        authenticate.invalidate()
+        return principal_out(out)
+
+    @app.delete("/v1/principals/{name}/streams/{stream}", tags=["principals"])
+    def revoke_stream(me: Auth, name: str, stream: str) -> sc.PrincipalOut:
+        if me.role is not Role.ADMIN:
+            require_stream(me, stream, own=True)
+        out = keystore.revoke(name, stream)
+        authenticate.invalidate()
+        return principal_out(out)
