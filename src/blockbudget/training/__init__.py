@@ -30,6 +30,7 @@ from blockbudget.training.executors import (
     PipelineJob,
     RayExecutor,
 )
+from blockbudget.training.linear_dpsgd import LogisticDPSGD
 from blockbudget.training.pipeline import BudgetSplit, Pipeline, PipelineRun, Prepared
 from blockbudget.training.pipelines import AdaSSPPipeline, AverageSpeedPipeline, DPSGDPipeline
 from blockbudget.training.sources import MeteredSource
@@ -58,6 +59,7 @@ __all__ = [
     "DPSGDPipeline",
     "Executor",
     "InProcessExecutor",
+    "LogisticDPSGD",
     "LossEvidence",
     "LossValidator",
     "MeteredSource",
