@@ -236,7 +236,7 @@ def plausible_interval(
     mu: float,
     quantum: float = 0.0,
     points: int = 201,
-    drop: float = 1.0,
+    drop: float = 3.0,
 ) -> tuple[float, float]:
     """The values of the true answer T that make the released measurement plausible.
 
