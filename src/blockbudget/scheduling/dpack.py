@@ -6,6 +6,7 @@ Every scheduling batch (T-unlocking by default, every ``tick``), over the waitin
    knapsack of the tasks demanding b with capacity the available unlocked budget at α; with unit
    profits the optimum is greedy by increasing demand, so it is a count;
 2. mark per block the order(s) α*_b that pack the most tasks (DPack's "ArgmaxKnapsack");
+   under BASIC accounting every feature must hold, so all of them count (there is no best α);
 3. a task's efficiency is profit / Σ_b Σ_{α ∈ α*_b} d_{b,α} / available_{b,α} (the relevance
    normalized by available budget, as in the paper's Alibaba runs);
 4. tasks are allocated greedily by decreasing efficiency, each checked with the true
@@ -22,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from blockbudget.accounting import Accounting
 from blockbudget.mechanisms.noise import NoiseSource
 from blockbudget.scheduling.base import Scheduler, TaskSpec
 from blockbudget.scheduling.pool import FloatArray, IntArray, Pool
@@ -111,9 +113,13 @@ class DPack(UnlockingScheduler):
         used = np.unique(rows_block)
         local = np.searchsorted(used, rows_block)
         avail = self.available(pool, used)
-        counts = knapsack_counts(local, demands, avail, len(used))
-        counts = np.where(avail > 0, counts, -1)
-        best = counts == counts.max(axis=1, keepdims=True)
+        if pool.accounting is Accounting.BASIC:
+            # every feature must hold: all of them are relevant, none is "best"
+            best = np.ones_like(avail, dtype=bool)
+        else:
+            counts = knapsack_counts(local, demands, avail, len(used))
+            counts = np.where(avail > 0, counts, -1)
+            best = counts == counts.max(axis=1, keepdims=True)
         with np.errstate(divide="ignore", invalid="ignore"):
             relevance = np.where(best & (avail > 0), 1.0 / np.where(avail > 0, avail, 1.0), 0.0)
         row_cost = np.sum(demands * relevance[local], axis=1)
