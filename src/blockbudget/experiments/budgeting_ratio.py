@@ -2,9 +2,9 @@
 
 Seed ``000_de3e86489c8646aa.txt`` §VI-B, Thm. 4: under Assumption 1 (small queries) and
 Assumption 2 (L ≤ p_ij/ε_j ≤ U), OPT/ALG ≤ 1 + ln(U/L). One block of ε_g = 1 receives small
-queries (ε_j ≈ 4/n each, ~4 blocks' worth in all) whose significance-to-cost ratios lie in [L, U]; OPT is the
-offline optimum of Eq. (5) (HiGHS), ALG is :class:`~blockbudget.scheduling.threshold.
-OnlineThreshold`. Sequences:
+queries (ε_j ≈ 4/n each, ~4 blocks' worth in all) whose significance-to-cost ratios lie in
+[L, U]; OPT is the offline optimum of Eq. (5) (HiGHS), ALG is
+:class:`~blockbudget.scheduling.threshold.OnlineThreshold`. Sequences:
 
 * random — ratios log-uniform on [L, U] in random order;
 * adversarial — the classic worst case of online knapsack: ratios rising from L to a level v
