@@ -13,7 +13,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "service.py"
 
 def test_quick_service_benchmark(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--dir", str(tmp_path)],
+        [sys.executable, str(SCRIPT), "--quick", "--requests", "32", "--dir", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=300,

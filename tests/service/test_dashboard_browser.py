@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from blockbudget.service import Permission, create_app
 from blockbudget.service.dashboard import STATIC_DIR
-from service.support import Seeded, thread_server
+from service.support import seed, thread_server
 
 CHROMIUM = os.environ.get("BLOCKBUDGET_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = [
@@ -62,10 +62,11 @@ def test_static_files_ship_in_the_package() -> None:
     not Path(CHROMIUM).exists(),
     reason=f"no Chromium at {CHROMIUM}: run scripts/ensure-chromium.sh (apt-get install chromium)",
 )
-def test_dashboard_in_headless_chromium(seeded: Seeded, database_url: str | None) -> None:
-    if database_url is not None:
-        pytest.skip("one backend is enough for the browser; the data path is tested elsewhere")
+def test_dashboard_in_headless_chromium(tmp_path: Path) -> None:
     from playwright.sync_api import sync_playwright
+
+    # One backend (SQLite) is enough for the browser; the data path runs on both elsewhere.
+    seeded = seed(tmp_path / "home")
 
     platform = seeded.platform
     app = create_app(platform, keys=seeded.keys, auth_cache_seconds=0)
@@ -191,3 +192,4 @@ def test_dashboard_in_headless_chromium(seeded: Seeded, database_url: str | None
             browser.close()
     assert not outside, outside
     assert (RESULTS / "dashboard.png").stat().st_size > 10_000
+    seeded.platform.close()
