@@ -43,7 +43,7 @@ def targets(kind: TaskKind, best: float, naive: float, count: int) -> list[float
 def run(ctx: ExperimentContext) -> ExperimentResult:
     rows: list[dict[str, Any]] = []
     for kind in (TaskKind.TAXI, TaskKind.CRITEO):
-        split = task_split(kind)
+        split = task_split(kind, shuffled=True)
         n0 = 1000 if kind is TaskKind.TAXI else 2000
         n_max = (8000 if kind is TaskKind.TAXI else 4000) if ctx.quick else 256_000
         configs = schedule(epsilon0=1.0, max_epsilon=1.0, n0=n0, n_max=n_max)

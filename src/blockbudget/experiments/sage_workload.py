@@ -7,7 +7,9 @@ Query composition and Streaming composition (:mod:`blockbudget.scheduling.sage`)
 scheduling package's simulator.
 
 Pipelines. As in Sage's simulator, a pipeline's quality is looked up in a measured profile
-rather than retrained inside the simulation: for each flights LR pipeline (AdaSSP, MSE target τ)
+rather than retrained inside the simulation: for each average-speed statistic (hour of day, day of
+week, week of month; error targets in mph) the sum-statistic validator's decision, and for each
+flights LR pipeline (AdaSSP, MSE target τ)
 the Sage loss validator's decision is measured once on real data over a grid of (ε, rows) — on
 combined blocks for the block strategies, one model and one validation query per day-block for
 query composition — and closed monotonically (more ε or more data never hurts). A pipeline's
@@ -42,9 +44,20 @@ from blockbudget.scheduling.simulator import simulate
 from blockbudget.training.adassp import AdaSSPRegressor
 from blockbudget.training.pipeline import split_rows
 from blockbudget.training.sources import MeteredSource
-from blockbudget.training.tasks import REGRESSION_NORM
+from blockbudget.training.tasks import (
+    REGRESSION_NORM,
+    SPEED_RANGE,
+    Granularity,
+    speed_keys,
+    year_frame,
+)
 from blockbudget.training.validation import Outcome, SlaMode
-from blockbudget.training.validators import LossEvidence, LossValidator
+from blockbudget.training.validators import (
+    LossEvidence,
+    LossValidator,
+    SumStatisticEvidence,
+    SumStatisticValidator,
+)
 
 ROWS_PER_BLOCK = 900
 CAPACITY = Budget(epsilon=1.0, delta=1e-6)
@@ -95,9 +108,9 @@ def _closed(grid: np.ndarray) -> tuple[tuple[bool, ...], ...]:
 
 def measure_profiles(
     ctx: ExperimentContext, targets: list[float], epsilons: list[float], blocks: list[int]
-) -> dict[float, TableProfile]:
+) -> dict[str, TableProfile]:
     """Measure the Sage loss validator's decisions for each LR target on real flights."""
-    split = task_split(TaskKind.TAXI)
+    split = task_split(TaskKind.TAXI, shuffled=True)
     x_bound = REGRESSION_NORM * math.sqrt(2.0)
     comb = np.zeros((len(targets), len(epsilons), len(blocks)), dtype=bool)
     part = np.zeros_like(comb)
@@ -141,15 +154,69 @@ def measure_profiles(
             comb[g, i, j] = result.outcome is Outcome.ACCEPT
             part[g, i, j] = part_bound <= target
     return {
-        t: TableProfile(tuple(epsilons), tuple(blocks), _closed(comb[g]), _closed(part[g]))
+        f"lr τ={t:g}": TableProfile(
+            tuple(epsilons), tuple(blocks), _closed(comb[g]), _closed(part[g])
+        )
         for g, t in enumerate(targets)
     }
+
+
+def measure_statistics_profiles(
+    ctx: ExperimentContext,
+    configs: list[tuple[Granularity, float]],
+    epsilons: list[float],
+    blocks: list[int],
+) -> dict[str, TableProfile]:
+    """The sum-statistic validator's decisions for average-speed pipelines (seed 004 Tab. 1's
+    statistics) over (ε, blocks): half of ε releases ``dp_group_by_mean`` (scales 2/ε_r on the
+    counts, 2R/ε_r on the sums, ε_r = ε/2 split in two), half validates. Partitioned: one
+    release and one validation per day-block, ACCEPT only when every block's bound (at η/K)
+    is within τ — an average of per-block means is then within τ too."""
+    frame = year_frame()
+    order = np.random.default_rng(ctx.seed + 17).permutation(len(frame))
+    values_frame = frame.iloc[order].reset_index(drop=True)
+    out: dict[str, TableProfile] = {}
+    for granularity, target in ctx.progress(configs, description="Fig. 8 statistics profiles"):
+        keys = speed_keys(values_frame, granularity)
+        comb = np.zeros((len(epsilons), len(blocks)), dtype=bool)
+        part = np.zeros_like(comb)
+        validator = SumStatisticValidator(target=target)
+        for i, eps in enumerate(epsilons):
+            scale_c, scale_s = 4.0 / eps, 4.0 * SPEED_RANGE / eps
+            for j, k in enumerate(blocks):
+                n = k * ROWS_PER_BLOCK
+                seed = ctx.seed * 31 + i * 1000 + j
+                counts = np.bincount(keys[:n], minlength=granularity.nkeys)
+                ev = SumStatisticEvidence(counts, SPEED_RANGE, scale_s, scale_c)
+                res = validator.validate(
+                    MeteredSource(), ev, epsilon=eps / 2, eta=ETA, noise=SeededNoise(seed)
+                )
+                comb[i, j] = res.outcome is Outcome.ACCEPT
+                ok = True
+                for b in range(k):
+                    block_keys = keys[b * ROWS_PER_BLOCK : (b + 1) * ROWS_PER_BLOCK]
+                    cb = np.bincount(block_keys, minlength=granularity.nkeys)
+                    evb = SumStatisticEvidence(cb, SPEED_RANGE, scale_s, scale_c)
+                    rb = validator.validate(
+                        MeteredSource(),
+                        evb,
+                        epsilon=eps / 2,
+                        eta=ETA / k,
+                        noise=SeededNoise(seed * 7 + b),
+                    )
+                    if rb.outcome is not Outcome.ACCEPT:
+                        ok = False
+                        break
+                part[i, j] = ok
+        name = f"speed-{granularity.value} τ={target:g} mph"
+        out[name] = TableProfile(tuple(epsilons), tuple(blocks), _closed(comb), _closed(part))
+    return out
 
 
 def workload(
     rate: float,
     horizon: int,
-    profiles: dict[float, TableProfile],
+    profiles: dict[str, TableProfile],
     seed: int,
 ) -> tuple[list[BlockSpec], list[TaskSpec], dict[str, TableProfile]]:
     """Blocks 0..horizon−1 and pipelines arriving at ``rate`` per block over the first 3/4."""
@@ -175,18 +242,34 @@ def workload(
 
 
 def run(ctx: ExperimentContext) -> ExperimentResult:
+    stats = [
+        (Granularity.DAY_OF_WEEK, 40.0),
+        (Granularity.DAY_OF_WEEK, 80.0),
+        (Granularity.WEEK_OF_MONTH, 40.0),
+        (Granularity.WEEK_OF_MONTH, 80.0),
+        (Granularity.HOUR_OF_DAY, 80.0),
+        (Granularity.HOUR_OF_DAY, 160.0),
+    ]
     if ctx.quick:
-        targets, epsilons, grid = [0.03, 0.05], [0.25, 1.0], [8, 16, 32]
-        rates, horizon = [0.1, 0.3], 80
+        targets, epsilons, grid = [0.03], [0.25, 1.0], [4, 8, 16]
+        stats = stats[1:2]
+        rates, horizon = [0.1, 0.3], 60
     else:
-        targets = [0.003, 0.005, 0.008, 0.012, 0.016]
+        targets = [0.004, 0.006, 0.01, 0.016]
         epsilons = [1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0]
-        grid = [1, 2, 4, 8, 16, 32, 64, 128, 256]
-        rates, horizon = [0.05, 0.1, 0.2, 0.35, 0.5, 0.75], 365
+        grid = [1, 2, 4, 8, 16, 32, 64, 128]
+        rates, horizon = [0.05, 0.1, 0.2, 0.4, 0.8], 365
     profiles = measure_profiles(ctx, targets, epsilons, grid)
+    profiles.update(measure_statistics_profiles(ctx, stats, epsilons, grid))
     profile_rows = [
-        {"target_mse": t, "blocks_needed_at_eps1": p.blocks_needed(), "ok_any": any(p.combined[-1])}
-        for t, p in profiles.items()
+        {
+            "pipeline": name,
+            "blocks_needed_at_eps1": p.blocks_needed(),
+            "blocks_needed_at_eps1_partitioned": next(
+                (b for b, ok in zip(p.blocks, p.partitioned[-1], strict=True) if ok), None
+            ),
+        }
+        for name, p in profiles.items()
     ]
     rows: list[dict[str, Any]] = []
     jobs = [(rate, cls) for rate in rates for cls in STRATEGIES]
