@@ -73,6 +73,9 @@ def test_apps_experiment(tmp_path: Path) -> None:
     for r in rows:
         for key in ("hbos_precision", "hbos_recall", "svd_precision", "svd_recall"):
             assert 0.0 <= r[key] <= 1.0
+    # with 10^5 users per slot the two planted clusters are found from the released PDFs
+    assert rows[-1]["synthetic_kmeans_ari"] == 1.0
+    assert rows[-1]["synthetic_svd_precision"] > 0.5
 
 
 @pytest.mark.timeout(120)
