@@ -121,6 +121,18 @@ def simulate(
         n_ticks = int((horizon - start) // interval) + 1
         events.extend((start + k * interval, _TICK, k) for k in range(1, n_ticks + 1))
     heapq.heapify(events)
+    spent = _run_events(scheduler, pool, events, blocks, tasks)
+    return summarize(scheduler.describe(), pool, fair_share_n=fair_share_n, seconds=spent)
+
+
+def _run_events(
+    scheduler: Scheduler,
+    pool: Pool,
+    events: list[tuple[float, int, int]],
+    blocks: Sequence[BlockSpec],
+    tasks: Sequence[TaskSpec],
+) -> float:
+    """Process the event heap; returns the seconds spent inside scheduler callbacks."""
     spent = 0.0
     has_timeouts = any(t.timeout is not None for t in tasks)
     while events:
@@ -150,7 +162,7 @@ def simulate(
     scheduler.on_finish(pool)
     spent += time.perf_counter() - t0
     pool.close()
-    return summarize(scheduler.describe(), pool, fair_share_n=fair_share_n, seconds=spent)
+    return spent
 
 
 def summarize(name: str, pool: Pool, *, fair_share_n: int, seconds: float) -> SimulationResult:
