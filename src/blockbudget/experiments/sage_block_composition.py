@@ -200,7 +200,7 @@ def plot(ctx: ExperimentContext, rows: list[dict[str, Any]], naive: float) -> No
 EXPERIMENTS = [
     Experiment(
         name="sage-block-composition",
-        summary="Combined-block vs per-block (partitioned) training and validation of the LR",
+        summary="Combined vs per-block LR training",
         source="seed 004 Fig. 7",
         run=run,
     )

@@ -120,7 +120,7 @@ def plot(ctx: ExperimentContext, rows: list[dict[str, Any]]) -> None:
 EXPERIMENTS = [
     Experiment(
         name="sage-sample-complexity",
-        summary="Rows needed to ACCEPT vs quality target for No SLA, NP SLA and Sage SLA",
+        summary="Rows needed to ACCEPT vs target",
         source="seed 004 Fig. 6",
         run=run,
     )

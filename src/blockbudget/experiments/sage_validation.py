@@ -189,7 +189,7 @@ def plot(ctx: ExperimentContext, rows: list[dict[str, Any]]) -> None:
 EXPERIMENTS = [
     Experiment(
         name="sage-validation",
-        summary="Violation rate of ACCEPTed models for No SLA, NP SLA, UC DP SLA, Sage SLA",
+        summary="Violation rate of ACCEPTed models per SLA",
         source="seed 004 Tab. 2",
         run=run,
     )

@@ -336,8 +336,7 @@ def plot(ctx: ExperimentContext, rows: list[dict[str, Any]]) -> None:
 EXPERIMENTS = [
     Experiment(
         name="sage-workload",
-        summary="Release time vs pipeline arrival rate: Block/Conserve, Block/Aggressive, Query "
-        "and Streaming composition at (1, 1e-6)",
+        summary="Release time vs pipeline arrival rate",
         source="seed 004 Fig. 8",
         run=run,
     )
