@@ -45,6 +45,8 @@ from blockbudget.service.admin import register_principal_routes
 from blockbudget.service.auth import KeyStore, Permission, Principal, Role
 from blockbudget.service.dashboard import RETIRING_FRACTION, STATIC_DIR, heatmap, page
 from blockbudget.service.pipelines import Job, PipelineQueue
+from blockbudget.service.queue import DEFAULT_SCHEDULER, SchedulerQueue
+from blockbudget.service.queue_routes import register_queue_routes, task_out
 from blockbudget.store import Blocking, LatePolicy, Unit
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -71,6 +73,8 @@ def create_app(
     keys: KeyStore | None = None,
     auth_cache_seconds: float = 2.0,
     threads: int = 128,
+    scheduler: str = DEFAULT_SCHEDULER,
+    pump_seconds: float = 1.0,
 ) -> FastAPI:
     """The FastAPI application serving ``platform``.
 
@@ -79,14 +83,29 @@ def create_app(
         keys: the key store (default: in the platform's ledger database).
         auth_cache_seconds: how long a key lookup is cached per process.
         threads: the size of the thread pool that runs the (synchronous) routes.
+        scheduler: the scheduler queue's scheduler, ``"name[:key=value,...]"``
+            (:mod:`blockbudget.service.queue`).
+        pump_seconds: how often the queue expires due tasks and ticks its scheduler.
     """
     keystore = keys if keys is not None else KeyStore(platform.ledger.engine)
     authenticate = Authenticator(keystore, ttl_seconds=auth_cache_seconds)
+    tasks = SchedulerQueue(platform.ledger, scheduler=scheduler)
+
+    async def pump_forever() -> None:
+        while True:
+            await anyio.sleep(pump_seconds)
+            try:
+                await anyio.to_thread.run_sync(tasks.pump)
+            except BlockBudgetError:  # pragma: no cover - a ledger hiccup; next round retries
+                continue
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         anyio.to_thread.current_default_thread_limiter().total_tokens = threads
-        yield
+        async with anyio.create_task_group() as group:
+            group.start_soon(pump_forever)
+            yield
+            group.cancel_scope.cancel()
         app.state.pipelines.close()
 
     app = FastAPI(
@@ -99,6 +118,7 @@ def create_app(
     app.state.platform = platform
     app.state.keys = keystore
     app.state.authenticate = authenticate
+    app.state.tasks = tasks
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
     @app.exception_handler(BlockBudgetError)
@@ -481,6 +501,8 @@ def create_app(
             problems=list(r.problems),
         )
 
+    register_queue_routes(app, platform=platform, queue=tasks, authenticate=authenticate)
+
     # --- dashboard -----------------------------------------------------------------------------
 
     @app.get("/v1/dashboard", tags=["dashboard"])
@@ -529,6 +551,12 @@ def create_app(
                 contexts=hm.cells,
             ),
             extras={
+                "tasks": [
+                    task_out(t).model_dump()
+                    for t in tasks.tasks(
+                        stream=stream, principal=None if me.role is Role.ADMIN else me.name
+                    )[-200:]
+                ],
                 "pipelines": [
                     {
                         "job": j.id,

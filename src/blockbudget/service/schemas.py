@@ -8,7 +8,7 @@ model carries a data row: DP answers, budgets, block keys and audit events only.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -283,3 +283,41 @@ class JobOut(BaseModel):
     attempts: list[AttemptOut]
     model: str | None
     submitted_at: float
+
+
+class TaskIn(Selection):
+    """A task for the scheduler queue: ``epsilon``/``delta`` on each selected block (by id or
+    key, or the newest ``last`` blocks whether or not they can afford it now)."""
+
+    epsilon: float = Epsilon
+    delta: float = Delta
+    context: str = ContextName
+    significance: dict[str, Annotated[float, Field(ge=0, le=1e12, allow_inf_nan=False)]] | None = (
+        Field(default=None, max_length=10_000, description="p_ij per block (optional)")
+    )
+    timeout_seconds: float | None = Field(
+        default=None, gt=0, le=30 * 86_400, allow_inf_nan=False, description="deadline"
+    )
+    request_id: str | None = RequestId
+
+
+class TaskOut(BaseModel):
+    id: str
+    principal: str
+    stream: str
+    context: str
+    epsilon: str
+    delta: str
+    blocks: list[str]
+    significance: dict[str, float] | None
+    submitted_at: float
+    deadline: float | None
+    state: str
+    reservation_id: str | None
+    decided_at: float | None
+    note: str
+
+
+class QueueOut(BaseModel):
+    scheduler: str
+    tasks: list[TaskOut]

@@ -20,10 +20,12 @@ from fastapi import FastAPI
 
 from blockbudget.service.app import create_app, open_platform
 from blockbudget.service.auth import KeyStore, Role
+from blockbudget.service.queue import DEFAULT_SCHEDULER, parse_scheduler
 
 ENV_HOME = "BLOCKBUDGET_HOME"
 ENV_DATABASE = "BLOCKBUDGET_DATABASE"
 ENV_GROUP_COMMIT = "BLOCKBUDGET_GROUP_COMMIT"
+ENV_SCHEDULER = "BLOCKBUDGET_SCHEDULER"
 
 
 #: GIL switch interval of a server process. The group committer thread releases the GIL on
@@ -38,7 +40,8 @@ def app_from_env() -> FastAPI:
     home = os.environ.get(ENV_HOME, ".blockbudget")
     database = os.environ.get(ENV_DATABASE) or None
     group = os.environ.get(ENV_GROUP_COMMIT, "1") != "0"
-    return create_app(open_platform(home, database, group_commit=group))
+    scheduler = os.environ.get(ENV_SCHEDULER) or DEFAULT_SCHEDULER
+    return create_app(open_platform(home, database, group_commit=group), scheduler=scheduler)
 
 
 def bootstrap_admin(home: str | Path, database: str | None, name: str = "admin") -> str | None:
@@ -67,6 +70,7 @@ def serve(
     workers: int,
     group_commit: bool,
     log_level: str = "warning",
+    scheduler: str = DEFAULT_SCHEDULER,
 ) -> None:
     """Run uvicorn with ``workers`` processes serving one platform."""
     import uvicorn
@@ -75,6 +79,8 @@ def serve(
     if database:
         os.environ[ENV_DATABASE] = database
     os.environ[ENV_GROUP_COMMIT] = "1" if group_commit else "0"
+    parse_scheduler(scheduler)  # refuse a bad --scheduler before starting any worker
+    os.environ[ENV_SCHEDULER] = scheduler
     uvicorn.run(
         "blockbudget.service.server:app_from_env",
         factory=True,
