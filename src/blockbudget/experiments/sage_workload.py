@@ -258,7 +258,7 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
         targets = [0.004, 0.006, 0.01, 0.016]
         epsilons = [1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0]
         grid = [1, 2, 4, 8, 16, 32, 64, 128]
-        rates, horizon = [0.05, 0.1, 0.2, 0.4, 0.8], 365
+        rates, horizon = [0.05, 0.1, 0.2, 0.4], 240
     profiles = measure_profiles(ctx, targets, epsilons, grid)
     profiles.update(measure_statistics_profiles(ctx, stats, epsilons, grid))
     profile_rows = [

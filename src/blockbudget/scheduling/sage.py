@@ -214,16 +214,19 @@ class SageStrategy(Scheduler):
 
     def _usable(self, pool: Pool, task_id: str, fraction: float) -> list[str]:
         """Blocks where the pipeline holds at least ``fraction`` of its demand and may still
-        spend it, oldest first."""
+        spend it, oldest first (one vectorized test over all its reservations)."""
+        held = pool.held(task_id)
+        if not held:
+            return []
         demand = pool.vector(pool.tasks[task_id].demand)
         st = self.state[task_id]
-        out = []
-        for block_id, vec in pool.held(task_id).items():
-            if st.spent.get(block_id, 0.0) + fraction > 1.0 + _TOL:
-                continue
-            if self._covers(pool, vec, demand * fraction):
-                out.append(block_id)
-        return sorted(out, key=pool.index)
+        ids = list(held)
+        matrix = np.stack([held[b] for b in ids])
+        spent = np.array([st.spent.get(b, 0.0) for b in ids])
+        covered = matrix * (1 + _TOL) + 1e-18 >= demand * fraction
+        rows = covered.any(axis=1) if pool.accounting is Accounting.RDP else covered.all(axis=1)
+        ok = rows & (spent + fraction <= 1.0 + _TOL)
+        return sorted((b for b, good in zip(ids, ok.tolist(), strict=True) if good), key=pool.index)
 
     def _aggressive_fraction(self, pool: Pool, task_id: str, blocks: list[str]) -> float:
         demand = pool.vector(pool.tasks[task_id].demand)
