@@ -182,10 +182,21 @@ def test_dashboard_in_headless_chromium(tmp_path: Path) -> None:
             outcomes = " ".join(a["outcome"] for a in state["attempts"])
             assert outcomes and outcomes in table  # each attempt's ACCEPT / REJECT / RETRY
             page.screenshot(path=str(RESULTS / "dashboard-pipelines.png"), full_page=True)
-            # An analyst's view: its context only, no row counts.
+            # The scheduler queue: an analyst's task, decided by the service's scheduler.
+            with TestClient(app) as api:
+                r = api.post(
+                    "/v1/streams/flights/tasks",
+                    headers=h_a,
+                    json={"epsilon": 0.01, "context": "team-a", "last": 1},
+                )
+                assert r.status_code == 201, r.text
+                task = r.json()
+            # An analyst's view: its context only, no row counts, its own tasks.
             page.goto(f"{url}/dashboard#key={seeded.analyst}&stream=flights")
             page.reload()
             page.wait_for_selector("body[data-loaded=true]", timeout=20_000)
+            queue_table = page.locator("#extra-scheduler_queue").inner_text()
+            assert task["id"][:12] in queue_table and task["state"] in queue_table
             assert page.locator(".heat").count() == 1
             assert "rows" not in page.locator("#blocks thead").inner_text()
         finally:

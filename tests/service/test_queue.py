@@ -166,6 +166,5 @@ def test_waiting_task_expires_at_its_deadline_and_charges_nothing(
         assert c.get(f"/v1/tasks/{late['id']}", headers=h).json()["state"] == "expired"
         assert ledger_snapshot(seeded.platform) == before
         r = c.get("/v1/dashboard", headers=h, params={"stream": "flights"})
-        assert [(t["id"], t["state"]) for t in r.json()["extras"]["tasks"]] == [
-            (late["id"], "expired")
-        ]
+        rows = r.json()["extras"]["scheduler_queue"]
+        assert [(row["task"], row["state"]) for row in rows] == [(late["id"][:12], "expired")]

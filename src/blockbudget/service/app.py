@@ -30,7 +30,7 @@ from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget
 from blockbudget.errors import BlockBudgetError, InvalidRequestError, ReservationError
 from blockbudget.ledger import Ledger, Reservation, ReservationState
-from blockbudget.platform import BlockView, Last, Platform
+from blockbudget.platform import Last, Platform
 from blockbudget.service import schemas as sc
 from blockbudget.service.access import (
     Authenticator,
@@ -43,10 +43,11 @@ from blockbudget.service.access import (
 )
 from blockbudget.service.admin import register_principal_routes
 from blockbudget.service.auth import KeyStore, Permission, Principal, Role
-from blockbudget.service.dashboard import RETIRING_FRACTION, STATIC_DIR, heatmap, page
+from blockbudget.service.dashboard import STATIC_DIR, page
+from blockbudget.service.dashboard_routes import block_out, register_dashboard_routes
 from blockbudget.service.pipelines import Job, PipelineQueue
 from blockbudget.service.queue import DEFAULT_SCHEDULER, SchedulerQueue
-from blockbudget.service.queue_routes import register_queue_routes, task_out
+from blockbudget.service.queue_routes import register_queue_routes
 from blockbudget.store import Blocking, LatePolicy, Unit
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -279,17 +280,6 @@ def create_app(
             late_rows=report.late_rows,
         )
 
-    def block_out(v: BlockView, *, with_rows: bool) -> sc.BlockOut:
-        return sc.BlockOut(
-            block_id=v.block_id,
-            key=v.key,
-            sealed=v.sealed,
-            retired=v.retired,
-            remaining_fraction=v.remaining_fraction,
-            remaining=v.remaining,
-            rows=v.rows if with_rows else None,
-        )
-
     def contexts_for(me: Principal, asked: list[str] | None) -> list[str]:
         registered = platform.contexts()
         seen = visible_contexts(me, registered)
@@ -503,79 +493,9 @@ def create_app(
 
     register_queue_routes(app, platform=platform, queue=tasks, authenticate=authenticate)
 
-    # --- dashboard -----------------------------------------------------------------------------
-
-    @app.get("/v1/dashboard", tags=["dashboard"])
-    def dashboard_data(
-        me: Auth,
-        stream: Annotated[str | None, Query(max_length=256)] = None,
-        buckets: Annotated[int, Query(ge=1, le=200)] = 24,
-    ) -> sc.DashboardOut:
-        names = [s.name for s in platform.streams()]
-        if me.role is not Role.ADMIN:
-            names = [n for n in names if me.permission(n) is not None]
-        if stream is None:
-            if not names:
-                raise InvalidRequestError("no stream is visible to this principal")
-            stream = names[0]
-        perm = require_stream(me, stream)
-        spec = platform.stream(stream)
-        ctxs = visible_contexts(me, platform.contexts())
-        views = platform.blocks(stream, contexts=ctxs)
-        with_rows = me.role is Role.ADMIN or perm is Permission.OWN
-        hm = heatmap(
-            platform.ledger.events(),
-            blocks=[v.block_id for v in views],
-            contexts=ctxs,
-            filter_=platform.filter(stream),
-            buckets=buckets,
-        )
-        retiring = [
-            v.block_id
-            for v in views
-            if not v.retired
-            and ctxs
-            and all(v.remaining_fraction[c] <= RETIRING_FRACTION for c in ctxs)
-        ]
-        return sc.DashboardOut(
-            stream=stream,
-            streams=names,
-            policy={"epsilon": str(spec.policy.epsilon), "delta": str(spec.policy.delta)},
-            blocks=[block_out(v, with_rows=with_rows) for v in views],
-            retiring=retiring,
-            heatmap=sc.HeatmapOut(
-                blocks=list(hm.blocks),
-                retired=list(hm.retired),
-                retired_at=hm.retired_at,
-                times=list(hm.times),
-                contexts=hm.cells,
-            ),
-            extras={
-                "tasks": [
-                    task_out(t).model_dump()
-                    for t in tasks.tasks(
-                        stream=stream, principal=None if me.role is Role.ADMIN else me.name
-                    )[-200:]
-                ],
-                "pipelines": [
-                    {
-                        "job": j.id,
-                        "owner": j.owner,
-                        "kind": j.kind,
-                        "context": j.context,
-                        "state": j.state,
-                        "outcomes": " ".join(a["outcome"] for a in j.attempts) or "-",
-                    }
-                    for j in queue.jobs(may_see(me))
-                    if j.stream == stream
-                ],
-                "released_models": [
-                    {"job": j.id, "kind": j.kind, "model": j.model or ""}
-                    for j in queue.jobs(may_see(me))
-                    if j.stream == stream and j.state == "accepted"
-                ],
-            },
-        )
+    register_dashboard_routes(
+        app, platform=platform, pipelines=queue, tasks=tasks, authenticate=authenticate
+    )
 
     return app
 

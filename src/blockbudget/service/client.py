@@ -128,3 +128,10 @@ class ServiceClient:
         return list(
             self.call("GET", "/v1/audit/events", params={"after_seq": after_seq, "limit": limit})
         )
+
+    def submit_task(self, stream: str, body: dict[str, Any]) -> dict[str, Any]:
+        return dict(self.call("POST", f"/v1/streams/{stream}/tasks", json=body))
+
+    def tasks(self, stream: str | None = None, state: str | None = None) -> dict[str, Any]:
+        params = {k: v for k, v in (("stream", stream), ("state", state)) if v is not None}
+        return dict(self.call("GET", "/v1/tasks", params=params))

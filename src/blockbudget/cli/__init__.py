@@ -1,0 +1,34 @@
+"""The ``blockbudget`` command line (Typer + rich).
+
+Every command works on a platform home folder (``--home``, or ``$BLOCKBUDGET_HOME``, default
+``./.blockbudget``) — or, given ``--server URL --api-key KEY`` (or ``$BLOCKBUDGET_SERVER`` and
+``$BLOCKBUDGET_API_KEY``), against a running ``blockbudget serve`` as that key's principal.
+Errors from the platform or the server are printed as one clear line with exit code 2; nothing
+is charged by a refused command.
+
+Modules by concern: :mod:`.common` (apps, options, helpers), :mod:`.data` (streams, contexts,
+ingest, blocks), :mod:`.queries` (DP queries, audit), :mod:`.server` (``serve``, principals,
+demo), :mod:`.tasks` (the scheduler queue, server mode), :mod:`.experiments`. Importing this
+package registers every command on :data:`app` (the console entry ``blockbudget.cli:app``).
+"""
+
+from blockbudget.cli import data, experiments, queries, server, tasks
+from blockbudget.cli.common import app
+from blockbudget.cli.data import render_blocks
+from blockbudget.cli.queries import print_verify
+
+__all__ = [
+    "app",
+    "data",
+    "experiments",
+    "main",
+    "print_verify",
+    "queries",
+    "render_blocks",
+    "server",
+    "tasks",
+]
+
+
+def main() -> None:  # pragma: no cover - console-script entry
+    app()

@@ -1,0 +1,5 @@
+"""``python -m blockbudget.cli``."""
+
+from blockbudget.cli import app
+
+app()

@@ -1,0 +1,76 @@
+"""``blockbudget experiment list|run``: the registered experiments."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Column, Table
+
+from blockbudget.cli.common import (
+    app,
+    console,
+    handle_errors,
+)
+
+# --- experiments ---------------------------------------------------------------------------------
+
+experiment_app = typer.Typer(
+    help="Reproduce the seeds' tables and figures (CSV + PNG under results/).",
+    no_args_is_help=True,
+)
+app.add_typer(experiment_app, name="experiment")
+
+
+@experiment_app.command("list")
+def experiment_list() -> None:
+    """List the experiments with the table or figure each one reproduces."""
+    from blockbudget.experiments import all_experiments
+
+    table = Table(Column("name", no_wrap=True), "reproduces", "what")  # names are typed
+    for name, experiment in sorted(all_experiments().items()):
+        table.add_row(name, experiment.source, experiment.summary)
+    console.print(table)
+
+
+@experiment_app.command("run")
+@handle_errors
+def experiment_run(
+    name: Annotated[str, typer.Argument(help="Experiment name (see `experiment list`).")],
+    quick: Annotated[bool, typer.Option(help="The small form that the tests run.")] = False,
+    out: Annotated[Path | None, typer.Option(help="Output folder (default results/NAME).")] = None,
+    seed: Annotated[int, typer.Option(help="Base seed for the run.")] = 0,
+) -> None:
+    """Run one experiment, write its CSV/PNG files and print its table."""
+    run_experiment(name, quick=quick, out=out, seed=seed)
+
+
+def run_experiment(name: str, *, quick: bool, out: Path | None, seed: int) -> None:
+    """Run experiment ``name`` and print its headline table and files."""
+    from blockbudget.experiments import ExperimentContext, get_experiment
+
+    experiment = get_experiment(name)
+    ctx = ExperimentContext(
+        name=name,
+        out_dir=out if out is not None else Path("results") / name,
+        quick=quick,
+        seed=seed,
+        console=console,
+    )
+    result = experiment.run(ctx)
+    if result.rows:
+        table = Table(*[str(key) for key in result.rows[0]], title=f"{name} ({experiment.source})")
+        for row in result.rows:
+            table.add_row(*[_cell(value) for value in row.values()])
+        console.print(table)
+    for note in result.notes:
+        console.print(note)
+    for path in [*ctx.files, *[f for f in result.files if f not in ctx.files]]:
+        console.print(f"wrote {path}")
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)

@@ -1,0 +1,162 @@
+"""Server mode: ``serve``, the principals of a service, and the local ``demo``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from blockbudget.cli.common import (
+    DEFAULT_HOME,
+    HomeOpt,
+    KeyOpt,
+    ServerOpt,
+    app,
+    console,
+    handle_errors,
+    principal_app,
+    remote,
+)
+from blockbudget.platform import Platform
+from blockbudget.service.queue import DEFAULT_SCHEDULER
+
+# --- service ------------------------------------------------------------------------------------
+
+
+@app.command()
+@handle_errors
+def serve(
+    home: HomeOpt = DEFAULT_HOME,
+    database: Annotated[
+        str | None,
+        typer.Option(
+            envvar="BLOCKBUDGET_DATABASE",
+            help="SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db, shared by several "
+            "server processes (default: the SQLite file in --home).",
+        ),
+    ] = None,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    workers: Annotated[int, typer.Option(help="Server processes.")] = 1,
+    group_commit: Annotated[
+        bool, typer.Option(help="Batch concurrent ledger writes into one durable commit.")
+    ] = True,
+    scheduler: Annotated[
+        str,
+        typer.Option(
+            help="The scheduler queue's scheduler, name[:key=value,...] (e.g. dpf-n:n=10, "
+            "dpf-t:lifetime=3600, dpack, fcfs).",
+        ),
+    ] = DEFAULT_SCHEDULER,
+) -> None:
+    """Serve the platform over HTTP (API, OpenAPI schema at /docs, dashboard at /dashboard).
+
+    On first start (no principal yet) an admin principal is created and its key printed once.
+    """
+    from blockbudget.service.queue import parse_scheduler
+    from blockbudget.service.server import bootstrap_admin
+    from blockbudget.service.server import serve as run_server
+
+    parse_scheduler(scheduler)  # a clear error before anything starts
+    key = bootstrap_admin(home, database)
+    if key is not None:
+        console.print(
+            f"created principal [bold]admin[/]; its API key (shown once): {key}", soft_wrap=True
+        )
+    console.print(
+        f"serving on http://{host}:{port} ({workers} process(es)); dashboard at /dashboard"
+    )
+    run_server(
+        home=home,
+        database=database,
+        host=host,
+        port=port,
+        workers=workers,
+        group_commit=group_commit,
+        scheduler=scheduler,
+    )
+
+
+@principal_app.command("add")
+@handle_errors
+def principal_add(
+    name: str,
+    role: Annotated[str, typer.Option(help="admin, owner or analyst.")] = "analyst",
+    context: Annotated[
+        list[str] | None, typer.Option(help="Context(s) the principal may spend in.")
+    ] = None,
+    home: HomeOpt = DEFAULT_HOME,
+    database: Annotated[str | None, typer.Option(envvar="BLOCKBUDGET_DATABASE")] = None,
+    server: ServerOpt = None,
+    api_key: KeyOpt = None,
+) -> None:
+    """Create a principal and print its first API key (shown once, stored hashed)."""
+    from blockbudget.service.auth import KeyStore, Role
+
+    contexts = list(context or [])
+    client = remote(server, api_key)
+    if client is not None:
+        key = client.add_principal(name, role, contexts)["api_key"]
+    else:
+        try:
+            role_value = Role(role)
+        except ValueError:
+            raise typer.BadParameter(
+                f"role must be admin, owner or analyst, not {role!r}"
+            ) from None
+        platform = Platform(home, database_url=database)
+        unknown = sorted(set(contexts) - set(platform.contexts()))
+        if unknown:
+            raise typer.BadParameter(f"unknown context(s) {unknown}: register them first")
+        keys = KeyStore(platform.ledger.engine)
+        keys.add_principal(name, role_value, contexts=tuple(contexts))
+        key = keys.create_key(name)
+    console.print(
+        f"principal [bold]{name}[/] ({role}); API key (shown once): {key}", soft_wrap=True
+    )
+
+
+@principal_app.command("grant")
+@handle_errors
+def principal_grant(
+    name: str,
+    stream: str,
+    permission: Annotated[str, typer.Option(help="read or own.")] = "read",
+    home: HomeOpt = DEFAULT_HOME,
+    database: Annotated[str | None, typer.Option(envvar="BLOCKBUDGET_DATABASE")] = None,
+    server: ServerOpt = None,
+    api_key: KeyOpt = None,
+) -> None:
+    """Give a principal read (or own) access to a stream."""
+    from blockbudget.service.auth import KeyStore, Permission
+
+    client = remote(server, api_key)
+    if client is not None:
+        client.grant(name, stream, permission)
+    else:
+        try:
+            perm = Permission(permission)
+        except ValueError:
+            raise typer.BadParameter(
+                f"permission must be read or own, not {permission!r}"
+            ) from None
+        platform = Platform(home, database_url=database)
+        platform.stream(stream)
+        KeyStore(platform.ledger.engine).grant(name, stream, perm)
+    console.print(f"principal [bold]{name}[/] may now {permission} stream {stream}")
+
+
+# --- demo ----------------------------------------------------------------------------------------
+
+
+@app.command()
+@handle_errors
+def demo(
+    days: Annotated[int, typer.Option(help="How many days of 2013 to stream.")] = 365,
+    home: Annotated[Path, typer.Option(help="Demo folder (recreated).")] = Path("results/demo"),
+) -> None:
+    """Stream the 2013 NYC flights day by day and run DP queries from two contexts."""
+    from blockbudget.demo import run_demo
+
+    run_demo(home=home, days=days, console=console)

@@ -1,0 +1,127 @@
+"""The dashboard's data route: ``GET /v1/dashboard`` (blocks, heatmap, retiring blocks, the
+scheduler queue, the pipeline queue and released models) for one stream the caller may see.
+
+An analyst sees only its streams, its contexts and its own tasks and jobs, and no row counts.
+"""
+
+from typing import Annotated
+
+from fastapi import Depends, FastAPI, Query
+
+from blockbudget.errors import InvalidRequestError
+from blockbudget.platform import BlockView, Platform
+from blockbudget.service import schemas as sc
+from blockbudget.service.access import Authenticator, require_stream, visible_contexts
+from blockbudget.service.auth import Permission, Principal, Role
+from blockbudget.service.dashboard import RETIRING_FRACTION, heatmap
+from blockbudget.service.pipelines import Job, PipelineQueue
+from blockbudget.service.queue import SchedulerQueue
+
+
+def block_out(v: BlockView, *, with_rows: bool) -> sc.BlockOut:
+    """The public form of a block (row counts only ``with_rows``)."""
+    return sc.BlockOut(
+        block_id=v.block_id,
+        key=v.key,
+        sealed=v.sealed,
+        retired=v.retired,
+        remaining_fraction=v.remaining_fraction,
+        remaining=v.remaining,
+        rows=v.rows if with_rows else None,
+    )
+
+
+def register_dashboard_routes(
+    app: FastAPI,
+    *,
+    platform: Platform,
+    pipelines: PipelineQueue,
+    tasks: SchedulerQueue,
+    authenticate: Authenticator,
+) -> None:
+    """Add ``GET /v1/dashboard`` to ``app``."""
+    Auth = Annotated[Principal, Depends(authenticate)]
+
+    @app.get("/v1/dashboard", tags=["dashboard"])
+    def dashboard_data(
+        me: Auth,
+        stream: Annotated[str | None, Query(max_length=256)] = None,
+        buckets: Annotated[int, Query(ge=1, le=200)] = 24,
+    ) -> sc.DashboardOut:
+        def may_see(job: Job) -> bool:
+            return me.role is Role.ADMIN or job.owner == me.name
+
+        names = [s.name for s in platform.streams()]
+        if me.role is not Role.ADMIN:
+            names = [n for n in names if me.permission(n) is not None]
+        if stream is None:
+            if not names:
+                raise InvalidRequestError("no stream is visible to this principal")
+            stream = names[0]
+        perm = require_stream(me, stream)
+        spec = platform.stream(stream)
+        ctxs = visible_contexts(me, platform.contexts())
+        views = platform.blocks(stream, contexts=ctxs)
+        with_rows = me.role is Role.ADMIN or perm is Permission.OWN
+        hm = heatmap(
+            platform.ledger.events(),
+            blocks=[v.block_id for v in views],
+            contexts=ctxs,
+            filter_=platform.filter(stream),
+            buckets=buckets,
+        )
+        retiring = [
+            v.block_id
+            for v in views
+            if not v.retired
+            and ctxs
+            and all(v.remaining_fraction[c] <= RETIRING_FRACTION for c in ctxs)
+        ]
+        return sc.DashboardOut(
+            stream=stream,
+            streams=names,
+            policy={"epsilon": str(spec.policy.epsilon), "delta": str(spec.policy.delta)},
+            blocks=[block_out(v, with_rows=with_rows) for v in views],
+            retiring=retiring,
+            heatmap=sc.HeatmapOut(
+                blocks=list(hm.blocks),
+                retired=list(hm.retired),
+                retired_at=hm.retired_at,
+                times=list(hm.times),
+                contexts=hm.cells,
+            ),
+            extras={
+                "scheduler_queue": [
+                    {
+                        "task": t.id[:12],
+                        "principal": t.principal,
+                        "context": t.context,
+                        "demand": f"ε={t.demand.epsilon}, δ={t.demand.delta}",
+                        "blocks": len(t.blocks),
+                        "state": t.state.value,
+                        "grant": t.reservation_id or "-",
+                        "note": t.note or "-",
+                    }
+                    for t in tasks.tasks(
+                        stream=stream, principal=None if me.role is Role.ADMIN else me.name
+                    )[-200:]
+                ],
+                "pipelines": [
+                    {
+                        "job": j.id,
+                        "owner": j.owner,
+                        "kind": j.kind,
+                        "context": j.context,
+                        "state": j.state,
+                        "outcomes": " ".join(a["outcome"] for a in j.attempts) or "-",
+                    }
+                    for j in pipelines.jobs(may_see)
+                    if j.stream == stream
+                ],
+                "released_models": [
+                    {"job": j.id, "kind": j.kind, "model": j.model or ""}
+                    for j in pipelines.jobs(may_see)
+                    if j.stream == stream and j.state == "accepted"
+                ],
+            },
+        )
