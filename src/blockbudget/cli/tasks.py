@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
+from rich.table import Column, Table
 
 from blockbudget.cli.common import KeyOpt, ServerOpt, app, console, handle_errors, remote
 from blockbudget.service.client import ServiceClient
@@ -66,14 +66,14 @@ def task_list(
     with _client(server, api_key) as client:
         queue = client.tasks(stream, state)
     table = Table(
-        "task",
+        Column("task", no_wrap=True),
         "principal",
         "stream",
         "context",
         "ε",
         "δ",
         "blocks",
-        "state",
+        Column("state", no_wrap=True),
         "grant",
         title=f"scheduler queue ({queue['scheduler']})",
     )
