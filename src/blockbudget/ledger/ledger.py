@@ -19,32 +19,33 @@ in the same transaction; :meth:`Ledger.verify` replays the log from scratch.
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
 import json
 import math
 import time
-import uuid
-from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar, cast
 
 from sqlalchemy import Connection, Engine
 
 from blockbudget.accounting import Accounting, make_filter
-from blockbudget.budget import Budget, Cost, RdpCurve
+from blockbudget.budget import Budget, Cost
 from blockbudget.errors import (
     AuditError,
     BlockBudgetError,
-    InternalError,
     InvalidBudgetError,
     InvalidRequestError,
 )
 from blockbudget.ledger import operations as ops
 from blockbudget.ledger import reads
-from blockbudget.ledger.audit import canonical_json, chain_tip
-from blockbudget.ledger.db import open_engine, run_transaction
+from blockbudget.ledger.db import open_engine
 from blockbudget.ledger.group import GroupCommitter
+from blockbudget.ledger.requests import (
+    block_ids,
+    check_cost,
+    cost_key,
+    fingerprint_of,
+    name_of,
+    ttl_of,
+)
 from blockbudget.ledger.schema import SCHEMA_VERSION, create_schema
 from blockbudget.ledger.txn import BlockCatalog, DuplicateRequest, WriteTx
 from blockbudget.ledger.types import (
@@ -65,13 +66,10 @@ from blockbudget.ledger.types import (
     validate_context_name,
 )
 from blockbudget.ledger.verify import verify_ledger
-
-T = TypeVar("T")
-
-_MAX_ID_LENGTH = 512
+from blockbudget.ledger.writes import WriteRunner
 
 
-class Ledger:
+class Ledger(WriteRunner):
     """Durable per-block, per-context privacy budgets with reservations and an audit log.
 
     Args:
@@ -200,7 +198,7 @@ class Ledger:
                 f"a context's description is at most {MAX_CONTEXT_DESCRIPTION} characters, "
                 f"got {len(description)}"
             )
-        fp = _fingerprint(Operation.ADD_CONTEXT, name=name, description=description)
+        fp = fingerprint_of(Operation.ADD_CONTEXT, name=name, description=description)
 
         def body(tx: WriteTx) -> tuple[ContextInfo, str]:
             info = ops.add_context(tx, name, description)
@@ -237,8 +235,8 @@ class Ledger:
             InvalidRequestError: bad ids, or a block already registered with other parameters.
             InvalidBudgetError: a capacity the accounting rule cannot use.
         """
-        ids = _block_ids(blocks, sort=False)
-        stream = _name(stream, what="stream")
+        ids = block_ids(blocks, sort=False)
+        stream = name_of(stream, what="stream")
         if not isinstance(accounting, Accounting):
             raise InvalidRequestError(f"accounting must be an Accounting, got {accounting!r}")
         if not isinstance(capacity, Budget):
@@ -260,7 +258,7 @@ class Ledger:
             )
             for b in ids
         ]
-        fp = _fingerprint(
+        fp = fingerprint_of(
             Operation.ADD_BLOCKS,
             blocks=sorted(ids),
             stream=stream,
@@ -300,16 +298,16 @@ class Ledger:
                 ttl <= 0, or a request id already used with other arguments.
             InvalidBudgetError: a cost kind that a block's filter cannot account.
         """
-        ids = _block_ids(blocks)
-        _check_cost(cost)
+        ids = block_ids(blocks)
+        check_cost(cost)
         context = validate_context_name(context)
         if holder is not None and not isinstance(holder, str):
             raise InvalidRequestError(f"holder must be a string or None, got {holder!r}")
-        ttl = _ttl(ttl_seconds)
-        fp = _fingerprint(
+        ttl = ttl_of(ttl_seconds)
+        fp = fingerprint_of(
             Operation.RESERVE,
             blocks=list(ids),
-            cost=_cost_key(cost),
+            cost=cost_key(cost),
             context=context,
             holder=holder,
             ttl=repr(ttl),
@@ -369,32 +367,8 @@ class Ledger:
         """:meth:`charge` for an asyncio event loop: with group commit the loop awaits the
         batch's commit without holding a thread; without it the charge runs in a worker
         thread. Same checks, same guarantees, same errors."""
-        if self._group is None:
-            return await asyncio.to_thread(
-                self.charge,
-                blocks,
-                cost,
-                context=context,
-                request_id=request_id,
-                reservation_id=reservation_id,
-            )
         fp, body = self._charge_parts(blocks, cost, context, reservation_id)
-        given = request_id is not None
-        rid = _name(request_id, what="request_id") if given else f"req-{uuid.uuid4().hex}"
-        fn = self._write_fn(Operation.CHARGE, rid, given, fp, body)
-        try:
-            return cast(Charge, await asyncio.wrap_future(self._group.submit_nowait(fn)))
-        except DuplicateRequest:
-            record = await asyncio.to_thread(self.request, rid)
-            if record is None:  # pragma: no cover - the row existed a moment ago
-                raise InternalError(f"request {rid!r} vanished after a duplicate insert") from None
-            return cast(Charge, _replay(record, Operation.CHARGE, fp))
-        except BlockBudgetError:
-            if given:
-                record = await asyncio.to_thread(self.request, rid)
-                if record is not None:
-                    return cast(Charge, _replay(record, Operation.CHARGE, fp))
-            raise
+        return await self._write_async(Operation.CHARGE, request_id, fp, body)
 
     def _charge_parts(
         self,
@@ -404,16 +378,16 @@ class Ledger:
         reservation_id: str | None,
     ) -> tuple[str, Callable[[WriteTx], tuple[Charge, str]]]:
         """Validate a charge's arguments; its fingerprint and transaction body."""
-        ids = _block_ids(blocks)
-        _check_cost(cost)
+        ids = block_ids(blocks)
+        check_cost(cost)
         if context is not None:
             context = validate_context_name(context)
         if reservation_id is not None:
-            reservation_id = _name(reservation_id, what="reservation_id")
-        fp = _fingerprint(
+            reservation_id = name_of(reservation_id, what="reservation_id")
+        fp = fingerprint_of(
             Operation.CHARGE,
             blocks=list(ids),
-            cost=_cost_key(cost),
+            cost=cost_key(cost),
             context=context,
             reservation_id=reservation_id,
         )
@@ -431,8 +405,8 @@ class Ledger:
             ReservationError: the reservation is already closed or expired.
             UnknownBlockError: no reservation has this id.
         """
-        reservation_id = _name(reservation_id, what="reservation_id")
-        fp = _fingerprint(Operation.RELEASE, reservation_id=reservation_id)
+        reservation_id = name_of(reservation_id, what="reservation_id")
+        fp = fingerprint_of(Operation.RELEASE, reservation_id=reservation_id)
 
         def body(tx: WriteTx) -> tuple[Reservation, str]:
             res = ops.release(tx, reservation_id)
@@ -475,10 +449,10 @@ class Ledger:
         Returns:
             The blocks' registrations, retired, in the order given.
         """
-        ids = _block_ids(blocks, sort=False)
+        ids = block_ids(blocks, sort=False)
         if not isinstance(reason, str):
             raise InvalidRequestError(f"reason must be a string, got {reason!r}")
-        fp = _fingerprint(Operation.RETIRE, blocks=sorted(ids), reason=reason)
+        fp = fingerprint_of(Operation.RETIRE, blocks=sorted(ids), reason=reason)
 
         def body(tx: WriteTx) -> tuple[tuple[BlockInfo, ...], str]:
             out = ops.retire(tx, ids, reason=reason)
@@ -497,7 +471,7 @@ class Ledger:
             UnknownContextError: the context is not registered.
             InvalidRequestError: a malformed context name.
         """
-        block = _name(block, what="block id")
+        block = name_of(block, what="block id")
         context = validate_context_name(context)
         return self._run(lambda c: reads.state(c, self._catalog, block, context), write=False)
 
@@ -576,159 +550,3 @@ class Ledger:
                 f"{report.events} events): {shown}{more}"
             )
         return report
-
-    # --- machinery ---------------------------------------------------------------------------
-
-    def _now(self, now: float | None = None) -> float:
-        return float(self._clock() if now is None else now)
-
-    def _run(self, fn: Callable[[Connection], T], *, write: bool) -> T:
-        return run_transaction(self._engine, fn, write=write, attempts=self._attempts)
-
-    def _write_fn(
-        self,
-        operation: Operation,
-        rid: str,
-        given: bool,
-        fingerprint: str,
-        body: Callable[[WriteTx], tuple[T, str]],
-    ) -> Callable[[Connection], T]:
-        """The transaction function of one write: lock, run ``body``, record the request."""
-
-        def fn(conn: Connection) -> T:
-            tx = WriteTx(conn, self._catalog, now=self._now(), request_id=rid)
-            try:
-                tx.lock_head()
-                result, result_json = body(tx)
-                if tx.events:
-                    raise InternalError("an operation queued events it did not flush")
-                if tx.last_seq is not None or given:
-                    seq = tx.last_seq if tx.last_seq is not None else chain_tip(tx.sql)[0]
-                    tx.record_request(rid, operation, fingerprint, result_json, seq)
-                return result
-            finally:
-                tx.sql.close()
-
-        return fn
-
-    def _write(
-        self,
-        operation: Operation,
-        request_id: str | None,
-        fingerprint: str,
-        body: Callable[[WriteTx], tuple[T, str]],
-    ) -> T:
-        """Run ``body`` in a write transaction, record the request, handle replays.
-
-        The request row is inserted last, in the same transaction: a duplicate id makes the
-        insert fail, the transaction roll back, and the stored result is returned (same
-        arguments) or InvalidRequestError raised (other arguments). When the body itself
-        refuses, a caller-given id is looked up too, so that replaying an acknowledged request
-        returns its result even if it would not fit any more.
-        """
-        given = request_id is not None
-        rid = _name(request_id, what="request_id") if given else f"req-{uuid.uuid4().hex}"
-        fn = self._write_fn(operation, rid, given, fingerprint, body)
-        try:
-            if self._group is not None:
-                return cast(T, self._group.submit(fn))
-            return self._run(fn, write=True)
-        except DuplicateRequest:
-            record = self.request(rid)
-            if record is None:  # pragma: no cover - the row existed a moment ago
-                raise InternalError(f"request {rid!r} vanished after a duplicate insert") from None
-            return cast(T, _replay(record, operation, fingerprint))
-        except BlockBudgetError:
-            if given:
-                record = self.request(rid)
-                if record is not None:
-                    return cast(T, _replay(record, operation, fingerprint))
-            raise
-
-
-# --- validation and fingerprints ------------------------------------------------------------
-
-
-def _name(value: Any, *, what: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidRequestError(f"{what} must be a non-empty string, got {value!r}")
-    if len(value) > _MAX_ID_LENGTH:
-        raise InvalidRequestError(
-            f"{what} must be at most {_MAX_ID_LENGTH} characters, got {len(value)}"
-        )
-    return value
-
-
-def _block_ids(blocks: Iterable[str], *, sort: bool = True) -> tuple[str, ...]:
-    if isinstance(blocks, (str, bytes)):
-        raise InvalidRequestError(
-            f"blocks must be a collection of block ids, not one string ({blocks!r})"
-        )
-    try:
-        items = list(blocks)
-    except TypeError as exc:
-        raise InvalidRequestError(f"blocks must be a collection of block ids: {exc}") from exc
-    if not items:
-        raise InvalidRequestError("a request must name at least one block; got none")
-    ids = [_name(b, what="block id") for b in items]
-    dupes = sorted(b for b, n in Counter(ids).items() if n > 1)
-    if dupes:
-        raise InvalidRequestError(
-            f"a request may name each block once; duplicated: {', '.join(map(repr, dupes))}"
-        )
-    return tuple(sorted(ids)) if sort else tuple(ids)
-
-
-def _check_cost(cost: object) -> None:
-    if not isinstance(cost, (Budget, RdpCurve)):
-        raise InvalidBudgetError(
-            f"a cost must be a Budget or an RdpCurve, got {type(cost).__name__}"
-        )
-
-
-def _ttl(ttl_seconds: float) -> float:
-    if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, (int, float)):
-        raise InvalidRequestError(f"ttl_seconds must be a number, got {ttl_seconds!r}")
-    ttl = float(ttl_seconds)
-    if not (ttl > 0 and math.isfinite(ttl)):
-        raise InvalidRequestError(f"ttl_seconds must be finite and > 0, got {ttl_seconds!r}")
-    return ttl
-
-
-_COST_KEYS: dict[Cost, list[str]] = {}
-
-
-def _cost_key(cost: Cost) -> list[str]:
-    """Canonical text of a cost's value for fingerprints (equal values, equal text)."""
-    key = _COST_KEYS.get(cost)
-    if key is None:
-        if isinstance(cost, Budget):
-            key = ["budget", decimal_text(cost.epsilon), decimal_text(cost.delta)]
-        else:
-            key = ["rdp", *(decimal_text(v) if v.is_finite() else "inf" for v in cost.epsilons)]
-        if len(_COST_KEYS) >= 1024:
-            _COST_KEYS.clear()
-        _COST_KEYS[cost] = key
-    return key
-
-
-def _fingerprint(operation: Operation, **args: Any) -> str:
-    text = canonical_json({"op": operation.value, **args})
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _replay(record: RequestRecord, operation: Operation, fingerprint: str) -> Any:
-    if record.operation is not operation or record.fingerprint != fingerprint:
-        raise InvalidRequestError(
-            f"request id {record.request_id!r} was already used for a "
-            f"{record.operation.value} with other arguments; a request id names exactly one "
-            "request — retry with the same arguments or use a new id"
-        )
-    data = json.loads(record.result_json)
-    if operation is Operation.ADD_CONTEXT:
-        return ContextInfo.from_json(data)
-    if operation in (Operation.ADD_BLOCKS, Operation.RETIRE):
-        return tuple(BlockInfo.from_json(d) for d in data)
-    if operation in (Operation.RESERVE, Operation.RELEASE):
-        return Reservation.from_json(data)
-    return Charge.from_json(data)
