@@ -28,6 +28,7 @@ from blockbudget.training.bounds import (
     laplace_one_sided,
     laplace_two_sided,
 )
+from blockbudget.training.pipeline import split_frame, split_rows
 from blockbudget.training.tasks import Granularity, year_frame
 
 
@@ -47,8 +48,31 @@ def test_regression_pipeline_splits_its_budget_and_charges_each_stage(month: obj
     assert src.draws[0][1] == Budget(epsilon=Decimal("0.5"), delta=1e-6)
     assert src.draws[1][1] == Budget(epsilon=Decimal("0.5"))
     assert src.spent == Budget(epsilon=1.0, delta=1e-6)
-    assert run.n_test == pytest.approx(0.1 * (run.n_train + run.n_test), abs=1)
+    total = run.n_train + run.n_test
+    assert abs(run.n_test - 0.1 * total) < 5 * math.sqrt(0.09 * total)  # per-row coin, 10%
     assert run.validation.outcome is Outcome.ACCEPT  # a month of flights: bound ≈ 0.022 < 0.03
+
+
+def test_the_split_of_a_neighbor_differs_only_in_the_changed_row(month: object) -> None:
+    """Each row's side depends on that row alone: removing one row moves no other row, so
+    each split of a neighboring window is a neighbor of the split (parallel composition)."""
+    frame = month  # type: ignore[assignment]
+    train, test = split_frame(frame, test_fraction=0.1, seed=7)
+    assert len(train) + len(test) == len(frame) and not set(train) & set(test)
+    drop = int(test[3])
+    smaller = frame.drop(index=drop).reset_index(drop=True)
+    train2, test2 = split_frame(smaller, test_fraction=0.1, seed=7)
+    kept = np.delete(np.arange(len(frame)), drop)
+    assert np.array_equal(kept[train2], train) and np.array_equal(kept[test2], test[test != drop])
+    # the permutation split (simulations only) reshuffles almost every row for the same change
+    _, perm_test = split_rows(len(frame), test_fraction=0.1, seed=7)
+    _, perm_test2 = split_rows(len(frame) - 1, test_fraction=0.1, seed=7)
+    assert len(set(perm_test) & set(kept[perm_test2])) < 0.5 * len(perm_test)
+    # the seed matters, and the fraction is checked
+    assert not np.array_equal(split_frame(frame, test_fraction=0.1, seed=8)[1], test)
+    for bad in (0.0, 1.0, float("nan"), True):
+        with pytest.raises(InvalidRequestError, match="test_fraction"):
+            split_frame(frame, test_fraction=bad, seed=7)
 
 
 def test_a_refused_stage_stops_the_pipeline(month: object) -> None:

@@ -9,8 +9,13 @@ iteration, splits the budget with its :class:`BudgetSplit`, and calls the three 
 which draws its share from the source before releasing anything. The validation is pure
 (ε, 0)-DP (App. B); δ goes to preprocessing and training.
 
-Rows are split into training and test sets by a seeded permutation (public randomness, 90::10
-by default as in seed 004 §5); the model sees the training rows, the ACCEPT test the test rows.
+Rows are split into training and test sets (90::10 by default as in seed 004 §5) by
+:func:`split_frame`: each row's side is a seeded hash of **that row alone**, so adding or removing
+one row moves no other row between the splits. This is what makes the stages' guarantees hold on
+the whole window: the model sees the training rows, the ACCEPT test the test rows, and a neighbor
+of the window is a neighbor of each split (App. B.1 "DP Guarantee" runs ACCEPT and REJECT on
+disjoint splits in parallel). A seeded permutation of ``range(n)`` (:func:`split_rows`) does not
+have this property — one extra row reshuffles every assignment — so it is for simulations only.
 """
 
 from __future__ import annotations
@@ -115,12 +120,66 @@ class PipelineRun:
 
 
 def split_rows(n: int, *, test_fraction: float, seed: int) -> tuple[NDArray[Any], NDArray[Any]]:
-    """A seeded (public) split of ``n`` row indices into train and test."""
-    if not (0.0 < test_fraction < 1.0):
-        raise InvalidRequestError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+    """A seeded split of ``n`` row indices into train and test, for simulations only.
+
+    The split depends on ``n``, so a neighboring dataset (one row more or less) is split
+    differently everywhere: DP pipelines use :func:`split_frame` instead.
+    """
+    _check_fraction(test_fraction)
     order = np.random.default_rng(seed).permutation(n)
     n_test = round(n * test_fraction)
     return np.sort(order[n_test:]), np.sort(order[:n_test])
+
+
+def _check_fraction(test_fraction: float) -> None:
+    if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)):
+        raise InvalidRequestError(
+            f"test_fraction must be a number in (0, 1), got {test_fraction!r}"
+        )
+    if not (0.0 < test_fraction < 1.0):
+        raise InvalidRequestError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+def row_uniforms(frame: pd.DataFrame, *, seed: int) -> NDArray[np.float64]:
+    """A number in [0, 1) per row that depends only on that row's values and ``seed``.
+
+    pandas' stable row hash (``hash_pandas_object``, no index) mixed with the seed by SplitMix64's
+    finalizer; the top 53 bits give the uniform. Identical rows get identical numbers.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise InvalidRequestError(f"seed must be an int, got {seed!r}")
+    hashed = pd.util.hash_pandas_object(frame, index=False).to_numpy(dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        z = hashed + np.uint64(seed % 2**64) * _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * _MIX1
+        z = (z ^ (z >> np.uint64(27))) * _MIX2
+        z = z ^ (z >> np.uint64(31))
+    out: NDArray[np.float64] = (z >> np.uint64(11)).astype(np.float64) / float(2**53)
+    return out
+
+
+def split_frame(
+    frame: pd.DataFrame, *, test_fraction: float, seed: int
+) -> tuple[NDArray[Any], NDArray[Any]]:
+    """Positions of the train and test rows of ``frame``, each row placed by its own hash.
+
+    A row is a test row when :func:`row_uniforms` gives it a number below ``test_fraction``, so
+    the split of a neighboring frame (one row added or removed) differs only in that row: each
+    split of a neighbor is a neighbor of the split (or the same), and the ACCEPT and REJECT
+    tests run on disjoint rows in parallel (seed 004 App. B.1 "DP Guarantee").
+
+    Raises:
+        InvalidRequestError: ``test_fraction`` outside (0, 1) or a non-integer seed.
+    """
+    _check_fraction(test_fraction)
+    is_test = row_uniforms(frame, seed=seed) < test_fraction
+    positions = np.arange(len(frame))
+    return positions[~is_test], positions[is_test]
 
 
 class Pipeline(ABC):
