@@ -54,16 +54,20 @@ def test_adassp_is_noisier_at_small_epsilon_and_charges_its_budget() -> None:
 def test_adassp_rdp_cost_is_the_three_gaussian_curves() -> None:
     x, y, _ = linear_data(1000, 4)
     src = MeteredSource(Accounting.RDP)
-    AdaSSPRegressor(x_bound=1.0, y_bound=1.0).fit(
+    model = AdaSSPRegressor(x_bound=2.0, y_bound=0.5).fit(
         src, x, y, epsilon=0.9, delta=3e-6, noise=SeededNoise(5)
     )
-    # each part is calibrated for (ε/3, δ/3): two with sensitivity B_X² = 1, one with B_X·B_Y = 1
-    sigma = analytic_gaussian_sigma(epsilon=0.3, delta=1e-6, sensitivity=1.0)
+    # each release is calibrated for (ε/3, δ/3) with its own L2 sensitivity (Wang 2018 Alg. 2):
+    # λ_min(XᵀX) and XᵀX move by at most B_X² = 4 when a row is added, Xᵀy by B_X·B_Y = 1
+    sig_xx = analytic_gaussian_sigma(epsilon=0.3, delta=1e-6, sensitivity=4.0)
+    sig_xy = analytic_gaussian_sigma(epsilon=0.3, delta=1e-6, sensitivity=1.0)
+    assert sig_xx == pytest.approx(4 * sig_xy)
     expected = (
-        RdpCurve.gaussian(sigma=sigma)
-        + RdpCurve.gaussian(sigma=sigma)
-        + RdpCurve.gaussian(sigma=sigma)
+        RdpCurve.gaussian(sigma=sig_xx, sensitivity=4.0)
+        + RdpCurve.gaussian(sigma=sig_xx, sensitivity=4.0)
+        + RdpCurve.gaussian(sigma=sig_xy)
     )
+    assert model.cost_ == src.spent
     assert isinstance(src.spent, RdpCurve)
     for got, want in zip(src.spent.as_floats(), expected.as_floats(), strict=True):
         assert got == pytest.approx(want, rel=1e-6)
