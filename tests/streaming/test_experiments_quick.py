@@ -92,3 +92,17 @@ def test_benchmark_quick_prints_json_lines() -> None:
     assert [x["domain"] for x in slots] == [100, 1000]
     assert all(x["dpi_slot_ms"] > 0 and x["baseline_ms"] > 0 for x in slots)
     assert lines[-1]["kind"] == "summary"
+
+
+def test_horizon_experiment_spends_more_of_epsilon(tmp_path: Path) -> None:
+    rows = _run("dpi-horizon", tmp_path)
+    by = {(r["stream"], r["parameters"]): r for r in rows}
+    for name in ("flights", "covid"):
+        paper, aware = by[(name, "paper ζ=0.2, Λ=2T/ε")], by[(name, "for_horizon(T)")]
+        assert paper["spent"] <= 10.0 and aware["spent"] <= 10.0
+        assert aware["spent"] > 1.5 * paper["spent"]  # the horizon gets most of ε
+        assert aware["median_epsilon_t"] > paper["median_epsilon_t"]
+        assert aware["median_resolution"] == pytest.approx(
+            2 * (2 / aware["min_users"]) / (aware["median_epsilon_t"] / 2)
+        )
+        assert aware["kl_ratio"] <= 1.05  # never much worse than uniform

@@ -166,3 +166,47 @@ def test_rba_over_a_seed_003_sequence_stays_within_its_total() -> None:
     assert acc.spent <= Decimal(1)
     with pytest.raises(InvalidRequestError, match="used"):
         rba.next()
+
+
+@pytest.mark.parametrize(("epsilon", "slots"), [(0.5, 102), (2.0, 365), (10.0, 365)])
+def test_for_horizon_spends_most_of_epsilon_within_the_horizon(epsilon: float, slots: int) -> None:
+    """DPIConfig.for_horizon (ζ with the series' knee at T, Λ = T/(4ε)) spends most of ε in T
+    slots, far more than the paper's ζ = 0.2 with Λ = 2T/ε, and never more than ε."""
+    from blockbudget.streaming import DPIConfig
+
+    config = DPIConfig.for_horizon(epsilon=epsilon, slots=slots)
+    assert config.rate == slots / (4 * epsilon)
+    series = DPISeries(epsilon=epsilon, mu=config.mu, zeta=config.zeta)
+    assert series.ratio == pytest.approx(1 - 1 / slots, rel=1e-9)  # the knee at T
+    assert series.total <= epsilon
+    spent, paper = [], []
+    for seed in range(3):
+        alloc = RandomBudgetAllocation(series, rate=config.rate, rng=np.random.default_rng(seed))
+        spent.append(sum(alloc.next().epsilon for _ in range(slots)))
+        base = RandomBudgetAllocation(
+            DPISeries(epsilon=epsilon, mu=0.5, zeta=0.2),
+            rate=2 * slots / epsilon,
+            rng=np.random.default_rng(seed),
+        )
+        paper.append(sum(base.next().epsilon for _ in range(slots)))
+    assert all(0.6 * epsilon < s <= epsilon for s in spent)
+    assert min(spent) > 1.5 * max(paper)
+
+
+def test_for_horizon_rejects_bad_input_and_keeps_overrides() -> None:
+    from blockbudget.streaming import DPIConfig, Horizon
+    from blockbudget.streaming.series import zeta_for_horizon
+
+    for bad in (1, 365.0, True):
+        with pytest.raises(InvalidRequestError, match="horizon"):
+            DPIConfig.for_horizon(epsilon=2.0, slots=bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequestError, match="epsilon"):
+        zeta_for_horizon(epsilon=0.0, slots=10, mu=0.5)
+    c = DPIConfig.for_horizon(epsilon=2.0, slots=100, zeta=0.3, horizon=Horizon.ACCUMULATIVE)
+    assert c.zeta == 0.3 and c.rate == 12.5 and c.horizon is Horizon.ACCUMULATIVE
+    with pytest.raises(InvalidRequestError, match="Horizon"):
+        DPIConfig(epsilon=1.0, horizon="accumulative")  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequestError, match="AllocationKind"):
+        DPIConfig(epsilon=1.0, allocation="ranges")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        DPIConfig(1.0)  # type: ignore[misc]

@@ -204,3 +204,30 @@ class DPISeries:
             cached = -self.terms(np.arange(1, (1 << 20) + 1, dtype=np.int64))
             object.__setattr__(self, "_cache", cached)
         return cached
+
+
+def zeta_for_horizon(*, epsilon: float, slots: int, mu: float, sensitivity: float = 2.0) -> float:
+    """The decay rate ζ whose series (Thm 5.4) has its knee at an expected horizon of ``slots``.
+
+    ``ε_t = C·(1 − r^t)/t²`` behaves like ``C·(1 − r)/t`` while ``t ≲ 1/(1 − r)`` and like ``C/t²``
+    after, so the first ``1/(1 − r)`` slots share the budget roughly harmonically and the rest get
+    only a tail of about ``C/t``. Putting the knee at the horizon, ``1 − r = 1/T``, and solving
+    Eq. 10–12 for the scale, ``C = ε/(π²/6 − Li₂(1 − 1/T))``, gives ``ζ = Δ_Q/(μ·C)``. Only the
+    shape of the series changes: it still sums to ε (the accountant enforces that whatever ζ is).
+
+    With the paper's default ζ = 0.2 (C = 20 for μ = 0.5) a 365-slot stream at ε = 10 spends most
+    of ε in its first few terms (ε_1 = 3.3) and a typical slot gets ≈ 5·10⁻⁴; with the knee at 365,
+    ε_1 = 1.45 and a typical slot gets ≈ 6·10⁻³ (see ``docs/results-dpi.md``).
+
+    Raises:
+        InvalidRequestError: ε, μ or Δ_Q not finite and > 0, or slots not an int >= 2.
+    """
+    for name, value in (("epsilon", epsilon), ("mu", mu), ("sensitivity", sensitivity)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InvalidRequestError(f"{name} must be a number, got {type(value).__name__}")
+        if not math.isfinite(value) or value <= 0:
+            raise InvalidRequestError(f"{name} must be finite and > 0, got {value!r}")
+    if isinstance(slots, bool) or not isinstance(slots, int) or slots < 2:
+        raise InvalidRequestError(f"the expected horizon must be an int >= 2 slots, got {slots!r}")
+    scale = epsilon / (PI2_6 - dilog(1.0 - 1.0 / slots))
+    return sensitivity / (mu * scale)
