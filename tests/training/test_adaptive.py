@@ -86,6 +86,9 @@ def test_reject_and_timeout_end_the_search() -> None:
     assert capped.status is Status.TIMED_OUT and capped.window == 2
     with pytest.raises(InvalidRequestError, match="epsilon0"):
         AdaptiveConfig(epsilon0=2.0, max_epsilon=1.0)
+    for bad in (True, "3", 1):  # not an int, or below min_window
+        with pytest.raises(InvalidRequestError, match="max_window"):
+            AdaptiveConfig(min_window=2, max_window=bad)  # type: ignore[arg-type]
 
 
 def test_a_pipeline_is_accepted_on_the_platform_and_charged_per_block(platform: Platform) -> None:

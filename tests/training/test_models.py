@@ -13,7 +13,7 @@ from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget, RdpCurve
 from blockbudget.errors import DataError, InvalidRequestError, ReservationError
 from blockbudget.mechanisms import SeededNoise, analytic_gaussian_sigma
-from blockbudget.training import AdaSSPRegressor, DPSGDModel, MeteredSource, Task
+from blockbudget.training import AdaSSPRegressor, DPSGDModel, LogisticDPSGD, MeteredSource, Task
 from blockbudget.training.adassp import ols
 from blockbudget.training.dpsgd import plan_dpsgd
 
@@ -148,3 +148,32 @@ def test_dpsgd_regressor_predicts_values() -> None:
         ).fit(MeteredSource(), x, y, epsilon=8, delta=1e-5)
     mse = float(np.mean((m.predict(x) - y) ** 2))
     assert mse < float(np.var(y)) and math.isfinite(mse)
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda: AdaSSPRegressor(rho="x"), "rho"),
+        (lambda: AdaSSPRegressor(x_bound=True), "x_bound"),
+        (lambda: AdaSSPRegressor(y_bound=math.inf), "y_bound"),
+        (lambda: DPSGDModel(batch_size=0), "batch_size"),
+        (lambda: DPSGDModel(epochs=0), "epochs"),
+        (lambda: DPSGDModel(hidden=(True,)), "hidden"),
+        (lambda: DPSGDModel(hidden=[8]), "hidden"),  # type: ignore[arg-type]
+        (lambda: DPSGDModel(momentum=1.0), "momentum"),
+        (lambda: DPSGDModel(learning_rate="fast"), "learning_rate"),
+        (lambda: DPSGDModel(n_classes=1), "n_classes"),
+        (lambda: LogisticDPSGD(batch_size="a"), "batch_size"),
+        (lambda: LogisticDPSGD(max_grad_norm=0.0), "max_grad_norm"),
+    ],
+)
+def test_bad_model_settings_are_refused_on_construction(make: object, match: str) -> None:
+    with pytest.raises(InvalidRequestError, match=match):
+        make()  # type: ignore[operator]
+
+
+def test_predict_refuses_a_design_of_the_wrong_width() -> None:
+    x, y, _ = linear_data(200, 10)
+    model = AdaSSPRegressor().fit(MeteredSource(), x, y, epsilon=1, delta=1e-6)
+    with pytest.raises(DataError, match="4 columns"):
+        model.predict(x[:, :2])

@@ -37,6 +37,7 @@ from blockbudget.budget import Budget, Number
 from blockbudget.errors import BudgetExceededError, InternalError, InvalidRequestError
 from blockbudget.mechanisms.calibration import exact_delta, exact_epsilon
 from blockbudget.training.bounds import check_probability
+from blockbudget.training.checks import check_int
 from blockbudget.training.validation import Outcome
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -91,8 +92,8 @@ class AdaptiveConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidRequestError(f"{name} must be an int >= 1, got {value!r}")
-        if self.max_window is not None and self.max_window < self.min_window:
-            raise InvalidRequestError("max_window must be >= min_window")
+        if self.max_window is not None:
+            check_int(self.max_window, name="max_window", low=self.min_window)
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from blockbudget.mechanisms.calibration import (
 from blockbudget.mechanisms.noise import NoiseKind, NoiseSource, resolve_noise
 from blockbudget.mechanisms.results import Perturbation
 from blockbudget.mechanisms.source import BudgetSource, draw_then_perturb, price, source_accounting
+from blockbudget.training.checks import check_number
 
 FloatMatrix = NDArray[np.float64]
 
@@ -83,15 +84,17 @@ class AdaSSPRegressor:
     secure_noise_: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
-        for name in ("x_bound", "y_bound"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
-                raise InvalidRequestError(f"{name} must be finite and > 0, got {value!r}")
-        if not (0.0 < self.rho < 1.0):
-            raise InvalidRequestError(f"rho must be in (0, 1), got {self.rho!r}")
+        check_number(self.x_bound, name="x_bound")
+        check_number(self.y_bound, name="y_bound")
+        check_number(self.rho, name="rho", high=1.0, high_open=True)
+        if not isinstance(self.fit_intercept, bool):
+            raise InvalidRequestError(f"fit_intercept must be a bool, got {self.fit_intercept!r}")
 
     def _design(self, x: Any) -> FloatMatrix:
-        arr = np.asarray(x, dtype=np.float64)
+        try:
+            arr = np.asarray(x, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"X must be numeric: {exc}") from exc
         if arr.ndim != 2:
             raise DataError(f"X must be a 2-D array, got shape {arr.shape}")
         if not np.all(np.isfinite(arr)):
@@ -190,6 +193,9 @@ class AdaSSPRegressor:
         if not hasattr(self, "coef_"):
             raise InvalidRequestError("fit the model before predict")
         arr = np.asarray(x, dtype=np.float64)
+        width = self.coef_.size
+        if arr.ndim != 2 or arr.shape[1] != width:
+            raise DataError(f"X must be a 2-D array with {width} columns, got shape {arr.shape}")
         if self.fit_intercept:
             arr = clip_rows(arr, self.x_bound / math.sqrt(2.0))
         else:

@@ -33,6 +33,7 @@ from blockbudget.budget import Budget, Cost, Number, RdpCurve
 from blockbudget.errors import DataError, InternalError, InvalidBudgetError, InvalidRequestError
 from blockbudget.mechanisms.calibration import exact_delta, exact_epsilon
 from blockbudget.mechanisms.source import BudgetSource, source_accounting
+from blockbudget.training.checks import check_int, check_number
 
 #: RDP orders for planning σ: Opacus' default grid stops at 63, where ln(1/δ)/62 already
 #: exceeds small targets (ε < 0.22 at δ = 1e-6 is unreachable); this one goes to 8192.
@@ -153,12 +154,17 @@ class DPSGDModel:
     def __post_init__(self) -> None:
         if not isinstance(self.task, Task):
             raise InvalidRequestError(f"task must be a Task, got {self.task!r}")
-        if any((not isinstance(h, int)) or h < 1 for h in self.hidden):
-            raise InvalidRequestError(f"hidden widths must be ints >= 1, got {self.hidden!r}")
-        if self.task is Task.CLASSIFICATION and self.n_classes < 2:
-            raise InvalidRequestError(f"n_classes must be >= 2, got {self.n_classes}")
-        if not (self.max_grad_norm > 0 and self.learning_rate > 0):
-            raise InvalidRequestError("max_grad_norm and learning_rate must be > 0")
+        if not isinstance(self.hidden, tuple):
+            raise InvalidRequestError(f"hidden must be a tuple of widths, got {self.hidden!r}")
+        for width in self.hidden:
+            check_int(width, name="hidden width")
+        check_int(self.n_classes, name="n_classes", low=2)
+        check_int(self.epochs, name="epochs")
+        check_int(self.batch_size, name="batch_size")
+        check_int(self.seed, name="seed", low=0)
+        check_number(self.learning_rate, name="learning_rate")
+        check_number(self.max_grad_norm, name="max_grad_norm")
+        check_number(self.momentum, name="momentum", low_open=False, high=1.0, high_open=True)
 
     def _build(self, d: int) -> Any:
         from torch import nn

@@ -24,6 +24,7 @@ from blockbudget.budget import Budget, Cost, Number
 from blockbudget.errors import DataError, InvalidRequestError
 from blockbudget.mechanisms.calibration import exact_delta, exact_epsilon
 from blockbudget.mechanisms.source import BudgetSource, source_accounting
+from blockbudget.training.checks import check_int, check_number
 from blockbudget.training.dpsgd import SgdPlan, plan_dpsgd
 
 
@@ -49,8 +50,12 @@ class LogisticDPSGD:
     secure_noise_: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
-        if not (self.max_grad_norm > 0 and self.learning_rate > 0 and 0 <= self.momentum < 1):
-            raise InvalidRequestError("max_grad_norm, learning_rate > 0 and momentum in [0, 1)")
+        check_int(self.epochs, name="epochs")
+        check_int(self.batch_size, name="batch_size")
+        check_int(self.seed, name="seed", low=0)
+        check_number(self.learning_rate, name="learning_rate")
+        check_number(self.max_grad_norm, name="max_grad_norm")
+        check_number(self.momentum, name="momentum", low_open=False, high=1.0, high_open=True)
 
     def fit(
         self,

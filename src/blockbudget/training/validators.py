@@ -43,7 +43,10 @@ from blockbudget.training.validation import (
 
 
 def _vector(values: Any, *, name: str) -> FloatArray:
-    arr = np.asarray(values, dtype=np.float64).ravel()
+    try:
+        arr = np.asarray(values, dtype=np.float64).ravel()
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"{name} must be numeric: {exc}") from exc
     if arr.size and not np.all(np.isfinite(arr)):
         raise DataError(f"{name} must be finite (drop or clip missing values first)")
     return arr
