@@ -99,3 +99,23 @@ def test_bad_input_is_refused_with_clear_errors() -> None:
         TaskSpec("a", 0.0, Budget(epsilon=0))
     with pytest.raises(InvalidRequestError, match="twice"):
         pool.add_block(BlockSpec("b0", 1.0, Budget(epsilon=1.0)))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"profit": "x"}, "profit must be a finite number"),
+        ({"profit": float("nan")}, "profit"),
+        ({"profit": -1.0}, "profit must be >= 0"),
+        ({"timeout": "x"}, "timeout must be a finite number"),
+        ({"timeout": 0.0}, "timeout must be > 0"),
+        ({"min_blocks": True}, "min_blocks must be an int"),
+        ({"min_blocks": 3, "max_blocks": 2}, "could never be granted"),
+        ({"blocks": "b0"}, "sequence of block ids"),
+        ({"blocks": ("b0",), "min_blocks": 2}, "exceeds the 1 named blocks"),
+        ({"max_blocks": 1.5}, "max_blocks must be an int"),
+    ],
+)
+def test_task_specs_refuse_bad_values_with_the_rule(kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(InvalidRequestError, match=match):
+        TaskSpec("t", 0.0, Budget(epsilon=0.1), **kwargs)  # type: ignore[arg-type]

@@ -148,3 +148,59 @@ def test_adaptive_composition_variant_runs_on_strong_accounting() -> None:
         served += pool.status[f"q{j}"] is TaskStatus.GRANTED
     # strong composition fits more than the 100 charges of 0.01 that basic composition allows
     assert served > 100
+
+
+class _OrderNoise(ZeroNoise):
+    """Zero noise that records, at every draw, how many ε0 charges the pool had logged."""
+
+    def __init__(self, pool: Pool) -> None:
+        super().__init__()
+        self.pool = pool
+        self.overheads_at_draw: list[int] = []
+
+    def _laplace(self, values: np.ndarray, scale: float) -> np.ndarray:  # type: ignore[type-arg]
+        n = sum(d.kind is DecisionKind.OVERHEAD for d in self.pool.decisions)
+        self.overheads_at_draw.append(n)
+        return super()._laplace(values, scale)
+
+
+@pytest.mark.parametrize("cls", [OnlineThreshold, MixedThreshold])
+def test_epsilon0_is_charged_before_every_noise_draw(cls: type[OnlineThreshold]) -> None:
+    pool = _pool(0.6)  # above z0: Alg. 2 compares too
+    noise = _OrderNoise(pool)
+    sched = cls(upper=U, lower=L, comparison_epsilon=0.01, noise=noise)
+    for j, sig in enumerate((0.5, 40.0, 3.0)):
+        task = TaskSpec(f"q{j}", 1.0, Budget(epsilon=0.05), significance={"b0": sig})
+        pool.submit(task)
+        sched.on_task(pool, task)
+    draws = noise.overheads_at_draw
+    assert draws, "no comparison was made"
+    # Alg. 1/3's two comparison draws come after their ε0; Alg. 3's release of ε* after a
+    # second ε0: the k-th paid ε0 always precedes the draws it pays for.
+    paid = 0
+    k = 0
+    while k < len(draws):
+        assert draws[k] > paid, f"draw {k} happened before its ε0 was charged"
+        paid = draws[k]
+        k += 2 if k + 1 < len(draws) and draws[k + 1] == draws[k] else 1
+    total_over = sum(d.kind is DecisionKind.OVERHEAD for d in pool.decisions)
+    assert total_over == paid
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"comparison_epsilon": "0.1"},
+        {"comparison_epsilon": float("nan")},
+        {"comparison_epsilon": 0.0},
+        {"sensitivity": -1.0},
+        {"upper": 1.0, "lower": 2.0},
+        {"upper": float("inf")},
+        {"lower": True},
+    ],
+)
+def test_bad_parameters_are_refused_with_the_rule(kwargs: dict[str, object]) -> None:
+    with pytest.raises(InvalidRequestError):
+        OnlineThreshold(**kwargs)  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequestError, match="η"):
+        MixedThreshold(eta=1.5)

@@ -98,6 +98,7 @@ __all__ = [
     "TaskShape",
     "TaskSpec",
     "TaskStatus",
+    "check_positive",
     "get_scheduler",
     "scheduler_classes",
 ]
@@ -145,6 +146,25 @@ def _check_time(value: float, *, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not np.isfinite(value):
         raise InvalidRequestError(f"{name} must be a finite number, got {value!r}")
     return float(value)
+
+
+def check_positive(value: float, *, name: str, allow_zero: bool = False) -> float:
+    """A scheduler parameter that must be a finite real number > 0 (≥ 0 with ``allow_zero``).
+
+    Raises:
+        InvalidRequestError: for booleans, non-numbers, NaN, infinities and values out of range.
+    """
+    value = _check_time(value, name=name)
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise InvalidRequestError(f"{name} must be {bound}, got {value!r}")
+    return value
+
+
+def _check_int(value: int, *, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidRequestError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -219,18 +239,21 @@ class TaskSpec:
         if self.demand.is_zero:
             raise InvalidRequestError(f"task {self.task_id!r} demands zero budget")
         if self.blocks is not None:
+            if isinstance(self.blocks, str) or not all(
+                isinstance(b, str) and b for b in self.blocks
+            ):
+                raise InvalidRequestError(
+                    f"task {self.task_id!r}: blocks must be a sequence of block ids, "
+                    f"got {self.blocks!r}"
+                )
             blocks = tuple(self.blocks)
             if not blocks or len(set(blocks)) != len(blocks):
                 raise InvalidRequestError(
                     f"task {self.task_id!r}: named blocks must be non-empty and distinct"
                 )
             object.__setattr__(self, "blocks", blocks)
-        if self.max_blocks is not None and (
-            isinstance(self.max_blocks, bool)
-            or not isinstance(self.max_blocks, int)
-            or self.max_blocks < 1
-        ):
-            raise InvalidRequestError(f"max_blocks must be an int >= 1, got {self.max_blocks!r}")
+        if self.max_blocks is not None:
+            _check_int(self.max_blocks, name="max_blocks", minimum=1)
         if (
             self.blocks is not None
             and self.max_blocks is not None
@@ -240,12 +263,22 @@ class TaskSpec:
                 f"task {self.task_id!r} names {len(self.blocks)} blocks but max_blocks is "
                 f"{self.max_blocks}"
             )
-        if not (np.isfinite(self.profit) and self.profit >= 0):
-            raise InvalidRequestError(f"profit must be finite and >= 0, got {self.profit!r}")
-        if self.timeout is not None and not (self.timeout > 0):
-            raise InvalidRequestError(f"timeout must be > 0 or None, got {self.timeout!r}")
-        if not isinstance(self.min_blocks, int) or self.min_blocks < 1:
-            raise InvalidRequestError(f"min_blocks must be an int >= 1, got {self.min_blocks!r}")
+        object.__setattr__(
+            self, "profit", check_positive(self.profit, name="profit", allow_zero=True)
+        )
+        if self.timeout is not None:
+            object.__setattr__(self, "timeout", check_positive(self.timeout, name="timeout"))
+        _check_int(self.min_blocks, name="min_blocks", minimum=1)
+        if self.max_blocks is not None and self.min_blocks > self.max_blocks:
+            raise InvalidRequestError(
+                f"task {self.task_id!r}: min_blocks {self.min_blocks} exceeds max_blocks "
+                f"{self.max_blocks} (it could never be granted)"
+            )
+        if self.blocks is not None and self.min_blocks > len(self.blocks):
+            raise InvalidRequestError(
+                f"task {self.task_id!r}: min_blocks {self.min_blocks} exceeds the "
+                f"{len(self.blocks)} named blocks"
+            )
 
     @property
     def shape(self) -> TaskShape:

@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from blockbudget.accounting import Accounting
+from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.noise import NoiseSource
 from blockbudget.scheduling.base import Scheduler, TaskSpec
 from blockbudget.scheduling.pool import FloatArray, IntArray, Pool
@@ -86,7 +87,15 @@ class DPack(UnlockingScheduler):
         recompute_every: int = 0,
     ) -> None:
         super().__init__(seed=seed, noise=noise, n=n, unlock=unlock, lifetime=lifetime, tick=tick)
-        self.tick_interval = tick
+        self.tick_interval = float(tick)  # validated by the base class
+        if (
+            isinstance(recompute_every, bool)
+            or not isinstance(recompute_every, int)
+            or (recompute_every < 0)
+        ):
+            raise InvalidRequestError(
+                f"recompute_every must be an int >= 0, got {recompute_every!r}"
+            )
         self.recompute_every = recompute_every
 
     def on_task(self, pool: Pool, task: TaskSpec) -> None:

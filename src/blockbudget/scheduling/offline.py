@@ -37,7 +37,7 @@ from scipy.sparse import coo_array
 from blockbudget.accounting import Accounting
 from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.noise import NoiseSource
-from blockbudget.scheduling.base import Scheduler, TaskShape, TaskSpec
+from blockbudget.scheduling.base import Scheduler, TaskShape, TaskSpec, check_positive
 from blockbudget.scheduling.pool import FloatArray, Pool
 
 __all__ = [
@@ -294,6 +294,12 @@ class OfflineOptimum(Scheduler):
     """Waits for the whole run, then solves the offline problem exactly (see the module
     docstring). Not an online algorithm: it is the OPT of competitive ratios.
 
+    Not private on its own: its choice of blocks reads the significance values p_ij exactly,
+    with no AboveThreshold and no ε0 charged, so it may only be used as a benchmark (the OPT
+    of seed 000 Eq. (5), Tab. II) or where p_ij is public (user-supplied or recency). The
+    service queue refuses it (``exact``); the online schedulers of
+    :mod:`blockbudget.scheduling.threshold` pay for every comparison.
+
     Args:
         time_limit: seconds for HiGHS (a safety net; results then depend on the machine).
         node_limit: branch-and-bound nodes for HiGHS (deterministic); ``optimal`` says whether
@@ -314,7 +320,9 @@ class OfflineOptimum(Scheduler):
         node_limit: int = 20_000,
     ) -> None:
         super().__init__(seed=seed, noise=noise)
-        self.time_limit = time_limit
+        self.time_limit = check_positive(time_limit, name="time_limit")
+        if isinstance(node_limit, bool) or not isinstance(node_limit, int) or node_limit < 1:
+            raise InvalidRequestError(f"node_limit must be an int >= 1, got {node_limit!r}")
         self.node_limit = node_limit
         self.queue: list[TaskSpec] = []
         self.optimal: bool | None = None

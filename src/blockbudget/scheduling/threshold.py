@@ -48,7 +48,7 @@ from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget, Cost, RdpCurve
 from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.noise import NoiseSource
-from blockbudget.scheduling.base import Scheduler, TaskShape, TaskSpec
+from blockbudget.scheduling.base import Scheduler, TaskShape, TaskSpec, check_positive
 from blockbudget.scheduling.pool import FloatArray, Pool
 
 __all__ = [
@@ -141,15 +141,13 @@ class _ThresholdBase(Scheduler):
         sensitivity: float = 1.0,
     ) -> None:
         super().__init__(seed=seed, noise=noise)
+        upper = check_positive(upper, name="U (upper)")
+        lower = check_positive(lower, name="L (lower)")
         _check_bounds(upper, lower)
-        if not (comparison_epsilon > 0 and math.isfinite(comparison_epsilon)):
-            raise InvalidRequestError(f"comparison ε0 must be > 0, got {comparison_epsilon!r}")
-        if not (sensitivity > 0 and math.isfinite(sensitivity)):
-            raise InvalidRequestError(f"sensitivity must be > 0, got {sensitivity!r}")
         self.upper = upper
         self.lower = lower
-        self.epsilon0 = comparison_epsilon
-        self.sensitivity = sensitivity
+        self.epsilon0 = check_positive(comparison_epsilon, name="comparison ε0")
+        self.sensitivity = check_positive(sensitivity, name="comparison sensitivity Δ")
         self.comparisons = 0
 
     def _overhead(self, pool: Pool, epsilon: float) -> Cost:
@@ -252,6 +250,7 @@ class MixedThreshold(_ThresholdBase):
             comparison_epsilon=comparison_epsilon,
             sensitivity=sensitivity,
         )
+        eta = check_positive(eta, name="η", allow_zero=True)
         if not (0 <= eta <= 1):
             raise InvalidRequestError(f"η must be in [0, 1], got {eta!r}")
         self.eta = eta

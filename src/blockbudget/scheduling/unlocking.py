@@ -31,7 +31,13 @@ import numpy.typing as npt
 from blockbudget.accounting import Accounting
 from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.noise import NoiseSource
-from blockbudget.scheduling.base import BlockSpec, Scheduler, TaskShape, TaskSpec
+from blockbudget.scheduling.base import (
+    BlockSpec,
+    Scheduler,
+    TaskShape,
+    TaskSpec,
+    check_positive,
+)
 from blockbudget.scheduling.pool import FloatArray, IntArray, Pool
 
 __all__ = ["UnlockMode", "UnlockingScheduler", "Waiting", "WaitingTask"]
@@ -124,10 +130,16 @@ class UnlockingScheduler(Scheduler):
         super().__init__(seed=seed, noise=noise)
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise InvalidRequestError(f"N must be an int >= 1, got {n!r}")
+        if isinstance(unlock, str) and unlock in {m.value for m in UnlockMode}:
+            unlock = UnlockMode(unlock)  # "n" / "t" / "none", e.g. from a CLI option
         if not isinstance(unlock, UnlockMode):
-            raise InvalidRequestError(f"unlock must be an UnlockMode, got {unlock!r}")
-        if not (lifetime > 0 and tick > 0):
-            raise InvalidRequestError(f"lifetime and tick must be > 0, got {lifetime}, {tick}")
+            known = ", ".join(m.value for m in UnlockMode)
+            raise InvalidRequestError(f"unlock must be an UnlockMode ({known}), got {unlock!r}")
+        lifetime = check_positive(lifetime, name="lifetime")
+        tick = check_positive(tick, name="tick")
+        if isinstance(batch, float) or batch not in (True, False):  # 0/1 from a CLI option
+            raise InvalidRequestError(f"batch must be a bool, got {batch!r}")
+        batch = bool(batch)
         self.n = n
         self.unlock = unlock
         self.lifetime = lifetime
