@@ -1,5 +1,6 @@
 """The contract every registered scheduler runs: never overspend, irrevocable decisions,
-deterministic under a seed, task rules (named blocks, c_j), on BASIC and RDP accounting."""
+deterministic under a seed, task rules (named blocks, c_j), on every accounting rule the
+scheduler declares (BASIC, RDP, STRONG)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ CLASSES = scheduler_classes()
 CASES = [
     pytest.param(name, accounting, shape, id=f"{name}-{accounting.value}-{shape.value}")
     for name, cls in sorted(CLASSES.items())
-    for accounting in (Accounting.BASIC, Accounting.RDP)
+    for accounting in (Accounting.BASIC, Accounting.RDP, Accounting.STRONG)
     if accounting in cls.accountings
     for shape in sorted(cls.shapes, key=lambda s: s.value)
 ]

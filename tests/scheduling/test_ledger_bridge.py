@@ -19,7 +19,7 @@ from .contract import exact_usage, workload
 CASES = [
     pytest.param(name, acc, shape, id=f"{name}-{acc.value}-{shape.value}")
     for name, cls in sorted(scheduler_classes().items())
-    for acc in (Accounting.BASIC, Accounting.RDP)
+    for acc in (Accounting.BASIC, Accounting.RDP, Accounting.STRONG)
     if acc in cls.accountings
     for shape in sorted(cls.shapes, key=lambda s: s.value)[:1]
 ]
