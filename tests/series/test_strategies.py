@@ -17,6 +17,7 @@ from blockbudget.series import (
     Base,
     FiniteBudgetSequence,
     Flip,
+    NoisySign,
     SensitivityNormalization,
     Strategy,
     TaylorCentre,
@@ -263,8 +264,10 @@ def test_random_arrangement_is_uniform_enough() -> None:
 
 def test_noisy_n() -> None:
     strategy = parse_strategy("Flip-Geo")
-    out = noisy_n(strategy, 10, epsilon=1, epsilon_n=1, noise=SeededNoise(4))
+    positive = NoisySign.POSITIVE
+    out = noisy_n(strategy, 10, epsilon=1, epsilon_n=1, sign=positive, noise=SeededNoise(4))
     assert out.noisy_n >= 10 and out.epsilon_n == 1
+    assert not out.private  # one-sided noise is not DP
     assert out.sequence.length == 10 and out.sequence.total <= 1
     # the sequence is the strategy built with r for n_s
     ratio = Decimal(out.noisy_n - 1) / out.noisy_n
@@ -273,10 +276,26 @@ def test_noisy_n() -> None:
     assert out.sequence.terms == flip_horizontal(calibrate(raw)).terms
     # Eq. 36's noise has scale 1/ε_n: mean |η| ≈ 1/ε_n (positive form)
     draws = [
-        noisy_n(strategy, 50, epsilon=1, epsilon_n=0.5, noise=SeededNoise(s)).noisy_n - 50
+        noisy_n(strategy, 50, epsilon=1, epsilon_n=0.5, sign=positive, noise=SeededNoise(s))
         for s in range(400)
     ]
-    assert np.mean(draws) == pytest.approx(2.0, abs=0.3)
+    assert np.mean([d.noisy_n - 50 for d in draws]) == pytest.approx(2.0, abs=0.3)
+
+
+def test_noisy_n_default_is_the_signed_dp_release() -> None:
+    strategy = parse_strategy("Flip-Geo")
+    outs = [
+        noisy_n(strategy, 50, epsilon=1, epsilon_n=0.5, noise=SeededNoise(s)) for s in range(400)
+    ]
+    assert all(o.private for o in outs)
+    shifts = np.array([o.noisy_n - 50 for o in outs])
+    # symmetric Laplace(2) rounded: mean ≈ 0, mean |shift| ≈ 2, and n_s falls below n too
+    assert abs(float(np.mean(shifts))) < 0.4
+    assert float(np.mean(np.abs(shifts))) == pytest.approx(2.0, abs=0.3)
+    assert (shifts < 0).mean() > 0.3 and (shifts > 0).mean() > 0.3
+    assert all(o.sequence.total <= 1 and o.sequence.length == 50 for o in outs)
+    with pytest.raises(InvalidRequestError, match="NoisySign"):
+        noisy_n(strategy, 5, epsilon=1, epsilon_n=1, sign="signed")  # type: ignore[arg-type]
 
 
 def test_strategy_names_and_errors() -> None:

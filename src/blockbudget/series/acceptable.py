@@ -286,7 +286,11 @@ def useful_probability(sequence: FiniteBudgetSequence, *, gamma: float) -> float
     Raises:
         InvalidRequestError: if γ is not finite and ≥ 0.
     """
-    if not (math.isfinite(gamma) and gamma >= 0):
+    if (
+        isinstance(gamma, bool)
+        or not isinstance(gamma, int | float)
+        or not (math.isfinite(gamma) and gamma >= 0)
+    ):
         raise InvalidRequestError(f"gamma must be finite and >= 0, got {gamma!r}")
     log_p = 0.0
     for t in sequence.terms:
@@ -298,6 +302,6 @@ def useful_probability(sequence: FiniteBudgetSequence, *, gamma: float) -> float
 
 def is_useful(sequence: FiniteBudgetSequence, *, gamma: float, delta: float) -> bool:
     """Whether the allocation is (γ, δ, ε, n)-useful in the joint sense of Definition 5."""
-    if not (0.0 <= delta <= 1.0):
+    if isinstance(delta, bool) or not isinstance(delta, int | float) or not (0.0 <= delta <= 1.0):
         raise InvalidRequestError(f"delta must be in [0, 1], got {delta!r}")
     return useful_probability(sequence, gamma=gamma) >= delta

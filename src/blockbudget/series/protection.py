@@ -19,7 +19,10 @@ What is accounted, honestly:
   about n (the paper's Theorem 3 argument: the query count and the rows are disjoint), and it is
   **not** charged to the data ledger; :class:`NoisyN` reports ε_n and the n_s drawn. The data
   budget is still respected: the n terms actually used are calibrated to sum to at most ε.
-  Its Laplace draw uses the project's secure sampler by default.
+  Its Laplace draw uses the project's secure sampler by default. Only the signed form of
+  Eq. 36 (the default) is ε_n-DP for n; the positive form the paper advises (n_s = n + |η|) is
+  *not* DP at all — n_s ≥ n always, so n_s reveals an upper bound of n, and n_s = n has
+  positive probability under n but none under n + 1 — and :attr:`NoisyN.private` says so.
 """
 
 from __future__ import annotations
@@ -105,9 +108,10 @@ class NoisySign(Enum):
     """How Eq. 36's Laplace noise enters n_s.
 
     Attributes:
-        SIGNED: n_s = n + η as printed.
+        SIGNED: n_s = n + η as printed: an ε_n-DP release of n (Laplace mechanism, Δn = 1).
         POSITIVE: n_s = n + |η| — the paper's advice without a U_s constraint (§6.4), so n_s ≥ n
-            and the sequence is never more unbalanced than the unprotected one.
+            and the sequence is never more unbalanced than the unprotected one. One-sided noise
+            is **not** differentially private (n_s never falls below n); it only blurs n.
     """
 
     SIGNED = "signed"
@@ -121,24 +125,30 @@ class NoisyN:
     Attributes:
         sequence: the n terms used (calibrated; sum ≤ ε).
         noisy_n: n_s, the number the strategy's parameter was chosen for.
-        epsilon_n: the ε of the Laplace release of n (protects n, not data rows; not charged to
+        epsilon_n: the ε of the Laplace noise on n (protects n, not data rows; not charged to
             the data ledger — see the module docstring).
+        private: whether n_s is an ε_n-DP release of n (True only for the signed noise).
     """
 
     sequence: FiniteBudgetSequence
     noisy_n: int
     epsilon_n: Decimal
+    private: bool = True
 
 
 def draw_noisy_n(
     n: int,
     *,
     epsilon_n: Number,
-    sign: NoisySign = NoisySign.POSITIVE,
+    sign: NoisySign = NoisySign.SIGNED,
     noise: NoiseSource | None = None,
     minimum: int = 2,
 ) -> int:
     """n_s = round(n + η), η ~ Lap(1/ε_n) (seed 003 Eq. 36), at least ``minimum``.
+
+    Rounding and the floor at ``minimum`` are post-processing of n + η; with ``sign`` SIGNED
+    (the default) the result is an ε_n-DP release of n; POSITIVE is not DP (see
+    :class:`NoisySign`).
 
     Raises:
         InvalidRequestError: if n < 1.
@@ -146,11 +156,12 @@ def draw_noisy_n(
     """
     n = check_count(n)
     eps_n = check_epsilon(epsilon_n)
+    minimum = check_count(minimum, name="minimum")
+    if not isinstance(sign, NoisySign):  # checked before any noise is drawn
+        raise InvalidRequestError(f"sign must be a NoisySign, got {sign!r}")
     eta = float(resolve_noise(noise).laplace_samples(1, scale=1.0 / float(eps_n))[0])
     if sign is NoisySign.POSITIVE:
         eta = abs(eta)
-    elif sign is not NoisySign.SIGNED:
-        raise InvalidRequestError(f"sign must be a NoisySign, got {sign!r}")
     return max(minimum, round(n + eta))
 
 
@@ -160,7 +171,7 @@ def noisy_n(
     *,
     epsilon: Number,
     epsilon_n: Number,
-    sign: NoisySign = NoisySign.POSITIVE,
+    sign: NoisySign = NoisySign.SIGNED,
     noise: NoiseSource | None = None,
 ) -> NoisyN:
     """Build ``strategy`` for n queries with its parameter chosen for a noisy n_s (Eq. 36).
@@ -173,7 +184,8 @@ def noisy_n(
         n: the number of queries actually made.
         epsilon: the data budget ε the n terms split.
         epsilon_n: the ε of the Laplace release of n.
-        sign: signed or positive noise (see :class:`NoisySign`).
+        sign: signed (default, ε_n-DP) or positive (the paper's advice, not DP) noise; see
+            :class:`NoisySign`.
         noise: the noise source (default: secure).
     """
     if not isinstance(strategy, Strategy):
@@ -183,4 +195,4 @@ def noisy_n(
     n_s = draw_noisy_n(n, epsilon_n=eps_n, sign=sign, noise=noise)
     base = strategy.base_sequence(n, epsilon=eps, parameter_n=n_s)
     seq = strategy.transform(base).renamed(f"NoisyN-{strategy.name}")
-    return NoisyN(sequence=seq, noisy_n=n_s, epsilon_n=eps_n)
+    return NoisyN(sequence=seq, noisy_n=n_s, epsilon_n=eps_n, private=sign is NoisySign.SIGNED)
