@@ -91,3 +91,26 @@ def test_competitive_ratio_within_the_bound_with_ideal_comparisons(tmp_path: Pat
 def test_registered_with_a_seed_source(name: str) -> None:
     exp = get_experiment(name)
     assert exp.source.startswith("seed 000")
+
+
+def test_validation_reuses_each_blocks_noisy_statistics() -> None:
+    """Seed 000's Flag re-evaluates a growing model: a block's data is perturbed once, at the ε
+    charged for it; later evaluations draw no new noise on it (no unpaid reuse of the data)."""
+    import numpy as np
+
+    from blockbudget.experiments.budgeting_setup import dp_centroid_accuracy, load_digit_blocks
+
+    data = load_digit_blocks(4, seed=0)
+    rng = np.random.default_rng(1)
+    cache: dict[str, tuple[float, np.ndarray, np.ndarray]] = {}  # type: ignore[type-arg]
+    first = dp_centroid_accuracy(data, 3, {"d0": 5.0, "d1": 5.0}, rng, cache=cache)
+    state = rng.bit_generator.state
+    again = dp_centroid_accuracy(data, 3, {"d0": 5.0, "d1": 5.0}, rng, cache=cache)
+    assert again == first and rng.bit_generator.state == state  # no new noise drawn
+    dp_centroid_accuracy(data, 3, {"d0": 5.0, "d1": 5.0, "d2": 5.0}, rng, cache=cache)
+    assert set(cache) == {"d0", "d1", "d2"} and rng.bit_generator.state != state
+    # zero noise limit: huge ε gives the exact statistics
+    exact: dict[str, tuple[float, np.ndarray, np.ndarray]] = {}  # type: ignore[type-arg]
+    dp_centroid_accuracy(data, 3, {"d0": 1e12}, rng, cache=exact)
+    _xb, yb = data.blocks["d0"]
+    np.testing.assert_allclose(exact["d0"][2], [(yb != 3).sum(), (yb == 3).sum()], atol=1e-6)

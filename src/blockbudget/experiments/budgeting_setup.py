@@ -30,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from blockbudget.budget import Budget
+from blockbudget.errors import InternalError
 from blockbudget.scheduling.base import DecisionKind
 from blockbudget.scheduling.pool import Pool
 from blockbudget.scheduling.significance import recency_significance, validation_loss_reduction
@@ -110,27 +111,51 @@ def _digit_significance(data: Digits, digit: int) -> dict[str, float]:
     )
 
 
+#: Noisy per-block statistics of one task: block id → (ε, class sums (2, d), class counts (2,)).
+NoisyStats = dict[str, tuple[float, Array, Array]]
+
+
 def dp_centroid_accuracy(
     data: Digits,
     digit: int,
     grants: Mapping[str, float],
     rng: np.random.Generator,
+    *,
+    cache: NoisyStats | None = None,
 ) -> float:
     """Test *balanced* accuracy (mean of the two class recalls; a constant classifier scores
     0.5) of a DP nearest-centroid one-vs-rest classifier trained on the granted blocks,
     block i's statistics perturbed with Lap(Δ/ε_i), Δ = PCA_DIMS·CLIP + 1 (a row moves
-    one class's sum by at most PCA_DIMS·CLIP in L1 and its count by 1)."""
+    one class's sum by at most PCA_DIMS·CLIP in L1 and its count by 1).
+
+    ``cache`` keeps each block's noisy statistics once drawn: a model that is re-evaluated as
+    blocks are added (seed 000 Alg. 2's *Flag*) then reuses them, so each block's data is
+    perturbed once at the ε charged for it and every later evaluation is post-processing —
+    drawing fresh noise at every evaluation would use the data again without paying for it.
+    """
     sums = np.zeros((2, PCA_DIMS))
     counts = np.zeros(2)
     sens = PCA_DIMS * CLIP + 1.0
     for block, eps in grants.items():
         if eps <= 0:
             continue
-        xb, yb = data.blocks[block]
-        labels = (yb == digit).astype(int)
-        for c in (0, 1):
-            sums[c] += xb[labels == c].sum(axis=0) + rng.laplace(0, sens / eps, PCA_DIMS)
-            counts[c] += float((labels == c).sum()) + rng.laplace(0, sens / eps)
+        held = None if cache is None else cache.get(block)
+        if held is not None and held[0] == eps:
+            block_sums, block_counts = held[1], held[2]
+        else:
+            if held is not None:
+                raise InternalError(f"block {block!r} was perturbed at ε={held[0]}, now {eps}")
+            xb, yb = data.blocks[block]
+            labels = (yb == digit).astype(int)
+            block_sums = np.zeros((2, PCA_DIMS))
+            block_counts = np.zeros(2)
+            for c in (0, 1):
+                block_sums[c] = xb[labels == c].sum(axis=0) + rng.laplace(0, sens / eps, PCA_DIMS)
+                block_counts[c] = float((labels == c).sum()) + rng.laplace(0, sens / eps)
+            if cache is not None:
+                cache[block] = (eps, block_sums, block_counts)
+        sums += block_sums
+        counts += block_counts
     if np.any(counts <= 1):
         return 0.5
     centroids = sums / counts[:, None]
@@ -167,12 +192,15 @@ def accuracy_validator(
     rng: np.random.Generator,
 ) -> Callable[[tuple[str, ...]], bool]:
     """Seed 000 Alg. 2's *Flag*: train the DP model on what has been charged so far and accept
-    when its accuracy on the public validation set reaches ``target``."""
+    when its accuracy on the public validation set reaches ``target``. Each block's noisy
+    statistics are drawn once, when the block is first seen, and reused by later checks (the
+    model grows block by block, as in the seed's "Update M_j")."""
+    cache: NoisyStats = {}
+    val = Digits(data.blocks, data.x_val, data.y_val, data.x_val, data.y_val)
 
     def check(blocks: tuple[str, ...]) -> bool:
         grants = granted_epsilons(pool_ref(), task_id)
-        val = Digits(data.blocks, data.x_val, data.y_val, data.x_val, data.y_val)
-        return dp_centroid_accuracy(val, digit, grants, rng) >= target
+        return dp_centroid_accuracy(val, digit, grants, rng, cache=cache) >= target
 
     return check
 
