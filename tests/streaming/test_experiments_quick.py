@@ -27,11 +27,14 @@ def _run(name: str, tmp_path: Path) -> list[dict[str, Any]]:
 
 def test_budget_experiment_never_overspends(tmp_path: Path) -> None:
     rows = _run("dpi-budget", tmp_path)
-    assert len(rows) == 6
+    assert len(rows) == 8
     for r in rows:
         assert 0.0 <= r["remaining"] <= r["epsilon"]
     paper = [r for r in rows if r["scheme"] == "Alg. 3, Λ = 1e8"]
     assert all(r["spent"] < 1e-3 for r in paper)
+    # the horizon-aware parameters spend most of ε (within it) by 4 horizons of 500 slots
+    aware = [r for r in rows if r["scheme"].startswith("Alg. 3, DPIConfig.for_horizon")]
+    assert len(aware) == 2 and all(0.7 * r["epsilon"] < r["spent"] for r in aware)
 
 
 def test_privacy_loss_experiment_grows_for_event_level_only(tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ def _released(
     n = len(stream_slots)
     dpi = build_stream(
         k,
-        DPIConfig(epsilon=eps, rate=2.0 * n / eps, horizon=Horizon.ACCUMULATIVE),
+        DPIConfig.for_horizon(epsilon=eps, slots=n, horizon=Horizon.ACCUMULATIVE),
         Setup(min_users=n_min),
         seed=seed,
     )
@@ -67,7 +67,7 @@ def _synthetic_apps(eps: float, *, quick: bool, seed: int) -> dict[str, float]:
     for i in range(rows_n):
         dpi = build_stream(
             k,
-            DPIConfig(epsilon=eps, rate=2.0 * slots / eps, horizon=Horizon.ACCUMULATIVE),
+            DPIConfig.for_horizon(epsilon=eps, slots=slots, horizon=Horizon.ACCUMULATIVE),
             Setup(min_users=users // 2),
             seed=seed + 31 * i,
         )

@@ -4,7 +4,8 @@ Seed ``002_e6d4c77f2abb3a16.txt`` §4.4 and Fig. 10 (remaining budget vs t under
 allocation), App. E.1, Tab. III and Fig. 14 (user-level loss of event-level mechanisms vs DPI).
 
 * ``dpi-budget`` — the exact accountant's remaining ε after t slots, for ε ∈ {2, 10}, Alg. 3 with
-  the paper's Λ = 10⁸, with Λ = 2T/ε (T = the horizon plotted) and Alg. 4. No data is needed: the
+  the paper's Λ = 10⁸, with Λ = 2T/ε (T = the horizon plotted), with ζ and Λ from
+  ``DPIConfig.for_horizon(T)`` and Alg. 4. No data is needed: the
   budget sequence is data-independent.
 * ``dpi-privacy-loss`` — a user present in every slot of an event-level stream that spends ε = 0.5
   per slot loses ``0.5·t`` by basic composition; through the RDP of the Laplace mechanism
@@ -32,6 +33,7 @@ from blockbudget.streaming.allocation import (
     RandomBudgetAllocation,
     RangeBudgetAllocation,
 )
+from blockbudget.streaming.release import DPIConfig
 from blockbudget.streaming.series import DPISeries
 
 
@@ -43,6 +45,13 @@ def _trace(allocator: BudgetAllocator, epsilon: float, slots: int, marks: set[in
         if t in marks:
             out.append(float(acc.remaining))
     return out
+
+
+def _horizon_allocator(epsilon: float, horizon: int, seed: int) -> RandomBudgetAllocation:
+    """Alg. 3 with ζ and Λ from :meth:`DPIConfig.for_horizon` (the series' knee at T)."""
+    config = DPIConfig.for_horizon(epsilon=epsilon, slots=horizon)
+    series = DPISeries(epsilon=epsilon, mu=config.mu, zeta=config.zeta)
+    return RandomBudgetAllocation(series, rate=config.rate, rng=np.random.default_rng(seed))
 
 
 def run_budget(ctx: ExperimentContext) -> ExperimentResult:
@@ -87,6 +96,11 @@ def run_budget(ctx: ExperimentContext) -> ExperimentResult:
                 RandomBudgetAllocation(
                     series, rate=2 * horizon / eps, rng=np.random.default_rng(ctx.seed)
                 ),
+            ),
+            (
+                eps,
+                f"Alg. 3, DPIConfig.for_horizon(T = {horizon})",
+                _horizon_allocator(eps, horizon, ctx.seed),
             ),
             (
                 eps,

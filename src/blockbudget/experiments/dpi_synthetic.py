@@ -67,7 +67,7 @@ def run_dynamic(ctx: ExperimentContext) -> ExperimentResult:
         rows = run_dpi(
             data,
             k=items,
-            config=DPIConfig(epsilon=eps, rate=2.0 * slots / eps, horizon=Horizon.INSTANTANEOUS),
+            config=DPIConfig.for_horizon(epsilon=eps, slots=slots, horizon=Horizon.INSTANTANEOUS),
             setup=Setup(min_users=int(items * mean / 2)),
             seed=ctx.seed,
             counts=True,

@@ -51,13 +51,10 @@ def _config(
     allocation: AllocationKind = AllocationKind.EXPONENTIAL,
     **kw: Any,
 ) -> DPIConfig:
-    # Λ = 2T/ε: the Exp(Λ) draws average ε/(2T), so about half of ε is offered over T slots.
-    return DPIConfig(
-        epsilon=epsilon,
-        rate=2.0 * slots / epsilon,
-        horizon=horizon,
-        allocation=allocation,
-        **kw,
+    # The stream's horizon T is known: ζ puts the series' knee at T and Λ = T/(4ε), so T slots
+    # spend ≈ 75% of ε (DPIConfig.for_horizon; dpi-horizon compares the paper's ζ = 0.2).
+    return DPIConfig.for_horizon(
+        epsilon=epsilon, slots=slots, horizon=horizon, allocation=allocation, **kw
     )
 
 

@@ -7,7 +7,8 @@ See ``docs/dpi.md``. Public API:
 * :class:`Compression` — per-slot user records → PDF with Δ_P = 2/n_min (§4.1).
 * :class:`SynopsisPool`, :class:`PoolDesign` — the 0-DP synopsis pool (Alg. 2).
 * :class:`QueryPool` — point, range and aggregate queries.
-* :class:`DPISeries`, :func:`dilog`, :func:`dilog_inverse` — Thm 5.4's series and Li₂.
+* :class:`DPISeries`, :func:`dilog`, :func:`dilog_inverse` — Thm 5.4's series and Li₂;
+  :func:`zeta_for_horizon` and :meth:`DPIConfig.for_horizon` — ζ and Λ for a known horizon.
 * :class:`RandomBudgetAllocation`, :class:`RangeBudgetAllocation` — Alg. 3 and Alg. 4;
   :class:`SequenceTerms` lets Alg. 3 draw from a seed-003 sequence (:mod:`blockbudget.series`).
 * :class:`StreamAccountant`, :func:`charge_stream_total` — Thm 5.1 accounting, ledger path.
@@ -23,12 +24,10 @@ from blockbudget.streaming.allocation import (
     SequenceTerms,
 )
 from blockbudget.streaming.compression import Compression
+from blockbudget.streaming.config import AllocationKind, DPIConfig, Horizon
 from blockbudget.streaming.queries import QueryPool
 from blockbudget.streaming.release import (
-    AllocationKind,
-    DPIConfig,
     DPIStream,
-    Horizon,
     SlotRelease,
     clipped_score,
     tilt_towards,
@@ -42,6 +41,7 @@ from blockbudget.streaming.series import (
     dilog_inverse,
     direction_cost,
     eta_from_alpha,
+    zeta_for_horizon,
 )
 from blockbudget.streaming.synopses import PoolDesign, SynopsisPool
 
@@ -74,4 +74,5 @@ __all__ = [
     "direction_cost",
     "eta_from_alpha",
     "tilt_towards",
+    "zeta_for_horizon",
 ]
