@@ -140,6 +140,17 @@ def test_bad_input() -> None:
         dp_kmeans(
             FakeSource(), np.zeros((3, 2)), k=2, budgets=plan, lower=0, upper=1, initial=[[0, 0]]
         )
+    pts = np.zeros((3, 2))
+    with pytest.raises(DataError, match="numeric"):
+        dp_kmeans(FakeSource(), "abc", k=2, budgets=plan, lower=0, upper=1)
+    with pytest.raises(InvalidRequestError, match="bounds"):
+        dp_kmeans(FakeSource(), pts, k=2, budgets=plan, lower="a", upper=1)
+    with pytest.raises(InvalidRequestError, match="count_fraction"):
+        dp_kmeans(FakeSource(), pts, k=2, budgets=plan, lower=0, upper=1, count_fraction="0.5")
+    with pytest.raises(InvalidRequestError, match="BudgetSequence"):
+        dp_kmeans(FakeSource(), pts, k=2, budgets=[0.5, 0.5], lower=0, upper=1)  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequestError, match="initial"):
+        dp_kmeans(FakeSource(), pts, k=2, budgets=plan, lower=0, upper=1, initial="x")
 
 
 @pytest.fixture

@@ -62,7 +62,10 @@ class KMeansResult:
 
 
 def _check_points(points: Any) -> FloatMatrix:
-    arr = np.asarray(points, dtype=np.float64)
+    try:
+        arr = np.asarray(points, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"points must be a numeric n × d array: {exc}") from None
     if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] == 0:
         raise DataError(f"points must be a non-empty n × d array, got shape {arr.shape}")
     if not np.all(np.isfinite(arr)):
@@ -71,8 +74,13 @@ def _check_points(points: Any) -> FloatMatrix:
 
 
 def _check_bounds(lower: Any, upper: Any, d: int) -> tuple[FloatMatrix, FloatMatrix]:
-    lo = np.broadcast_to(np.asarray(lower, dtype=np.float64), (d,)).copy()
-    hi = np.broadcast_to(np.asarray(upper, dtype=np.float64), (d,)).copy()
+    try:
+        lo = np.broadcast_to(np.asarray(lower, dtype=np.float64), (d,)).copy()
+        hi = np.broadcast_to(np.asarray(upper, dtype=np.float64), (d,)).copy()
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequestError(
+            f"bounds must be numbers or one per dimension ({d}), got {lower!r} and {upper!r}: {exc}"
+        ) from None
     if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)) and np.all(lo < hi)):
         raise InvalidRequestError(
             f"bounds must be finite with lower < upper in every dimension, got {lo} and {hi}"
@@ -179,8 +187,17 @@ def dp_kmeans(
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise InvalidRequestError(f"k must be a positive integer, got {k!r}")
     lo, hi = _check_bounds(lower, upper, d)
-    if not (0.0 < count_fraction < 1.0):
+    if (
+        isinstance(count_fraction, bool)
+        or not isinstance(count_fraction, int | float)
+        or not (0.0 < count_fraction < 1.0)
+    ):
         raise InvalidRequestError(f"count_fraction must be in (0, 1), got {count_fraction!r}")
+    if not isinstance(budgets, BudgetSequence):
+        raise InvalidRequestError(
+            f"budgets must be a BudgetSequence (e.g. parse_strategy(...).build(n, epsilon=...)), "
+            f"got {type(budgets).__name__}"
+        )
     if iterations is None:
         if budgets.length is None:
             raise InvalidRequestError("an infinite budget sequence needs iterations=")
@@ -195,7 +212,10 @@ def dp_kmeans(
         rng = np.random.default_rng(seed)
         start = rng.uniform(-1.0, 1.0, size=(k, d))
     else:
-        init = np.asarray(initial, dtype=np.float64)
+        try:
+            init = np.asarray(initial, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise InvalidRequestError(f"initial must be a finite {k} × {d} array") from None
         if init.shape != (k, d) or not np.all(np.isfinite(init)):
             raise InvalidRequestError(f"initial must be a finite {k} × {d} array, got {init.shape}")
         start = to_unit_cube(init, lo, hi)
