@@ -45,7 +45,7 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
     for kind in (TaskKind.TAXI, TaskKind.CRITEO):
         split = task_split(kind, shuffled=True)
         n0 = 1000 if kind is TaskKind.TAXI else 2000
-        n_max = (8000 if kind is TaskKind.TAXI else 4000) if ctx.quick else 256_000
+        n_max = (128_000 if kind is TaskKind.TAXI else 64_000) if ctx.quick else 256_000
         configs = schedule(epsilon0=1.0, max_epsilon=1.0, n0=n0, n_max=n_max)
         goals = targets(kind, split.best, split.naive, 3 if ctx.quick else 8)
         runs = list(seeds(ctx.seed + 10 + (kind is TaskKind.CRITEO), 1 if ctx.quick else 4))

@@ -50,8 +50,8 @@ PAPER = {
 def _trials(kind: TaskKind, quick: bool) -> tuple[int, float, int, int]:
     """(trials, ε0, n0, n_max) per task."""
     if kind is TaskKind.TAXI:
-        return (4, 1 / 16, 2000, 8000) if quick else (200, 1 / 16, 8000, 256_000)
-    return (1, 1 / 2, 2000, 4000) if quick else (80, 1 / 16, 8000, 128_000)
+        return (4, 1 / 16, 2000, 128_000) if quick else (200, 1 / 16, 8000, 256_000)
+    return (2, 1 / 4, 2000, 64_000) if quick else (80, 1 / 16, 8000, 128_000)
 
 
 def run(ctx: ExperimentContext) -> ExperimentResult:
