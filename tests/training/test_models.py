@@ -177,3 +177,21 @@ def test_predict_refuses_a_design_of_the_wrong_width() -> None:
     model = AdaSSPRegressor().fit(MeteredSource(), x, y, epsilon=1, delta=1e-6)
     with pytest.raises(DataError, match="4 columns"):
         model.predict(x[:, :2])
+
+
+def test_dpsgd_refuses_a_run_that_differs_from_the_charged_plan(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The history check can fail: charge a plan with one step more than Opacus will run (a
+    stand-in for any drift between what is charged and what runs) and the fit raises."""
+    from blockbudget.errors import InternalError
+    from blockbudget.training import dpsgd
+
+    x, y = separable(400, 11)
+    real = dpsgd.plan_dpsgd(n=400, batch_size=100, epochs=1, epsilon=4.0, delta=1e-5)
+    drifted = dpsgd.SgdPlan(real.noise_multiplier, real.sample_rate, real.steps + 1)
+    monkeypatch.setattr(dpsgd, "plan_dpsgd", lambda **_: drifted)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(InternalError, match="differs from the charged plan"):
+            DPSGDModel(batch_size=100).fit(MeteredSource(), x, y, epsilon=4.0, delta=1e-5)
