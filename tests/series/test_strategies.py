@@ -335,3 +335,21 @@ def test_sensitivity_normalization_keeps_the_noise_to_result_ratio() -> None:
     assert norm.denormalize(norm.normalize(3.5)) == pytest.approx(3.5)
     with pytest.raises(InvalidRequestError, match="sensitivity"):
         SensitivityNormalization(sensitivity=0.0)
+
+
+def test_functions_of_finite_sequences_refuse_series_and_lists() -> None:
+    series = geometric(epsilon=1, ratio=0.5)
+    for call in (
+        lambda s: random_arrangement(s),
+        lambda s: probabilistic_perturbation(s),
+        lambda s: compound(s, alpha=1),
+        lambda s: ac_compound(s, u_s=100),
+        lambda s: us_interval(s),
+        lambda s: lemma4_usefulness(s),
+        lambda s: useful_probability(s, gamma=1.0),
+    ):
+        for bad in (series, [0.5, 0.5]):
+            with pytest.raises(InvalidRequestError, match="finite"):
+                call(bad)
+    with pytest.raises(InvalidRequestError, match="gamma"):
+        useful_probability(average(2, epsilon=1), gamma="1")  # type: ignore[arg-type]

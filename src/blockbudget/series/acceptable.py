@@ -45,6 +45,14 @@ def check_noise_bound(u_s: Number) -> Decimal:
     return value
 
 
+def _check_finite(sequence: object) -> None:
+    if not isinstance(sequence, FiniteBudgetSequence):
+        raise InvalidRequestError(
+            "this needs a finite budget sequence (take .first(n) of a series), "
+            f"got {type(sequence).__name__}"
+        )
+
+
 @dataclass(frozen=True)
 class SensitivityNormalization:
     """Scale a query's value domain so its global sensitivity becomes 1 (seed 003 Def. 3).
@@ -127,6 +135,7 @@ def us_interval(sequence: FiniteBudgetSequence) -> NoiseBoundInterval:
     Raises:
         InvalidRequestError: if the smallest term is 0.
     """
+    _check_finite(sequence)
     n = sequence.length
     eps_min = sequence.minimum
     if eps_min == 0:
@@ -153,6 +162,7 @@ def compound(
     Raises:
         InvalidBudgetError: if α is negative or not finite.
     """
+    _check_finite(sequence)
     a = to_decimal(alpha, name="alpha")
     if a.is_infinite() or a < 0:
         raise InvalidBudgetError(f"alpha must be finite and >= 0, got {alpha!r}")
@@ -183,6 +193,7 @@ def ac_alpha(sequence: FiniteBudgetSequence, *, u_s: Number) -> Decimal:
         InvalidRequestError: if Lemma 2 forbids it (no α works), or the average term equals ε'
             exactly (α would be infinite: use :func:`~blockbudget.series.strategies.average`).
     """
+    _check_finite(sequence)
     required = acceptable_budget(u_s)
     eps_min = sequence.minimum
     if eps_min >= required:
@@ -217,6 +228,7 @@ def ac_compound(sequence: FiniteBudgetSequence, *, u_s: Number) -> FiniteBudgetS
     Raises:
         InvalidRequestError: if Lemma 2 forbids U_s.
     """
+    _check_finite(sequence)
     name = f"AC-{sequence.name}"
     required = acceptable_budget(u_s)
     mean = grid_floor(FLOOR.divide(sequence.epsilon, sequence.length))
@@ -270,6 +282,7 @@ def lemma4_usefulness(sequence: FiniteBudgetSequence) -> Usefulness:
     the maximum over all n queries of Eq. 31 the independent noises multiply, see
     :func:`useful_probability` — so the statement returned is marked ``per_query``.
     """
+    _check_finite(sequence)
     if sequence.minimum == 0:
         raise InvalidRequestError("the sequence has a zero term; it is useful for no gamma")
     return Usefulness(
@@ -288,6 +301,7 @@ def useful_probability(sequence: FiniteBudgetSequence, *, gamma: float) -> float
     Raises:
         InvalidRequestError: if γ is not finite and ≥ 0.
     """
+    _check_finite(sequence)
     if (
         isinstance(gamma, bool)
         or not isinstance(gamma, int | float)

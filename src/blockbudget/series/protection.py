@@ -54,6 +54,15 @@ def _rng(rng: np.random.Generator | None) -> np.random.Generator:
     return rng
 
 
+def _finite(sequence: object) -> FiniteBudgetSequence:
+    if not isinstance(sequence, FiniteBudgetSequence):
+        raise InvalidRequestError(
+            "a protection reorders a finite sequence (take .first(n) of a series), "
+            f"got {type(sequence).__name__}"
+        )
+    return sequence
+
+
 def _reordered(
     sequence: FiniteBudgetSequence, order: list[int], prefix: str
 ) -> FiniteBudgetSequence:
@@ -67,6 +76,7 @@ def random_arrangement(
     sequence: FiniteBudgetSequence, *, rng: np.random.Generator | None = None
 ) -> FiniteBudgetSequence:
     """The terms in a uniformly random order (seed 003 §6.2). Same multiset, same sum."""
+    sequence = _finite(sequence)
     order = [int(i) for i in _rng(rng).permutation(sequence.length)]
     return _reordered(sequence, order, "Shuffled-")
 
@@ -95,6 +105,7 @@ def probabilistic_perturbation(
     with probability ∝ (N − i)·e^{x−i}, so early terms tend to stay early and the series' trend
     survives (the paper's Figure 8). Same multiset, same sum.
     """
+    sequence = _finite(sequence)
     gen = _rng(rng)
     n = sequence.length
     remaining = list(range(1, n + 1))

@@ -62,6 +62,8 @@ class SplitSource:
 
     def __init__(self, source: BudgetSource, sequence: BudgetSequence, *, label: str = "iteration"):
         self._accounting = source_accounting(source)
+        if not isinstance(label, str):
+            raise InvalidRequestError(f"label must be a string, got {label!r}")
         if not isinstance(sequence, BudgetSequence):
             raise InvalidRequestError(
                 f"sequence must be a BudgetSequence, got {type(sequence).__name__}"
