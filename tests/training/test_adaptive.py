@@ -58,6 +58,19 @@ def test_total_spent_is_below_four_times_the_accepted_iteration() -> None:
             assert max(per_block.values()) < 2 * search.attempts[-1].epsilon
 
 
+def test_the_bound_check_fails_on_a_search_that_did_not_double() -> None:
+    """check_bound is not vacuous: three RETRYs at the accepted iteration's own ε and window
+    (no doubling) use 4× its resources, which it refuses."""
+    search = AdaptiveSearch(AdaptiveConfig(epsilon0=0.25))
+    eps, delta = search.epsilon, search.delta
+    for i, outcome in enumerate([Outcome.RETRY] * 3 + [Outcome.ACCEPT], start=1):
+        search.attempts.append(Attempt(i, eps, delta, ("b0",), 0.01, outcome, 0.0))
+    with pytest.raises(InternalError, match="privacy-adaptive training used"):
+        search.check_bound()
+    search.attempts[:] = search.attempts[-1:]  # the accepted run alone is within the bound
+    search.check_bound()
+
+
 def test_retry_doubles_epsilon_when_allowed_else_the_window() -> None:
     search = AdaptiveSearch(AdaptiveConfig(epsilon0=0.25, max_epsilon=1.0, min_window=2))
     drive(search, [Outcome.RETRY] * 3, [True, True, True])
