@@ -4,13 +4,15 @@ without group commit. Loopback only, bounded loops.
 
 For each backend:
 
-* **raw** (the baseline, measured again right before every configuration, so that both see the
-  same state of a shared machine) — one client doing the smallest durable write transaction the
-  database offers, on the same kind of database: ``BEGIN``; ``UPDATE t SET v = v + 1 WHERE id = 1``;
+* **raw** (the baseline, measured again right before and right after every configuration, so
+  that both see the same state of a shared machine; the ratio uses the higher of the two) —
+  one client doing the smallest durable write transaction the database offers, on the same
+  kind of database: ``BEGIN``; ``UPDATE t SET v = v + 1 WHERE id = 1``;
   ``COMMIT`` (SQLite: stdlib ``sqlite3``, WAL, ``synchronous=FULL``, ``BEGIN IMMEDIATE``;
   PostgreSQL: psycopg, ``synchronous_commit=on``). The "raw single-transaction durable rate".
-* **http** — a ``blockbudget serve`` process (uvicorn, one worker) on 127.0.0.1 with a stream
-  of 8 real flight-day blocks; N asyncio clients (httpx, one connection each) each send
+* **http** — a ``blockbudget serve`` deployment (uvicorn, ``--workers`` processes, default 1)
+  on 127.0.0.1 with a stream of 8 real flight-day blocks; N asyncio clients (a lean keep-alive
+  HTTP/1.1 client, :class:`LeanConnection`, one connection each) each send
   ``POST /v1/streams/bench/charges`` in a loop (3 overlapping adjacent blocks per charge, a
   fresh request id each): every 200 is a charge durably committed by the ledger (filter
   checked, audit event appended) before the answer. Reports charges/s and p50/p99 latency.
@@ -18,9 +20,12 @@ For each backend:
   exactly the acknowledged charges, fits the capacity, and ``Ledger.verify`` replays the whole
   audit log without a problem.
 * **http_noop** — the same clients sending ``GET /v1/whoami`` (authenticated, no write): the
-  ceiling of the HTTP stack (uvicorn, FastAPI, the httpx clients) on this machine, reported as
+  ceiling of the HTTP stack (uvicorn, FastAPI, the clients) on this machine, reported as
   ``http_noop_per_s`` beside each charge run; ``ratio_vs_http_noop`` shows how close charges get
   to it, i.e. how much of the cost is the ledger.
+* **http batch** — at the largest client count, the same charges sent ``--batch`` (default 32)
+  per request to ``POST /v1/streams/bench/charges/batch`` (independent charges, each durable
+  and all-or-nothing before the answer): the HTTP cost spread over many charges.
 * **ledger** — the same charges through :class:`~blockbudget.ledger.Ledger` in-process from N
   threads (no HTTP), to separate the ledger's scaling from the HTTP stack's cost.
 
@@ -32,7 +37,8 @@ PostgreSQL runs when ``--postgres URL`` or (except with ``--quick``)
 a throwaway one); otherwise its line says skipped. ``--quick`` (the test) runs SQLite with
 group commit only and few requests.
 
-Usage: ``python benchmarks/service.py [--quick] [--seconds S] [--postgres URL] [--dir DIR]``.
+Usage: ``python benchmarks/service.py [--quick] [--requests N] [--workers W] [--clients 1,16,64]
+[--no-group-off] [--postgres URL] [--dir DIR]``.
 """
 
 from __future__ import annotations
@@ -166,7 +172,9 @@ def prepare(home: Path, database: str | None) -> tuple[str, list[str]]:
 class Server:
     """One ``uvicorn`` process serving the deployment (group commit on or off)."""
 
-    def __init__(self, home: Path, database: str | None, *, group_commit: bool) -> None:
+    def __init__(
+        self, home: Path, database: str | None, *, group_commit: bool, workers: int = 1
+    ) -> None:
         self.port = free_port()
         env = {
             **os.environ,
@@ -189,6 +197,8 @@ class Server:
                 "--log-level",
                 "warning",
                 "--no-access-log",
+                "--workers",
+                str(workers),
             ],
             env=env,
         )
@@ -217,22 +227,97 @@ def window(i: int, j: int, blocks: list[str]) -> list[str]:
     return blocks[k : k + PER_CHARGE]
 
 
+class LeanConnection:
+    """A minimal keep-alive HTTP/1.1 client on one asyncio connection (the load generator).
+
+    The clients share the machine's cores with the server; httpx spends ~2 ms of CPU per request
+    (measured), more than the server itself, so the load generator writes pre-encoded requests
+    and reads only the status line, the headers it needs and the body."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str):
+        self.reader, self.writer, self.host = reader, writer, host
+
+    @classmethod
+    async def open(cls, url: str) -> LeanConnection:
+        host, port = url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        return cls(reader, writer, f"{host}:{port}")
+
+    async def request(
+        self, method: str, path: str, headers: dict[str, str], body: bytes = b""
+    ) -> tuple[int, bytes]:
+        head = f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\n" + "".join(
+            f"{k}: {v}\r\n" for k, v in headers.items()
+        )
+        if body:
+            head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        self.writer.write(head.encode() + b"\r\n" + body)
+        status_line = await self.reader.readuntil(b"\r\n")
+        status = int(status_line.split(b" ", 2)[1])
+        length = 0
+        while True:
+            line = await self.reader.readuntil(b"\r\n")
+            if line == b"\r\n":
+                break
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        return status, await self.reader.readexactly(length)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
 async def http_run(
-    url: str, key: str, blocks: list[str], clients: int, per_client: int, *, noop: bool = False
+    url: str,
+    key: str,
+    blocks: list[str],
+    clients: int,
+    per_client: int,
+    *,
+    noop: bool = False,
+    batch: int = 1,
 ) -> tuple[float, list[float], dict[str, int], int]:
     """Charges/s, latencies (s), acknowledged charges per block, and non-200 answers.
 
     With ``noop`` the clients send ``GET /v1/whoami`` instead (authenticated, no database
-    write): the ceiling of the HTTP stack itself on this machine."""
+    write): the ceiling of the HTTP stack itself on this machine. With ``batch`` > 1 each
+    request carries that many charges (``…/charges/batch``); latencies are per request."""
     latencies: list[float] = []
     acked: dict[str, int] = dict.fromkeys(blocks, 0)
     failed = 0
-    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
     headers = {"Authorization": f"Bearer {key}"}
 
     async def client(i: int) -> None:
         nonlocal failed
-        async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as http:
+        conn = await LeanConnection.open(url)
+        try:
+            if batch > 1:
+                for j in range(0, per_client, batch):
+                    items = [
+                        {
+                            "blocks": window(i, j + k, blocks),
+                            "epsilon": float(CHARGE),
+                            "context": "default",
+                            "request_id": uuid.uuid4().hex,
+                        }
+                        for k in range(min(batch, per_client - j))
+                    ]
+                    t0 = time.perf_counter()
+                    status, answer = await conn.request(
+                        "POST",
+                        "/v1/streams/bench/charges/batch",
+                        headers,
+                        json.dumps({"charges": items}).encode(),
+                    )
+                    latencies.append(time.perf_counter() - t0)
+                    results = json.loads(answer)["results"] if status == 200 else []
+                    for item, res in zip(items, results, strict=True):
+                        if res["ok"] and res["charge"]["blocks"] == item["blocks"]:
+                            for b in item["blocks"]:
+                                acked[b] += 1
+                    failed += len(items) - sum(1 for res in results if res["ok"])
+                return
             for j in range(per_client):
                 chosen = window(i, j, blocks)
                 body = {
@@ -243,17 +328,21 @@ async def http_run(
                 }
                 t0 = time.perf_counter()
                 if noop:
-                    r = await http.get("/v1/whoami", headers=headers)
+                    status, _ = await conn.request("GET", "/v1/whoami", headers)
                     latencies.append(time.perf_counter() - t0)
-                    failed += r.status_code != 200
+                    failed += status != 200
                     continue
-                r = await http.post("/v1/streams/bench/charges", json=body, headers=headers)
+                status, answer = await conn.request(
+                    "POST", "/v1/streams/bench/charges", headers, json.dumps(body).encode()
+                )
                 latencies.append(time.perf_counter() - t0)
-                if r.status_code == 200:
+                if status == 200 and json.loads(answer)["blocks"] == chosen:
                     for b in chosen:
                         acked[b] += 1
                 else:
                     failed += 1
+        finally:
+            conn.close()
 
     start = time.perf_counter()
     await asyncio.gather(*(client(i) for i in range(clients)))
@@ -320,12 +409,20 @@ def bench_backend(
     raw_n = 50 if args.quick else 500
     baseline = RawBaseline(name, str(work / "raw.db") if name == "sqlite" else database or "")
 
-    def raw_now() -> float:
+    def raw_now(when: str = "before") -> float:
         rate = baseline.rate(raw_n)
-        emit(bench="raw_txn", backend=name, tx_per_s=round(rate, 1), transactions=raw_n)
+        emit(bench="raw_txn", backend=name, tx_per_s=round(rate, 1), transactions=raw_n, when=when)
         return rate
 
-    modes = [True] if args.quick else [True, False]
+    def raw_around(run: Any, *args: Any, **kwargs: Any) -> tuple[Any, float, float]:
+        """``run(*args, **kwargs)`` between two raw measurements; on a shared machine the raw
+        rate swings several-fold within seconds, so ratios use the higher of the two."""
+        before = raw_now("before")
+        out = run(*args, **kwargs)
+        after = raw_now("after")
+        return out, before, after
+
+    modes = [True] if args.quick or args.no_group_off else [True, False]
     for group in modes:
         home = work / f"{name}-{'gc' if group else 'nogc'}"
         home.mkdir()
@@ -335,11 +432,10 @@ def bench_backend(
         key, blocks = prepare(home, db)
         ledger_url = db or f"sqlite:///{(home / 'platform.db').resolve()}"
         expected = dict.fromkeys(blocks, 0)
-        server = Server(home, db, group_commit=group)
+        server = Server(home, db, group_commit=group, workers=args.workers)
         seen = (0, 0)
         try:
             for n in clients:
-                raw = raw_now()
                 per_client = (
                     max(2, int(args.requests / n)) if args.quick else max(5, int(args.requests / n))
                 )
@@ -347,9 +443,10 @@ def bench_backend(
                 noop_rate, _, _, _ = asyncio.run(
                     http_run(server.url, key, blocks, n, noop_per_client, noop=True)
                 )
-                rate, lat, acked, failed = asyncio.run(
-                    http_run(server.url, key, blocks, n, per_client)
+                (rate, lat, acked, failed), raw_before, raw_after = raw_around(
+                    asyncio.run, http_run(server.url, key, blocks, n, per_client)
                 )
+                raw = max(raw_before, raw_after)
                 for b, k in acked.items():
                     expected[b] += k
                 check = overspend_check(ledger_url, blocks, expected)
@@ -371,23 +468,63 @@ def bench_backend(
                     "p50_ms": round(pct(lat, 0.50), 2),
                     "p99_ms": round(pct(lat, 0.99), 2),
                     "raw_tx_per_s": round(raw, 1),
+                    "raw_before": round(raw_before, 1),
+                    "raw_after": round(raw_after, 1),
                     "ratio_vs_raw": round(rate / raw, 3),
                     "http_noop_per_s": round(noop_rate, 1),
                     "ratio_vs_http_noop": round(rate / noop_rate, 3),
                     "failed": failed,
-                    "mean_batch": round(requests / batches, 2) if batches else None,
+                    # per-process counters: only meaningful with one server process
+                    "mean_batch": round(requests / batches, 2)
+                    if batches and args.workers == 1
+                    else None,
+                    "workers": args.workers,
                     **check,
                 }
                 emit(**row)
                 rows.append(row)
+                if n == max(clients) and args.batch > 1:
+                    (rate, lat, acked, failed), raw_before, raw_after = raw_around(
+                        asyncio.run,
+                        http_run(server.url, key, blocks, n, per_client, batch=args.batch),
+                    )
+                    raw = max(raw_before, raw_after)
+                    for b, k in acked.items():
+                        expected[b] += k
+                    check = overspend_check(ledger_url, blocks, expected)
+                    row = {
+                        "bench": "http_charge_batch",
+                        "backend": name,
+                        "group_commit": group,
+                        "clients": n,
+                        "batch": args.batch,
+                        "charges": n * per_client,
+                        "charges_per_s": round(rate, 1),
+                        "p50_request_ms": round(pct(lat, 0.50), 2),
+                        "p99_request_ms": round(pct(lat, 0.99), 2),
+                        "raw_tx_per_s": round(raw, 1),
+                        "raw_before": round(raw_before, 1),
+                        "raw_after": round(raw_after, 1),
+                        "ratio_vs_raw": round(rate / raw, 3),
+                        "failed": failed,
+                        "workers": args.workers,
+                        **check,
+                    }
+                    emit(**row)
+                    rows.append(row)
         finally:
             server.stop()
         if not args.quick:
             for n in (1, 64):
-                raw = raw_now()
-                rate, acked = ledger_run(
-                    ledger_url, blocks, n, max(5, args.requests // n), group_commit=group
+                (rate, acked), raw_before, raw_after = raw_around(
+                    ledger_run,
+                    ledger_url,
+                    blocks,
+                    n,
+                    max(5, args.requests // n),
+                    group_commit=group,
                 )
+                raw = max(raw_before, raw_after)
                 for b, k in acked.items():
                     expected[b] += k
                 check = overspend_check(ledger_url, blocks, expected)
@@ -398,6 +535,8 @@ def bench_backend(
                     "threads": n,
                     "charges_per_s": round(rate, 1),
                     "raw_tx_per_s": round(raw, 1),
+                    "raw_before": round(raw_before, 1),
+                    "raw_after": round(raw_after, 1),
                     "ratio_vs_raw": round(rate / raw, 3),
                     **check,
                 }
@@ -435,12 +574,22 @@ def main() -> None:
         help="PostgreSQL server URL (default: $BLOCKBUDGET_TEST_POSTGRES_URL, not in --quick)",
     )
     parser.add_argument("--dir", type=Path, default=None, help="scratch folder")
+    parser.add_argument("--workers", type=int, default=1, help="server processes (uvicorn)")
+    parser.add_argument(
+        "--batch", type=int, default=32, help="charges per request in the batch run (1: none)"
+    )
+    parser.add_argument(
+        "--clients", default="1,16,64", help="comma-separated client counts (default 1,16,64)"
+    )
+    parser.add_argument(
+        "--no-group-off", action="store_true", help="skip the runs without group commit"
+    )
     args = parser.parse_args()
     if args.requests is None:
         args.requests = 48 if args.quick else 3000
     if args.postgres is None and not args.quick:
         args.postgres = os.environ.get("BLOCKBUDGET_TEST_POSTGRES_URL")
-    clients = [1, 16, 64]
+    clients = [int(c) for c in args.clients.split(",")]
     work = Path(tempfile.mkdtemp(prefix="bb-bench-", dir=args.dir))
     started = time.perf_counter()
     rows: list[dict[str, Any]] = []

@@ -21,11 +21,19 @@ def test_quick_service_benchmark(tmp_path: Path) -> None:
     )
     lines = [json.loads(x) for x in proc.stdout.splitlines() if x.strip()]
     raw = [x for x in lines if x["bench"] == "raw_txn"]
-    assert len(raw) == 3 and all(x["backend"] == "sqlite" and x["tx_per_s"] > 0 for x in raw)
+    assert len(raw) == 8 and all(x["backend"] == "sqlite" and x["tx_per_s"] > 0 for x in raw)
+    assert [x["when"] for x in raw] == ["before", "after"] * 4
     http = [x for x in lines if x["bench"] == "http_charge"]
-    # each configuration's ratio uses the raw rate measured right before it
-    assert [x["raw_tx_per_s"] for x in http] == [x["tx_per_s"] for x in raw]
+    batch = [x for x in lines if x["bench"] == "http_charge_batch"]
+    runs = [x for x in lines if x["bench"] in ("http_charge", "http_charge_batch")]
+    # each configuration's ratio uses the higher raw rate measured right before and after it
+    for k, x in enumerate(runs):
+        before, after = raw[2 * k]["tx_per_s"], raw[2 * k + 1]["tx_per_s"]
+        assert (x["raw_before"], x["raw_after"]) == (before, after)
+        assert x["raw_tx_per_s"] == max(before, after)
     assert [x["clients"] for x in http] == [1, 16, 64]
+    assert len(batch) == 1 and batch[0]["clients"] == 64 and batch[0]["failed"] == 0
+    assert batch[0]["overspend_blocks"] == 0 and batch[0]["verify_ok"] is True
     total = 0
     for x in http:
         total += x["charges"]

@@ -15,6 +15,7 @@ answered without touching the ledger (nothing reserved, nothing charged):
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -77,19 +78,28 @@ def error_response(exc: BlockBudgetError) -> JSONResponse:
 class Authenticator:
     """Resolves API keys to principals, with a short in-process cache.
 
-    A key is looked up at most once per ``ttl_seconds`` per process (revoking a key or changing
-    an ACL therefore takes effect within that time; 0 disables the cache).
+    A key is looked up at most once per ``ttl_seconds`` per process, so revoking a key or
+    changing an ACL takes effect within that time in every process (at once in the process
+    that made the change: :meth:`invalidate`); 0 disables the cache. Only keys the key store
+    verified are cached (the cache maps the full key, secret included, to its principal or to
+    None for a refused key). Lookups are single-flight: when an entry expires under load, one
+    request looks the key up and the others wait for its answer instead of each querying the
+    database.
     """
 
     def __init__(self, keys: KeyStore, *, ttl_seconds: float = 2.0) -> None:
         self._keys = keys
         self._ttl = ttl_seconds
         self._cache: dict[str, tuple[float, Principal | None]] = {}
+        self._inflight: dict[str, asyncio.Future[Principal | None]] = {}
         self._lock = threading.Lock()
+        self._generation = 0
 
     def invalidate(self) -> None:
+        """Forget every cached lookup (after a change to principals, keys or ACLs)."""
         with self._lock:
             self._cache.clear()
+            self._generation += 1
 
     async def __call__(self, request: Request) -> Principal:
         key = request.headers.get("x-api-key")
@@ -100,19 +110,45 @@ class Authenticator:
             raise AuthError(
                 401, "an API key is required: send 'Authorization: Bearer <key>' or 'X-API-Key'"
             )
-        now = time.monotonic()
         hit = self._cache.get(key)
-        if hit is not None and now - hit[0] < self._ttl:
+        if hit is not None and time.monotonic() - hit[0] < self._ttl:
             principal = hit[1]
         else:
+            principal = await self._lookup(key)
+        if principal is None:
+            raise AuthError(401, "the API key is malformed, unknown or revoked")
+        return principal
+
+    async def _lookup(self, key: str) -> Principal | None:
+        pending = self._inflight.get(key)
+        if pending is not None:
+            try:
+                return await asyncio.shield(pending)
+            except asyncio.CancelledError:
+                if not pending.cancelled():
+                    raise  # this request itself was cancelled
+                return await self._lookup(key)  # the looking-up request went away: retry
+        future: asyncio.Future[Principal | None] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = future
+        try:
+            started, generation = time.monotonic(), self._generation
             principal = await anyio.to_thread.run_sync(self._keys.authenticate, key)
             with self._lock:
                 if len(self._cache) > 10_000:
                     self._cache.clear()
-                self._cache[key] = (now, principal)
-        if principal is None:
-            raise AuthError(401, "the API key is malformed, unknown or revoked")
-        return principal
+                if generation == self._generation:  # no invalidation raced the lookup
+                    self._cache[key] = (started, principal)
+            future.set_result(principal)
+            return principal
+        except Exception as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: waiters re-raise it, no "never retrieved" warning
+            raise
+        except BaseException:
+            future.cancel()
+            raise
+        finally:
+            del self._inflight[key]
 
 
 def require_role(principal: Principal, *roles: Role) -> None:

@@ -29,7 +29,7 @@ from blockbudget import __version__
 from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget
 from blockbudget.errors import BlockBudgetError, InvalidRequestError, ReservationError
-from blockbudget.ledger import Ledger, Reservation, ReservationState
+from blockbudget.ledger import Charge, Ledger, Reservation, ReservationState
 from blockbudget.platform import Last, Platform
 from blockbudget.service import schemas as sc
 from blockbudget.service.access import (
@@ -43,6 +43,7 @@ from blockbudget.service.access import (
 )
 from blockbudget.service.admin import register_principal_routes
 from blockbudget.service.auth import KeyStore, Permission, Principal, Role
+from blockbudget.service.charges import charge_json, register_charge_routes, scoped
 from blockbudget.service.dashboard import STATIC_DIR, page
 from blockbudget.service.dashboard_routes import block_out, register_dashboard_routes
 from blockbudget.service.pipelines import Job, PipelineQueue
@@ -115,6 +116,10 @@ def create_app(
         description="Per-block differential-privacy budgets for growing datasets, as a service.",
         lifespan=lifespan,
         responses=ERRORS,
+        # No OpenTelemetry hooks per request (nothing is configured to receive them; each
+        # request would still look the providers up): an operator who wants traces puts the
+        # instrumentation in front of the service.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.platform = platform
     app.state.keys = keystore
@@ -347,7 +352,7 @@ def create_app(
             context=body.context,
             holder=me.name,
             ttl_seconds=body.ttl_seconds,
-            request_id=_scoped(me, body.request_id),
+            request_id=scoped(me, body.request_id),
         )
         return reservation_out(res)
 
@@ -366,7 +371,7 @@ def create_app(
             Budget(epsilon=body.epsilon, delta=body.delta),
             context=res.context,
             reservation_id=rid,
-            request_id=_scoped(me, body.request_id),
+            request_id=scoped(me, body.request_id),
         )
         return _charge_out(receipt)
 
@@ -375,35 +380,7 @@ def create_app(
         owned_reservation(me, rid)
         return reservation_out(platform.ledger.release(rid, request_id=f"{rid}/release"))
 
-    streams_of: dict[str, str] = {}  # block → stream; immutable once registered
-
-    def refresh_streams() -> None:
-        for info in platform.ledger.blocks():
-            streams_of[info.block_id] = info.stream
-
-    @app.post("/v1/streams/{stream}/charges", tags=["budget"])
-    async def charge(me: Auth, stream: str, body: sc.ChargeIn) -> sc.ChargeOut:
-        """Charge budget directly (no data out: for computations run elsewhere, e.g. a trusted
-        executor). Async: with group commit the request awaits its batch's durable commit
-        without holding a thread."""
-        require_stream(me, stream)
-        require_context(me, body.context)
-        wanted = set(body.blocks)
-        if any(b not in streams_of for b in wanted):
-            await anyio.to_thread.run_sync(refresh_streams)
-        foreign = sorted(b for b in wanted if streams_of.get(b) != stream)
-        if foreign:
-            text = f"block(s) {foreign[:5]} are not blocks of stream {stream!r}"
-            if me.role is Role.ADMIN:
-                raise InvalidRequestError(text)
-            raise AuthError(403, text + " (unknown, or another stream's)")
-        receipt = await platform.ledger.charge_async(
-            body.blocks,
-            Budget(epsilon=body.epsilon, delta=body.delta),
-            context=body.context,
-            request_id=_scoped(me, body.request_id),
-        )
-        return _charge_out(receipt)
+    register_charge_routes(app, platform=platform, authenticate=authenticate)
 
     # --- DP queries ----------------------------------------------------------------------------
 
@@ -500,21 +477,8 @@ def create_app(
     return app
 
 
-def _scoped(me: Principal, request_id: str | None) -> str | None:
-    """Request ids are scoped per principal, so one principal cannot replay (and read the
-    stored result of) another's request."""
-    return None if request_id is None else f"{me.name}:{request_id}"
-
-
-def _charge_out(receipt: Any) -> sc.ChargeOut:
-    return sc.ChargeOut(
-        request_id=receipt.request_id,
-        blocks=list(receipt.blocks),
-        context=receipt.context,
-        cost=receipt.cost.to_json(),
-        reservation_id=receipt.reservation_id,
-        seq=receipt.seq,
-    )
+def _charge_out(receipt: Charge) -> sc.ChargeOut:
+    return sc.ChargeOut(**charge_json(receipt))
 
 
 __all__ = ["create_app", "open_platform"]

@@ -321,3 +321,21 @@ class TaskOut(BaseModel):
 class QueueOut(BaseModel):
     scheduler: str
     tasks: list[TaskOut]
+
+
+class ChargeBatchIn(Strict):
+    """Independent direct charges (each all-or-nothing on its own)."""
+
+    charges: list[ChargeIn] = Field(min_length=1, max_length=1000)
+
+
+class ChargeResult(BaseModel):
+    ok: bool
+    charge: ChargeOut | None = None
+    status: int | None = None
+    error: str | None = None
+    detail: str | None = None
+
+
+class ChargeBatchOut(BaseModel):
+    results: list[ChargeResult]

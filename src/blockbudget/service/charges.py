@@ -1,0 +1,129 @@
+"""Direct charges over HTTP: one charge per request, or a batch of independent charges.
+
+A direct charge spends budget for a computation run elsewhere (e.g. a trusted executor); no
+data leaves the service. Both routes are ``async``: with group commit
+(:mod:`blockbudget.ledger.group`) a request awaits its durable commit without holding a
+thread, and a batch's charges enter the committer together, so they share commits.
+
+A **batch** (``POST /v1/streams/{stream}/charges/batch``) is a pipeline of independent
+charges, not a transaction: each item is all-or-nothing on its own blocks and gets its own
+result (the receipt, or the status and refusal it would have had alone); a refused item charges
+nothing. The caller's key, stream ACL, contexts and blocks are checked for every item before
+any is charged — one failing check refuses the whole batch with nothing charged. The batch
+exists because each HTTP request costs the server more CPU than the ledger work of a charge
+(docs/benchmarks-service.md).
+"""
+
+import json
+from typing import Annotated, Any
+
+import anyio.to_thread
+from fastapi import Depends, FastAPI
+from fastapi.responses import Response
+
+from blockbudget.budget import Budget
+from blockbudget.errors import BlockBudgetError, InvalidRequestError
+from blockbudget.ledger import Charge
+from blockbudget.platform import Platform
+from blockbudget.service import schemas as sc
+from blockbudget.service.access import (
+    Authenticator,
+    AuthError,
+    require_context,
+    require_stream,
+    status_of,
+)
+from blockbudget.service.auth import Principal, Role
+
+__all__ = ["charge_json", "register_charge_routes", "scoped"]
+
+
+def scoped(me: Principal, request_id: str | None) -> str | None:
+    """Request ids are scoped per principal, so one principal cannot replay (and read the
+    stored result of) another's request."""
+    return None if request_id is None else f"{me.name}:{request_id}"
+
+
+def charge_json(receipt: Charge) -> dict[str, Any]:
+    """A charge receipt in the shape of :class:`~blockbudget.service.schemas.ChargeOut`."""
+    return {
+        "request_id": receipt.request_id,
+        "blocks": list(receipt.blocks),
+        "context": receipt.context,
+        "cost": receipt.cost.to_json(),
+        "reservation_id": receipt.reservation_id,
+        "seq": receipt.seq,
+    }
+
+
+def _json(data: Any) -> Response:
+    # The hot path: serialized directly (the response_model documents the shape); FastAPI
+    # would otherwise build, re-validate and re-encode a pydantic model per charge.
+    return Response(json.dumps(data), media_type="application/json")
+
+
+def register_charge_routes(
+    app: FastAPI, *, platform: Platform, authenticate: Authenticator
+) -> None:
+    """Add ``POST /v1/streams/{stream}/charges`` and ``…/charges/batch`` to ``app``."""
+    Auth = Annotated[Principal, Depends(authenticate)]
+    streams_of: dict[str, str] = {}  # block → stream; immutable once registered
+
+    def refresh_streams() -> None:
+        for info in platform.ledger.blocks():
+            streams_of[info.block_id] = info.stream
+
+    async def check(me: Principal, stream: str, items: list[sc.ChargeIn]) -> None:
+        require_stream(me, stream)
+        wanted: set[str] = set()
+        for item in items:
+            require_context(me, item.context)
+            wanted.update(item.blocks)
+        if any(b not in streams_of for b in wanted):
+            await anyio.to_thread.run_sync(refresh_streams)
+        foreign = sorted(b for b in wanted if streams_of.get(b) != stream)
+        if foreign:
+            text = f"block(s) {foreign[:5]} are not blocks of stream {stream!r}"
+            if me.role is Role.ADMIN:
+                raise InvalidRequestError(text)
+            raise AuthError(403, text + " (unknown, or another stream's)")
+
+    async def run(me: Principal, item: sc.ChargeIn) -> Charge:
+        return await platform.ledger.charge_async(
+            item.blocks,
+            Budget(epsilon=item.epsilon, delta=item.delta),
+            context=item.context,
+            request_id=scoped(me, item.request_id),
+        )
+
+    @app.post("/v1/streams/{stream}/charges", tags=["budget"], response_model=sc.ChargeOut)
+    async def charge(me: Auth, stream: str, body: sc.ChargeIn) -> Response:
+        """Charge budget directly, durably (answered after the commit)."""
+        await check(me, stream, [body])
+        return _json(charge_json(await run(me, body)))
+
+    @app.post(
+        "/v1/streams/{stream}/charges/batch", tags=["budget"], response_model=sc.ChargeBatchOut
+    )
+    async def charge_batch(me: Auth, stream: str, body: sc.ChargeBatchIn) -> Response:
+        """Many independent direct charges in one request (see the module docstring)."""
+        await check(me, stream, body.charges)
+        results: list[dict[str, Any] | None] = [None] * len(body.charges)
+
+        async def one(k: int, item: sc.ChargeIn) -> None:
+            try:
+                results[k] = {"ok": True, "charge": charge_json(await run(me, item))}
+            except BlockBudgetError as exc:
+                if status_of(exc) >= 500:
+                    raise  # a broken ledger or a bug: the whole request fails loudly
+                results[k] = {
+                    "ok": False,
+                    "status": status_of(exc),
+                    "error": type(exc).__name__,
+                    "detail": str(exc),
+                }
+
+        async with anyio.create_task_group() as group:
+            for k, item in enumerate(body.charges):
+                group.start_soon(one, k, item)
+        return _json({"results": results})
