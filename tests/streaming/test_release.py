@@ -196,6 +196,12 @@ def test_config_validation() -> None:
         DPIConfig(epsilon=1.0, mu=0.0)
     with pytest.raises(InvalidRequestError, match="queries_per_slot"):
         DPIConfig(epsilon=1.0, queries_per_slot=0)
+    with pytest.raises(InvalidRequestError, match="smaller N or a larger p"):
+        SynopsisPool.generate(domain_size=5, size=10, precision=1e-9)  # no MemoryError
+    with pytest.raises(InvalidRequestError, match="PoolDesign"):
+        SynopsisPool.generate(domain_size=5, size=10, precision=0.1, design="uniform")  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequestError, match="medium_from < small_from"):
+        DPIConfig(epsilon=1.0, medium_from=100, small_from=10)
 
 
 @pytest.mark.parametrize("accounting", [Accounting.BASIC, Accounting.RDP])

@@ -210,3 +210,23 @@ def test_for_horizon_rejects_bad_input_and_keeps_overrides() -> None:
         DPIConfig(epsilon=1.0, allocation="ranges")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         DPIConfig(1.0)  # type: ignore[misc]
+
+
+def test_accountant_refuses_exactly_when_a_term_would_cross_epsilon() -> None:
+    """A series that offers more than the accountant's ε (here 2 against a cap of 1): the cap is
+    reached, every later slot whose term does not fit is refused with nothing charged, and the
+    spent total never passes ε."""
+    s = DPISeries(epsilon=2.0, mu=0.5, zeta=0.2)
+    rba = RandomBudgetAllocation(s, rate=5.0, rng=np.random.default_rng(3))
+    acc = StreamAccountant(epsilon=1.0)
+    for _ in range(5_000):
+        a = rba.next()
+        before = acc.spent_units
+        fits = before + StreamAccountant.units(a.epsilon) <= acc.capacity_units
+        assert acc.try_charge(a.epsilon) is fits
+        assert acc.spent_units == (before + StreamAccountant.units(a.epsilon) if fits else before)
+        assert acc.spent <= acc.target
+    assert acc.refused > 0 and acc.slots > 0
+    assert float(acc.remaining) < 0.05  # the cap was used, not merely respected
+    with pytest.raises(BudgetExceededError, match="Nothing was charged"):
+        acc.charge(1.0)

@@ -32,6 +32,9 @@ import numpy.typing as npt
 from blockbudget.errors import InvalidRequestError
 
 FloatArray = npt.NDArray[np.float64]
+
+MAX_POOL_CELLS = 200_000_000
+"""Largest N × (units or Dirichlet support) a pool may allocate (≈ 1.6 GB of int64)."""
 IntArray = npt.NDArray[np.int64]
 
 
@@ -89,8 +92,16 @@ class SynopsisPool:
             raise InvalidRequestError(f"precision p must lie in (0, 1], got {precision!r}")
         if not (math.isfinite(concentration) and concentration > 0):
             raise InvalidRequestError(f"concentration must be > 0, got {concentration!r}")
-        gen = rng if rng is not None else np.random.default_rng()
+        if not isinstance(design, PoolDesign):
+            raise InvalidRequestError(f"design must be a PoolDesign, got {design!r}")
         n_units = max(1, round(1.0 / precision))
+        cells = size * max(n_units, min(domain_size, max(8, 4 * n_units)))
+        if cells > MAX_POOL_CELLS:
+            raise InvalidRequestError(
+                f"a pool of N={size} synopses at p={precision} over k={domain_size} needs "
+                f"{cells} cells, above the limit {MAX_POOL_CELLS}; use a smaller N or a larger p"
+            )
+        gen = rng if rng is not None else np.random.default_rng()
         if design is PoolDesign.UNIFORM:
             units = gen.integers(0, domain_size, size=(size, n_units), dtype=np.int64)
         else:
