@@ -19,6 +19,7 @@ from blockbudget.training import (
     BudgetSplit,
     MeteredSource,
     Outcome,
+    SlaMode,
 )
 from blockbudget.training.bounds import (
     bernstein_upper,
@@ -80,6 +81,14 @@ def test_a_refused_stage_stops_the_pipeline(month: object) -> None:
     with pytest.raises(ReservationError):
         AdaSSPPipeline(target=0.02).run(src, month, epsilon=1.0, delta=1e-6, eta=0.05)
     assert [label for label, _ in src.draws] == ["adassp-regression/train"]
+
+
+def test_an_np_sla_pipeline_is_refused_before_anything_is_charged(month: object) -> None:
+    src = MeteredSource()
+    pipe = AdaSSPPipeline(target=0.03, mode=SlaMode.NON_PRIVATE)
+    with pytest.raises(InvalidRequestError, match="NON_PRIVATE"):
+        pipe.run(src, month, epsilon=1.0, delta=1e-6, eta=0.05, noise=SeededNoise(1))
+    assert src.draws == []
 
 
 def test_statistics_pipeline_validates_the_released_means(month: object) -> None:

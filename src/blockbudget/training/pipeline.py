@@ -35,7 +35,7 @@ from blockbudget.errors import DataError, InvalidRequestError
 from blockbudget.mechanisms.calibration import exact_delta, exact_epsilon
 from blockbudget.mechanisms.noise import NoiseSource
 from blockbudget.mechanisms.source import BudgetSource
-from blockbudget.training.validation import ValidationResult
+from blockbudget.training.validation import SlaMode, ValidationResult
 
 
 @dataclass(frozen=True)
@@ -249,8 +249,16 @@ class Pipeline(ABC):
 
         Raises:
             InvalidBudgetError: bad ε or δ. DataError: no rows.
+            InvalidRequestError: the pipeline validates in NON_PRIVATE mode (nothing is drawn).
             BudgetExceededError, ReservationError: from the source (a stage refused).
         """
+        if getattr(self, "mode", None) is SlaMode.NON_PRIVATE:
+            # NP SLA releases a non-DP decision: refuse before any stage draws (a validator in
+            # that mode refuses every source, so the run could only fail after training paid)
+            raise InvalidRequestError(
+                f"pipeline {self.name!r} validates in NON_PRIVATE (NP SLA) mode, which is for "
+                "simulations without a budget source; use SlaMode.SAGE on a platform"
+            )
         eps = exact_epsilon(epsilon)
         dl = exact_delta(delta, positive=False)
         if len(frame) == 0:
