@@ -213,7 +213,9 @@ class TaskSpec:
             ``profit`` on every block.
         timeout: how long the task may wait (from its arrival) before it expires; None = forever.
         validator: seed 000 Alg. 2's Flag: called with the blocks charged so far after each
-            charge; once it returns True the task needs no more blocks.
+            charge; once it returns True the task needs no more blocks. Nothing is charged for
+            it, so it must read only DP outputs already paid for (the task's noisy model, each
+            block's noise drawn once) and public data — its answer steers which blocks are used.
         min_blocks: the fewest blocks an OPEN task needs before it may be granted (default 1).
     """
 
