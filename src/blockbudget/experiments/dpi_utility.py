@@ -52,7 +52,7 @@ def _config(
     **kw: Any,
 ) -> DPIConfig:
     # The stream's horizon T is known: ζ puts the series' knee at T and Λ = T/(4ε), so T slots
-    # spend ≈ 75% of ε (DPIConfig.for_horizon; dpi-horizon compares the paper's ζ = 0.2).
+    # spend 73–85% of ε (DPIConfig.for_horizon; dpi-horizon compares the paper's ζ = 0.2).
     return DPIConfig.for_horizon(
         epsilon=epsilon, slots=slots, horizon=horizon, allocation=allocation, **kw
     )
