@@ -80,6 +80,15 @@ class Grant:
             raise InvalidBudgetError(f"group_size must be >= 1, got {group_size}")
         self.group_size = group_size
 
+    @property
+    def ledger_url(self) -> str:
+        """The URL of the ledger database behind this grant (password hidden).
+
+        Executors that charge from other processes (Ray workers) compare it with the database
+        they were given, so that a worker can never charge a copy of the ledger instead of it.
+        """
+        return self._ledger.engine.url.render_as_string(hide_password=True)
+
     # --- the BudgetSource contract -------------------------------------------------------------
 
     @property

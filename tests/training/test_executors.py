@@ -107,3 +107,23 @@ def test_ray_gives_the_same_releases_as_in_process(
 def test_ray_refuses_an_in_memory_ledger(ray_executor: RayExecutor) -> None:
     with pytest.raises(InvalidRequestError, match="in-memory"):
         RayExecutor(database_url="sqlite:///:memory:")
+
+
+def test_ray_refuses_a_grant_from_another_ledger(tmp_path: Path, ray_executor: RayExecutor) -> None:
+    """A grant backed by a different database than the workers' is refused before submission,
+    so a worker can never charge a copy of the ledger; nothing is charged."""
+    other = make_platform(tmp_path / "other", 2)
+    try:
+        grant = other.request(
+            STREAM,
+            blocks=[b.block_id for b in other.blocks(STREAM)],
+            budget=job_budget(JOBS[1]),
+            context=CONTEXT,
+        )
+        with pytest.raises(InvalidRequestError, match="nothing was submitted"):
+            ray_executor.run_many([(JOBS[1], grant)])
+        grant.close()
+        states = other.ledger.states(stream=STREAM, context=CONTEXT)
+        assert not any(any(s.charged) or any(s.reserved) for s in states)
+    finally:
+        other.close()

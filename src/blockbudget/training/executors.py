@@ -21,7 +21,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.engine import make_url
 
 from blockbudget.accounting import Accounting
 from blockbudget.errors import InvalidRequestError
@@ -179,8 +182,23 @@ class RayExecutor(Executor):
         self._remote = ray.remote(run_remote)
 
     def run_many(self, work: Sequence[tuple[PipelineJob, Grant]]) -> list[PipelineRun]:
+        """Run each job on a Ray worker that charges the grant's ledger.
+
+        Raises:
+            InvalidRequestError: a grant is backed by another ledger database than the one this
+                executor's workers connect to (nothing is submitted, nothing charged).
+        """
         import ray
 
+        mine = same_database_key(self.database_url)
+        for _, grant in work:
+            if same_database_key(grant.ledger_url) != mine:
+                raise InvalidRequestError(
+                    f"grant on stream {grant.stream!r} is backed by the ledger at "
+                    f"{grant.ledger_url}, but this RayExecutor's workers charge "
+                    f"{make_url(self.database_url).render_as_string(hide_password=True)}; "
+                    "nothing was submitted"
+                )
         refs = [
             self._remote.remote(
                 job, GrantHandle.of(grant, database_url=self.database_url), grant.data
@@ -196,3 +214,11 @@ class RayExecutor(Executor):
         if self._started and ray.is_initialized():
             ray.shutdown()
         self._started = False
+
+
+def same_database_key(url: str) -> str:
+    """A comparable form of a database URL: password hidden, SQLite file paths resolved."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        parsed = parsed.set(drivername="sqlite", database=str(Path(parsed.database).resolve()))
+    return parsed.render_as_string(hide_password=True)
