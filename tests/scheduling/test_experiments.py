@@ -49,7 +49,7 @@ def test_blocks_used_accumulate_and_streaming_uses_each_block_once(tmp_path: Pat
             assert series[-1] <= 12  # 12 blocks, each usable once
     by = {(r["queries"], r["method"]): r for r in rows}
     # small costs never lift a block past z0, where Alg. 1 takes any query: Alg. 2 then makes
-    # exactly the random choices of Sage (same seed) — docs/results-budgeting.md, Tab. III/IV
+    # exactly the random choices of Sage (same seed) — docs/results.md, Tab. III/IV
     for j in range(1, 6):
         key = f"after_query_{j}"
         assert by[("small-cost", "ours")][key] == by[("small-cost", "sage")][key]

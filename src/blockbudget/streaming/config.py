@@ -119,7 +119,7 @@ class DPIConfig:
         * ζ from :func:`~blockbudget.streaming.series.zeta_for_horizon` (the series' knee at T,
           so the first T terms hold 85–88% of ε and decay like 1/t, not 1/t²), and
         * Λ = T/(4ε) for Alg. 3 (draws of mean 4ε/T: the nearest unused terms are the large ones,
-          so a T-slot run spends 73–85% of ε; measured in ``docs/results-dpi.md``).
+          so a T-slot run spends 73–85% of ε; measured in ``docs/results.md``).
 
         Slots past T still run — on the series' tail, with ever smaller terms — and the accountant
         keeps the total at most ε whatever happens. ``overrides`` set any other field (μ, λ,

@@ -217,7 +217,7 @@ def zeta_for_horizon(*, epsilon: float, slots: int, mu: float, sensitivity: floa
 
     With the paper's default ζ = 0.2 (C = 20 for μ = 0.5) a 365-slot stream at ε = 10 spends most
     of ε in its first few terms (ε_1 = 3.3) and a typical slot gets ≈ 5·10⁻⁴; with the knee at 365,
-    ε_1 = 1.45 and a typical slot gets ≈ 6·10⁻³ (see ``docs/results-dpi.md``).
+    ε_1 = 1.45 and a typical slot gets ≈ 6·10⁻³ (see ``docs/results.md``).
 
     Raises:
         InvalidRequestError: ε, μ or Δ_Q not finite and > 0, or slots not an int >= 2.
