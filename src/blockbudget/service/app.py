@@ -439,7 +439,7 @@ def create_app(
     @app.get("/v1/audit/events", tags=["audit"])
     def audit_events(
         me: Auth,
-        after_seq: Annotated[int, Query(ge=0)] = 0,
+        after_seq: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
     ) -> list[sc.EventOut]:
         require_role(me)
