@@ -168,3 +168,39 @@ def test_waiting_task_expires_at_its_deadline_and_charges_nothing(
         r = c.get("/v1/dashboard", headers=h, params={"stream": "flights"})
         rows = r.json()["extras"]["scheduler_queue"]
         assert [(row["task"], row["state"]) for row in rows] == [(late["id"][:12], "expired")]
+
+
+def test_rdp_stream_grants_exactly_what_the_filter_admits(seeded: Seeded, fcfs: TestClient) -> None:
+    from blockbudget.accounting import Accounting, make_filter
+    from blockbudget.budget import Budget
+    from blockbudget.service.auth import Permission
+
+    h = seeded.headers(seeded.admin)
+    body = {"name": "r", "epsilon": 3, "delta": 1e-6, "accounting": "rdp"}
+    assert fcfs.post("/v1/streams", headers=h, json=body).status_code == 201
+    r = fcfs.post(
+        "/v1/streams/r/ingest",
+        headers={**h, "Content-Type": "text/csv"},
+        content=seeded.csv.read_bytes(),
+    )
+    assert r.status_code == 200
+    seeded.keys.grant("ana", "r", Permission.READ)
+    ha = seeded.headers(seeded.analyst)
+    states = [
+        fcfs.post(
+            "/v1/streams/r/tasks", headers=ha, json={"epsilon": 0.5, "context": "team-a", "last": 1}
+        ).json()["state"]
+        for _ in range(8)
+    ]
+    filt = make_filter(Accounting.RDP, capacity=Budget(epsilon=3, delta=1e-6))
+    one = filt.features(Budget(epsilon=0.5))
+    fits = max(k for k in range(9) if filt.fits(tuple(k * u for u in one)))
+    assert 0 < fits < 8 and states == ["granted"] * fits + ["refused"] * (8 - fits)
+    st = seeded.platform.ledger.states("r", "team-a")[-1]
+    assert st.used == tuple(fits * u for u in one)  # refused tasks charged nothing
+    r = fcfs.post(
+        "/v1/streams/r/tasks",
+        headers=ha,
+        json={"epsilon": 0.5, "delta": 1e-7, "context": "team-a", "last": 1},
+    )
+    assert r.status_code == 422 and r.json()["error"] == "InvalidBudgetError"
