@@ -11,7 +11,7 @@ result (the receipt, or the status and refusal it would have had alone); a refus
 nothing. The caller's key, stream ACL, contexts and blocks are checked for every item before
 any is charged — one failing check refuses the whole batch with nothing charged. The batch
 exists because each HTTP request costs the server more CPU than the ledger work of a charge
-(docs/benchmarks-service.md).
+(docs/benchmarks.md).
 """
 
 import json
