@@ -177,3 +177,19 @@ def test_laplace_curve_never_undercounts_against_a_high_precision_reference() ->
     # Below 1e-40 the pure-DP bound min(ε, αε²/2) is used: still an upper bound.
     tiny = RdpCurve.laplace(scale=1.0, sensitivity=1e-45)
     assert tiny == RdpCurve.from_pure_dp(Decimal(repr(1e-45)))
+
+
+def test_json_has_one_canonical_form_per_value_and_round_trips_exactly() -> None:
+    # 0.0 and 0, 0.50 and 0.5 are the same budget: their JSON must be the same too, so that a
+    # replayed answer (read back from the ledger) equals the fresh one.
+    assert Budget(epsilon=0.2, delta=0.0).to_json() == Budget(epsilon="0.20", delta=0).to_json()
+    assert Budget(epsilon=0.2, delta=0.0).to_json() == {"epsilon": "0.2", "delta": "0"}
+    assert Budget(epsilon=Decimal("1E+2")).to_json()["epsilon"] == "100"
+    long = Decimal("1.000000000000000000000000000000000000001")  # more digits than the context
+    for value in (long, Decimal("1E-100"), Decimal("123.4500"), Decimal("1e30")):
+        budget = Budget(epsilon=value, delta=Decimal("1e-6"))
+        assert Budget.from_json(budget.to_json()) == budget
+        assert Decimal(budget.to_json()["epsilon"]) == value
+    curve = RdpCurve.from_pure_dp(Decimal("0.50"))
+    assert RdpCurve.from_json(curve.to_json()) == curve
+    assert all(not v.endswith("0") or v == "0" for v in curve.to_json()["rdp"] if "." in v)

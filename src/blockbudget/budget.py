@@ -222,7 +222,12 @@ class Budget:
         return float(self.epsilon), float(self.delta)
 
     def to_json(self) -> dict[str, str]:
-        return {"epsilon": str(self.epsilon), "delta": str(self.delta)}
+        """The budget as exact decimal strings, in one canonical form per value.
+
+        Equal budgets give equal JSON (``0.0`` and ``0`` are both ``"0"``, ``0.50`` is ``"0.5"``),
+        so a stored answer and a fresh one, or two spellings of one request, never differ.
+        """
+        return {"epsilon": canonical_decimal(self.epsilon), "delta": canonical_decimal(self.delta)}
 
     @classmethod
     def from_json(cls, data: dict[str, str]) -> Budget:
@@ -363,7 +368,8 @@ class RdpCurve:
         return rdp_to_dp(self, delta=delta)
 
     def to_json(self) -> dict[str, list[str]]:
-        return {"rdp": [str(v) for v in self.epsilons]}
+        """The curve as exact decimal strings, one canonical form per value (see Budget)."""
+        return {"rdp": [canonical_decimal(v) for v in self.epsilons]}
 
     @classmethod
     def from_json(cls, data: dict[str, list[str]]) -> RdpCurve:
@@ -372,6 +378,25 @@ class RdpCurve:
     def __str__(self) -> str:
         inner = ", ".join(f"{a:g}:{_fmt(v)}" for a, v in zip(ALPHAS, self.epsilons, strict=True))
         return f"RDP[{inner}]"
+
+
+def canonical_decimal(value: Decimal) -> str:
+    """One exact string per decimal value: no trailing zeros, integers without exponent.
+
+    ``Decimal(canonical_decimal(v)) == v`` always holds.
+    """
+    if value == 0:
+        return "0"
+    sign, digits, exponent = value.as_tuple()
+    assert isinstance(exponent, int)  # finite: Budget and RdpCurve refuse NaN and infinities
+    kept = list(digits)
+    while exponent < 0 and len(kept) > 1 and kept[-1] == 0:  # exact: no context rounding
+        kept.pop()
+        exponent += 1
+    reduced = Decimal((sign, tuple(kept), exponent))
+    if exponent >= 0:
+        return str(int(reduced))
+    return str(reduced)
 
 
 #: What a DP computation costs: an (ε, δ) budget or an RDP curve.
