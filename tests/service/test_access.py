@@ -169,3 +169,57 @@ def test_admin_issues_keys_and_binds_contexts(seeded: Seeded, client: TestClient
     client.put("/v1/principals/cara/streams/flights", json={"permission": "read"}, headers=h)
     r = client.post("/v1/streams/flights/queries/count", json=COUNT, headers=seeded.headers(key))
     assert r.status_code == 200, r.text
+
+
+def test_request_ids_of_a_colon_named_principal_do_not_collide(
+    seeded: Seeded, client: TestClient
+) -> None:
+    """Principal ``ana`` sending ``x:r1`` and principal ``ana:x`` sending ``r1`` are two
+    requests: neither replays (nor reads the receipt of) the other's charge."""
+    from decimal import Decimal
+
+    from blockbudget.budget import UNIT
+    from blockbudget.service import Permission, Role
+
+    seeded.keys.add_principal("ana:x", Role.ANALYST, contexts=("team-a",))
+    seeded.keys.grant("ana:x", "flights", Permission.READ)
+    colon_key = seeded.keys.create_key("ana:x")
+    block = sorted(s.block for s in seeded.platform.ledger.states("flights", "team-a"))[0]
+    body = {"blocks": [block], "epsilon": 0.1, "context": "team-a"}
+    r1 = client.post(
+        "/v1/streams/flights/charges",
+        headers=seeded.headers(seeded.analyst),
+        json={**body, "request_id": "x:r1"},
+    )
+    r2 = client.post(
+        "/v1/streams/flights/charges",
+        headers=seeded.headers(colon_key),
+        json={**body, "request_id": "r1"},
+    )
+    assert r1.status_code == 200 and r2.status_code == 200, (r1.text, r2.text)
+    assert r1.json()["request_id"] != r2.json()["request_id"]
+    assert r1.json()["seq"] != r2.json()["seq"]
+    (state,) = [s for s in seeded.platform.ledger.states("flights", "team-a") if s.block == block]
+    assert Decimal(state.charged[0]) / UNIT == Decimal("0.2")  # charged twice, once each
+
+
+def test_a_revoked_stream_acl_stops_drawing_on_an_open_reservation(
+    seeded: Seeded, client: TestClient
+) -> None:
+    """A reservation outlives its holder's read access to the stream, but spends nothing
+    after the ACL is revoked (403, nothing charged); releasing it still works."""
+    h = seeded.headers(seeded.analyst)
+    r = client.post(
+        "/v1/streams/flights/reservations",
+        headers=h,
+        json={"epsilon": 0.3, "context": "team-a", "last": 2},
+    )
+    assert r.status_code == 201, r.text
+    rid = r.json()["id"]
+    seeded.keys.revoke("ana", "flights")
+    before = ledger_snapshot(seeded.platform)
+    r = client.post(f"/v1/reservations/{rid}/charges", headers=h, json={"epsilon": 0.1})
+    assert r.status_code == 403 and "'flights'" in r.json()["detail"], r.text
+    assert ledger_snapshot(seeded.platform) == before
+    r = client.post(f"/v1/reservations/{rid}/release", headers=h)
+    assert r.status_code == 200 and r.json()["state"] == "closed", r.text

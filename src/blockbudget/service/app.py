@@ -364,6 +364,9 @@ def create_app(
     def draw(me: Auth, rid: str, body: sc.DrawIn) -> sc.ChargeOut:
         res = owned_reservation(me, rid)
         require_context(me, res.context)
+        # The holder must still read the stream: an ACL revoked after the reservation was made
+        # (directly, or granted later by the scheduler queue) stops its spending too.
+        require_stream(me, platform.ledger.state(res.blocks[0], res.context).stream)
         if res.state is not ReservationState.OPEN:
             raise ReservationError(f"reservation {rid!r} is {res.state.value}")
         receipt = platform.ledger.charge(

@@ -40,8 +40,16 @@ __all__ = ["charge_json", "register_charge_routes", "scoped"]
 
 def scoped(me: Principal, request_id: str | None) -> str | None:
     """Request ids are scoped per principal, so one principal cannot replay (and read the
-    stored result of) another's request."""
-    return None if request_id is None else f"{me.name}:{request_id}"
+    stored result of) another's request.
+
+    The scoped id is ``<name>:<request id>`` with every ``:`` of the principal's name written
+    ``%3A`` (principal names contain no ``%``), so the part before the first ``:`` names exactly
+    one principal: principal ``a`` sending ``b:c`` and principal ``a:b`` sending ``c`` get
+    different ids. Names without ``:`` keep the plain form, so stored ids still replay.
+    """
+    if request_id is None:
+        return None
+    return f"{me.name.replace(':', '%3A')}:{request_id}"
 
 
 def charge_json(receipt: Charge) -> dict[str, Any]:

@@ -204,7 +204,9 @@ class QueueBridge(LedgerBridge):
                 context=self.context,
                 holder=task.principal,
                 ttl_seconds=self.grant_ttl_seconds,
-                request_id=f"{task.principal}:queue:{task.id}",
+                # the principal's name encoded as in service.charges.scoped, so no other
+                # principal's scoped request id can equal it
+                request_id=f"{task.principal.replace(':', '%3A')}:queue:{task.id}",
             )
             self.granted[d.task_id] = res.id
         elif d.kind in (DecisionKind.REJECT, DecisionKind.EXPIRE):
