@@ -223,3 +223,32 @@ def test_a_revoked_stream_acl_stops_drawing_on_an_open_reservation(
     assert ledger_snapshot(seeded.platform) == before
     r = client.post(f"/v1/reservations/{rid}/release", headers=h)
     assert r.status_code == 200 and r.json()["state"] == "closed", r.text
+
+
+def test_the_dashboard_time_axis_ignores_streams_the_caller_cannot_read(
+    seeded: Seeded, client: TestClient
+) -> None:
+    """The heatmap's buckets span the shown stream's own history: a later charge on
+    ``secret`` (which ana cannot read) does not move ana's time axis for ``flights``."""
+    import time
+
+    h = seeded.headers(seeded.analyst)
+    block = sorted(s.block for s in seeded.platform.ledger.states("flights", "team-a"))[0]
+    r = client.post(
+        "/v1/streams/flights/charges",
+        headers=h,
+        json={"blocks": [block], "epsilon": 0.1, "context": "team-a"},
+    )
+    assert r.status_code == 200, r.text
+    first = client.get("/v1/dashboard?stream=flights", headers=h).json()["heatmap"]
+    time.sleep(0.05)
+    secret = sorted(s.block for s in seeded.platform.ledger.states("secret", "team-b"))[0]
+    r = client.post(
+        "/v1/streams/secret/charges",
+        headers=seeded.headers(seeded.other),
+        json={"blocks": [secret], "epsilon": 0.1, "context": "team-b"},
+    )
+    assert r.status_code == 200, r.text
+    again = client.get("/v1/dashboard?stream=flights", headers=h).json()["heatmap"]
+    assert again["times"] == first["times"] and again["contexts"] == first["contexts"]
+    assert first["contexts"]["team-a"][0][-1] > 0  # ana's own charge is shown

@@ -9,6 +9,7 @@ from typing import Annotated
 from fastapi import Depends, FastAPI, Query
 
 from blockbudget.errors import InvalidRequestError
+from blockbudget.ledger import AuditEvent
 from blockbudget.platform import BlockView, Platform
 from blockbudget.service import schemas as sc
 from blockbudget.service.access import Authenticator, require_stream, visible_contexts
@@ -29,6 +30,17 @@ def block_out(v: BlockView, *, with_rows: bool) -> sc.BlockOut:
         remaining=v.remaining,
         rows=v.rows if with_rows else None,
     )
+
+
+def _about(event: AuditEvent, stream: str, blocks: set[str]) -> bool:
+    """Whether an audit event concerns ``stream`` (one of its ``blocks``, or the stream)."""
+    payload = event.payload
+    if payload.get("stream") == stream:
+        return True
+    named = payload.get("blocks")
+    if isinstance(named, list):
+        return any(b in blocks for b in named)
+    return any(b in blocks for b in payload.get("returned", ()))
 
 
 def register_dashboard_routes(
@@ -63,8 +75,11 @@ def register_dashboard_routes(
         ctxs = visible_contexts(me, platform.contexts())
         views = platform.blocks(stream, contexts=ctxs)
         with_rows = me.role is Role.ADMIN or perm is Permission.OWN
+        mine = {v.block_id for v in views}
         hm = heatmap(
-            platform.ledger.events(),
+            # only this stream's events: its time axis then says nothing about when other
+            # streams (which the caller may not read) were used
+            [e for e in platform.ledger.events() if _about(e, stream, mine)],
             blocks=[v.block_id for v in views],
             contexts=ctxs,
             filter_=platform.filter(stream),
