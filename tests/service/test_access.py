@@ -252,3 +252,21 @@ def test_the_dashboard_time_axis_ignores_streams_the_caller_cannot_read(
     again = client.get("/v1/dashboard?stream=flights", headers=h).json()["heatmap"]
     assert again["times"] == first["times"] and again["contexts"] == first["contexts"]
     assert first["contexts"]["team-a"][0][-1] > 0  # ana's own charge is shown
+
+
+def test_a_sum_or_mean_over_a_non_numeric_column_is_422_and_changes_nothing(
+    seeded: Seeded, client: TestClient
+) -> None:
+    """Refused before anything is reserved (it used to fail after the reservation, as a 500)."""
+    h = seeded.headers(seeded.analyst)
+    before = ledger_snapshot(seeded.platform)
+    for kind in ("sum", "mean"):
+        for column, arrow_type in (("carrier", "string"), ("time", "timestamp")):
+            r = client.post(
+                f"/v1/streams/flights/queries/{kind}",
+                headers=h,
+                json={**COUNT, "column": column, "lower": 0, "upper": 1},
+            )
+            assert r.status_code == 422, r.text
+            assert "numeric column" in r.json()["detail"] and arrow_type in r.json()["detail"]
+    assert ledger_snapshot(seeded.platform) == before

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
+
 from blockbudget.budget import Budget
 from blockbudget.errors import InvalidRequestError
 from blockbudget.grant import group_cost
@@ -43,6 +45,16 @@ def check_query(platform: Platform, stream: str, kind: str, body: sc.QueryIn) ->
         if not body.categories:
             raise InvalidRequestError("a DP histogram needs public 'categories' (its bins)")
         return
+    column_type = schema.field(body.column).type
+    if not (
+        pa.types.is_integer(column_type)
+        or pa.types.is_floating(column_type)
+        or pa.types.is_boolean(column_type)
+    ):
+        raise InvalidRequestError(
+            f"a DP {kind} needs a numeric column; {body.column!r} of stream {stream!r} holds "
+            f"{column_type}"
+        )
     if body.lower is None or body.upper is None or not body.lower < body.upper:
         raise InvalidRequestError(
             f"a DP {kind} needs public clipping bounds lower < upper, got "
