@@ -81,8 +81,31 @@ def exact_least_squares_losses(
     return out
 
 
+class FeaturePipeline(Pipeline):
+    """A pipeline whose preprocessing is a public feature map and label plus the per-row split.
+
+    Preprocessing spends no budget: ``featurize`` and ``label`` are public functions of one row,
+    and the train/test split places each row by its own seeded hash.
+    """
+
+    featurize: Featurize
+    label: Label
+
+    def preprocess(
+        self,
+        source: BudgetSource,
+        frame: pd.DataFrame,
+        *,
+        epsilon: Decimal,
+        delta: Decimal,
+        noise: NoiseSource | None,
+        seed: int,
+    ) -> Prepared:
+        return _prepare(frame, self.featurize, self.label, self.test_fraction, seed)
+
+
 @dataclass(frozen=True)
-class AdaSSPPipeline(Pipeline):
+class AdaSSPPipeline(FeaturePipeline):
     """Linear regression of a [0, 1] label with AdaSSP and the loss (MSE) validator.
 
     Attributes:
@@ -110,18 +133,6 @@ class AdaSSPPipeline(Pipeline):
     def x_bound(self) -> float:
         """B_X for AdaSSP: features fit within B_X/√2, the intercept takes the rest."""
         return REGRESSION_NORM * math.sqrt(2.0)
-
-    def preprocess(
-        self,
-        source: BudgetSource,
-        frame: pd.DataFrame,
-        *,
-        epsilon: Decimal,
-        delta: Decimal,
-        noise: NoiseSource | None,
-        seed: int,
-    ) -> Prepared:
-        return _prepare(frame, self.featurize, self.label, self.test_fraction, seed)
 
     def train(
         self,
@@ -173,7 +184,7 @@ class AdaSSPPipeline(Pipeline):
 
 
 @dataclass(frozen=True)
-class DPSGDPipeline(Pipeline):
+class DPSGDPipeline(FeaturePipeline):
     """A DP-SGD model (logistic regression when ``hidden`` is empty, else a small NN).
 
     Classification is validated with the accuracy validator, regression with the loss
@@ -201,18 +212,6 @@ class DPSGDPipeline(Pipeline):
     split: BudgetSplit = field(default_factory=BudgetSplit)
     test_fraction: float = 0.1
     name: str = "dpsgd"
-
-    def preprocess(
-        self,
-        source: BudgetSource,
-        frame: pd.DataFrame,
-        *,
-        epsilon: Decimal,
-        delta: Decimal,
-        noise: NoiseSource | None,
-        seed: int,
-    ) -> Prepared:
-        return _prepare(frame, self.featurize, self.label, self.test_fraction, seed)
 
     def train(
         self,
