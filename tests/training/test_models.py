@@ -102,7 +102,7 @@ def test_dpsgd_charges_its_plan_before_training_and_opacus_agrees() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = DPSGDModel(epochs=2, batch_size=300, learning_rate=0.5, seed=1).fit(
-            src, x, y, epsilon=2.0, delta=1e-5
+            src, x, y, epsilon=2.0, delta=1e-5, public_rows=3000
         )
     assert src.spent == Budget(epsilon=2.0, delta=1e-5) and model.plan_ == plan
     accuracy = float(np.mean(model.predict(x) == y))
@@ -113,7 +113,9 @@ def test_dpsgd_charges_its_plan_before_training_and_opacus_agrees() -> None:
     rdp = MeteredSource(Accounting.RDP)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        DPSGDModel(epochs=2, batch_size=300, seed=1).fit(rdp, x, y, epsilon=2.0, delta=1e-5)
+        DPSGDModel(epochs=2, batch_size=300, seed=1).fit(
+            rdp, x, y, epsilon=2.0, delta=1e-5, public_rows=3000
+        )
     assert isinstance(rdp.spent, RdpCurve) and rdp.spent == plan.rdp_curve()
     from opacus.accountants import RDPAccountant
 
@@ -194,4 +196,6 @@ def test_dpsgd_refuses_a_run_that_differs_from_the_charged_plan(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with pytest.raises(InternalError, match="differs from the charged plan"):
-            DPSGDModel(batch_size=100).fit(MeteredSource(), x, y, epsilon=4.0, delta=1e-5)
+            DPSGDModel(batch_size=100).fit(
+                MeteredSource(), x, y, epsilon=4.0, delta=1e-5, public_rows=400
+            )

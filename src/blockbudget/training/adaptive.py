@@ -226,7 +226,9 @@ class AdaptiveTrainer:
         config: the search parameters.
         start: index of the first block of the window in the stream's block order.
         executor: where the pipeline runs (default: in-process).
-        seed: seeds the pipeline's split and noise; None uses secure noise.
+        seed: seeds the pipeline's split, training randomness and noise (experiments only;
+            seeded models say ``secure_noise_ = False``); None (default) uses secure noise and
+            fresh OS entropy in every iteration.
         columns: the columns to read (None: all).
     """
 

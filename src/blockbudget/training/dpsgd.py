@@ -5,20 +5,33 @@ regression pipelines (seed ``004_2b5d216070ae2ded.txt`` Tab. 1, §3.1 "a simple 
 TensorFlow's DP SGD-based optimizer"; seed ``001_7d2967ad64403faa.txt`` Tab. 1). Here it runs on
 Opacus 1.6 with ``torch==2.13.0`` on the CPU, imported lazily (importing torch costs seconds).
 
-Accounting, before any noise: the plan — Poisson sampling rate q as Opacus' accountant
-records it (see :func:`plan_dpsgd`), the number of steps, and the noise multiplier σ found by
-Opacus' RDP accountant for the target (ε, δ) — is priced and drawn from the budget source *before*
-training: an (ε, δ) Budget on BASIC/STRONG streams, or, on RDP streams, the subsampled-Gaussian
-RDP curve of that plan on the platform's order grid (Opacus' ``compute_rdp``, Mironov, Talwar &
-Zhang 2019). After training, Opacus' accountant history must equal the plan [(σ, q, steps)];
-anything else raises :class:`~blockbudget.errors.InternalError` (the training would have spent
-more than was charged). Opacus' noise is not floating-point safe (``secure_mode`` needs
-torchcsprng), so models report ``secure_noise_ = False``.
+Sizes (see :mod:`blockbudget.training.sizing`): the plan is computed for a size that is public
+(``public_rows``, declared without reading the rows) or paid for (a DP count drawn from the same
+source first, with a share of ε), never for the exact number of private rows — otherwise
+neighbouring datasets would run different mechanisms (q, steps, σ, normalisation) that the
+charged plan does not cover.
+
+Accounting, before any noise: the plan — Poisson sampling rate q = 1/⌈size/B⌉ for ⌈size/B⌉
+steps per epoch, and the noise multiplier σ found by Opacus' RDP accountant for the target
+(ε, δ) — is priced and drawn from the budget source *before* training: an (ε, δ) Budget on
+BASIC/STRONG streams, or, on RDP streams, the subsampled-Gaussian RDP curve of that plan on the
+platform's order grid (Opacus' ``compute_rdp``, Mironov, Talwar & Zhang 2019). After training,
+Opacus' accountant history must equal the plan [(σ, q, steps)]; anything else raises
+:class:`~blockbudget.errors.InternalError` (the training would have spent more than was charged).
+Every step, an empty Poisson batch included, is the same DP-SGD update: the clipped gradient
+sum (zero for an empty batch) plus N(0, σ²C²), divided by the expected batch size.
+
+Randomness: unseeded (the default), the noise is OpenDP's floating-point-safe Gaussian
+(:class:`~blockbudget.mechanisms.noise.SecureNoise`, through
+:class:`~blockbudget.training.dpsgd_noise.NoiseSourceOptimizer`) and the Poisson sampler and
+initialization are seeded per fit from OS entropy; the model says ``secure_noise_ = True``. A
+seed makes a fit reproducible for experiments and says ``secure_noise_ = False``.
 """
 
 from __future__ import annotations
 
 import math
+import secrets
 from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import Enum
@@ -32,8 +45,15 @@ from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget, Cost, Number, RdpCurve
 from blockbudget.errors import DataError, InternalError, InvalidBudgetError, InvalidRequestError
 from blockbudget.mechanisms.calibration import exact_delta, exact_epsilon
+from blockbudget.mechanisms.noise import NoiseSource, SeededNoise, resolve_noise
 from blockbudget.mechanisms.source import BudgetSource, source_accounting
 from blockbudget.training.checks import check_int, check_number
+from blockbudget.training.sizing import (
+    COUNT_FRACTION,
+    add_costs,
+    check_count_fraction,
+    training_size,
+)
 
 #: RDP orders for planning σ: Opacus' default grid stops at 63, where ln(1/δ)/62 already
 #: exceeds small targets (ε < 0.22 at δ = 1e-6 is unreachable); this one goes to 8192.
@@ -83,6 +103,9 @@ class SgdPlan:
 def plan_dpsgd(*, n: int, batch_size: int, epochs: int, epsilon: Number, delta: Number) -> SgdPlan:
     """The DP-SGD plan for ``n`` rows meeting (ε, δ) under Opacus' RDP accountant (cached).
 
+    ``n`` must be public or a DP release (:func:`~blockbudget.training.sizing.training_size`),
+    never the exact count of private rows: the plan is part of the mechanism.
+
     Raises:
         InvalidRequestError: n < 1, batch_size < 1, or epochs < 1.
         InvalidBudgetError: bad ε or δ, or a target no σ meets.
@@ -93,16 +116,20 @@ def plan_dpsgd(*, n: int, batch_size: int, epochs: int, epsilon: Number, delta: 
     return _plan(n, batch_size, epochs, exact_epsilon(epsilon), exact_delta(delta, positive=True))
 
 
+def poisson_schedule(rows: int, batch_size: int) -> tuple[int, float, float]:
+    """(batches per epoch, q, expected batch size) for a size of ``rows``: ⌈rows/B⌉ Poisson
+    batches per epoch at rate q = 1/⌈rows/B⌉, whose expected size q·rows is the divisor of the
+    noisy gradient sum (Opacus' convention, computed here in exact integers)."""
+    batches = math.ceil(rows / batch_size)
+    q = 1.0 / batches
+    return batches, q, rows * q
+
+
 @lru_cache(maxsize=1024)
 def _plan(n: int, batch_size: int, epochs: int, eps: Decimal, dl: Decimal) -> SgdPlan:
     from opacus.accountants.utils import get_noise_multiplier
 
-    # Opacus' rule (PrivacyEngine.make_private + DPDataLoader): the loader samples with rate
-    # 1/⌈n/batch⌉ for int(1/rate) batches per epoch, and the accountant records the rate as
-    # 1/len(loader) — one batch fewer when the float division rounds down (Opacus #813), a
-    # rate at least the true one, so accounting with it is conservative.
-    batches = int(1.0 / (1.0 / math.ceil(n / batch_size)))
-    q = 1.0 / batches
+    batches, q, _ = poisson_schedule(n, batch_size)
     steps = epochs * batches
     try:
         sigma = float(
@@ -134,7 +161,18 @@ class DPSGDModel:
         epochs, batch_size, learning_rate, momentum: SGD settings (Sage Tab. 1: lr 0.01,
             3 epochs, batch 1024, momentum 0.9 for its NN).
         max_grad_norm: per-example gradient clipping norm C.
-        seed: seeds the initialization, the Poisson sampler and the noise.
+        seed: None (default) draws the initialization and the Poisson sampler from fresh OS
+            entropy and the noise from :class:`~blockbudget.mechanisms.noise.SecureNoise`, per
+            fit. An int makes the fit reproducible — experiments and tests only: the noise is
+            then :class:`~blockbudget.mechanisms.noise.SeededNoise` and the model says
+            ``secure_noise_ = False``.
+        count_fraction: the share of ε spent on a DP count of the training rows when ``fit`` is
+            given no ``public_rows`` (see :mod:`blockbudget.training.sizing`).
+
+    Attributes (after fit):
+        plan_: the charged (σ, q, steps); ``rows_``: the public or DP size it was planned for;
+        ``expected_batch_``: the divisor of the noisy gradient sum; ``cost_``: everything drawn
+        (the count included); ``secure_noise_``: True iff the fit was unseeded.
     """
 
     task: Task = Task.CLASSIFICATION
@@ -145,8 +183,11 @@ class DPSGDModel:
     learning_rate: float = 0.1
     momentum: float = 0.9
     max_grad_norm: float = 1.0
-    seed: int = 0
+    seed: int | None = None
+    count_fraction: float = COUNT_FRACTION
     plan_: SgdPlan | None = field(init=False, default=None)
+    rows_: int | None = field(init=False, default=None)
+    expected_batch_: float | None = field(init=False, default=None)
     cost_: Cost | None = field(init=False, default=None)
     secure_noise_: bool = field(init=False, default=False)
     _module: Any = field(init=False, default=None, repr=False)
@@ -161,7 +202,9 @@ class DPSGDModel:
         check_int(self.n_classes, name="n_classes", low=2)
         check_int(self.epochs, name="epochs")
         check_int(self.batch_size, name="batch_size")
-        check_int(self.seed, name="seed", low=0)
+        if self.seed is not None:
+            check_int(self.seed, name="seed", low=0)
+        check_count_fraction(self.count_fraction)
         check_number(self.learning_rate, name="learning_rate")
         check_number(self.max_grad_norm, name="max_grad_norm")
         check_number(self.momentum, name="momentum", low_open=False, high=1.0, high_open=True)
@@ -178,27 +221,8 @@ class DPSGDModel:
         layers.append(nn.Linear(width, out))
         return nn.Sequential(*layers)
 
-    def fit(
-        self,
-        source: BudgetSource,
-        x: Any,
-        y: Any,
-        *,
-        epsilon: Number,
-        delta: Number,
-        label: str = "dpsgd",
-    ) -> DPSGDModel:
-        """Train with DP-SGD at (ε, δ), drawing the cost from ``source`` first.
-
-        Raises:
-            DataError: bad shapes, non-finite values, labels outside 0..n_classes−1.
-            InvalidBudgetError: bad ε or δ.
-            BudgetExceededError, ReservationError: from the source; nothing is trained.
-            InternalError: Opacus' accountant history differs from the charged plan.
-        """
+    def _tensors(self, x: Any, y: Any) -> tuple[Any, Any]:
         import torch
-        from opacus import PrivacyEngine
-        from torch.utils.data import DataLoader, TensorDataset
 
         features = np.asarray(x, dtype=np.float32)
         if features.ndim != 2 or not np.all(np.isfinite(features)):
@@ -209,59 +233,63 @@ class DPSGDModel:
         if self.task is Task.CLASSIFICATION:
             if not np.all((targets >= 0) & (targets < self.n_classes) & (targets % 1 == 0)):
                 raise DataError(f"class labels must be integers in [0, {self.n_classes})")
-            label_tensor = torch.as_tensor(targets.astype(np.int64))
-        else:
-            if not np.all(np.isfinite(targets.astype(np.float64))):
-                raise DataError("regression labels must be finite")
-            label_tensor = torch.as_tensor(targets.astype(np.float32)).reshape(-1, 1)
-        n = int(features.shape[0])
-        plan = plan_dpsgd(
-            n=n, batch_size=self.batch_size, epochs=self.epochs, epsilon=epsilon, delta=delta
+            return torch.as_tensor(features), torch.as_tensor(targets.astype(np.int64))
+        if not np.all(np.isfinite(targets.astype(np.float64))):
+            raise DataError("regression labels must be finite")
+        labels = torch.as_tensor(targets.astype(np.float32)).reshape(-1, 1)
+        return torch.as_tensor(features), labels
+
+    def fit(
+        self,
+        source: BudgetSource,
+        x: Any,
+        y: Any,
+        *,
+        epsilon: Number,
+        delta: Number,
+        public_rows: int | None = None,
+        label: str = "dpsgd",
+    ) -> DPSGDModel:
+        """Train with DP-SGD at (ε, δ), drawing the cost from ``source`` first.
+
+        The plan (q, steps, σ, normalisation) comes from ``public_rows`` — a size declared
+        without reading the rows — or, when it is None, from a DP count of the rows drawn first
+        with ``count_fraction`` of ε; never from the exact number of rows.
+
+        Raises:
+            DataError: bad shapes, non-finite values, labels outside 0..n_classes−1.
+            InvalidRequestError: a bad ``public_rows``.
+            InvalidBudgetError: bad ε or δ.
+            BudgetExceededError, ReservationError: from the source; nothing is trained.
+            InternalError: Opacus' accountant history differs from the charged plan.
+        """
+        features, labels = self._tensors(x, y)
+        eps = exact_epsilon(epsilon)
+        dl = exact_delta(delta, positive=True)
+        noise = resolve_noise(None if self.seed is None else SeededNoise(self.seed))
+        size = training_size(
+            source,
+            int(features.shape[0]),
+            public_rows=public_rows,
+            count_fraction=self.count_fraction,
+            epsilon=eps,
+            noise=noise,
+            label=label,
         )
-        accounting = source_accounting(source)
+        plan = plan_dpsgd(
+            n=size.rows,
+            batch_size=self.batch_size,
+            epochs=self.epochs,
+            epsilon=size.epsilon,
+            delta=dl,
+        )
         cost: Cost = (
             plan.rdp_curve()
-            if accounting is Accounting.RDP
-            else Budget(epsilon=exact_epsilon(epsilon), delta=exact_delta(delta, positive=True))
+            if source_accounting(source) is Accounting.RDP
+            else Budget(epsilon=size.epsilon, delta=dl)
         )
         source.draw(cost, label=label)  # charged before any noise is drawn
-
-        torch.manual_seed(self.seed)
-        module = self._build(features.shape[1])
-        optimizer = torch.optim.SGD(
-            module.parameters(), lr=self.learning_rate, momentum=self.momentum
-        )
-        loader_gen = torch.Generator().manual_seed(self.seed + 1)
-        noise_gen = torch.Generator().manual_seed(self.seed + 2)
-        loader = DataLoader(
-            TensorDataset(torch.as_tensor(features), label_tensor),
-            batch_size=self.batch_size,
-            generator=loader_gen,
-        )
-        engine = PrivacyEngine(accountant="rdp")
-        module, optimizer, loader = engine.make_private(
-            module=module,
-            optimizer=optimizer,
-            data_loader=loader,
-            noise_multiplier=plan.noise_multiplier,
-            max_grad_norm=self.max_grad_norm,
-            noise_generator=noise_gen,
-            poisson_sampling=True,
-        )
-        loss_fn: Any = (
-            torch.nn.CrossEntropyLoss() if self.task is Task.CLASSIFICATION else torch.nn.MSELoss()
-        )
-        module.train()
-        for _ in range(self.epochs):
-            for xb, yb in loader:
-                optimizer.zero_grad()
-                if len(xb) == 0:  # an empty Poisson batch still counts as a (noise-only) step
-                    optimizer.step()
-                    continue
-                loss = loss_fn(module(xb), yb)
-                loss.backward()
-                optimizer.step()
-        history = [(float(s), float(q), int(k)) for s, q, k in engine.accountant.history]
+        module, history, expected = self._train(features, labels, size.rows, plan, noise)
         steps = sum(k for _, _, k in history)
         same = all(
             math.isclose(s, plan.noise_multiplier) and math.isclose(q, plan.sample_rate)
@@ -273,10 +301,58 @@ class DPSGDModel:
             )
         module.eval()
         self._module = module
-        self.plan_ = plan
-        self.cost_ = cost
-        self.secure_noise_ = False
+        self.plan_, self.rows_, self.expected_batch_ = plan, size.rows, expected
+        self.cost_ = cost if size.count_cost is None else add_costs(size.count_cost, cost)
+        self.secure_noise_ = bool(noise.secure) and self.seed is None
         return self
+
+    def _train(
+        self, features: Any, labels: Any, rows: int, plan: SgdPlan, noise: NoiseSource
+    ) -> tuple[Any, list[tuple[float, float, int]], float]:
+        """Run DP-SGD: Poisson batches at the schedule of ``rows``, each step (an empty batch
+        too) one clipped sum + Gaussian noise / expected batch size; returns the module,
+        Opacus' accountant history and the expected batch size."""
+        import torch
+        from opacus import GradSampleModule
+        from opacus.accountants import RDPAccountant
+
+        from blockbudget.training.dpsgd_noise import NoiseSourceOptimizer
+
+        batches, q, expected = poisson_schedule(rows, self.batch_size)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(secrets.randbits(63) if self.seed is None else self.seed)
+            module = GradSampleModule(
+                self._build(int(features.shape[1])), batch_first=True, loss_reduction="sum"
+            )
+        optimizer = NoiseSourceOptimizer(
+            torch.optim.SGD(module.parameters(), lr=self.learning_rate, momentum=self.momentum),
+            noise=noise,
+            noise_multiplier=plan.noise_multiplier,
+            max_grad_norm=self.max_grad_norm,
+            expected_batch_size=expected,
+            loss_reduction="mean",
+        )
+        accountant = RDPAccountant()
+        optimizer.attach_step_hook(accountant.get_optimizer_hook_fn(sample_rate=q))
+        # fresh OS entropy unless seeded; its own stream, apart from the seeded noise's
+        sampler = np.random.default_rng(None if self.seed is None else [self.seed, 1])
+        loss_fn: Any = (
+            torch.nn.CrossEntropyLoss(reduction="sum")
+            if self.task is Task.CLASSIFICATION
+            else torch.nn.MSELoss(reduction="sum")
+        )
+        n = int(features.shape[0])
+        module.train()
+        for _ in range(self.epochs * batches):
+            # Poisson sampling: each row independently with probability q. An empty batch runs
+            # the same step: a zero clipped sum (Opacus handles zero-length per-sample grads)
+            # plus the same noise, divided by the same expected batch size.
+            index = torch.as_tensor(np.flatnonzero(sampler.random(n) < q))
+            optimizer.zero_grad()
+            loss_fn(module(features[index]), labels[index]).backward()
+            optimizer.step()
+        history = [(float(s), float(r), int(k)) for s, r, k in accountant.history]
+        return module.to_standard_module(), history, expected
 
     def _forward(self, x: Any) -> NDArray[np.float64]:
         import torch

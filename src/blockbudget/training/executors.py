@@ -12,7 +12,8 @@ pipeline plus the (ε, δ, η) and seed of one iteration; an executor runs it ag
   as in-process (DESIGN.md invariants 1 and 7). The driver keeps the original grant and closes
   it, releasing what the worker did not draw.
 
-With a seed, the same job gives the same release on either executor (tested).
+With a seed, the same job gives the same release on either executor (tested); without one, each
+run draws fresh OS entropy wherever it runs, so no two releases share their noise.
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ class PipelineJob:
         pipeline: the pipeline.
         epsilon, delta: the iteration's budget.
         eta: the validator's confidence for this iteration.
-        seed: seeds the train/test split and the noise (SeededNoise: experiments and tests
-            only); None means secure noise and split seed 0.
+        seed: seeds the train/test split, the training randomness and the noise (SeededNoise:
+            experiments and tests only); None means secure noise and fresh OS entropy for
+            every randomized stage (and split key 0, which is public by design).
         iteration: the iteration number (varies the seeded noise between iterations).
     """
 
@@ -73,7 +75,7 @@ class PipelineJob:
             delta=self.delta,
             eta=self.eta,
             noise=self.noise(),
-            seed=(self.seed or 0) + self.iteration,
+            seed=None if self.seed is None else self.seed + self.iteration,
         )
 
 

@@ -5,10 +5,15 @@ with ``hidden=()`` (Abadi et al. 2016; seed ``004_2b5d216070ae2ded.txt`` Tab. 1'
 sampling at rate q, per-example gradients clipped to norm C, their sum plus N(0, σ²C²), divided by
 the expected batch size, momentum SGD. The plan (q, steps, σ) comes from
 :func:`~blockbudget.training.dpsgd.plan_dpsgd` (Opacus' RDP accountant) and is charged to the
-budget source before any noise. A logistic model's per-example gradient has a closed form, so no
-autograd is needed: thousands of models per minute instead of a few, which is what the Tab. 2 and
-Fig. 6 experiments need. Noise is numpy's seeded generator (experiments only:
-``secure_noise_ = False``).
+budget source before any noise, for a public or DP-counted size
+(:mod:`blockbudget.training.sizing`), never the exact number of rows. A logistic model's
+per-example gradient has a closed form, so no autograd is needed: thousands of models per minute
+instead of a few, which is what the Tab. 2 and Fig. 6 experiments need.
+
+Randomness: unseeded (the default), the Poisson sampler is numpy's generator on fresh OS entropy
+and the noise is :class:`~blockbudget.mechanisms.noise.SecureNoise` (``secure_noise_ = True``);
+a seed makes the fit reproducible for experiments
+(:class:`~blockbudget.mechanisms.noise.SeededNoise`, ``secure_noise_ = False``).
 """
 
 from __future__ import annotations
@@ -23,9 +28,16 @@ from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget, Cost, Number
 from blockbudget.errors import DataError, InvalidRequestError
 from blockbudget.mechanisms.calibration import exact_delta, exact_epsilon
+from blockbudget.mechanisms.noise import SeededNoise, resolve_noise
 from blockbudget.mechanisms.source import BudgetSource, source_accounting
 from blockbudget.training.checks import check_int, check_number
-from blockbudget.training.dpsgd import SgdPlan, plan_dpsgd
+from blockbudget.training.dpsgd import SgdPlan, plan_dpsgd, poisson_schedule
+from blockbudget.training.sizing import (
+    COUNT_FRACTION,
+    add_costs,
+    check_count_fraction,
+    training_size,
+)
 
 
 @dataclass
@@ -34,7 +46,10 @@ class LogisticDPSGD:
 
     Args:
         epochs, batch_size, learning_rate, momentum, max_grad_norm: DP-SGD settings.
-        seed: seeds the Poisson sampler, the initialization (zeros) and the noise.
+        seed: None (default): fresh OS entropy for the Poisson sampler and SecureNoise for
+            the noise, per fit; an int seeds both (experiments only, ``secure_noise_ = False``).
+        count_fraction: the share of ε spent on a DP count of the rows when ``fit`` is given
+            no ``public_rows``.
     """
 
     epochs: int = 1
@@ -42,17 +57,21 @@ class LogisticDPSGD:
     learning_rate: float = 0.5
     momentum: float = 0.9
     max_grad_norm: float = 1.0
-    seed: int = 0
+    seed: int | None = None
+    count_fraction: float = COUNT_FRACTION
     coef_: NDArray[np.float64] = field(init=False, repr=False)
     intercept_: float = field(init=False, default=0.0)
     plan_: SgdPlan | None = field(init=False, default=None)
+    rows_: int | None = field(init=False, default=None)
     cost_: Cost | None = field(init=False, default=None)
     secure_noise_: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         check_int(self.epochs, name="epochs")
         check_int(self.batch_size, name="batch_size")
-        check_int(self.seed, name="seed", low=0)
+        if self.seed is not None:
+            check_int(self.seed, name="seed", low=0)
+        check_count_fraction(self.count_fraction)
         check_number(self.learning_rate, name="learning_rate")
         check_number(self.max_grad_norm, name="max_grad_norm")
         check_number(self.momentum, name="momentum", low_open=False, high=1.0, high_open=True)
@@ -65,12 +84,17 @@ class LogisticDPSGD:
         *,
         epsilon: Number,
         delta: Number,
+        public_rows: int | None = None,
         label: str = "logistic-dpsgd",
     ) -> LogisticDPSGD:
         """Train at (ε, δ), drawing the plan's cost from ``source`` first.
 
+        The plan is computed for ``public_rows`` (declared without reading the rows) or, when
+        it is None, for a DP count of the rows drawn first with ``count_fraction`` of ε.
+
         Raises:
             DataError: bad shapes, non-finite features, labels other than 0/1.
+            InvalidRequestError: a bad ``public_rows``.
             InvalidBudgetError: bad ε or δ, or a target DP-SGD cannot meet.
             BudgetExceededError, ReservationError: from the source; nothing is trained.
         """
@@ -83,36 +107,56 @@ class LogisticDPSGD:
         if not np.all((labels == 0) | (labels == 1)):
             raise DataError("labels must be 0 or 1")
         n, d = feats.shape
+        eps, dl = exact_epsilon(epsilon), exact_delta(delta, positive=True)
+        noise = resolve_noise(None if self.seed is None else SeededNoise(self.seed))
+        size = training_size(
+            source,
+            n,
+            public_rows=public_rows,
+            count_fraction=self.count_fraction,
+            epsilon=eps,
+            noise=noise,
+            label=label,
+        )
         plan = plan_dpsgd(
-            n=n, batch_size=self.batch_size, epochs=self.epochs, epsilon=epsilon, delta=delta
+            n=size.rows,
+            batch_size=self.batch_size,
+            epochs=self.epochs,
+            epsilon=size.epsilon,
+            delta=dl,
         )
         cost: Cost = (
             plan.rdp_curve()
             if source_accounting(source) is Accounting.RDP
-            else Budget(epsilon=exact_epsilon(epsilon), delta=exact_delta(delta, positive=True))
+            else Budget(epsilon=size.epsilon, delta=dl)
         )
         source.draw(cost, label=label)  # charged before any noise is drawn
-        rng = np.random.default_rng(self.seed)
+        # the sampler: fresh OS entropy unless seeded (then a stream apart from the noise's)
+        rng = np.random.default_rng(None if self.seed is None else [self.seed, 1])
         design = np.hstack([feats, np.ones((n, 1))])
         theta = np.zeros(d + 1)
         velocity = np.zeros(d + 1)
-        expected = plan.sample_rate * n
+        _, rate, expected = poisson_schedule(size.rows, self.batch_size)
         clip = self.max_grad_norm
+        sigma = plan.noise_multiplier * clip
         for _ in range(plan.steps):
             # Poisson sampling: a Binomial(n, q) batch size, then that many distinct rows
-            # uniformly (the same distribution as n independent coin flips, without n draws).
-            size = int(rng.binomial(n, plan.sample_rate))
-            batch = rng.choice(n, size=size, replace=False, shuffle=False)
+            # uniformly (the same distribution as n independent coin flips, without n draws);
+            # an empty batch is the same step with a zero sum, divided by the same divisor
+            size_b = int(rng.binomial(n, rate))
+            batch = rng.choice(n, size=size_b, replace=False, shuffle=False)
             xb, yb = design[batch], labels[batch]
             p = 1.0 / (1.0 + np.exp(-(xb @ theta)))
             grads = (p - yb)[:, None] * xb
             norms = np.linalg.norm(grads, axis=1)
             grads *= np.minimum(1.0, clip / np.maximum(norms, 1e-12))[:, None]
-            noisy = grads.sum(axis=0) + rng.normal(0.0, plan.noise_multiplier * clip, d + 1)
+            noisy = noise.add_gaussian(grads.sum(axis=0), sigma=sigma)
             velocity = self.momentum * velocity + noisy / expected
             theta = theta - self.learning_rate * velocity
         self.coef_, self.intercept_ = theta[:-1], float(theta[-1])
-        self.plan_, self.cost_, self.secure_noise_ = plan, cost, False
+        self.plan_, self.rows_ = plan, size.rows
+        self.cost_ = cost if size.count_cost is None else add_costs(size.count_cost, cost)
+        self.secure_noise_ = bool(noise.secure) and self.seed is None
         return self
 
     def predict_proba(self, x: Any) -> NDArray[np.float64]:

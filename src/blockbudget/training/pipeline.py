@@ -204,9 +204,11 @@ class Pipeline(ABC):
         epsilon: Decimal,
         delta: Decimal,
         noise: NoiseSource | None,
-        seed: int,
+        seed: int | None,
     ) -> Prepared:
-        """Turn granted rows into features (``preprocessing_fn``)."""
+        """Turn granted rows into features (``preprocessing_fn``).
+
+        ``seed`` keys the per-row split (None: key 0, see :meth:`run`)."""
 
     @abstractmethod
     def train(
@@ -217,9 +219,9 @@ class Pipeline(ABC):
         epsilon: Decimal,
         delta: Decimal,
         noise: NoiseSource | None,
-        seed: int,
+        seed: int | None,
     ) -> Any:
-        """Fit the DP model (``trainer_fn``)."""
+        """Fit the DP model (``trainer_fn``); ``seed`` None means fresh OS entropy."""
 
     @abstractmethod
     def validate(
@@ -243,9 +245,18 @@ class Pipeline(ABC):
         delta: Number,
         eta: float,
         noise: NoiseSource | None = None,
-        seed: int = 0,
+        seed: int | None = None,
     ) -> PipelineRun:
         """Run the three stages on ``frame`` with this iteration's (ε, δ).
+
+        Args:
+            noise: the noise of the stages' releases; None: SecureNoise.
+            seed: None (default): every randomized stage draws fresh OS entropy (DP-SGD's
+                sampler and noise) and the per-row split is keyed 0. An int seeds the training
+                randomness and keys the split — experiments and tests only; a seeded model says
+                ``secure_noise_ = False``. The split key need not be secret: the split is a
+                public function of each row, so a neighbour's splits are neighbours of the
+                splits whatever the key is (see :func:`split_frame`).
 
         Raises:
             InvalidBudgetError: bad ε or δ. DataError: no rows.

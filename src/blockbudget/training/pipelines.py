@@ -53,11 +53,13 @@ Label = Callable[[pd.DataFrame], NDArray[Any]]
 
 
 def _prepare(
-    frame: pd.DataFrame, featurize: Featurize, label: Label, test_fraction: float, seed: int
+    frame: pd.DataFrame, featurize: Featurize, label: Label, test_fraction: float, seed: int | None
 ) -> Prepared:
     rows = arrived(frame)
     x, y = featurize(rows), label(rows)
-    train, test = split_frame(rows, test_fraction=test_fraction, seed=seed)
+    # the split key is public (a per-row hash): an unseeded run keys it 0
+    key = 0 if seed is None else seed
+    train, test = split_frame(rows, test_fraction=test_fraction, seed=key)
     return Prepared(x[train], y[train], x[test], y[test])
 
 
@@ -99,7 +101,7 @@ class FeaturePipeline(Pipeline):
         epsilon: Decimal,
         delta: Decimal,
         noise: NoiseSource | None,
-        seed: int,
+        seed: int | None,
     ) -> Prepared:
         return _prepare(frame, self.featurize, self.label, self.test_fraction, seed)
 
@@ -142,7 +144,7 @@ class AdaSSPPipeline(FeaturePipeline):
         epsilon: Decimal,
         delta: Decimal,
         noise: NoiseSource | None,
-        seed: int,
+        seed: int | None,
     ) -> AdaSSPRegressor:
         model = AdaSSPRegressor(x_bound=self.x_bound, y_bound=1.0)
         return model.fit(
@@ -221,7 +223,7 @@ class DPSGDPipeline(FeaturePipeline):
         epsilon: Decimal,
         delta: Decimal,
         noise: NoiseSource | None,
-        seed: int,
+        seed: int | None,
     ) -> DPSGDModel:
         model = DPSGDModel(
             task=self.task,
@@ -299,7 +301,7 @@ class AverageSpeedPipeline(Pipeline):
         epsilon: Decimal,
         delta: Decimal,
         noise: NoiseSource | None,
-        seed: int,
+        seed: int | None,
     ) -> Prepared:
         rows = arrived(frame)
         keys = speed_keys(rows, self.granularity)
@@ -314,7 +316,7 @@ class AverageSpeedPipeline(Pipeline):
         epsilon: Decimal,
         delta: Decimal,
         noise: NoiseSource | None,
-        seed: int,
+        seed: int | None,
     ) -> Any:
         return dp_group_by_mean(
             source,
