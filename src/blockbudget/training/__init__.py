@@ -3,7 +3,8 @@
 * :mod:`~blockbudget.training.pipeline` — the (ε, δ)-DP pipeline (preprocess / train /
   validate, List. 1) and its budget split; :mod:`~blockbudget.training.pipelines` — ready ones.
 * :mod:`~blockbudget.training.adassp`, :mod:`~blockbudget.training.dpsgd` — DP models with a
-  scikit-learn-style ``fit``/``predict`` (AdaSSP; DP-SGD through Opacus, imported lazily).
+  scikit-learn-style ``fit``/``predict`` (AdaSSP; DP-SGD through Opacus, imported lazily);
+  :mod:`~blockbudget.training.sizing` — the public or DP-counted size DP-SGD plans with.
 * :mod:`~blockbudget.training.validation`, :mod:`~blockbudget.training.validators`,
   :mod:`~blockbudget.training.bounds` — SLAed validators (loss, accuracy, sum statistics) and
   their concentration bounds.
