@@ -114,7 +114,22 @@ def test_adaptive_trainer_without_seed_releases_different_models(tmp_path: Path)
     models = [run.model for run in runs]
     probe = classification_features(arrived(flight_days(1)[0]))[:20]
     assert not np.array_equal(models[0].predict_proba(probe), models[1].predict_proba(probe))
-    assert all(run.model.secure_noise_ and run.validation.secure_noise for run in runs)
+    assert all(run.model.secure_noise_ and run.secure_noise for run in runs)
+
+
+def test_a_seeded_pipeline_run_repeats_and_says_insecure_noise() -> None:
+    frame = flight_days(1)[0]
+    runs = [
+        DPSGDPipeline(target=0.5, batch_size=64).run(
+            MeteredSource(), frame, epsilon=1.0, delta=1e-6, eta=0.05, noise=SeededNoise(2), seed=3
+        )
+        for _ in range(2)
+    ]
+    probe = classification_features(arrived(frame))[:20]
+    np.testing.assert_array_equal(
+        runs[0].model.predict_proba(probe), runs[1].model.predict_proba(probe)
+    )
+    assert not runs[0].secure_noise and not runs[0].model.secure_noise_
 
 
 # --- defect 2: an empty Poisson batch is a noise-only step, and the run completes --------------

@@ -109,6 +109,7 @@ class PipelineRun:
         validation: the validator's result.
         epsilon, delta: the (ε, δ) the run was given.
         n_train, n_test: the rows in each split.
+        secure_noise: (property) whether every release of the run used secure noise.
     """
 
     model: Any
@@ -117,6 +118,12 @@ class PipelineRun:
     delta: Decimal
     n_train: int
     n_test: int
+
+    @property
+    def secure_noise(self) -> bool:
+        """True iff both the model's and the validation's noise were secure (unseeded)."""
+        model = getattr(self.model, "secure_noise_", getattr(self.model, "secure_noise", False))
+        return bool(model) and bool(self.validation.secure_noise)
 
 
 def split_rows(n: int, *, test_fraction: float, seed: int) -> tuple[NDArray[Any], NDArray[Any]]:
