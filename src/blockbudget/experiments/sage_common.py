@@ -179,8 +179,8 @@ def train_iteration(
         )
         evidence: LossEvidence | AccuracyEvidence = LossEvidence((pred - y[test]) ** 2, reject)
     else:
-        # The simulated window's size is public here (the workload fixes it), so DP-SGD plans
-        # with it instead of paying for a DP count.
+        # The window is defined by its row count (rows [start, start + n)), so its size is public
+        # and DP-SGD plans with it instead of paying for a DP count.
         model = LogisticDPSGD(batch_size=1024, learning_rate=1.0, seed=seed).fit(
             source, x[train], y[train], epsilon=epsilon / 2, delta=DELTA, public_rows=len(train)
         )
