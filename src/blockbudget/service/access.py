@@ -35,19 +35,18 @@ from blockbudget.errors import (
     UnknownBlockError,
     UnknownContextError,
 )
-from blockbudget.service.auth import KeyStore, Permission, Principal, Role
+from blockbudget.service.auth import AuthError, KeyStore, Permission, Principal, Role
 
-
-class AuthError(BlockBudgetError):
-    """Raised by the service when a request is not authenticated (401) or not authorized (403).
-
-    Attributes:
-        status: 401 or 403.
-    """
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
+__all__ = [
+    "AuthError",
+    "Authenticator",
+    "error_response",
+    "require_context",
+    "require_role",
+    "require_stream",
+    "status_of",
+    "visible_contexts",
+]
 
 
 def status_of(exc: BlockBudgetError) -> int:
