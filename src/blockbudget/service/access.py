@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 
 import anyio.to_thread
 from fastapi import Request
@@ -36,11 +37,13 @@ from blockbudget.errors import (
     UnknownContextError,
 )
 from blockbudget.service.auth import AuthError, KeyStore, Permission, Principal, Role
+from blockbudget.service.failures import ConcealedError, log, new_reference
 
 __all__ = [
     "AuthError",
     "Authenticator",
     "error_response",
+    "internal_error_response",
     "require_context",
     "require_role",
     "require_stream",
@@ -51,7 +54,7 @@ __all__ = [
 
 def status_of(exc: BlockBudgetError) -> int:
     """The HTTP status of a platform refusal (see the module docstring)."""
-    if isinstance(exc, AuthError):
+    if isinstance(exc, (AuthError, ConcealedError)):
         return exc.status
     if isinstance(exc, UnknownContextError):
         return 422
@@ -66,11 +69,37 @@ def status_of(exc: BlockBudgetError) -> int:
     return 500  # AuditError, InternalError: a broken ledger or a bug, never a client's fault
 
 
-def error_response(exc: BlockBudgetError) -> JSONResponse:
+def error_response(exc: BlockBudgetError, *, redact: Callable[[str], str] = str) -> JSONResponse:
+    """The JSON body of a refusal: ``{"error": class, "detail": message}`` (plus ``code`` for a
+    concealed failure). A 500 — a broken ledger or a bug, whose text may come from anywhere — is
+    logged and answered by :func:`internal_error_response` instead.
+
+    Args:
+        exc: the error.
+        redact: rewrites the message for the caller (block keys it may not see).
+    """
     status = status_of(exc)
+    if status >= 500 and not isinstance(exc, ConcealedError):
+        return internal_error_response(exc)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    body = {"error": type(exc).__name__, "detail": redact(str(exc))}
+    if isinstance(exc, ConcealedError):
+        body["code"] = exc.failure.code
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def internal_error_response(exc: BaseException) -> JSONResponse:
+    """A 500 that says nothing of ``exc``: a stable code and a reference to the server log."""
+    ref = new_reference()
+    log.error("internal error (reference %s)", ref, exc_info=exc)
     return JSONResponse(
-        {"error": type(exc).__name__, "detail": str(exc)}, status_code=status, headers=headers
+        {
+            "error": "InternalError",
+            "code": "internal_error",
+            "detail": f"the service hit an internal error; an operator can find the cause in "
+            f"the server log under reference {ref}",
+        },
+        status_code=500,
     )
 
 

@@ -36,6 +36,7 @@ from blockbudget.service.access import (
     Authenticator,
     AuthError,
     error_response,
+    internal_error_response,
     require_context,
     require_role,
     require_stream,
@@ -130,6 +131,12 @@ def create_app(
     @app.exception_handler(BlockBudgetError)
     async def on_error(_: Request, exc: BlockBudgetError) -> Any:
         return error_response(exc)
+
+    @app.exception_handler(Exception)
+    async def on_crash(_: Request, exc: Exception) -> Any:
+        # Anything else is a bug or a failure deep in a library, whose text may quote data:
+        # a stable code for the caller, the traceback for the server log.
+        return internal_error_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def on_invalid(_: Request, exc: RequestValidationError) -> Any:

@@ -317,9 +317,7 @@ class KeyStore:
         return self.principal(principal)
 
     @staticmethod
-    def _delete_acl(
-        conn: sa.Connection, principal: str, stream: str, *, keep_owner: bool
-    ) -> None:
+    def _delete_acl(conn: sa.Connection, principal: str, stream: str, *, keep_owner: bool) -> None:
         row = (stream_acl.c.principal == principal) & (stream_acl.c.stream == stream)
         if not keep_owner:
             conn.execute(stream_acl.delete().where(row))

@@ -30,6 +30,9 @@ class ErrorOut(BaseModel):
 
     error: str
     detail: str
+    code: str | None = Field(
+        default=None, description="a stable code where the cause is only in the server log"
+    )
 
 
 class PrincipalIn(Strict):
@@ -269,6 +272,14 @@ class AttemptOut(BaseModel):
     outcome: str
 
 
+class FailureOut(BaseModel):
+    """Why a job failed: a stable code and a message written by the service (the cause, which
+    may quote data, is only in the server log)."""
+
+    code: str
+    message: str
+
+
 class JobOut(BaseModel):
     """A pipeline job: its state and each attempt's ACCEPT / REJECT / RETRY."""
 
@@ -279,7 +290,7 @@ class JobOut(BaseModel):
     kind: str
     target: float
     state: str
-    error: str | None
+    error: FailureOut | None
     attempts: list[AttemptOut]
     model: str | None
     submitted_at: float
