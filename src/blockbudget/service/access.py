@@ -10,7 +10,10 @@ answered without touching the ledger (nothing reserved, nothing charged):
   cannot probe which streams exist);
 * 409 — refused by the state of the ledger: budget exceeded, retired block, a reservation that
   is closed, expired or overdrawn, a store conflict;
-* 422 — a malformed request: bad budget, bad selection, unknown column or context, bad data.
+* 422 — a malformed request: bad budget, bad selection, unknown column or context, bad data;
+  or stored rows that could not be processed (a stable code, never the exception's text:
+  :mod:`blockbudget.service.failures`);
+* 500 — a bug or a broken ledger: a stable code; the cause goes to the server log only.
 """
 
 from __future__ import annotations
@@ -69,20 +72,22 @@ def status_of(exc: BlockBudgetError) -> int:
     return 500  # AuditError, InternalError: a broken ledger or a bug, never a client's fault
 
 
-def error_response(exc: BlockBudgetError, *, redact: Callable[[str], str] = str) -> JSONResponse:
+def error_response(
+    exc: BlockBudgetError, *, describe: Callable[[BlockBudgetError], str] = str
+) -> JSONResponse:
     """The JSON body of a refusal: ``{"error": class, "detail": message}`` (plus ``code`` for a
     concealed failure). A 500 — a broken ledger or a bug, whose text may come from anywhere — is
     logged and answered by :func:`internal_error_response` instead.
 
     Args:
         exc: the error.
-        redact: rewrites the message for the caller (block keys it may not see).
+        describe: its message as the caller may read it (block keys it may not see replaced).
     """
     status = status_of(exc)
     if status >= 500 and not isinstance(exc, ConcealedError):
         return internal_error_response(exc)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    body = {"error": type(exc).__name__, "detail": redact(str(exc))}
+    body = {"error": type(exc).__name__, "detail": describe(exc)}
     if isinstance(exc, ConcealedError):
         body["code"] = exc.failure.code
     return JSONResponse(body, status_code=status, headers=headers)
@@ -145,6 +150,7 @@ class Authenticator:
             principal = await self._lookup(key)
         if principal is None:
             raise AuthError(401, "the API key is malformed, unknown or revoked")
+        request.state.principal = principal  # refusals are worded for the caller
         return principal
 
     async def _lookup(self, key: str) -> Principal | None:
