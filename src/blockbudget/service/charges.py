@@ -12,6 +12,9 @@ nothing. The caller's key, stream ACL, contexts and blocks are checked for every
 any is charged — one failing check refuses the whole batch with nothing charged. The batch
 exists because each HTTP request costs the server more CPU than the ledger work of a charge
 (docs/benchmarks.md).
+
+On a user-blocked stream an analyst names blocks by opaque ids and gets them back in receipts
+and refusals (:mod:`blockbudget.service.blocknames`).
 """
 
 import json
