@@ -39,6 +39,7 @@ __all__ = [
     "concealing",
     "failure_of",
     "log",
+    "new_reference",
 ]
 
 log = logging.getLogger("blockbudget.service")
