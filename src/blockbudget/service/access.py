@@ -10,7 +10,10 @@ answered without touching the ledger (nothing reserved, nothing charged):
   cannot probe which streams exist);
 * 409 — refused by the state of the ledger: budget exceeded, retired block, a reservation that
   is closed, expired or overdrawn, a store conflict;
-* 422 — a malformed request: bad budget, bad selection, unknown column or context, bad data.
+* 422 — a malformed request: bad budget, bad selection, unknown column or context, bad data;
+  or stored rows that could not be processed (a stable code, never the exception's text:
+  :mod:`blockbudget.service.failures`);
+* 500 — a bug or a broken ledger: a stable code; the cause goes to the server log only.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 
 import anyio.to_thread
 from fastapi import Request
@@ -35,24 +39,25 @@ from blockbudget.errors import (
     UnknownBlockError,
     UnknownContextError,
 )
-from blockbudget.service.auth import KeyStore, Permission, Principal, Role
+from blockbudget.service.auth import AuthError, KeyStore, Permission, Principal, Role
+from blockbudget.service.failures import ConcealedError, log, new_reference
 
-
-class AuthError(BlockBudgetError):
-    """Raised by the service when a request is not authenticated (401) or not authorized (403).
-
-    Attributes:
-        status: 401 or 403.
-    """
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
+__all__ = [
+    "AuthError",
+    "Authenticator",
+    "error_response",
+    "internal_error_response",
+    "require_context",
+    "require_role",
+    "require_stream",
+    "status_of",
+    "visible_contexts",
+]
 
 
 def status_of(exc: BlockBudgetError) -> int:
     """The HTTP status of a platform refusal (see the module docstring)."""
-    if isinstance(exc, AuthError):
+    if isinstance(exc, (AuthError, ConcealedError)):
         return exc.status
     if isinstance(exc, UnknownContextError):
         return 422
@@ -67,11 +72,39 @@ def status_of(exc: BlockBudgetError) -> int:
     return 500  # AuditError, InternalError: a broken ledger or a bug, never a client's fault
 
 
-def error_response(exc: BlockBudgetError) -> JSONResponse:
+def error_response(
+    exc: BlockBudgetError, *, describe: Callable[[BlockBudgetError], str] = str
+) -> JSONResponse:
+    """The JSON body of a refusal: ``{"error": class, "detail": message}`` (plus ``code`` for a
+    concealed failure). A 500 — a broken ledger or a bug, whose text may come from anywhere — is
+    logged and answered by :func:`internal_error_response` instead.
+
+    Args:
+        exc: the error.
+        describe: its message as the caller may read it (block keys it may not see replaced).
+    """
     status = status_of(exc)
+    if status >= 500 and not isinstance(exc, ConcealedError):
+        return internal_error_response(exc)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    body = {"error": type(exc).__name__, "detail": describe(exc)}
+    if isinstance(exc, ConcealedError):
+        body["code"] = exc.failure.code
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def internal_error_response(exc: BaseException) -> JSONResponse:
+    """A 500 that says nothing of ``exc``: a stable code and a reference to the server log."""
+    ref = new_reference()
+    log.error("internal error (reference %s)", ref, exc_info=exc)
     return JSONResponse(
-        {"error": type(exc).__name__, "detail": str(exc)}, status_code=status, headers=headers
+        {
+            "error": "InternalError",
+            "code": "internal_error",
+            "detail": f"the service hit an internal error; an operator can find the cause in "
+            f"the server log under reference {ref}",
+        },
+        status_code=500,
     )
 
 
@@ -117,6 +150,7 @@ class Authenticator:
             principal = await self._lookup(key)
         if principal is None:
             raise AuthError(401, "the API key is malformed, unknown or revoked")
+        request.state.principal = principal  # refusals are worded for the caller
         return principal
 
     async def _lookup(self, key: str) -> Principal | None:

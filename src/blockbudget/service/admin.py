@@ -1,6 +1,8 @@
 """Principal administration routes: principals, API keys, context bindings, stream ACLs.
 
-Admins manage everything; a stream's owner may let other principals read its stream. Every
+Admins manage everything, ownership included; a stream's owner manages its *readers* only: it
+may grant READ to, or revoke READ from, principals that do not own the stream — never make,
+demote or remove an owner (a co-owner an admin appointed stays until an admin changes it). Every
 change to a principal drops the authenticator's cache, so it takes effect at once in this
 process (within the cache's time-to-live in others).
 """
@@ -67,20 +69,23 @@ def register_principal_routes(
 
     @app.put("/v1/principals/{name}/streams/{stream}", tags=["principals"])
     def grant_stream(me: Auth, name: str, stream: str, body: sc.AclIn) -> sc.PrincipalOut:
-        # Admins grant anything; a stream's owner may grant READ on it to others.
-        if me.role is not Role.ADMIN:
+        # Admins grant anything; a stream's owner may grant READ on it to non-owners only.
+        owner_only = me.role is not Role.ADMIN
+        if owner_only:
             require_stream(me, stream, own=True)
             if body.permission is not Permission.READ:
                 raise AuthError(403, "only an admin can make another principal an owner")
         platform.stream(stream)
-        out = keystore.grant(name, stream, body.permission)
+        out = keystore.grant(name, stream, body.permission, keep_owner=owner_only)
         authenticate.invalidate()
         return principal_out(out)
 
     @app.delete("/v1/principals/{name}/streams/{stream}", tags=["principals"])
     def revoke_stream(me: Auth, name: str, stream: str) -> sc.PrincipalOut:
-        if me.role is not Role.ADMIN:
+        # Admins revoke anything; a stream's owner may revoke READ only, never an owner's right.
+        owner_only = me.role is not Role.ADMIN
+        if owner_only:
             require_stream(me, stream, own=True)
-        out = keystore.revoke(name, stream)
+        out = keystore.revoke(name, stream, keep_owner=owner_only)
         authenticate.invalidate()
         return principal_out(out)

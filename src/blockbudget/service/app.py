@@ -4,7 +4,9 @@ Every route authenticates (:mod:`blockbudget.service.access`), checks role, stre
 context binding *before* calling the platform, and maps platform refusals to 404/409/422 — so a
 refused request never reserves or charges anything. No route returns a data row: DP answers,
 budgets, block keys, reservations and audit events only; exact row counts go to a stream's
-owners and admins only.
+owners and admins only, and so do the keys of user-blocked streams (analysts see opaque ids:
+:mod:`blockbudget.service.blocknames`). No exception text raised while touching data reaches a
+caller (:mod:`blockbudget.service.failures`).
 
 Routes run in FastAPI's thread pool (the platform is synchronous). With ``group_commit`` the
 ledger batches concurrent writes of all those threads into single durable transactions
@@ -29,13 +31,14 @@ from blockbudget import __version__
 from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget
 from blockbudget.errors import BlockBudgetError, InvalidRequestError, ReservationError
-from blockbudget.ledger import Charge, Ledger, Reservation, ReservationState
+from blockbudget.ledger import Ledger, Reservation, ReservationState
 from blockbudget.platform import Last, Platform
 from blockbudget.service import schemas as sc
 from blockbudget.service.access import (
     Authenticator,
     AuthError,
     error_response,
+    internal_error_response,
     require_context,
     require_role,
     require_stream,
@@ -43,6 +46,7 @@ from blockbudget.service.access import (
 )
 from blockbudget.service.admin import register_principal_routes
 from blockbudget.service.auth import KeyStore, Permission, Principal, Role
+from blockbudget.service.blocknames import BlockNames, Naming
 from blockbudget.service.charges import charge_json, register_charge_routes, scoped
 from blockbudget.service.dashboard import STATIC_DIR, page
 from blockbudget.service.dashboard_routes import block_out, register_dashboard_routes
@@ -50,6 +54,7 @@ from blockbudget.service.pipelines import Job, PipelineQueue
 from blockbudget.service.queue import DEFAULT_SCHEDULER, SchedulerQueue
 from blockbudget.service.queue_routes import register_queue_routes
 from blockbudget.store import Blocking, LatePolicy, Unit
+from blockbudget.store.model import parse_block_id
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": sc.ErrorOut, "description": "no, malformed, unknown or revoked API key"},
@@ -91,6 +96,7 @@ def create_app(
     """
     keystore = keys if keys is not None else KeyStore(platform.ledger.engine)
     authenticate = Authenticator(keystore, ttl_seconds=auth_cache_seconds)
+    names = BlockNames(platform, platform.ledger.engine)
     tasks = SchedulerQueue(platform.ledger, scheduler=scheduler)
 
     async def pump_forever() -> None:
@@ -125,11 +131,19 @@ def create_app(
     app.state.keys = keystore
     app.state.authenticate = authenticate
     app.state.tasks = tasks
+    app.state.block_names = names
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
     @app.exception_handler(BlockBudgetError)
-    async def on_error(_: Request, exc: BlockBudgetError) -> Any:
-        return error_response(exc)
+    async def on_error(request: Request, exc: BlockBudgetError) -> Any:
+        me: Principal | None = getattr(request.state, "principal", None)
+        return error_response(exc, describe=names.describer(me))
+
+    @app.exception_handler(Exception)
+    async def on_crash(_: Request, exc: Exception) -> Any:
+        # Anything else is a bug or a failure deep in a library, whose text may quote data:
+        # a stable code for the caller, the traceback for the server log.
+        return internal_error_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def on_invalid(_: Request, exc: RequestValidationError) -> Any:
@@ -306,7 +320,11 @@ def create_app(
         perm = require_stream(me, stream)
         ctxs = contexts_for(me, context)
         with_rows = me.role is Role.ADMIN or perm is Permission.OWN
-        return [block_out(v, with_rows=with_rows) for v in platform.blocks(stream, contexts=ctxs)]
+        naming = names.naming(me, stream)
+        return [
+            block_out(v, with_rows=with_rows, naming=naming)
+            for v in platform.blocks(stream, contexts=ctxs)
+        ]
 
     @app.post("/v1/streams/{stream}/retire", tags=["streams"])
     def retire_exhausted(me: Auth, stream: str) -> sc.RetireOut:
@@ -315,18 +333,24 @@ def create_app(
 
     # --- reservations and charges --------------------------------------------------------------
 
-    def selection(stream: str, body: sc.Selection, *, context: str, cost: Budget) -> list[str]:
+    def selection(
+        stream: str, body: sc.Selection, *, context: str, cost: Budget, naming: Naming
+    ) -> list[str]:
         if (body.blocks is None) == (body.last is None):
             raise InvalidRequestError("give exactly one of 'blocks' and 'last'")
         sel: list[str] | Last = (
-            list(body.blocks) if body.blocks is not None else Last(body.last or 1)
+            naming.resolve(body.blocks) if body.blocks is not None else Last(body.last or 1)
         )
         return list(platform.select(stream, sel, context=context, cost=cost))
 
-    def reservation_out(r: Reservation) -> sc.ReservationOut:
+    def naming_of(me: Principal, res: Reservation) -> Naming:
+        """How ``me`` names the blocks of a reservation (all of one stream)."""
+        return names.naming(me, parse_block_id(res.blocks[0])[0])
+
+    def reservation_out(r: Reservation, naming: Naming) -> sc.ReservationOut:
         return sc.ReservationOut(
             id=r.id,
-            blocks=list(r.blocks),
+            blocks=naming.show_all(r.blocks),
             context=r.context,
             cost=r.cost.to_json(),
             state=r.state.value,
@@ -345,7 +369,8 @@ def create_app(
         require_stream(me, stream)
         require_context(me, body.context)
         cost = Budget(epsilon=body.epsilon, delta=body.delta)
-        blocks = selection(stream, body, context=body.context, cost=cost)
+        naming = names.naming(me, stream)
+        blocks = selection(stream, body, context=body.context, cost=cost, naming=naming)
         res = platform.ledger.reserve(
             blocks,
             cost,
@@ -354,11 +379,12 @@ def create_app(
             ttl_seconds=body.ttl_seconds,
             request_id=scoped(me, body.request_id),
         )
-        return reservation_out(res)
+        return reservation_out(res, naming)
 
     @app.get("/v1/reservations/{rid}", tags=["budget"])
     def get_reservation(me: Auth, rid: str) -> sc.ReservationOut:
-        return reservation_out(owned_reservation(me, rid))
+        res = owned_reservation(me, rid)
+        return reservation_out(res, naming_of(me, res))
 
     @app.post("/v1/reservations/{rid}/charges", tags=["budget"])
     def draw(me: Auth, rid: str, body: sc.DrawIn) -> sc.ChargeOut:
@@ -369,21 +395,22 @@ def create_app(
         require_stream(me, platform.ledger.state(res.blocks[0], res.context).stream)
         if res.state is not ReservationState.OPEN:
             raise ReservationError(f"reservation {rid!r} is {res.state.value}")
+        naming = naming_of(me, res)
         receipt = platform.ledger.charge(
-            list(body.blocks) if body.blocks else list(res.blocks),
+            naming.resolve(body.blocks) if body.blocks else list(res.blocks),
             Budget(epsilon=body.epsilon, delta=body.delta),
             context=res.context,
             reservation_id=rid,
             request_id=scoped(me, body.request_id),
         )
-        return _charge_out(receipt)
+        return sc.ChargeOut(**charge_json(receipt, naming))
 
     @app.post("/v1/reservations/{rid}/release", tags=["budget"])
     def release(me: Auth, rid: str) -> sc.ReservationOut:
-        owned_reservation(me, rid)
-        return reservation_out(platform.ledger.release(rid, request_id=f"{rid}/release"))
+        naming = naming_of(me, owned_reservation(me, rid))
+        return reservation_out(platform.ledger.release(rid, request_id=f"{rid}/release"), naming)
 
-    register_charge_routes(app, platform=platform, authenticate=authenticate)
+    register_charge_routes(app, platform=platform, authenticate=authenticate, names=names)
 
     # --- DP queries ----------------------------------------------------------------------------
 
@@ -398,7 +425,11 @@ def create_app(
         require_context(me, body.context)
         from blockbudget.service.queries import run_query
 
-        return run_query(platform, stream, kind.value, body)
+        naming = names.naming(me, stream)
+        if body.blocks is not None:
+            body = body.model_copy(update={"blocks": naming.resolve(body.blocks)})
+        out = run_query(platform, stream, kind.value, body)
+        return out.model_copy(update={"blocks": naming.show_all(out.blocks)})
 
     # --- pipelines ---------------------------------------------------------------------------
 
@@ -471,17 +502,20 @@ def create_app(
             problems=list(r.problems),
         )
 
-    register_queue_routes(app, platform=platform, queue=tasks, authenticate=authenticate)
+    register_queue_routes(
+        app, platform=platform, queue=tasks, authenticate=authenticate, names=names
+    )
 
     register_dashboard_routes(
-        app, platform=platform, pipelines=queue, tasks=tasks, authenticate=authenticate
+        app,
+        platform=platform,
+        pipelines=queue,
+        tasks=tasks,
+        authenticate=authenticate,
+        names=names,
     )
 
     return app
-
-
-def _charge_out(receipt: Charge) -> sc.ChargeOut:
-    return sc.ChargeOut(**charge_json(receipt))
 
 
 __all__ = ["create_app", "open_platform"]

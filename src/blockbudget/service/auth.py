@@ -7,9 +7,11 @@ role       may
 ========== ======================================================================================
 admin      everything: principals and keys, contexts, streams, ACLs, retire, audit log, verify
 owner      (data owner) create streams (becoming their owner), ingest into and see exact row
-           counts of the streams it owns, grant analysts read access to them
+           counts of the streams it owns, grant and revoke *read* access to them (an owner's
+           right is changed or removed by an admin only)
 analyst    see the blocks' budgets (never row counts) and run DP queries, reservations and
-           charges on the streams it may read, in the contexts it is bound to only
+           charges on the streams it may read, in the contexts it is bound to only (on
+           user-blocked streams by opaque block ids)
 ========== ======================================================================================
 
 API keys look like ``bbk_<key id>_<secret>``: 16 hex digits of id, 64 of secret (256 random
@@ -31,7 +33,7 @@ from enum import Enum
 
 import sqlalchemy as sa
 
-from blockbudget.errors import InvalidRequestError, UnknownBlockError
+from blockbudget.errors import BlockBudgetError, InvalidRequestError, UnknownBlockError
 from blockbudget.ledger import validate_context_name
 
 service_metadata = sa.MetaData()
@@ -64,6 +66,18 @@ stream_acl = sa.Table(
 
 KEY_PREFIX = "bbk"
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-@")
+
+
+class AuthError(BlockBudgetError):
+    """Raised by the service when a request is not authenticated (401) or not authorized (403).
+
+    Attributes:
+        status: 401 or 403.
+    """
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class Role(Enum):
@@ -268,15 +282,25 @@ class KeyStore:
 
     # --- ACLs ----------------------------------------------------------------------------------
 
-    def grant(self, principal: str, stream: str, permission: Permission) -> Principal:
-        """Give ``principal`` ``permission`` on ``stream`` (replacing any earlier one)."""
+    def grant(
+        self, principal: str, stream: str, permission: Permission, *, keep_owner: bool = False
+    ) -> Principal:
+        """Give ``principal`` ``permission`` on ``stream`` (replacing any earlier one).
+
+        Args:
+            principal, stream, permission: whose right, on which stream, and which.
+            keep_owner: refuse (403) if ``principal`` owns ``stream`` now — what a stream's
+                owner (not an admin) may do: manage readers, never change an owner's right.
+                Checked in the transaction that writes, so a concurrent promotion cannot slip
+                between the check and the change.
+
+        Raises:
+            UnknownBlockError: no such principal.
+            AuthError: ``keep_owner`` and ``principal`` owns ``stream``.
+        """
         self.principal(principal)
         with self._engine.begin() as conn:
-            conn.execute(
-                stream_acl.delete().where(
-                    (stream_acl.c.principal == principal) & (stream_acl.c.stream == stream)
-                )
-            )
+            self._delete_acl(conn, principal, stream, keep_owner=keep_owner)
             conn.execute(
                 stream_acl.insert().values(
                     principal=principal, stream=stream, permission=permission.value
@@ -284,12 +308,29 @@ class KeyStore:
             )
         return self.principal(principal)
 
-    def revoke(self, principal: str, stream: str) -> Principal:
-        """Remove ``principal``'s right on ``stream``."""
+    def revoke(self, principal: str, stream: str, *, keep_owner: bool = False) -> Principal:
+        """Remove ``principal``'s right on ``stream``.
+
+        Raises:
+            AuthError: ``keep_owner`` and ``principal`` owns ``stream`` (as :meth:`grant`).
+        """
         with self._engine.begin() as conn:
-            conn.execute(
-                stream_acl.delete().where(
-                    (stream_acl.c.principal == principal) & (stream_acl.c.stream == stream)
-                )
-            )
+            self._delete_acl(conn, principal, stream, keep_owner=keep_owner)
         return self.principal(principal)
+
+    @staticmethod
+    def _delete_acl(conn: sa.Connection, principal: str, stream: str, *, keep_owner: bool) -> None:
+        row = (stream_acl.c.principal == principal) & (stream_acl.c.stream == stream)
+        if not keep_owner:
+            conn.execute(stream_acl.delete().where(row))
+            return
+        # Delete only a non-owner right: if an owner right remains (now, or written by a
+        # concurrent admin before this delete), refuse and roll back.
+        conn.execute(stream_acl.delete().where(row & (stream_acl.c.permission != "own")))
+        held = conn.execute(sa.select(stream_acl.c.permission).where(row)).first()
+        if held is not None:
+            raise AuthError(
+                403,
+                f"principal {principal!r} owns stream {stream!r}: only an admin can change or "
+                "remove an owner's right",
+            )

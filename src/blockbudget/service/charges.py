@@ -12,6 +12,9 @@ nothing. The caller's key, stream ACL, contexts and blocks are checked for every
 any is charged — one failing check refuses the whole batch with nothing charged. The batch
 exists because each HTTP request costs the server more CPU than the ledger work of a charge
 (docs/benchmarks.md).
+
+On a user-blocked stream an analyst names blocks by opaque ids and gets them back in receipts
+and refusals (:mod:`blockbudget.service.blocknames`).
 """
 
 import json
@@ -34,6 +37,7 @@ from blockbudget.service.access import (
     status_of,
 )
 from blockbudget.service.auth import Principal, Role
+from blockbudget.service.blocknames import BlockNames, Naming
 
 __all__ = ["charge_json", "register_charge_routes", "scoped"]
 
@@ -52,11 +56,12 @@ def scoped(me: Principal, request_id: str | None) -> str | None:
     return f"{me.name.replace(':', '%3A')}:{request_id}"
 
 
-def charge_json(receipt: Charge) -> dict[str, Any]:
-    """A charge receipt in the shape of :class:`~blockbudget.service.schemas.ChargeOut`."""
+def charge_json(receipt: Charge, naming: Naming | None = None) -> dict[str, Any]:
+    """A charge receipt in the shape of :class:`~blockbudget.service.schemas.ChargeOut`, its
+    blocks named as ``naming`` says (opaque ids for analysts on user streams)."""
     return {
         "request_id": receipt.request_id,
-        "blocks": list(receipt.blocks),
+        "blocks": list(receipt.blocks) if naming is None else naming.show_all(receipt.blocks),
         "context": receipt.context,
         "cost": receipt.cost.to_json(),
         "reservation_id": receipt.reservation_id,
@@ -71,7 +76,7 @@ def _json(data: Any) -> Response:
 
 
 def register_charge_routes(
-    app: FastAPI, *, platform: Platform, authenticate: Authenticator
+    app: FastAPI, *, platform: Platform, authenticate: Authenticator, names: BlockNames
 ) -> None:
     """Add ``POST /v1/streams/{stream}/charges`` and ``…/charges/batch`` to ``app``."""
     Auth = Annotated[Principal, Depends(authenticate)]
@@ -81,8 +86,17 @@ def register_charge_routes(
         for info in platform.ledger.blocks():
             streams_of[info.block_id] = info.stream
 
-    async def check(me: Principal, stream: str, items: list[sc.ChargeIn]) -> None:
+    async def check(me: Principal, stream: str, items: list[sc.ChargeIn]) -> list[sc.ChargeIn]:
+        """The items, their blocks named by id, once every check passed for all of them."""
         require_stream(me, stream)
+        naming = names.naming(me, stream)
+        if naming.hidden:  # opaque ids → block ids (anything else refused, not echoed)
+            resolve = await anyio.to_thread.run_sync(
+                lambda: [naming.resolve(i.blocks) for i in items]
+            )
+            items = [
+                i.model_copy(update={"blocks": b}) for i, b in zip(items, resolve, strict=True)
+            ]
         wanted: set[str] = set()
         for item in items:
             require_context(me, item.context)
@@ -95,6 +109,7 @@ def register_charge_routes(
             if me.role is Role.ADMIN:
                 raise InvalidRequestError(text)
             raise AuthError(403, text + " (unknown, or another stream's)")
+        return items
 
     async def run(me: Principal, item: sc.ChargeIn) -> Charge:
         return await platform.ledger.charge_async(
@@ -107,20 +122,21 @@ def register_charge_routes(
     @app.post("/v1/streams/{stream}/charges", tags=["budget"], response_model=sc.ChargeOut)
     async def charge(me: Auth, stream: str, body: sc.ChargeIn) -> Response:
         """Charge budget directly, durably (answered after the commit)."""
-        await check(me, stream, [body])
-        return _json(charge_json(await run(me, body)))
+        (item,) = await check(me, stream, [body])
+        return _json(charge_json(await run(me, item), names.naming(me, stream)))
 
     @app.post(
         "/v1/streams/{stream}/charges/batch", tags=["budget"], response_model=sc.ChargeBatchOut
     )
     async def charge_batch(me: Auth, stream: str, body: sc.ChargeBatchIn) -> Response:
         """Many independent direct charges in one request (see the module docstring)."""
-        await check(me, stream, body.charges)
-        results: list[dict[str, Any] | None] = [None] * len(body.charges)
+        items = await check(me, stream, body.charges)
+        naming = names.naming(me, stream)
+        results: list[dict[str, Any] | None] = [None] * len(items)
 
         async def one(k: int, item: sc.ChargeIn) -> None:
             try:
-                results[k] = {"ok": True, "charge": charge_json(await run(me, item))}
+                results[k] = {"ok": True, "charge": charge_json(await run(me, item), naming)}
             except BlockBudgetError as exc:
                 if status_of(exc) >= 500:
                     raise  # a broken ledger or a bug: the whole request fails loudly
@@ -128,10 +144,10 @@ def register_charge_routes(
                     "ok": False,
                     "status": status_of(exc),
                     "error": type(exc).__name__,
-                    "detail": str(exc),
+                    "detail": names.describe(me, exc),
                 }
 
         async with anyio.create_task_group() as group:
-            for k, item in enumerate(body.charges):
+            for k, item in enumerate(items):
                 group.start_soon(one, k, item)
         return _json({"results": results})

@@ -1,7 +1,8 @@
 """The dashboard's data route: ``GET /v1/dashboard`` (blocks, heatmap, retiring blocks, the
 scheduler queue, the pipeline queue and released models) for one stream the caller may see.
 
-An analyst sees only its streams, its contexts and its own tasks and jobs, and no row counts.
+An analyst sees only its streams, its contexts and its own tasks and jobs, no row counts, and on
+user streams opaque block ids instead of keys (:mod:`blockbudget.service.blocknames`).
 """
 
 from typing import Annotated
@@ -14,16 +15,18 @@ from blockbudget.platform import BlockView, Platform
 from blockbudget.service import schemas as sc
 from blockbudget.service.access import Authenticator, require_stream, visible_contexts
 from blockbudget.service.auth import Permission, Principal, Role
+from blockbudget.service.blocknames import BlockNames, Naming
 from blockbudget.service.dashboard import RETIRING_FRACTION, heatmap
 from blockbudget.service.pipelines import Job, PipelineQueue
 from blockbudget.service.queue import SchedulerQueue
 
 
-def block_out(v: BlockView, *, with_rows: bool) -> sc.BlockOut:
-    """The public form of a block (row counts only ``with_rows``)."""
+def block_out(v: BlockView, *, with_rows: bool, naming: Naming) -> sc.BlockOut:
+    """The public form of a block (row counts only ``with_rows``; id and key as ``naming``
+    says)."""
     return sc.BlockOut(
-        block_id=v.block_id,
-        key=v.key,
+        block_id=naming.show(v.block_id),
+        key=naming.key(v.block_id, v.key),
         sealed=v.sealed,
         retired=v.retired,
         remaining_fraction=v.remaining_fraction,
@@ -50,9 +53,11 @@ def register_dashboard_routes(
     pipelines: PipelineQueue,
     tasks: SchedulerQueue,
     authenticate: Authenticator,
+    names: BlockNames,
 ) -> None:
     """Add ``GET /v1/dashboard`` to ``app``."""
     Auth = Annotated[Principal, Depends(authenticate)]
+    naming_of = names.naming
 
     @app.get("/v1/dashboard", tags=["dashboard"])
     def dashboard_data(
@@ -75,6 +80,7 @@ def register_dashboard_routes(
         ctxs = visible_contexts(me, platform.contexts())
         views = platform.blocks(stream, contexts=ctxs)
         with_rows = me.role is Role.ADMIN or perm is Permission.OWN
+        naming = naming_of(me, stream)
         mine = {v.block_id for v in views}
         hm = heatmap(
             # only this stream's events: its time axis then says nothing about when other
@@ -86,7 +92,7 @@ def register_dashboard_routes(
             buckets=buckets,
         )
         retiring = [
-            v.block_id
+            naming.show(v.block_id)
             for v in views
             if not v.retired
             and ctxs
@@ -96,12 +102,12 @@ def register_dashboard_routes(
             stream=stream,
             streams=names,
             policy={"epsilon": str(spec.policy.epsilon), "delta": str(spec.policy.delta)},
-            blocks=[block_out(v, with_rows=with_rows) for v in views],
+            blocks=[block_out(v, with_rows=with_rows, naming=naming) for v in views],
             retiring=retiring,
             heatmap=sc.HeatmapOut(
-                blocks=list(hm.blocks),
-                retired=list(hm.retired),
-                retired_at=hm.retired_at,
+                blocks=naming.show_all(hm.blocks),
+                retired=naming.show_all(hm.retired),
+                retired_at={naming.show(b): k for b, k in hm.retired_at.items()},
                 times=list(hm.times),
                 contexts=hm.cells,
             ),
@@ -115,7 +121,7 @@ def register_dashboard_routes(
                         "blocks": len(t.blocks),
                         "state": t.state.value,
                         "grant": t.reservation_id or "-",
-                        "note": t.note or "-",
+                        "note": naming.text(t.note) or "-",
                     }
                     for t in tasks.tasks(
                         stream=stream, principal=None if me.role is Role.ADMIN else me.name

@@ -10,8 +10,12 @@ for more blocks. Every draw goes through the ledger before noise, as everywhere.
 States shown to users and on the dashboard: ``queued`` (not started), ``training`` (iterations
 run), ``waiting`` (it needs new blocks or budget — after a RETRY with no budget left to double
 ε, or before its first window exists; it is tried again when new blocks arrive),
-``accepted`` (the model is released), ``rejected``, ``timed_out``, ``failed`` (an error; its
-message is kept). Released models are DP outputs and are shown; exact row counts are not.
+``accepted`` (the model is released), ``rejected``, ``timed_out``, ``failed``. A failed job
+shows a stable code and a message written here (``pipeline_failed_data``,
+``pipeline_failed_budget``, ``pipeline_failed_internal``) — never the exception's text, which
+may quote a cell of the data; the traceback goes to the server log only, under the job's id
+(:mod:`blockbudget.service.failures`). Released models are DP outputs and are shown; exact row
+counts are not.
 
 Jobs live in the memory of the server process that accepted them (a restart forgets the queue;
 what they charged stays in the ledger). With several server processes each runs its own queue.
@@ -26,8 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from blockbudget.errors import BlockBudgetError, InvalidRequestError, UnknownBlockError
+from blockbudget.errors import InvalidRequestError, UnknownBlockError
 from blockbudget.platform import Platform
+from blockbudget.service.failures import Failure, failure_of, log
 
 #: Pipeline kinds offered over HTTP: name → what it trains (each attempt's outcome is the
 #: validator's ACCEPT / REJECT / RETRY).
@@ -76,7 +81,7 @@ class Job:
     min_window: int
     submitted_at: float
     state: str = "queued"
-    error: str | None = None
+    error: Failure | None = None
     attempts: list[dict[str, Any]] = field(default_factory=list)
     model: str | None = None
     trainer: Any = None
@@ -91,7 +96,7 @@ class Job:
             "kind": self.kind,
             "target": self.target,
             "state": self.state,
-            "error": self.error,
+            "error": None if self.error is None else self.error.to_json(),
             "attempts": list(self.attempts),
             "model": self.model,
             "submitted_at": self.submitted_at,
@@ -229,11 +234,16 @@ class PipelineQueue:
             job.state = "training"
             job.blocks_seen = len(self._platform.store.blocks(job.stream))
             status = job.trainer.step()
-        except BlockBudgetError as exc:
-            job.state, job.error = "failed", f"{type(exc).__name__}: {exc}"
-            return
-        except Exception as exc:  # a pipeline bug must not kill the queue
-            job.state, job.error = "failed", f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # a data problem or a pipeline bug must not kill the queue
+            # Nothing of the exception's text leaves the service: it may quote a cell.
+            log.error(
+                "pipeline job %s (%s on stream %r) failed",
+                job.id,
+                job.kind,
+                job.stream,
+                exc_info=exc,
+            )
+            job.state, job.error = "failed", failure_of(exc, what="pipeline", ref=job.id)
             return
         job.attempts = [
             {

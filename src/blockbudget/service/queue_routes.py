@@ -2,7 +2,8 @@
 
 Same rules as the rest of the API (:mod:`blockbudget.service.access`): an analyst submits only
 on streams it may read, in contexts it is bound to, and sees only its own tasks; admins see
-every task. A refused submission stores nothing and charges nothing.
+every task. On user streams an analyst names and sees blocks by opaque ids
+(:mod:`blockbudget.service.blocknames`). A refused submission stores nothing and charges nothing.
 """
 
 from typing import Annotated
@@ -16,11 +17,12 @@ from blockbudget.platform import Last, Platform
 from blockbudget.service import schemas as sc
 from blockbudget.service.access import Authenticator, AuthError, require_context, require_stream
 from blockbudget.service.auth import Principal, Role
+from blockbudget.service.blocknames import BlockNames, Naming
 from blockbudget.service.queue import QueuedTask, SchedulerQueue, TaskState
 
 
-def task_out(t: QueuedTask) -> sc.TaskOut:
-    """The public form of a queued task."""
+def task_out(t: QueuedTask, naming: Naming) -> sc.TaskOut:
+    """The public form of a queued task, its blocks named as ``naming`` says."""
     return sc.TaskOut(
         id=t.id,
         principal=t.principal,
@@ -28,19 +30,26 @@ def task_out(t: QueuedTask) -> sc.TaskOut:
         context=t.context,
         epsilon=str(t.demand.epsilon),
         delta=str(t.demand.delta),
-        blocks=list(t.blocks),
-        significance=None if t.significance is None else dict(t.significance),
+        blocks=naming.show_all(t.blocks),
+        significance=None
+        if t.significance is None
+        else {naming.show(b): p for b, p in t.significance.items()},
         submitted_at=t.submitted_at,
         deadline=t.deadline,
         state=t.state.value,
         reservation_id=t.reservation_id,
         decided_at=t.decided_at,
-        note=t.note,
+        note=naming.text(t.note),
     )
 
 
 def register_queue_routes(
-    app: FastAPI, *, platform: Platform, queue: SchedulerQueue, authenticate: Authenticator
+    app: FastAPI,
+    *,
+    platform: Platform,
+    queue: SchedulerQueue,
+    authenticate: Authenticator,
+    names: BlockNames,
 ) -> None:
     """Add ``POST /v1/streams/{stream}/tasks``, ``GET /v1/tasks`` and ``GET /v1/tasks/{id}``."""
     Auth = Annotated[Principal, Depends(authenticate)]
@@ -54,9 +63,14 @@ def register_queue_routes(
         if (body.blocks is None) == (body.last is None):
             raise InvalidRequestError("give exactly one of 'blocks' and 'last'")
         cost = Budget(epsilon=body.epsilon, delta=body.delta)
+        naming = names.naming(me, stream)
         sel: list[str] | Last = (
-            list(body.blocks) if body.blocks is not None else Last(body.last or 1, False)
+            naming.resolve(body.blocks) if body.blocks is not None else Last(body.last or 1, False)
         )
+        significance = body.significance
+        if significance is not None and naming.hidden:
+            ids = naming.resolve(list(significance))
+            significance = dict(zip(ids, significance.values(), strict=True))
         blocks = list(platform.select(stream, sel, context=body.context, cost=cost))
         task = queue.submit(
             principal=me.name,
@@ -64,11 +78,11 @@ def register_queue_routes(
             context=body.context,
             demand=cost,
             blocks=blocks,
-            significance=body.significance,
+            significance=significance,
             timeout_seconds=body.timeout_seconds,
             request_id=body.request_id,
         )
-        return task_out(task)
+        return task_out(task, naming)
 
     @app.get("/v1/tasks", tags=["queue"])
     async def list_tasks(
@@ -87,8 +101,12 @@ def register_queue_routes(
             queue.pump()
             return queue.tasks(principal=who, stream=stream, state=state, limit=limit)
 
-        tasks = await anyio.to_thread.run_sync(read)
-        return sc.QueueOut(scheduler=queue.scheduler_spec, tasks=[task_out(t) for t in tasks])
+        def shown() -> list[sc.TaskOut]:
+            return [task_out(t, names.naming(me, t.stream)) for t in read()]
+
+        return sc.QueueOut(
+            scheduler=queue.scheduler_spec, tasks=await anyio.to_thread.run_sync(shown)
+        )
 
     @app.get("/v1/tasks/{task_id}", tags=["queue"])
     def get_task(me: Auth, task_id: str) -> sc.TaskOut:
@@ -96,4 +114,4 @@ def register_queue_routes(
         task = queue.task(task_id)
         if me.role is not Role.ADMIN and task.principal != me.name:
             raise AuthError(403, f"task {task_id!r} belongs to another principal")
-        return task_out(task)
+        return task_out(task, names.naming(me, task.stream))

@@ -30,6 +30,9 @@ class ErrorOut(BaseModel):
 
     error: str
     detail: str
+    code: str | None = Field(
+        default=None, description="a stable code where the cause is only in the server log"
+    )
 
 
 class PrincipalIn(Strict):
@@ -112,7 +115,8 @@ class IngestOut(BaseModel):
 
 class BlockOut(BaseModel):
     """A block's budget in each context; ``rows`` only for its owners and admins (exact counts
-    are statistics of the data)."""
+    are statistics of the data). On a user-blocked stream an analyst gets an opaque
+    ``block_id`` (``stream/b…``) and ``key`` (``b…``) instead of the user-id range."""
 
     block_id: str
     key: str
@@ -269,6 +273,14 @@ class AttemptOut(BaseModel):
     outcome: str
 
 
+class FailureOut(BaseModel):
+    """Why a job failed: a stable code and a message written by the service (the cause, which
+    may quote data, is only in the server log)."""
+
+    code: str
+    message: str
+
+
 class JobOut(BaseModel):
     """A pipeline job: its state and each attempt's ACCEPT / REJECT / RETRY."""
 
@@ -279,7 +291,7 @@ class JobOut(BaseModel):
     kind: str
     target: float
     state: str
-    error: str | None
+    error: FailureOut | None
     attempts: list[AttemptOut]
     model: str | None
     submitted_at: float

@@ -1,0 +1,246 @@
+"""Block names as each principal may see them: real keys, or opaque ids on user streams.
+
+A user-blocked stream's block key names a range of user ids (``u004242000-004242999``), so
+seeing it tells that some user in that range exists (docs/architecture.md, "exact counts").
+Its owners and admins see the real keys; every other reader — analysts — sees and names its
+blocks by **opaque ids** only:
+
+* The id of block ``B`` is ``{stream}/b{h}``, ``h`` the first 24 hex digits (96 bits) of
+  HMAC-SHA256(secret, ``B``), where the secret is 256 random bits stored once per service in
+  the table ``service_secrets`` (so every process, and every restart, gives a block the same
+  id). Without the secret nothing about the key can be computed from the id, and ids cannot be
+  forged or guessed. The ledger's internal numbering was not used: a sequence number would tell
+  how many ranges exist and in which order they appeared, and it is not stable across streams.
+* Analysts name blocks by these ids (the full id or its ``b…`` part) wherever blocks are named
+  — queries, reservations, draws, charges, tasks and their significance; the service maps them
+  back before it calls the platform. A name that is not an opaque id of the stream (a real key
+  included) is refused *without echoing it*, the same way whether or not such a block exists,
+  so the refusal is no oracle for which ranges exist.
+* Everything shown to an analyst carries opaque ids: block lists, query answers, reservations,
+  charge receipts, tasks, the dashboard (blocks, heatmap, retiring blocks). In free text
+  (refusals, task notes) any user-block key is replaced by ``(a block)``; only the blocks of a
+  budget refusal (:class:`BudgetExceededError`, :class:`RetiredBlockError`), which the ledger
+  names from the request itself, are rewritten to their opaque ids.
+
+Analysts still learn how many blocks a stream has and their order (they must, to pick the
+newest ``last`` blocks), not which id ranges they cover. Time-blocked streams keep their keys
+(days are public); attribute streams block by a public attribute and keep theirs too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+
+from blockbudget.errors import (
+    BlockBudgetError,
+    BudgetExceededError,
+    RetiredBlockError,
+    UnknownBlockError,
+)
+from blockbudget.platform import Platform
+from blockbudget.service.auth import Permission, Principal, Role, service_metadata
+from blockbudget.store import Unit
+
+__all__ = ["BlockNames", "Naming"]
+
+secrets_table = sa.Table(
+    "service_secrets",
+    service_metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("value", sa.String(128), nullable=False),
+)
+
+_SECRET_NAME = "block-names"
+_TOKEN = re.compile(r"b[0-9a-f]{24}")
+#: A user-block key (``u000000-000999``, late blocks ``#2``…), with its stream prefix if any.
+_USER_KEY = re.compile(r"(?<![A-Za-z0-9_.-])(?:[a-z0-9][a-z0-9_-]*/)?u\d{6,}-\d{6,}(?:#\d+)?")
+_PLACEHOLDER = "(a block)"
+
+
+def _load_secret(engine: sa.Engine) -> bytes:
+    """The service's block-name secret, created on first use (the first writer wins)."""
+    secrets_table.create(engine, checkfirst=True)
+    query = sa.select(secrets_table.c.value).where(secrets_table.c.name == _SECRET_NAME)
+    with engine.connect() as conn:
+        row = conn.execute(query).first()
+    if row is None:
+        try:
+            with engine.begin() as conn:
+                conn.execute(
+                    secrets_table.insert().values(name=_SECRET_NAME, value=secrets.token_hex(32))
+                )
+        except sa.exc.IntegrityError:
+            pass  # another process created it first: use theirs
+        with engine.connect() as conn:
+            row = conn.execute(query).first()
+    assert row is not None
+    return bytes.fromhex(row[0])
+
+
+@dataclass
+class _StreamIds:
+    """Opaque token ↔ block id for one stream (grows as blocks appear; ids never change)."""
+
+    by_token: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Naming:
+    """How one principal names the blocks of one stream.
+
+    Attributes:
+        stream: the stream.
+        hidden: True when the principal sees opaque ids (else every method is the identity).
+    """
+
+    stream: str
+    hidden: bool
+    _names: BlockNames | None = None
+
+    def show(self, block_id: str) -> str:
+        """The id the principal sees for ``block_id``."""
+        if not self.hidden or self._names is None:
+            return block_id
+        return self._names.opaque(block_id)
+
+    def show_all(self, block_ids: Iterable[str]) -> list[str]:
+        return [self.show(b) for b in block_ids]
+
+    def key(self, block_id: str, key: str) -> str:
+        """The key the principal sees for a block (the opaque token when hidden)."""
+        return self.show(block_id).partition("/")[2] if self.hidden else key
+
+    def resolve(self, names: Sequence[str]) -> list[str]:
+        """The block ids the principal's names stand for (unchanged when not hidden: the
+        platform resolves ids and keys itself).
+
+        Raises:
+            UnknownBlockError: a name that is not an opaque id of a block of this stream (not
+                echoed unless it has the shape of an opaque id).
+        """
+        if not self.hidden or self._names is None:
+            return list(names)
+        return [self._names.resolve(self.stream, name) for name in names]
+
+    def text(self, message: str) -> str:
+        """``message`` with every user-block key replaced (see the module docstring)."""
+        return redact_keys(message) if self.hidden else message
+
+
+def redact_keys(message: str) -> str:
+    """``message`` with every user-block key (and block id) replaced by a placeholder."""
+    return _USER_KEY.sub(_PLACEHOLDER, message)
+
+
+class BlockNames:
+    """The service's block naming (see the module docstring).
+
+    Args:
+        platform: the platform (its streams and blocks).
+        engine: the service's database (holds the secret).
+    """
+
+    def __init__(self, platform: Platform, engine: sa.Engine) -> None:
+        self._platform = platform
+        self._secret = _load_secret(engine)
+        self._lock = threading.Lock()
+        self._units: dict[str, Unit] = {}
+        self._ids: dict[str, _StreamIds] = {}
+        self._opaque: dict[str, str] = {}
+
+    def opaque(self, block_id: str) -> str:
+        """The opaque id of ``block_id``: ``{stream}/b{24 hex digits of an HMAC}``."""
+        out = self._opaque.get(block_id)
+        if out is None:
+            digest = hmac.new(self._secret, block_id.encode("utf-8"), hashlib.sha256)
+            stream = block_id.partition("/")[0]
+            out = f"{stream}/b{digest.hexdigest()[:24]}"
+            with self._lock:
+                if len(self._opaque) > 1_000_000:
+                    self._opaque.clear()
+                self._opaque[block_id] = out
+        return out
+
+    def hides(self, me: Principal, stream: str) -> bool:
+        """Whether ``me`` sees opaque ids on ``stream``: a user stream it reads but does not
+        own (admins and owners see the keys)."""
+        if me.role is Role.ADMIN or me.permission(stream) is not Permission.READ:
+            return False
+        return self._unit(stream) is Unit.USER
+
+    def naming(self, me: Principal, stream: str) -> Naming:
+        """How ``me`` names the blocks of ``stream``."""
+        return Naming(stream, self.hides(me, stream), self)
+
+    def hidden_streams(self, me: Principal) -> list[str]:
+        """The streams on which ``me`` sees opaque ids."""
+        return [s for s, _ in me.streams if self.hides(me, s)]
+
+    def resolve(self, stream: str, name: str) -> str:
+        """The block id of an opaque name on ``stream`` (see :meth:`Naming.resolve`)."""
+        token = name[len(stream) + 1 :] if name.startswith(f"{stream}/") else name
+        if _TOKEN.fullmatch(token):
+            found = self._ids.get(stream, _StreamIds()).by_token.get(token)
+            if found is None:
+                found = self._refresh(stream).by_token.get(token)
+            if found is not None:
+                return found
+            raise UnknownBlockError(f"stream {stream!r} has no block {name!r}")
+        raise UnknownBlockError(
+            f"stream {stream!r} has no block by that name: on this stream blocks are named "
+            f"only by the opaque ids that GET /v1/streams/{stream}/blocks lists"
+        )
+
+    def describe(self, me: Principal | None, exc: BlockBudgetError) -> str:
+        """The message of ``exc`` as ``me`` may read it (see the module docstring)."""
+        hidden = set() if me is None else set(self.hidden_streams(me))
+        if not hidden:
+            return str(exc)
+
+        def show(block: str) -> str:
+            return self.opaque(block) if block.partition("/")[0] in hidden else block
+
+        if isinstance(exc, BudgetExceededError):
+            exc = BudgetExceededError(
+                blocks=[show(b) for b in exc.blocks],
+                requested=exc.requested,
+                remaining=exc.remaining,
+                difference=exc.difference,
+                context=exc.context,
+                rule=exc.rule,
+            )
+        elif isinstance(exc, RetiredBlockError):
+            exc = RetiredBlockError([show(b) for b in exc.blocks])
+        return redact_keys(str(exc))
+
+    def describer(self, me: Principal | None) -> Callable[[BlockBudgetError], str]:
+        """:meth:`describe` for one principal."""
+        return lambda exc: self.describe(me, exc)
+
+    # --- internals ----------------------------------------------------------------------------
+
+    def _unit(self, stream: str) -> Unit | None:
+        unit = self._units.get(stream)
+        if unit is None:
+            try:
+                unit = self._platform.stream(stream).blocking.unit
+            except UnknownBlockError:
+                return None  # an ACL entry for a stream that does not exist (yet)
+            self._units[stream] = unit  # a stream's blocking never changes
+        return unit
+
+    def _refresh(self, stream: str) -> _StreamIds:
+        ids = {m.block_id for m in self._platform.store.blocks(stream)}
+        ids.update(b.block_id for b in self._platform.ledger.blocks(stream=stream))
+        fresh = _StreamIds({self.opaque(b).partition("/")[2]: b for b in ids})
+        with self._lock:
+            self._ids[stream] = fresh
+        return fresh
