@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from blockbudget.budget import Budget, Cost, RdpCurve
-from blockbudget.errors import InvalidBudgetError, InvalidRequestError
+from blockbudget.errors import InvalidBudgetError, InvalidRequestError, RequestIdConflictError
 from blockbudget.ledger.audit import canonical_json
 from blockbudget.ledger.types import (
     BlockInfo,
@@ -100,7 +100,7 @@ def fingerprint_of(operation: Operation, **args: Any) -> str:
 
 def replay(record: RequestRecord, operation: Operation, fingerprint: str) -> Any:
     if record.operation is not operation or record.fingerprint != fingerprint:
-        raise InvalidRequestError(
+        raise RequestIdConflictError(
             f"request id {record.request_id!r} was already used for a "
             f"{record.operation.value} with other arguments; a request id names exactly one "
             "request — retry with the same arguments or use a new id"

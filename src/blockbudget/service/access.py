@@ -9,7 +9,7 @@ answered without touching the ledger (nothing reserved, nothing charged):
 * 404 — an unknown stream, block or reservation (only after the ACL check, so that an analyst
   cannot probe which streams exist);
 * 409 — refused by the state of the ledger: budget exceeded, retired block, a reservation that
-  is closed, expired or overdrawn, a store conflict;
+  is closed, expired or overdrawn, a store conflict, a request id reused with other arguments;
 * 422 — a malformed request: bad budget, bad selection, unknown column or context, bad data.
 """
 
@@ -29,6 +29,7 @@ from blockbudget.errors import (
     DataError,
     InvalidBudgetError,
     InvalidRequestError,
+    RequestIdConflictError,
     ReservationError,
     RetiredBlockError,
     StoreConflictError,
@@ -59,7 +60,14 @@ def status_of(exc: BlockBudgetError) -> int:
     if isinstance(exc, UnknownBlockError):
         return 404
     if isinstance(
-        exc, (BudgetExceededError, RetiredBlockError, ReservationError, StoreConflictError)
+        exc,
+        (
+            BudgetExceededError,
+            RetiredBlockError,
+            ReservationError,
+            StoreConflictError,
+            RequestIdConflictError,
+        ),
     ):
         return 409
     if isinstance(exc, (InvalidRequestError, InvalidBudgetError, DataError)):
