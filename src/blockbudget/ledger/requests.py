@@ -7,6 +7,7 @@ id with the same arguments returns the stored result, with other arguments it is
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -111,5 +112,5 @@ def replay(record: RequestRecord, operation: Operation, fingerprint: str) -> Any
     if operation in (Operation.ADD_BLOCKS, Operation.RETIRE):
         return tuple(BlockInfo.from_json(d) for d in data)
     if operation in (Operation.RESERVE, Operation.RELEASE):
-        return Reservation.from_json(data)
+        return dataclasses.replace(Reservation.from_json(data), replayed=True)
     return Charge.from_json(data)
