@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -410,6 +411,39 @@ def test_a_failed_replay_leaves_the_original_grant_working(
     monkeypatch.undo()
     # The replay failed after the ledger handed back the shared reservation; it must not have
     # released it under the original holder, who still draws.
+    stats.dp_count(g, g.frame(), epsilon=0.2)
+    g.close()
+    assert p.verify().ok
+
+
+def test_a_replay_racing_its_original_never_releases_it(
+    make_platform: MakePlatform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two calls with one request id at once: the second looks for the id before the first
+    committed, then gets the first's reservation back from the ledger. When its read then
+    fails, it must not release that reservation: the first still draws on it."""
+    p = make_platform("race")
+    p.create_stream("s", policy=Budget(epsilon=1.0, delta=1e-6), blocking=DAY)
+    p.ingest("s", _frame(0))
+    real_reserve = p.ledger.reserve
+    grants: list[Any] = []
+
+    def broken_read(*args: object, **kwargs: object) -> None:
+        raise OSError("storage went away")
+
+    def original_commits_first(*args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(p.ledger, "reserve", real_reserve)
+        grants.append(
+            p.request("s", blocks=Last(1), budget=Budget(epsilon=0.5), context="a", request_id="R")
+        )
+        monkeypatch.setattr(p.store, "read", broken_read)
+        return real_reserve(*args, **kwargs)
+
+    monkeypatch.setattr(p.ledger, "reserve", original_commits_first)
+    with pytest.raises(OSError):
+        p.request("s", blocks=Last(1), budget=Budget(epsilon=0.5), context="a", request_id="R")
+    monkeypatch.undo()
+    (g,) = grants
     stats.dp_count(g, g.frame(), epsilon=0.2)
     g.close()
     assert p.verify().ok

@@ -31,8 +31,15 @@ class InvalidRequestError(BlockBudgetError, ValueError):
     """A request is malformed regardless of any budget.
 
     Raised for an empty block set, a duplicate block in one request, a bad context name, a
-    non-positive timeout, or a request id reused for a different operation.
+    non-positive timeout, or (as :class:`RequestIdConflictError`) a request id reused with other
+    arguments.
     """
+
+
+class RequestIdConflictError(InvalidRequestError):
+    """A request id was already used for a request with other arguments (or another
+    operation). A request id names exactly one request: a replay with the same arguments gets
+    the first request's result; anything else is this error and changes nothing (HTTP 409)."""
 
 
 class UnknownBlockError(BlockBudgetError, KeyError):

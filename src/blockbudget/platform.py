@@ -328,7 +328,6 @@ class Platform:
         read_columns = wanted
         if wanted is not None and user_column is not None and user_column not in wanted:
             read_columns = [*wanted, user_column]  # needed to bound contributions, dropped after
-        replay = request_id is not None and self.ledger.request(request_id) is not None
         reservation = self.ledger.reserve(
             list(chosen),
             budget,
@@ -337,6 +336,10 @@ class Platform:
             holder=holder,
             ttl_seconds=ttl_seconds,
         )
+        # Decided by the ledger's answer, not by a look-up before it: two calls with one id
+        # that race both see no request before either commits, and the loser gets the
+        # winner's reservation back — which it must neither treat as its own nor release.
+        replay = reservation.replayed
         if replay:
             # A replay gets the stored reservation back (idempotency). Its data goes out again
             # only while that reservation is still open — draws then share what it holds; once

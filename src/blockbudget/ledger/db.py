@@ -25,7 +25,8 @@ import random
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.exc import DBAPIError, OperationalError
@@ -43,6 +44,20 @@ _LOCKED_MESSAGES = ("database is locked", "database is busy", "database table is
 
 class TransientConflict(Exception):
     """Internal: a concurrent writer created the same row first; rerun the transaction."""
+
+
+@dataclass(frozen=True)
+class AfterCommit(Generic[T]):
+    """A transaction's result with the in-process changes to make once it has committed.
+
+    A transaction function that would update a process-wide cache returns this instead of
+    touching the cache: :func:`run_committed` (or the group committer, after its batch
+    committed) calls ``hook`` and hands out ``value``; a rollback drops both, so nothing in
+    process memory ever reflects a transaction that did not commit.
+    """
+
+    value: T
+    hook: Callable[[], None]
 
 
 _configured: weakref.WeakKeyDictionary[Engine, float] = weakref.WeakKeyDictionary()
@@ -174,3 +189,13 @@ def run_transaction(
         time.sleep(delay * (1.0 + random.random()))
         delay = min(delay * 2.0, 0.25)
     raise AssertionError("unreachable: the last attempt either returns or raises")
+
+
+def run_committed(
+    engine: Engine, fn: Callable[[Connection], AfterCommit[T]], *, write: bool, attempts: int
+) -> T:
+    """:func:`run_transaction`, then the result's after-commit hook (only once the
+    transaction committed; a failed or retried attempt's hook is never called)."""
+    out = run_transaction(engine, fn, write=write, attempts=attempts)
+    out.hook()
+    return out.value

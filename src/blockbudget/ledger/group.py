@@ -37,10 +37,13 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 
 from blockbudget.errors import BlockBudgetError, InternalError, InvalidRequestError
-from blockbudget.ledger.db import run_transaction
+from blockbudget.ledger.db import AfterCommit, run_transaction
 
 #: The body of one write, run inside the batch's transaction on its connection; returns the
 #: request's result or raises (a BlockBudgetError or a duplicate id is that request's outcome).
+#: A result wrapped in :class:`~blockbudget.ledger.db.AfterCommit` has its hook called after
+#: the batch committed (never for a request rolled back to its savepoint, nor for a batch that
+#: failed) and its value handed to the caller.
 Work = Callable[[Connection], Any]
 
 #: Exceptions that belong to one request of a batch, not to the batch.
@@ -188,6 +191,13 @@ class GroupCommitter:
         else:
             self.batches += 1
             self.requests += len(batch)
+            for item in batch:  # committed: only now may process memory change
+                if item.error is None and isinstance(item.result, AfterCommit):
+                    try:
+                        item.result.hook()
+                    except BaseException as exc:  # pragma: no cover - hooks only fill caches
+                        item.error = exc
+                    item.result = item.result.value
         finally:  # answered only now, after the commit returned (or failed)
             for item in batch:
                 if item.error is not None:

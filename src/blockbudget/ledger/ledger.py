@@ -36,7 +36,7 @@ from blockbudget.errors import (
 )
 from blockbudget.ledger import operations as ops
 from blockbudget.ledger import reads
-from blockbudget.ledger.db import open_engine
+from blockbudget.ledger.db import AfterCommit, open_engine, run_committed
 from blockbudget.ledger.group import GroupCommitter
 from blockbudget.ledger.requests import (
     block_ids,
@@ -426,15 +426,15 @@ class Ledger(WriteRunner):
         if now is not None and not (isinstance(now, (int, float)) and math.isfinite(now)):
             raise InvalidRequestError(f"now must be a finite Unix time, got {now!r}")
 
-        def fn(conn: Connection) -> list[str]:
+        def fn(conn: Connection) -> AfterCommit[list[str]]:
             tx = WriteTx(conn, self._catalog, now=self._now(now), request_id=None)
             try:
                 tx.lock_head()
-                return ops.expire(tx)
+                return AfterCommit(ops.expire(tx), tx.after_commit)
             finally:
                 tx.sql.close()
 
-        return self._run(fn, write=True)
+        return run_committed(self._engine, fn, write=True, attempts=self._attempts)
 
     def retire(
         self,

@@ -121,7 +121,7 @@ def add_blocks(tx: WriteTx, infos: Sequence[BlockInfo]) -> tuple[BlockInfo, ...]
             ],
         )
         for i in new:
-            tx.catalog.remember(i)
+            tx.remember(i)
             tx.event(
                 EventKind.BLOCK_ADDED,
                 None,

@@ -7,6 +7,7 @@ id with the same arguments returns the stored result, with other arguments it is
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -15,7 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from blockbudget.budget import Budget, Cost, RdpCurve
-from blockbudget.errors import InvalidBudgetError, InvalidRequestError
+from blockbudget.errors import InvalidBudgetError, InvalidRequestError, RequestIdConflictError
 from blockbudget.ledger.audit import canonical_json
 from blockbudget.ledger.types import (
     BlockInfo,
@@ -100,7 +101,7 @@ def fingerprint_of(operation: Operation, **args: Any) -> str:
 
 def replay(record: RequestRecord, operation: Operation, fingerprint: str) -> Any:
     if record.operation is not operation or record.fingerprint != fingerprint:
-        raise InvalidRequestError(
+        raise RequestIdConflictError(
             f"request id {record.request_id!r} was already used for a "
             f"{record.operation.value} with other arguments; a request id names exactly one "
             "request — retry with the same arguments or use a new id"
@@ -111,5 +112,5 @@ def replay(record: RequestRecord, operation: Operation, fingerprint: str) -> Any
     if operation in (Operation.ADD_BLOCKS, Operation.RETIRE):
         return tuple(BlockInfo.from_json(d) for d in data)
     if operation in (Operation.RESERVE, Operation.RELEASE):
-        return Reservation.from_json(data)
+        return dataclasses.replace(Reservation.from_json(data), replayed=True)
     return Charge.from_json(data)

@@ -15,14 +15,17 @@ delete a context that holds one). Only a context that touches none of the blocks
 up in ``ledger_contexts``.
 
 Blocks' registrations are immutable apart from the retired flag, so their filters are cached
-per process in a :class:`BlockCatalog`; the retired flag is read in every transaction.
+per process in a :class:`BlockCatalog`; the retired flag is read in every transaction. A write
+transaction never changes that cache itself: registrations it reads or writes are staged in the
+:class:`WriteTx` and published by :meth:`WriteTx.after_commit` once the transaction committed
+(a rollback drops them with the transaction).
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, TypeVar
@@ -110,6 +113,13 @@ def info_from_tuple(t: Sequence[Any]) -> BlockInfo:
 class BlockCatalog:
     """Per-process cache of blocks' immutable registrations and their filters.
 
+    Holds **committed** registrations only: a read transaction (which sees committed rows
+    only) may add what it read with :meth:`remember`; a write transaction stages what it
+    learns in its :class:`WriteTx` and :meth:`publish` adds it only after that transaction
+    committed, so a rolled-back ``add_blocks`` (refused, a duplicate request id, a savepoint
+    rolled back in a group commit, a failed batch) never leaves a filter behind. Entries are
+    never replaced: a committed registration never changes.
+
     Blocks with equal parameters share one :class:`Filter` instance, so a charge over many
     like blocks computes its features once.
     """
@@ -135,20 +145,41 @@ class BlockCatalog:
     def known(self, block: str) -> bool:
         return block in self._filters
 
+    def filter_for(self, info: BlockInfo) -> Filter:
+        """The shared filter of ``info``'s parameters (a memo of a pure function of the
+        parameters, so it reflects no database state and needs no commit)."""
+        key = (info.accounting, info.capacity.epsilon, info.capacity.delta, info.slack_delta)
+        f = self._shared.get(key)
+        if f is None:
+            with self._lock:
+                f = self._shared.get(key)
+                if f is None:
+                    f = info.make_filter()
+                    self._shared[key] = f
+        return f
+
     def remember(self, info: BlockInfo) -> Filter:
-        """Cache ``info``'s filter (idempotent) and return it."""
+        """Cache the filter of a **committed** registration (idempotent) and return it.
+
+        Only for registrations read in a read transaction; a write transaction stages with
+        :meth:`WriteTx.remember` instead.
+        """
         f = self._filters.get(info.block_id)
         if f is not None:
             return f
-        key = (info.accounting, info.capacity.epsilon, info.capacity.delta, info.slack_delta)
-        with self._lock:
-            f = self._shared.get(key)
-            if f is None:
-                f = info.make_filter()
-                self._shared[key] = f
-            self._filters[info.block_id] = f
-            self._streams[info.block_id] = info.stream
+        f = self.filter_for(info)
+        self.publish({info.block_id: (f, info.stream)})
         return f
+
+    def publish(self, entries: Mapping[str, tuple[Filter, str]]) -> None:
+        """Add registrations whose transaction has committed (existing entries are kept)."""
+        if not entries:
+            return
+        with self._lock:
+            for block, (f, stream) in entries.items():
+                if block not in self._filters:
+                    self._streams[block] = stream
+                    self._filters[block] = f
 
     def filter(self, block: str) -> Filter:
         try:
@@ -208,6 +239,9 @@ class WriteTx:
     _budgets: dict[tuple[str, str], _Budget] = field(default_factory=dict)
     _retired: dict[str, bool] = field(default_factory=dict)
     _contexts: set[str] = field(default_factory=set)
+    #: Registrations learnt in this transaction (block → filter, stream), published to the
+    #: shared catalog only after the commit (:meth:`after_commit`).
+    _learnt: dict[str, tuple[Filter, str]] = field(default_factory=dict)
     sql: FastSql = field(init=False)
 
     def __post_init__(self) -> None:
@@ -280,8 +314,8 @@ class WriteTx:
                 ("budgets", len(part)), _builder(st.select_budgets, len(part)), params
             ):
                 block = row[2]
-                if not self.catalog.known(block):
-                    self.catalog.remember(info_from_tuple(row[2:]))
+                if not self.known(block):
+                    self.remember(info_from_tuple(row[2:]))
                 self._retired[block] = bool(row[8])
                 charged, reserved = decode_vector(row[0]), decode_vector(row[1])
                 self._budgets[(block, context)] = _Budget(
@@ -294,7 +328,7 @@ class WriteTx:
         if not missing:
             return
         for info in self.read_blocks(missing).values():
-            zero = self.catalog.filter(info.block_id).zero()
+            zero = self.filter(info.block_id).zero()
             self._budgets[(info.block_id, context)] = _Budget(zero, zero, exists=False)
 
     def read_blocks(self, block_ids: Sequence[str]) -> dict[str, BlockInfo]:
@@ -310,7 +344,7 @@ class WriteTx:
                 key, _builder(st.select_blocks, len(part)), st.id_params(part)
             ):
                 info = info_from_tuple(row)
-                self.catalog.remember(info)
+                self.remember(info)
                 self._retired[info.block_id] = info.retired
                 found[info.block_id] = info
         unknown = sorted(set(block_ids) - found.keys())
@@ -327,13 +361,36 @@ class WriteTx:
         if dead:
             raise RetiredBlockError(dead)
 
+    def known(self, block: str) -> bool:
+        """Whether ``block``'s registration is known here (committed, or read or written in
+        this transaction)."""
+        return block in self._learnt or self.catalog.known(block)
+
+    def remember(self, info: BlockInfo) -> Filter:
+        """Stage ``info``'s filter for this transaction; the shared catalog gets it only in
+        :meth:`after_commit` (see :class:`BlockCatalog`). Returns the filter."""
+        if self.catalog.known(info.block_id):
+            return self.catalog.filter(info.block_id)
+        staged = self._learnt.get(info.block_id)
+        if staged is None:
+            staged = (self.catalog.filter_for(info), info.stream)
+            self._learnt[info.block_id] = staged
+        return staged[0]
+
     def filter(self, block: str) -> Filter:
-        return self.catalog.filter(block)
+        staged = self._learnt.get(block)
+        return staged[0] if staged is not None else self.catalog.filter(block)
+
+    def after_commit(self) -> None:
+        """Publish what this transaction learnt to the shared catalog. Call only once the
+        transaction has committed; after a rollback just drop the :class:`WriteTx`."""
+        self.catalog.publish(self._learnt)
+        self._learnt = {}
 
     def features(self, block: str, cost: Cost) -> Vector:
         """The features of ``cost`` under ``block``'s filter (InvalidBudgetError if the kind
         does not suit the filter)."""
-        return self.catalog.features(self.catalog.filter(block), cost)
+        return self.catalog.features(self.filter(block), cost)
 
     def budget(self, block: str, context: str) -> tuple[Vector, Vector]:
         """(charged, reserved) of a loaded row."""
@@ -359,12 +416,12 @@ class WriteTx:
         for block in block_ids:
             b = self._budgets[(block, context)]
             used = vadd(b.charged, b.reserved)
-            if not self.catalog.filter(block).fits(vadd(used, feats[block])):
+            if not self.filter(block).fits(vadd(used, feats[block])):
                 refusing.append(block)
                 used_of[block] = used
         if not refusing:
             return
-        filters = [self.catalog.filter(b) for b in refusing]
+        filters = [self.filter(b) for b in refusing]
         rules = sorted({f.describe() for f in filters})
         raise BudgetExceededError(
             blocks=refusing,

@@ -15,7 +15,7 @@ import json
 import operator
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import Enum
 from typing import Any
@@ -282,6 +282,9 @@ class Reservation:
         remaining: per block, the features still reserved (drawable), as (block, vector) pairs
             in block order. A reservation returned by :meth:`Ledger.reserve` shows the full
             features; a closed or expired one shows zeros.
+        replayed: True when a write returned this as the stored result of an earlier request
+            with the same id (nothing was done now) — also when the two raced and the other
+            one committed first. Not part of the value (ignored by ``==``, not stored).
     """
 
     id: str
@@ -294,6 +297,7 @@ class Reservation:
     request_id: str
     created_at: float
     remaining: tuple[tuple[str, Vector], ...]
+    replayed: bool = field(default=False, compare=False)
 
     @property
     def is_open(self) -> bool:

@@ -20,7 +20,7 @@ from sqlalchemy import Connection, Engine
 
 from blockbudget.errors import BlockBudgetError, InternalError
 from blockbudget.ledger.audit import chain_tip
-from blockbudget.ledger.db import run_transaction
+from blockbudget.ledger.db import AfterCommit, run_committed, run_transaction
 from blockbudget.ledger.group import GroupCommitter
 from blockbudget.ledger.requests import name_of, replay
 from blockbudget.ledger.txn import BlockCatalog, DuplicateRequest, WriteTx
@@ -54,10 +54,14 @@ class WriteRunner:
         given: bool,
         fingerprint: str,
         body: Callable[[WriteTx], tuple[T, str]],
-    ) -> Callable[[Connection], T]:
-        """The transaction function of one write: lock, run ``body``, record the request."""
+    ) -> Callable[[Connection], AfterCommit[T]]:
+        """The transaction function of one write: lock, run ``body``, record the request.
 
-        def fn(conn: Connection) -> T:
+        Its result carries the transaction's after-commit step (publishing the block
+        registrations it read or wrote to the shared catalog), run only once it committed.
+        """
+
+        def fn(conn: Connection) -> AfterCommit[T]:
             tx = WriteTx(conn, self._catalog, now=self._now(), request_id=rid)
             try:
                 tx.lock_head()
@@ -67,7 +71,7 @@ class WriteRunner:
                 if tx.last_seq is not None or given:
                     seq = tx.last_seq if tx.last_seq is not None else chain_tip(tx.sql)[0]
                     tx.record_request(rid, operation, fingerprint, result_json, seq)
-                return result
+                return AfterCommit(result, tx.after_commit)
             finally:
                 tx.sql.close()
 
@@ -94,7 +98,7 @@ class WriteRunner:
         try:
             if self._group is not None:
                 return cast(T, self._group.submit(fn))
-            return self._run(fn, write=True)
+            return run_committed(self._engine, fn, write=True, attempts=self._attempts)
         except DuplicateRequest:
             record = self.request(rid)
             if record is None:  # pragma: no cover - the row existed a moment ago

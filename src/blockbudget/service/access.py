@@ -9,7 +9,7 @@ answered without touching the ledger (nothing reserved, nothing charged):
 * 404 — an unknown stream, block or reservation (only after the ACL check, so that an analyst
   cannot probe which streams exist);
 * 409 — refused by the state of the ledger: budget exceeded, retired block, a reservation that
-  is closed, expired or overdrawn, a store conflict;
+  is closed, expired or overdrawn, a store conflict, a request id reused with other arguments;
 * 422 — a malformed request: bad budget, bad selection, unknown column or context, bad data;
   or stored rows that could not be processed (a stable code, never the exception's text:
   :mod:`blockbudget.service.failures`);
@@ -33,6 +33,7 @@ from blockbudget.errors import (
     DataError,
     InvalidBudgetError,
     InvalidRequestError,
+    RequestIdConflictError,
     ReservationError,
     RetiredBlockError,
     StoreConflictError,
@@ -64,7 +65,14 @@ def status_of(exc: BlockBudgetError) -> int:
     if isinstance(exc, UnknownBlockError):
         return 404
     if isinstance(
-        exc, (BudgetExceededError, RetiredBlockError, ReservationError, StoreConflictError)
+        exc,
+        (
+            BudgetExceededError,
+            RetiredBlockError,
+            ReservationError,
+            StoreConflictError,
+            RequestIdConflictError,
+        ),
     ):
         return 409
     if isinstance(exc, (InvalidRequestError, InvalidBudgetError, DataError)):
@@ -124,7 +132,8 @@ class Authenticator:
         self._keys = keys
         self._ttl = ttl_seconds
         self._cache: dict[str, tuple[float, Principal | None]] = {}
-        self._inflight: dict[str, asyncio.Future[Principal | None]] = {}
+        #: key → (the cache generation it started in, its answer to come)
+        self._inflight: dict[str, tuple[int, asyncio.Future[Principal | None]]] = {}
         self._lock = threading.Lock()
         self._generation = 0
 
@@ -154,7 +163,10 @@ class Authenticator:
         return principal
 
     async def _lookup(self, key: str) -> Principal | None:
-        pending = self._inflight.get(key)
+        joined = self._inflight.get(key)
+        # A lookup begun before the last invalidation may have read the state before the
+        # change: it is not joined (nor cached, below), so a change is seen at once.
+        pending = joined[1] if joined is not None and joined[0] == self._generation else None
         if pending is not None:
             try:
                 return await asyncio.shield(pending)
@@ -163,9 +175,9 @@ class Authenticator:
                     raise  # this request itself was cancelled
                 return await self._lookup(key)  # the looking-up request went away: retry
         future: asyncio.Future[Principal | None] = asyncio.get_running_loop().create_future()
-        self._inflight[key] = future
+        started, generation = time.monotonic(), self._generation
+        self._inflight[key] = (generation, future)
         try:
-            started, generation = time.monotonic(), self._generation
             principal = await anyio.to_thread.run_sync(self._keys.authenticate, key)
             with self._lock:
                 if len(self._cache) > 10_000:
@@ -182,7 +194,8 @@ class Authenticator:
             future.cancel()
             raise
         finally:
-            del self._inflight[key]
+            if self._inflight.get(key, (0, None))[1] is future:
+                del self._inflight[key]
 
 
 def require_role(principal: Principal, *roles: Role) -> None:

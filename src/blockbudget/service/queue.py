@@ -34,21 +34,26 @@ every process lists all of them (they are in the database).
 
 from __future__ import annotations
 
-import json
 import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from enum import Enum
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
 
 from blockbudget.accounting import Accounting
 from blockbudget.budget import UNIT, UNIT_EXPONENT, Budget, Cost, RdpCurve
-from blockbudget.errors import BlockBudgetError, InvalidRequestError, UnknownBlockError
+from blockbudget.errors import (
+    BlockBudgetError,
+    InternalError,
+    InvalidRequestError,
+    RequestIdConflictError,
+    UnknownBlockError,
+)
 from blockbudget.ledger import Ledger
 from blockbudget.scheduling import (
     BlockSpec,
@@ -61,9 +66,23 @@ from blockbudget.scheduling import (
     get_scheduler,
 )
 from blockbudget.scheduling.ledger_bridge import LedgerBridge
-from blockbudget.service.auth import service_metadata
+from blockbudget.service.queue_store import (
+    QueuedTask,
+    TaskState,
+    add_fingerprint_column,
+    task_fingerprint,
+    task_row,
+    tasks_table,
+)
 
-__all__ = ["DEFAULT_SCHEDULER", "QueueBridge", "QueuedTask", "SchedulerQueue", "TaskState"]
+__all__ = [
+    "DEFAULT_SCHEDULER",
+    "QueueBridge",
+    "QueuedTask",
+    "SchedulerQueue",
+    "TaskState",
+    "task_fingerprint",
+]
 
 #: ``serve``'s default: DPF with N-unlocking, each block unlocked in tenths.
 DEFAULT_SCHEDULER = "dpf-n:n=10"
@@ -71,88 +90,6 @@ DEFAULT_SCHEDULER = "dpf-n:n=10"
 LEDGER_TASK = "__ledger__"
 #: Below this many fixed-point units a pool/ledger difference is float rounding, not usage.
 _SYNC_SLACK_UNITS = 10**6
-
-tasks_table = sa.Table(
-    "service_tasks",
-    service_metadata,
-    sa.Column("id", sa.String(40), primary_key=True),
-    sa.Column("principal", sa.String(64), nullable=False, index=True),
-    sa.Column("request_id", sa.String(200), nullable=True),
-    sa.Column("stream", sa.String(256), nullable=False),
-    sa.Column("context", sa.String(64), nullable=False),
-    sa.Column("epsilon", sa.String(64), nullable=False),
-    sa.Column("delta", sa.String(64), nullable=False),
-    sa.Column("blocks", sa.Text, nullable=False),  # JSON list
-    sa.Column("significance", sa.Text, nullable=True),  # JSON object or null
-    sa.Column("submitted_at", sa.Float, nullable=False),
-    sa.Column("deadline", sa.Float, nullable=True),
-    sa.Column("state", sa.String(16), nullable=False, index=True),
-    sa.Column("reservation_id", sa.String(64), nullable=True),
-    sa.Column("decided_at", sa.Float, nullable=True),
-    sa.Column("note", sa.Text, nullable=False, default=""),
-    sa.UniqueConstraint("principal", "request_id"),
-)
-
-
-class TaskState(Enum):
-    """Where a queued task is (every state but WAITING is final)."""
-
-    WAITING = "waiting"
-    GRANTED = "granted"
-    EXPIRED = "expired"
-    REFUSED = "refused"
-
-
-@dataclass(frozen=True)
-class QueuedTask:
-    """One task of the queue, as stored.
-
-    Attributes:
-        id: the task id (random, 32 hex digits).
-        principal: who submitted it (the holder of its grant).
-        stream, context: where its budget comes from.
-        demand: the (ε, δ) it needs on each block.
-        blocks: the block ids it needs (all-or-nothing).
-        significance: optional p_ij per block (for significance-aware schedulers).
-        submitted_at, deadline: wall-clock seconds (deadline None: waits forever).
-        state: its state; reservation_id: its grant (GRANTED only); note: why it was decided.
-    """
-
-    id: str
-    principal: str
-    stream: str
-    context: str
-    demand: Budget
-    blocks: tuple[str, ...]
-    submitted_at: float
-    state: TaskState
-    significance: Mapping[str, float] | None = None
-    deadline: float | None = None
-    reservation_id: str | None = None
-    decided_at: float | None = None
-    note: str = ""
-    request_id: str | None = None
-
-    @classmethod
-    def from_row(cls, m: sa.RowMapping) -> QueuedTask:
-        """A task from its ``service_tasks`` row."""
-        sig = m["significance"]
-        return cls(
-            id=m["id"],
-            principal=m["principal"],
-            stream=m["stream"],
-            context=m["context"],
-            demand=Budget(epsilon=Decimal(m["epsilon"]), delta=Decimal(m["delta"])),
-            blocks=tuple(json.loads(m["blocks"])),
-            submitted_at=float(m["submitted_at"]),
-            state=TaskState(m["state"]),
-            significance=None if sig is None else json.loads(sig),
-            deadline=m["deadline"],
-            reservation_id=m["reservation_id"],
-            decided_at=m["decided_at"],
-            note=m["note"] or "",
-            request_id=m["request_id"],
-        )
 
 
 class QueueBridge(LedgerBridge):
@@ -265,7 +202,8 @@ def _number(text: str) -> Any:
 
 
 class SchedulerQueue:
-    """The service's task queue (see the module docstring).
+    """The service's task queue (see the module docstring); its tasks are stored as in
+    :mod:`blockbudget.service.queue_store`.
 
     Args:
         ledger: the platform's ledger (its database also holds the tasks).
@@ -291,6 +229,7 @@ class SchedulerQueue:
         self._lock = threading.RLock()
         self._runs: dict[tuple[str, str], _Run] = {}
         tasks_table.create(ledger.engine, checkfirst=True)
+        add_fingerprint_column(ledger.engine)
         self._resume()
 
     # --- reads --------------------------------------------------------------------------------
@@ -327,6 +266,30 @@ class SchedulerQueue:
             rows = conn.execute(q.limit(limit)).all()
         return [QueuedTask.from_row(r._mapping) for r in rows]
 
+    def replay(self, principal: str, request_id: str, fingerprint: str) -> QueuedTask | None:
+        """The task ``principal`` already submitted with ``request_id``, or None.
+
+        Raises:
+            RequestIdConflictError: the request id was used with other arguments (409).
+        """
+        with self.ledger.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(tasks_table).where(
+                    tasks_table.c.principal == principal,
+                    tasks_table.c.request_id == request_id,
+                )
+            ).first()
+        if row is None:
+            return None
+        stored = row._mapping["fingerprint"]
+        if stored is not None and stored != fingerprint:
+            raise RequestIdConflictError(
+                f"request id {request_id!r} was already used for a task with other arguments; "
+                "a request id names exactly one task — retry with the same arguments or use a "
+                "new id"
+            )
+        return QueuedTask.from_row(row._mapping)
+
     # --- writes -------------------------------------------------------------------------------
 
     def submit(
@@ -340,26 +303,38 @@ class SchedulerQueue:
         significance: Mapping[str, float] | None = None,
         timeout_seconds: float | None = None,
         request_id: str | None = None,
+        fingerprint: str | None = None,
     ) -> QueuedTask:
         """Queue a task and let the scheduler see it at once; returns it as stored.
 
-        A repeated ``request_id`` of the same principal returns the first task (no new task).
+        A repeated ``request_id`` of the same principal with the same arguments returns the
+        first task (no new task), also when the two submissions race (from threads or server
+        processes): the database's unique (principal, request id) decides, and the loser reads
+        the winner's task back.
+
+        Args:
+            fingerprint: :func:`task_fingerprint` of the arguments as the caller gave them
+                (default: of these arguments, with ``blocks`` as the selection).
 
         Raises:
             InvalidRequestError: duplicate blocks, significance for blocks the task does not
                 name, a demand the stream's accounting cannot account (422).
+            RequestIdConflictError: ``request_id`` was used with other arguments (409).
             UnknownBlockError: a block of another stream, or unknown.
         """
+        if fingerprint is None:
+            fingerprint = task_fingerprint(
+                stream=stream,
+                context=context,
+                demand=demand,
+                selection=list(blocks),
+                significance=significance,
+                timeout_seconds=timeout_seconds,
+            )
         if request_id is not None:
-            with self.ledger.engine.connect() as conn:
-                row = conn.execute(
-                    sa.select(tasks_table).where(
-                        tasks_table.c.principal == principal,
-                        tasks_table.c.request_id == request_id,
-                    )
-                ).first()
-            if row is not None:
-                return QueuedTask.from_row(row._mapping)
+            done = self.replay(principal, request_id, fingerprint)
+            if done is not None:
+                return done
         if len(set(blocks)) != len(blocks) or not blocks:
             raise InvalidRequestError(f"a task needs distinct blocks, got {list(blocks)[:10]}")
         if significance is not None and set(significance) - set(blocks):
@@ -390,8 +365,22 @@ class SchedulerQueue:
                 for b in task.blocks
                 if not (f := run.pool.filters[run.pool.index(b)]).fits(f.features(demand))
             ]
-            with self.ledger.engine.begin() as conn:
-                conn.execute(sa.insert(tasks_table).values(**_row(task)))
+            try:
+                with self.ledger.engine.begin() as conn:
+                    conn.execute(
+                        sa.insert(tasks_table).values(**task_row(task), fingerprint=fingerprint)
+                    )
+            except IntegrityError:
+                # A concurrent submission with the same request id won (the insert rolled
+                # back; nothing of this one was stored or entered): answer with its task.
+                if request_id is None:
+                    raise
+                done = self.replay(principal, request_id, fingerprint)
+                if done is None:  # pragma: no cover - the row existed a moment ago
+                    raise InternalError(
+                        f"task request {request_id!r} vanished after a duplicate insert"
+                    ) from None
+                return done
             if too_big:  # could never be granted, even on an unused block: refuse at once
                 note = f"the demand {demand} exceeds the capacity of block(s) {too_big[:5]}"
                 self._decide(task.id, TaskState.REFUSED, now, note=note)
@@ -548,26 +537,6 @@ class SchedulerQueue:
                     reservation_id=reservation,
                 )
             )
-
-
-def _row(task: QueuedTask) -> dict[str, Any]:
-    return {
-        "id": task.id,
-        "principal": task.principal,
-        "request_id": task.request_id,
-        "stream": task.stream,
-        "context": task.context,
-        "epsilon": str(task.demand.epsilon),
-        "delta": str(task.demand.delta),
-        "blocks": json.dumps(list(task.blocks)),
-        "significance": None if task.significance is None else json.dumps(task.significance),
-        "submitted_at": task.submitted_at,
-        "deadline": task.deadline,
-        "state": task.state.value,
-        "reservation_id": None,
-        "decided_at": None,
-        "note": "",
-    }
 
 
 def _tiny(accounting: Accounting) -> Cost:

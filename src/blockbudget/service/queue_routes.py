@@ -18,7 +18,7 @@ from blockbudget.service import schemas as sc
 from blockbudget.service.access import Authenticator, AuthError, require_context, require_stream
 from blockbudget.service.auth import Principal, Role
 from blockbudget.service.blocknames import BlockNames, Naming
-from blockbudget.service.queue import QueuedTask, SchedulerQueue, TaskState
+from blockbudget.service.queue import QueuedTask, SchedulerQueue, TaskState, task_fingerprint
 
 
 def task_out(t: QueuedTask, naming: Naming) -> sc.TaskOut:
@@ -57,13 +57,27 @@ def register_queue_routes(
     @app.post("/v1/streams/{stream}/tasks", status_code=201, tags=["queue"])
     def submit_task(me: Auth, stream: str, body: sc.TaskIn) -> sc.TaskOut:
         """Queue a task: ``epsilon``/``delta`` on each of its blocks, granted (as a reservation
-        held by the caller) when the service's scheduler decides."""
+        held by the caller) when the service's scheduler decides. A replayed ``request_id``
+        with the same arguments answers with the first task (its current state; nothing new
+        is queued, also under concurrent replays); with other arguments it is a 409."""
         require_stream(me, stream)
         require_context(me, body.context)
         if (body.blocks is None) == (body.last is None):
             raise InvalidRequestError("give exactly one of 'blocks' and 'last'")
         cost = Budget(epsilon=body.epsilon, delta=body.delta)
         naming = names.naming(me, stream)
+        fingerprint = task_fingerprint(
+            stream=stream,
+            context=body.context,
+            demand=cost,
+            selection=list(body.blocks) if body.blocks is not None else {"last": body.last},
+            significance=body.significance,
+            timeout_seconds=body.timeout_seconds,
+        )
+        if body.request_id is not None:  # a replay answers before the selection is resolved
+            done = queue.replay(me.name, body.request_id, fingerprint)
+            if done is not None:
+                return task_out(done, naming)
         sel: list[str] | Last = (
             naming.resolve(body.blocks) if body.blocks is not None else Last(body.last or 1, False)
         )
@@ -81,6 +95,7 @@ def register_queue_routes(
             significance=significance,
             timeout_seconds=body.timeout_seconds,
             request_id=body.request_id,
+            fingerprint=fingerprint,
         )
         return task_out(task, naming)
 
