@@ -137,6 +137,7 @@ def bench_seed000(quick: bool) -> None:
                 lower=w.lower,
                 comparison_epsilon=0.01,
                 sensitivity=0.01,
+                seed=4,
                 noise=SeededNoise(4),
             ),
             RandomBlocks(seed=4),

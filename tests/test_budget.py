@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from decimal import Decimal
+from decimal import Decimal, localcontext
 
 import pytest
 from hypothesis import given
@@ -193,3 +193,51 @@ def test_json_has_one_canonical_form_per_value_and_round_trips_exactly() -> None
     curve = RdpCurve.from_pure_dp(Decimal("0.50"))
     assert RdpCurve.from_json(curve.to_json()) == curve
     assert all(not v.endswith("0") or v == "0" for v in curve.to_json()["rdp"] if "." in v)
+
+
+# --- a cost never rounds below its true value (no free charges by underflow) -----------------
+
+
+@pytest.mark.parametrize("sigma", [1e200, 1e163, 1e160, 1e120, 1e60, 1e50])
+def test_gaussian_curve_of_a_huge_sigma_is_never_free(sigma: float) -> None:
+    """α·Δ²/(2σ²) is positive for every σ: it was computed in floats, where (Δ/σ)² underflows
+    to 0 for σ/Δ above ~1e162, and the charge cost nothing."""
+    curve = RdpCurve.gaussian(sigma=sigma)
+    assert not curve.is_zero
+    for alpha, value in zip(ALPHAS, curve.epsilons, strict=True):
+        exact = Decimal(repr(alpha)) / (2 * Decimal(repr(sigma)) ** 2)
+        assert value >= exact > 0
+        assert units_up(value) >= 1  # the ledger charges at least one unit of 1e-18
+
+
+def test_gaussian_curve_with_a_tiny_ratio_of_tiny_numbers_is_never_free() -> None:
+    for sensitivity, sigma in [(1e-200, 1e200), (1e-300, 1.0), (5e-324, 1e10)]:
+        curve = RdpCurve.gaussian(sigma=sigma, sensitivity=sensitivity)
+        assert not curve.is_zero, (sensitivity, sigma)
+        assert all(v > 0 for v in curve.epsilons)
+    assert RdpCurve.gaussian(sigma=1e200, sensitivity=0.0).is_zero  # truly free: Δ = 0
+
+
+@pytest.mark.parametrize("scale", [1e200, 1e120, 1e60, 1e45])
+def test_laplace_curve_of_a_huge_scale_is_priced_not_free_nor_refused(scale: float) -> None:
+    curve = RdpCurve.laplace(scale=scale)
+    t = 1 / Decimal(repr(scale))
+    for alpha, value in zip(ALPHAS, curve.epsilons, strict=True):
+        assert value >= min(t, Decimal(repr(alpha)) * t * t / 2) > 0
+
+
+@pytest.mark.parametrize("epsilon", [Decimal("1e-100"), Decimal("1e-60"), Decimal("3e-51")])
+def test_pure_dp_curve_of_a_tiny_epsilon_is_clamped_up(epsilon: Decimal) -> None:
+    curve = RdpCurve.from_pure_dp(epsilon)
+    for alpha, value in zip(ALPHAS, curve.epsilons, strict=True):
+        assert value >= min(epsilon, Decimal(repr(alpha)) * epsilon * epsilon / 2)
+        assert value > 0
+
+
+def test_pure_dp_curve_rounds_up_a_many_digit_epsilon() -> None:
+    eps = Decimal(1) / Decimal(3)  # 28 digits: ε² has 56, more than a stored value keeps
+    curve = RdpCurve.from_pure_dp(eps)
+    with localcontext() as ctx:
+        ctx.prec = 200  # exact
+        for alpha, value in zip(ALPHAS, curve.epsilons, strict=True):
+            assert value >= min(eps, Decimal(repr(alpha)) * eps * eps / 2)

@@ -48,6 +48,9 @@ INF_UNITS = 10**60
 #: Relative bump applied to values computed with floating-point formulas.
 FLOAT_SAFETY = 1e-12
 
+#: Below this Δ/σ a Gaussian curve is priced in decimal (see :meth:`RdpCurve.gaussian`).
+_TINY_RATIO = 1e-100
+
 #: Budget values are 0 or between these magnitudes, so that every sum and difference of stored
 #: values is exact at 200 digits (and Decimal never overflows or underflows).
 MIN_MAGNITUDE = Decimal("1e-100")
@@ -57,6 +60,9 @@ MAX_MAGNITUDE = Decimal("1e30")
 _EXACT = Context(prec=200, traps=[InvalidOperation, Inexact, Overflow, Underflow])
 _CEIL = Context(prec=200, rounding=ROUND_CEILING, traps=[InvalidOperation, Overflow])
 _FLOOR = Context(prec=200, rounding=ROUND_FLOOR, traps=[InvalidOperation, Overflow])
+# Prices computed in decimal round up, at a precision that keeps stored values short (a sum of
+# stored values must stay exact in _EXACT).
+_PRICE = Context(prec=40, rounding=ROUND_CEILING, traps=[InvalidOperation, Overflow])
 
 Number: TypeAlias = int | float | str | Decimal
 
@@ -120,11 +126,21 @@ def from_units(units: int) -> Decimal:
 def _clamp_up(x: float) -> Decimal:
     """A computed non-negative value as a storable decimal, never smaller than it: tiny positive
     values become MIN_MAGNITUDE, huge ones infinity."""
-    if math.isinf(x) or Decimal(repr(x)) > MAX_MAGNITUDE:
+    if math.isinf(x):
         return Decimal("Infinity")
-    if x > 0 and Decimal(repr(x)) < MIN_MAGNITUDE:
+    return _clamp_decimal_up(Decimal(repr(x)))
+
+
+def _clamp_decimal_up(value: Decimal) -> Decimal:
+    """A non-negative price as a storable decimal, never below it: a positive value under
+    :data:`MIN_MAGNITUDE` becomes MIN_MAGNITUDE (which the ledger charges as one 1e-18 unit, see
+    :func:`units_up`), one over :data:`MAX_MAGNITUDE` becomes infinity. Zero stays zero: only a
+    cost whose true value is 0 may be free."""
+    if value > MAX_MAGNITUDE:
+        return Decimal("Infinity")
+    if 0 < value < MIN_MAGNITUDE:
         return MIN_MAGNITUDE
-    return Decimal(repr(x))
+    return value
 
 
 def bump_up(x: float) -> float:
@@ -290,7 +306,16 @@ class RdpCurve:
             raise InvalidBudgetError(f"sigma must be finite and > 0, got {sigma!r}")
         if not (sensitivity >= 0 and math.isfinite(sensitivity)):
             raise InvalidBudgetError(f"sensitivity must be finite and >= 0, got {sensitivity!r}")
+        if sensitivity == 0:
+            return cls.zero()
         ratio = sensitivity / sigma  # avoids overflow of σ² for tiny charges
+        if ratio < _TINY_RATIO:
+            # α·ratio²/2 < 1e-198, under the smallest stored magnitude; in floats ratio² would
+            # underflow to 0 (σ/Δ > ~1e162) and make the charge free. Price it exactly, rounded
+            # up, and clamp up to MIN_MAGNITUDE.
+            with localcontext(_PRICE):
+                r = Decimal(repr(sensitivity)) / Decimal(repr(sigma))
+                return cls(_clamp_decimal_up(Decimal(repr(a)) * r * r / 2) for a in ALPHAS)
         return cls.from_function(lambda a: a * ratio * ratio / 2.0)
 
     @classmethod
@@ -301,12 +326,14 @@ class RdpCurve:
             raise InvalidBudgetError(f"scale must be finite and > 0, got {scale!r}")
         if sensitivity == 0:
             return cls.zero()
-        t = Decimal(repr(sensitivity)) / Decimal(repr(scale))  # 1/λ, the pure-DP ε
+        with localcontext(_PRICE):  # 1/λ, the pure-DP ε, rounded up (a price never rounds down)
+            t = Decimal(repr(sensitivity)) / Decimal(repr(scale))
 
         if t.adjusted() < -40:
             # Below ~1e-40 the exact curve needs hundreds of digits; pure DP's bound
-            # min(ε, α·ε²/2) (Bun & Steinke 2016, Prop. 1.4) is an upper bound on it.
-            return cls.from_pure_dp(t)
+            # min(ε, α·ε²/2) (Bun & Steinke 2016, Prop. 1.4) is an upper bound on it. An ε under
+            # the smallest stored magnitude is priced as that magnitude (never as 0).
+            return cls.from_pure_dp(max(t, MIN_MAGNITUDE))
 
         def f(a: float) -> float:
             # High-precision evaluation: the float log-sum-exp loses all precision when Δ/b is
@@ -326,12 +353,17 @@ class RdpCurve:
     @classmethod
     def from_pure_dp(cls, epsilon: Number) -> RdpCurve:
         """A curve valid for *any* (ε, 0)-DP mechanism: min(ε, α·ε²/2) — pure DP implies
-        ε²/2-zCDP (Bun & Steinke 2016, Prop. 1.4) and RDP(α) <= ε at every order."""
+        ε²/2-zCDP (Bun & Steinke 2016, Prop. 1.4) and RDP(α) <= ε at every order.
+
+        α·ε²/2 is rounded up, and a positive value under :data:`MIN_MAGNITUDE` (ε below ~1e-50)
+        is clamped up to it, so a positive ε never gives a free curve."""
         eps = to_decimal(epsilon, name="epsilon")
         if eps < 0 or eps.is_infinite():
             raise InvalidBudgetError(f"epsilon must be finite and >= 0, got {epsilon!r}")
-        with localcontext(_EXACT):
-            return cls([min(eps, Decimal(repr(a)) * eps * eps / 2) for a in ALPHAS])
+        with localcontext(_PRICE):
+            return cls(
+                [min(eps, _clamp_decimal_up(Decimal(repr(a)) * eps * eps / 2)) for a in ALPHAS]
+            )
 
     def __add__(self, other: RdpCurve) -> RdpCurve:
         if not isinstance(other, RdpCurve):

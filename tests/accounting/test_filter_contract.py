@@ -232,3 +232,21 @@ def test_rdp_allocates_more_gaussians_than_basic_composition() -> None:
         used = add_vectors(used, basic.features(per_query))
         n_basic += 1
     assert n_rdp > 2 * n_basic
+
+
+def test_strong_features_round_up_the_square_of_a_many_digit_epsilon() -> None:
+    """ε = 1 + 1e-70: ε² = 1 + 2e-70 + 1e-140 rounded to nearest at 60 digits is exactly 1, so
+    the ε² feature undercounted by one unit; every operation now rounds up."""
+    from decimal import Decimal
+
+    eps = Decimal("1." + "0" * 69 + "1")  # 1 + 1e-70, exactly
+    features = StrongFilter(capacity=Budget(epsilon=10.0, delta=1e-6)).features(Budget(epsilon=eps))
+    assert features[0] == 10**18 + 1
+    assert features[1] == 10**18 + 1  # ⌈(1 + 2e-70 + 1e-140)·1e18⌉
+    assert features[2] >= 10**18 * (math.e - 1) / 2
+
+
+@pytest.mark.parametrize("sigma", [1e200, 1e170, 1e160])
+def test_rdp_filter_charges_a_huge_sigma_gaussian_at_least_one_unit(sigma: float) -> None:
+    rdp = RdpFilter(capacity=CAPACITY)
+    assert all(u >= 1 for u in rdp.features(RdpCurve.gaussian(sigma=sigma)))

@@ -249,3 +249,39 @@ def test_stream_total_is_charged_to_the_ledger_before_any_slot(
         assert platform.ledger.state(block, "dashboard").charged == f.features(expected)
     assert platform.verify().ok
     platform.close()
+
+
+def _counts() -> list[np.ndarray]:
+    rng = np.random.default_rng(42)  # the data, not the stream's randomness
+    return [rng.multinomial(2000, _skewed()) for _ in range(5)]
+
+
+def test_seeded_streams_reproduce_and_say_secure_noise_false() -> None:
+    runs = []
+    for _ in range(2):
+        s = _stream(3, slots=10)
+        runs.append([s.step_counts(c) for c in _counts()])
+    for a, b in zip(runs[0], runs[1], strict=True):
+        assert a.queries == b.queries and a.epsilon == b.epsilon
+        assert np.array_equal(a.pdf, b.pdf)
+        assert a.secure_noise is False and b.secure_noise is False
+
+
+def test_unseeded_streams_differ_and_are_secure() -> None:
+    """No rng, no selector: the pool, the budget allocation and the private draws all come from
+    OS entropy / OpenDP, so two runs on the same data differ."""
+    releases = []
+    for _ in range(2):
+        pool = SynopsisPool.generate(domain_size=K, size=200, precision=0.05)
+        s = DPIStream(
+            config=DPIConfig(epsilon=2.0, rate=5.0),
+            compression=Compression(K, min_users=1000),
+            pool=pool,
+            queries=QueryPool.standard(K),
+        )
+        releases.append([s.step_counts(c) for c in _counts()[:2]])
+    assert all(r.secure_noise for run in releases for r in run)
+    first, second = releases
+    assert [r.epsilon for r in first] != [r.epsilon for r in second] or not np.array_equal(
+        first[-1].pdf, second[-1].pdf
+    )

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from decimal import ROUND_FLOOR, Decimal, localcontext
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
 from enum import Enum
 
 from blockbudget.budget import (
@@ -239,10 +239,16 @@ class StrongFilter(Filter):
         if eps > 100:  # (e^ε−1)ε/2 > 1e45: no capacity can hold it; skip the huge exp()
             return (units_up(eps), units_up(eps * eps), INF_UNITS, units_up(cost.delta))
         with localcontext() as ctx:
+            # Every operation rounds up, so ε² and (e^ε−1)ε/2 are never below their true
+            # values; exp() alone rounds to nearest (half an ulp at 60 digits, relative 5e-60),
+            # so g is inflated by a relative 1e-58 on top.
             ctx.prec = 60
+            ctx.rounding = ROUND_CEILING
             sq = eps * eps
             g = (eps.exp() - 1) * eps / 2
-        # +1 unit on g covers the last-digit rounding of the 60-digit exp().
+            g += g.scaleb(-58)
+        # +1 unit on g covers what the 60 digits of exp(ε) − 1 lose for a tiny ε (e.g. e^ε − 1
+        # computes to 0 below ε ≈ 1e-60): the true g is then below one unit.
         g_units = units_up(g) + (1 if eps > 0 else 0)
         return (units_up(eps), units_up(sq), g_units, units_up(cost.delta))
 

@@ -62,9 +62,9 @@ Writing a scheduler:
    ``pool.charge_overhead``, ``pool.grant``, ``pool.reject``. Use ``pool.fits`` /
    ``pool.fits_many`` to test before acting, and the read-only arrays (``pool.capacity``,
    ``pool.charged``, ``pool.reserved``, ``pool.remaining()``) for vectorized decisions.
-4. Use ``self.rng`` for non-private randomness (block order) and ``self.noise`` for DP noise
-   (SecureNoise unless a test or experiment passes SeededNoise). Same seed and same noise seed
-   must give the same decisions.
+4. Use ``self.rng`` for non-private randomness (block order; OS entropy unless a seed is
+   given) and ``self.noise`` for DP noise (SecureNoise unless a test or experiment passes
+   SeededNoise). Same seed and same noise seed must give the same decisions.
 5. Expose it: list the class in the module-level ``SCHEDULERS`` tuple of a module inside
    ``blockbudget.scheduling``. :func:`scheduler_classes` finds it, and the contract suite runs it.
 """
@@ -356,8 +356,20 @@ class Scheduler(ABC):
         exact: True for schedulers that solve an NP-hard problem exactly (the offline
             optimum); the contract suite gives them smaller workloads.
 
+    Randomness (the project's rule: no seed means fresh OS entropy). Two sources, kept apart:
+
+    * ``self.rng`` draws *public* choices that never look at data (the order in which seed 000
+      Alg. 2 visits blocks, a random-blocks baseline's pick). ``seed`` None (the default) seeds
+      it from OS entropy; an explicit ``seed`` makes it reproducible, which costs no privacy
+      (the choices are data-independent) but is meant for experiments and tests.
+    * ``self.noise`` draws the DP noise of decisions that do look at private data (seed 000
+      Alg. 1's AboveThreshold comparisons). None means :class:`SecureNoise` (OpenDP, OS
+      entropy); a :class:`SeededNoise` makes the decisions reproducible and
+      :attr:`secure_noise` False, and a :class:`SimulationResult` says so.
+
     Args:
-        seed: seed of ``self.rng`` (numpy Generator) for non-private random choices.
+        seed: seed of ``self.rng`` (numpy Generator) for non-private random choices; None
+            (default) for OS entropy.
         noise: the DP noise source for schedulers that spend privacy on decisions (seed 000
             Alg. 1); None means SecureNoise. Pass SeededNoise for reproducible experiments.
     """
@@ -369,12 +381,17 @@ class Scheduler(ABC):
     drain_time: float = 0.0
     exact: ClassVar[bool] = False
 
-    def __init__(self, *, seed: int = 0, noise: NoiseSource | None = None) -> None:
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise InvalidRequestError(f"seed must be an int, got {seed!r}")
+    def __init__(self, *, seed: int | None = None, noise: NoiseSource | None = None) -> None:
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise InvalidRequestError(f"seed must be an int or None, got {seed!r}")
         self.seed = seed
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng(seed)  # None: fresh OS entropy
         self._noise = None if noise is None else resolve_noise(noise)
+
+    @property
+    def secure_noise(self) -> bool:
+        """Whether the DP noise of this scheduler's decisions is secure (not a SeededNoise)."""
+        return self._noise is None or self._noise.secure
 
     @property
     def noise(self) -> NoiseSource:

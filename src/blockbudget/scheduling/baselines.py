@@ -15,6 +15,9 @@ Source of the Sage and Streaming baselines: ``/work/shared/seeds/000_de3e86489c8
   early when the task's validator passes); blocks are reused until their budget runs out.
 * :class:`Streaming` — seed 000 §VII-D "Streaming" (Dwork 2010): each block serves at most one
   query, chosen at random; used blocks are gone.
+
+The random choices of RandomBlocks and Streaming are public randomness (they never look at data,
+and no noise is drawn): ``self.rng``, from OS entropy unless an experiment passes a ``seed``.
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ class Fcfs(Scheduler):
     name = "fcfs"
     shapes = frozenset({TaskShape.NAMED, TaskShape.OPEN})
 
-    def __init__(self, *, seed: int = 0, noise: NoiseSource | None = None) -> None:
+    def __init__(self, *, seed: int | None = None, noise: NoiseSource | None = None) -> None:
         super().__init__(seed=seed, noise=noise)
         self.queue: list[str] = []
 
@@ -100,7 +103,7 @@ class RoundRobin(Scheduler):
     shapes = frozenset({TaskShape.NAMED, TaskShape.OPEN})
     tick_interval = 1.0
 
-    def __init__(self, *, seed: int = 0, noise: NoiseSource | None = None) -> None:
+    def __init__(self, *, seed: int | None = None, noise: NoiseSource | None = None) -> None:
         super().__init__(seed=seed, noise=noise)
         self.waiting: list[str] = []
         self.start = 0
@@ -149,7 +152,7 @@ class Streaming(Scheduler):
     name = "streaming"
     shapes = frozenset({TaskShape.OPEN})
 
-    def __init__(self, *, seed: int = 0, noise: NoiseSource | None = None) -> None:
+    def __init__(self, *, seed: int | None = None, noise: NoiseSource | None = None) -> None:
         super().__init__(seed=seed, noise=noise)
         self.used: set[int] = set()
 

@@ -85,7 +85,7 @@ class DPack(UnlockingScheduler):
     def __init__(
         self,
         *,
-        seed: int = 0,
+        seed: int | None = None,
         noise: NoiseSource | None = None,
         n: int = 100,
         unlock: UnlockMode = UnlockMode.T,

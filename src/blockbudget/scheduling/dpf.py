@@ -39,7 +39,7 @@ class _Dpf(UnlockingScheduler):
     def __init__(
         self,
         *,
-        seed: int = 0,
+        seed: int | None = None,
         noise: NoiseSource | None = None,
         n: int = 100,
         lifetime: float = 10.0,

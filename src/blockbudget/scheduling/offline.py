@@ -314,7 +314,7 @@ class OfflineOptimum(Scheduler):
     def __init__(
         self,
         *,
-        seed: int = 0,
+        seed: int | None = None,
         noise: NoiseSource | None = None,
         time_limit: float = 600.0,
         node_limit: int = 20_000,

@@ -91,7 +91,7 @@ class SageStrategy(Scheduler):
     """Base of the four §5.4 strategies (not registered itself).
 
     Args:
-        seed: seed of ``self.rng`` (unused: the strategies are deterministic).
+        seed: seed of ``self.rng`` (unused: the strategies are deterministic); None: OS entropy.
         noise: unused (no DP decision is made by the allocation itself).
         profiles: task id → :class:`PipelineProfile` (see the module docstring).
         levels: ε0 = demand / 2**levels for Block/Conserve and Query composition.
@@ -106,7 +106,7 @@ class SageStrategy(Scheduler):
     def __init__(
         self,
         *,
-        seed: int = 0,
+        seed: int | None = None,
         noise: NoiseSource | None = None,
         profiles: Mapping[str, PipelineProfile] | None = None,
         levels: int = 4,

@@ -46,6 +46,8 @@ class SimulationResult:
         fair_share_served: fraction of fair-share tasks granted (nan if none).
         budget_used: mean used fraction of the blocks at the end.
         scheduler_seconds: wall time inside scheduler callbacks.
+        secure_noise: False when the scheduler's DP decisions used a SeededNoise (experiments
+            and tests only; see :class:`~blockbudget.scheduling.base.Scheduler`).
     """
 
     scheduler: str
@@ -59,6 +61,7 @@ class SimulationResult:
     fair_share_served: float
     budget_used: float
     scheduler_seconds: float
+    secure_noise: bool = True
 
     def row(self) -> dict[str, Any]:
         """The metrics as a flat dict (for CSV rows)."""
@@ -122,7 +125,13 @@ def simulate(
         events.extend((start + k * interval, _TICK, k) for k in range(1, n_ticks + 1))
     heapq.heapify(events)
     spent = _run_events(scheduler, pool, events, blocks, tasks)
-    return summarize(scheduler.describe(), pool, fair_share_n=fair_share_n, seconds=spent)
+    return summarize(
+        scheduler.describe(),
+        pool,
+        fair_share_n=fair_share_n,
+        seconds=spent,
+        secure_noise=scheduler.secure_noise,
+    )
 
 
 def _run_events(
@@ -165,7 +174,9 @@ def _run_events(
     return spent
 
 
-def summarize(name: str, pool: Pool, *, fair_share_n: int, seconds: float) -> SimulationResult:
+def summarize(
+    name: str, pool: Pool, *, fair_share_n: int, seconds: float, secure_noise: bool = True
+) -> SimulationResult:
     """Compute the metrics of a finished pool."""
     granted = [t for t, s in pool.status.items() if s is TaskStatus.GRANTED]
     delays = np.array([pool.granted_at[t] - pool.tasks[t].arrival for t in granted])
@@ -186,6 +197,7 @@ def summarize(name: str, pool: Pool, *, fair_share_n: int, seconds: float) -> Si
         fair_share_served=served_fair / len(fair) if fair else float("nan"),
         budget_used=float(np.mean(used)),
         scheduler_seconds=seconds,
+        secure_noise=secure_noise,
     )
 
 

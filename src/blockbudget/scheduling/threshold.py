@@ -32,6 +32,13 @@ Deviations, each on the side of privacy:
    (Numeric Sparse, Dwork & Roth §3.6). The seed uses the exact ε*.
 3. The AboveThreshold sensitivity Δ of the compared quantity is a parameter (the seed takes 1).
 
+Randomness. The comparisons read private data (p_ij): their Laplace noise comes from
+``self.noise`` — OpenDP's secure sampler unless a test or experiment passes a SeededNoise, and
+then :attr:`~blockbudget.scheduling.base.Scheduler.secure_noise` and the simulation result say
+``secure_noise=False``. The order in which Alg. 2 / Alg. 3 visit the blocks is public randomness
+(it never looks at data, so even a known order costs no privacy): ``self.rng``, OS entropy
+unless a ``seed`` is given.
+
 Adaptive composition (seed 000 §VI-B, after Rogers et al. 2016): run either scheduler on a pool
 with :attr:`~blockbudget.accounting.Accounting.STRONG` accounting; the pool's filter is the
 adaptive strong-composition filter, and z_i comes from it.
@@ -133,7 +140,7 @@ class _ThresholdBase(Scheduler):
     def __init__(
         self,
         *,
-        seed: int = 0,
+        seed: int | None = None,
         noise: NoiseSource | None = None,
         upper: float = 100.0,
         lower: float = 1.0,
@@ -179,6 +186,8 @@ class OnlineThreshold(_ThresholdBase):
     """Seed 000 Alg. 2 (online budgeting) with Alg. 1 (filtering by threshold) per block.
 
     Args:
+        seed: seed of the (public) block order; None (default) for OS entropy.
+        noise: the comparisons' noise; None (default) for SecureNoise.
         upper: U of Assumption 2 (Eq. (8)).
         lower: L of Assumption 2.
         comparison_epsilon: ε0, the AboveThreshold cost charged to a block per comparison.
@@ -234,7 +243,7 @@ class MixedThreshold(_ThresholdBase):
     def __init__(
         self,
         *,
-        seed: int = 0,
+        seed: int | None = None,
         noise: NoiseSource | None = None,
         upper: float = 100.0,
         lower: float = 1.0,

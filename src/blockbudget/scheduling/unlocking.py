@@ -119,7 +119,7 @@ class UnlockingScheduler(Scheduler):
     def __init__(
         self,
         *,
-        seed: int = 0,
+        seed: int | None = None,
         noise: NoiseSource | None = None,
         n: int = 100,
         unlock: UnlockMode = UnlockMode.N,

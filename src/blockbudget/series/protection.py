@@ -15,7 +15,8 @@ What is accounted, honestly:
 * The first two only reorder the terms: the multiset — hence the sum ≤ ε — is unchanged, and
   they spend no privacy budget. Their randomness hides the order from users, so it must not be
   predictable: by default it comes from the operating system (``secrets``); pass a seeded
-  ``numpy.random.Generator`` only for experiments.
+  ``numpy.random.Generator`` only for experiments (the order is then known to anyone who knows
+  the seed; no data is released by it either way).
 * Noisy n releases a differentially private view of n, the *number of queries* — a fact about
   the analyst's plan, not about any row of the data. Its ε_n is therefore a separate guarantee
   about n (the paper's Theorem 3 argument: the query count and the rows are disjoint), and it is
@@ -141,12 +142,15 @@ class NoisyN:
         epsilon_n: the ε of the Laplace noise on n (protects n, not data rows; not charged to
             the data ledger — see the module docstring).
         private: whether n_s is an ε_n-DP release of n (True only for the signed noise).
+        secure_noise: whether η came from the secure sampler (False for a SeededNoise:
+            experiments and tests only).
     """
 
     sequence: FiniteBudgetSequence
     noisy_n: int
     epsilon_n: Decimal
     private: bool = True
+    secure_noise: bool = True
 
 
 def draw_noisy_n(
@@ -205,7 +209,14 @@ def noisy_n(
         raise InvalidRequestError(f"strategy must be a Strategy, got {type(strategy).__name__}")
     eps = check_epsilon(epsilon)
     eps_n = check_epsilon(epsilon_n)
-    n_s = draw_noisy_n(n, epsilon_n=eps_n, sign=sign, noise=noise)
+    sampler = resolve_noise(noise)
+    n_s = draw_noisy_n(n, epsilon_n=eps_n, sign=sign, noise=sampler)
     base = strategy.base_sequence(n, epsilon=eps, parameter_n=n_s)
     seq = strategy.transform(base).renamed(f"NoisyN-{strategy.name}")
-    return NoisyN(sequence=seq, noisy_n=n_s, epsilon_n=eps_n, private=sign is NoisySign.SIGNED)
+    return NoisyN(
+        sequence=seq,
+        noisy_n=n_s,
+        epsilon_n=eps_n,
+        private=sign is NoisySign.SIGNED,
+        secure_noise=sampler.secure,
+    )

@@ -16,13 +16,12 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from blockbudget.errors import InvalidRequestError
-from blockbudget.streaming.series import DPISeries
+from blockbudget.streaming.series import DPISeries, float_at_most
 
 if TYPE_CHECKING:
     from blockbudget.series import BudgetSequence
@@ -43,7 +42,8 @@ class SequenceTerms:
     """The positive terms of a seed-003 budget sequence (:mod:`blockbudget.series`, e.g.
     ``InfiniteBudgetSequence(epsilon, GeometricSeries(...))``), sorted into decreasing order so
     that Alg. 3 can pick by value. Each term is the sequence's own 10⁻¹⁸-grid value read as the
-    largest float not above it, so any set of distinct terms sums to at most the sequence's total.
+    largest float not above it, whose shortest decimal (what the accountant charges) is not above
+    it either, so any set of distinct terms sums to at most the sequence's total.
 
     Args:
         sequence: a :class:`~blockbudget.series.BudgetSequence`.
@@ -58,10 +58,7 @@ class SequenceTerms:
             dec = sequence.term(i)
             if dec <= 0:
                 continue
-            x = float(dec)
-            if Decimal(x) > dec:  # Decimal(float) is exact
-                x = math.nextafter(x, 0.0)
-            values.append(x)
+            values.append(float_at_most(dec))
         if not values:
             raise InvalidRequestError("the sequence has no positive term")
         # distinct values, decreasing (equal terms are nudged apart downwards: still <= the term)

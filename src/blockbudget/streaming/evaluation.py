@@ -123,7 +123,7 @@ def run_dpi(
             "mse": mse(target, release.pdf),
             "kl_uniform": kl_divergence(target, uniform),
             "mse_uniform": mse(target, uniform),
-            "secure": release.secure,
+            "secure": release.secure_noise,
         }
         if laplace:
             lap = laplace_release(

@@ -87,7 +87,10 @@ class SlotRelease:
         refused: True when the slot's term did not fit (R_t is then R_{t−1}).
         queries: the measured query ids; measurements: their private answers q(a).
         eta: η_t of the synopsis direction (Alg. 1's learning rate, ½·tanh(α)).
-        secure: whether the draws used the secure selector.
+        secure_noise: whether the private draws used the secure selector (OpenDP); False for a
+            :class:`~blockbudget.streaming.selection.SeededSelector` (experiments and tests).
+            The stream's ``rng`` (budget allocation, query candidates) never looks at data, so a
+            seeded ``rng`` alone does not make a release insecure.
     """
 
     t: int
@@ -100,7 +103,12 @@ class SlotRelease:
     queries: tuple[int, ...]
     measurements: tuple[float, ...]
     eta: float
-    secure: bool
+    secure_noise: bool
+
+    @property
+    def secure(self) -> bool:
+        """The former name of :attr:`secure_noise`."""
+        return self.secure_noise
 
 
 def clipped_score(error: FloatArray, *, lam: float, mu: float) -> FloatArray:
@@ -493,5 +501,5 @@ class DPIStream:
             queries=queries,
             measurements=measurements,
             eta=eta,
-            secure=self.selector.secure,
+            secure_noise=self.selector.secure,
         )

@@ -20,13 +20,25 @@ the one that keeps the accounting of Thm 5.1 exact with both directions charged 
 record the choice in ``docs/dpi.md``.
 
 When ``ε > C·π²/6`` no r ∈ [0, 1] solves the equation: we take r = 0, so the series sums to
-``C·π²/6 < ε`` (never more than ε). The root is taken on the side that makes the sum smaller.
+``C·π²/6 < ε`` (never more than ε).
+
+**Exactness.** ``π²/6 − Li₂(r)`` cancels badly in floating point when r is near 1 (times C ≈ 500–800
+for the :meth:`~blockbudget.streaming.config.DPIConfig.for_horizon` settings, the float sum came out
+above ε by up to 5·10⁻¹⁴). So r is found by a bounded bisection on ``S(r) = π²/6 − Li₂(r)``
+evaluated through Euler's reflection ``S(r) = Li₂(1 − r) + ln r·ln(1 − r)`` (no cancellation), and
+the constant actually used, :attr:`DPISeries.scale`, is C lowered (by ~10⁻¹³ relative at most)
+until a rigorous decimal upper bound of ``scale·S(r)`` is ≤ ε. Each term ``term(t)`` is a lower
+bound of ``scale·(1 − r^t)/t²`` rounded down to the ledger's 10⁻¹⁸ grid (the machinery of
+:mod:`blockbudget.series._exact`), so every prefix sum of terms, and the infinite sum, is ≤ ε in
+exact arithmetic, as the accountant adds them.
 """
 
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass
+from decimal import Decimal
 
 import numpy as np
 import numpy.typing as npt
@@ -34,9 +46,24 @@ from scipy.optimize import brentq
 from scipy.special import spence
 
 from blockbudget.errors import InvalidRequestError
+from blockbudget.series._exact import CEIL, FLOOR, grid_floor
 
 PI2_6 = math.pi**2 / 6.0
 """Li₂(1) = π²/6."""
+
+_PI_DIGITS = "3.14159265358979323846264338327950288419716939937510582097494459230781640628620899"
+_PI_LOW = Decimal(_PI_DIGITS)  # π truncated: a lower bound
+_PI_HIGH = FLOOR.add(_PI_LOW, Decimal("1e-80"))
+#: Rigorous decimal bounds of π²/6.
+PI2_6_LOW = FLOOR.divide(FLOOR.multiply(_PI_LOW, _PI_LOW), 6)
+PI2_6_HIGH = CEIL.divide(CEIL.multiply(_PI_HIGH, _PI_HIGH), 6)
+
+#: Relative margin by which a float term is lowered: the float evaluation of C·(1 − r^t)/t² errs
+#: by a few ulps (≈1e-15 relative; expm1 is well conditioned for a negative argument), far less.
+_FLOAT_MARGIN = 1e-12
+
+#: Decimal digits below which the truncated dilogarithm series stops (its tail is bounded).
+_SERIES_CUTOFF = Decimal("1e-70")
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -127,47 +154,68 @@ class DPISeries:
         object.__setattr__(self, "_r", self._solve_r())
 
     @property
-    def scale(self) -> float:
-        """``C = Δ_Q/(μζ)`` (Thm 5.4)."""
-        return self.sensitivity / (self.mu * self.zeta)
-
-    @property
     def ratio(self) -> float:
         """``r = m² = Li₂⁻¹(π²/6 − ε/C)`` (Eq. 12); 0 when ε ≥ C·π²/6."""
         return float(self._r)  # type: ignore[attr-defined]
 
     def _solve_r(self) -> float:
-        target = PI2_6 - self.epsilon / self.scale
-        if target <= 0.0:
-            return 0.0
-        r = dilog_inverse(target)
-        # Take the root on the side that keeps Σ ε_t = C·(π²/6 − Li₂(r)) <= ε.
-        while r < 1.0 and self.scale * (PI2_6 - dilog(r)) > self.epsilon:
-            r = math.nextafter(r, 2.0)
+        """r of Eq. 12 (:func:`solve_ratio`); also sets the C the terms use (:attr:`scale`)."""
+        nominal = self.sensitivity / (self.mu * self.zeta)
+        r = solve_ratio(epsilon=self.epsilon, scale=nominal)
+        eps = Decimal(repr(self.epsilon))
+        upper = tail_sum_upper(r)  # ≥ S(r) = Σ_t (1 − r^t)/t²
+        coefficient = Decimal(nominal)  # exact value of the float
+        if upper > 0:
+            coefficient = min(coefficient, FLOOR.divide(eps, upper))
+        scale = float(coefficient)
+        if Decimal(scale) > coefficient:  # Decimal(float) is exact
+            scale = math.nextafter(scale, 0.0)
+        object.__setattr__(self, "_scale", scale)
+        object.__setattr__(self, "_total", min(CEIL.multiply(Decimal(scale), upper), eps))
         return r
 
     @property
+    def scale(self) -> float:
+        """The C of ``ε_t = C·(1 − r^t)/t²``: ``Δ_Q/(μζ)`` (Thm 5.4), lowered where needed (by
+        ~1e-13 relative at most) so that ``C·(π²/6 − Li₂(r)) ≤ ε`` holds exactly."""
+        return float(self._scale)  # type: ignore[attr-defined]
+
+    @property
+    def nominal_scale(self) -> float:
+        """``Δ_Q/(μζ)`` as Thm 5.4 states it."""
+        return self.sensitivity / (self.mu * self.zeta)
+
+    @property
     def total(self) -> float:
-        """``Σ_t ε_t = C·(π²/6 − Li₂(r))`` (≤ ε)."""
-        return self.scale * (PI2_6 - dilog(self.ratio))
+        """An upper bound of ``Σ_t ε_t = C·(π²/6 − Li₂(r))``, exact in decimal: it is ≤ ε."""
+        return float(self._total)  # type: ignore[attr-defined]
 
     def term(self, t: int) -> float:
-        """``ε_t = C·(1 − r^t)/t²`` for t ≥ 1 (strictly decreasing in t)."""
+        """ε_t: :meth:`exact_term` as the largest float whose shortest decimal (what the
+        accountant charges) is not above it. Decreasing in t."""
+        return float_at_most(self.exact_term(t))
+
+    def exact_term(self, t: int) -> Decimal:
+        """ε_t on the ledger's 10⁻¹⁸ grid: a lower bound of ``C·(1 − r^t)/t²`` rounded down, so
+        every prefix sum of terms is ≤ ε exactly (see the module docstring)."""
         if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 1:
             raise InvalidRequestError(f"a series index must be an int >= 1, got {t!r}")
-        return self._term(int(t))
+        return grid_floor(Decimal(self._term(int(t))))
 
     def _term(self, t: int) -> float:
+        """A float lower bound of ``C·(1 − r^t)/t²`` (the float value lowered by a margin)."""
         r = self.ratio
         one_minus = 1.0 if r == 0.0 else -math.expm1(t * math.log(r))
-        return self.scale * one_minus / (float(t) * float(t))
+        return self.scale * one_minus / (float(t) * float(t)) * (1.0 - _FLOAT_MARGIN)
 
     def terms(self, t: npt.NDArray[np.int64]) -> FloatArray:
-        """Vectorised :meth:`term` for an array of indices ≥ 1."""
+        """Vectorised float lower bounds of ``C·(1 − r^t)/t²`` for indices ≥ 1 (not on the grid:
+        :meth:`term` is at most 10⁻¹⁸ below; for searching and plotting)."""
         idx = np.asarray(t, dtype=np.float64)
         r = self.ratio
         one_minus = np.ones_like(idx) if r == 0.0 else -np.expm1(idx * math.log(r))
-        return np.asarray(self.scale * one_minus / (idx * idx), dtype=np.float64)
+        values = self.scale * one_minus / (idx * idx) * (1.0 - _FLOAT_MARGIN)
+        return np.asarray(values, dtype=np.float64)
 
     def eta(self, t: int, *, sensitivity: float = 2.0) -> float:
         """η_t of one direction when slot t spends ε_t (half per direction): Thm 5.4 / B.4."""
@@ -204,6 +252,93 @@ class DPISeries:
             cached = -self.terms(np.arange(1, (1 << 20) + 1, dtype=np.int64))
             object.__setattr__(self, "_cache", cached)
         return cached
+
+
+def float_at_most(value: Decimal) -> float:
+    """The largest float whose exact value and shortest decimal (``repr``, what
+    :class:`~blockbudget.streaming.accountant.StreamAccountant` charges) are both ≤ ``value``."""
+    x = float(value)
+    while x > 0.0 and (Decimal(x) > value or Decimal(repr(x)) > value):
+        x = math.nextafter(x, 0.0)
+    return x
+
+
+def _tail_sum_float(r: float) -> float:
+    """``S(r) = π²/6 − Li₂(r) = Σ_t (1 − r^t)/t²`` in floats, through Euler's reflection
+    ``Li₂(r) + Li₂(1 − r) = π²/6 − ln r·ln(1 − r)`` above r = ½ (no cancellation near 1)."""
+    if r <= 0.0:
+        return PI2_6
+    if r >= 1.0:
+        return 0.0
+    if r <= 0.5:
+        return PI2_6 - float(spence(1.0 - r))
+    u = 1.0 - r  # exact (Sterbenz)
+    return float(spence(r)) + math.log(r) * math.log(u)
+
+
+def solve_ratio(*, epsilon: float, scale: float) -> float:
+    """r of Eq. 12, ``C·(π²/6 − Li₂(r)) = ε``: the smallest float r in [0, 1] whose float sum
+    ``C·S(r)`` is ≤ ε (0 when ε ≥ C·π²/6). S is decreasing, so this is a bisection over the bit
+    patterns of the non-negative doubles: at most 64 steps."""
+    if scale * PI2_6 <= epsilon:
+        return 0.0
+    lo, hi = 0, _bits(1.0)  # S(0)·C > ε >= S(1)·C = 0
+    for _ in range(70):
+        if hi - lo <= 1:
+            break
+        mid = (lo + hi) // 2
+        if scale * _tail_sum_float(_float(mid)) <= epsilon:
+            hi = mid
+        else:
+            lo = mid
+    return _float(hi)
+
+
+def _bits(x: float) -> int:
+    return int(struct.unpack("<q", struct.pack("<d", x))[0])
+
+
+def _float(bits: int) -> float:
+    return float(struct.unpack("<d", struct.pack("<q", bits))[0])
+
+
+def _ln_upper(x: Decimal) -> Decimal:
+    """An upper bound of |ln x| for 0 < x < 1 (ln is correctly rounded: one ulp covers it)."""
+    value = x.ln(context=FLOOR).copy_negate()  # (unary minus would round to 28 digits)
+    return CEIL.add(value, Decimal(1).scaleb(value.adjusted() - FLOOR.prec + 2))
+
+
+def _dilog_partial(x: Decimal, *, upper: bool) -> Decimal:
+    """Σ_{k≥1} x^k/k² for 0 < x ≤ ½: a lower bound (``upper`` False: a partial sum rounded down)
+    or an upper bound (a partial sum rounded up plus the tail bound x^{K+1}/((K+1)²(1 − x)))."""
+    ctx = CEIL if upper else FLOOR
+    total, power, k = Decimal(0), Decimal(1), 0
+    while True:
+        k += 1
+        power = ctx.multiply(power, x)
+        total = ctx.add(total, ctx.divide(power, k * k))
+        if power < _SERIES_CUTOFF:
+            break
+    if upper:
+        below = FLOOR.multiply((k + 1) ** 2, FLOOR.subtract(Decimal(1), x))
+        tail = CEIL.divide(CEIL.multiply(power, x), below)
+        total = CEIL.add(total, tail)
+    return total
+
+
+def tail_sum_upper(r: float) -> Decimal:
+    """A rigorous decimal upper bound of ``S(r) = π²/6 − Li₂(r) = Σ_t (1 − r^t)/t²`` for a float
+    r in [0, 1]: the direct series below ½, Euler's reflection above (Li₂(1 − r) + ln r·ln(1 − r),
+    all of it positive there)."""
+    if r <= 0.0:
+        return PI2_6_HIGH
+    if r >= 1.0:
+        return Decimal(0)
+    x = Decimal(r)  # exact
+    if x <= Decimal("0.5"):
+        return CEIL.subtract(PI2_6_HIGH, _dilog_partial(x, upper=False))
+    u = FLOOR.subtract(Decimal(1), x)  # exact
+    return CEIL.add(_dilog_partial(u, upper=True), CEIL.multiply(_ln_upper(x), _ln_upper(u)))
 
 
 def zeta_for_horizon(*, epsilon: float, slots: int, mu: float, sensitivity: float = 2.0) -> float:
