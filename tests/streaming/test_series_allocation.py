@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 
 import mpmath
 import numpy as np
@@ -107,7 +106,6 @@ def test_rba_picks_the_nearest_unused_term() -> None:
 
 
 def test_accounted_epsilon_never_exceeds_target_over_200k_slots() -> None:
-    start = time.perf_counter()
     for rate, eps, slots in ((1e8, 2.0, 200_000), (50.0, 1.0, 200_000), (1e3, 0.1, 20_000)):
         s = DPISeries(epsilon=eps, mu=0.1, zeta=0.2)
         rba = RandomBudgetAllocation(s, rate=rate, rng=np.random.default_rng(1))
@@ -121,7 +119,6 @@ def test_accounted_epsilon_never_exceeds_target_over_200k_slots() -> None:
         assert acc.spent <= acc.target
         assert acc.spent_units <= acc.capacity_units
         assert acc.slots + acc.refused == slots
-    assert time.perf_counter() - start < 60
 
 
 def test_range_allocation_never_reuses_a_term() -> None:
