@@ -29,7 +29,7 @@ from blockbudget.service import schemas as sc
 from blockbudget.service.access import (
     Authenticator,
     AuthError,
-    require_context,
+    resolve_context,
     require_stream,
     status_of,
 )
@@ -85,7 +85,7 @@ def register_charge_routes(
         require_stream(me, stream)
         wanted: set[str] = set()
         for item in items:
-            require_context(me, item.context)
+            item.context = resolve_context(me, item.context)
             wanted.update(item.blocks)
         if any(b not in streams_of for b in wanted):
             await anyio.to_thread.run_sync(refresh_streams)

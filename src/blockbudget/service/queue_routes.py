@@ -14,7 +14,7 @@ from blockbudget.budget import Budget
 from blockbudget.errors import InvalidRequestError
 from blockbudget.platform import Last, Platform
 from blockbudget.service import schemas as sc
-from blockbudget.service.access import Authenticator, AuthError, require_context, require_stream
+from blockbudget.service.access import Authenticator, AuthError, require_stream, resolve_context
 from blockbudget.service.auth import Principal, Role
 from blockbudget.service.queue import QueuedTask, SchedulerQueue, TaskState
 
@@ -50,18 +50,18 @@ def register_queue_routes(
         """Queue a task: ``epsilon``/``delta`` on each of its blocks, granted (as a reservation
         held by the caller) when the service's scheduler decides."""
         require_stream(me, stream)
-        require_context(me, body.context)
+        context = resolve_context(me, body.context)
         if (body.blocks is None) == (body.last is None):
             raise InvalidRequestError("give exactly one of 'blocks' and 'last'")
         cost = Budget(epsilon=body.epsilon, delta=body.delta)
         sel: list[str] | Last = (
             list(body.blocks) if body.blocks is not None else Last(body.last or 1, False)
         )
-        blocks = list(platform.select(stream, sel, context=body.context, cost=cost))
+        blocks = list(platform.select(stream, sel, context=context, cost=cost))
         task = queue.submit(
             principal=me.name,
             stream=stream,
-            context=body.context,
+            context=context,
             demand=cost,
             blocks=blocks,
             significance=body.significance,
