@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from blockbudget.errors import BlockBudgetError, InvalidRequestError
 
@@ -87,7 +88,7 @@ def missing_extra(exc: ModuleNotFoundError, what: str) -> typer.Exit:
     """Print that ``what`` needs the service extra; the exit (code 2) to raise."""
     console.print(
         f"[bold red]error:[/] {what} needs the service extra ({exc.name} is not installed): "
-        f"{SERVICE_EXTRA_HINT}"
+        f"{escape(SERVICE_EXTRA_HINT)}"
     )
     return typer.Exit(code=2)
 
