@@ -152,7 +152,9 @@ print(json.dumps({{"codes": codes, "loaded": loaded}}))
 """
 
 
-def _run_cli(runs: list[list[str]], *, block: tuple[str, ...]) -> tuple[dict[str, list[object]], str]:
+def _run_cli(
+    runs: list[list[str]], *, block: tuple[str, ...]
+) -> tuple[dict[str, list[object]], str]:
     script = RUNNER.format(block=block, heavy=HEAVY, runs=runs)
     env = {**os.environ, "PYTHONPATH": SRC, "COLUMNS": "200"}
     env.pop("BLOCKBUDGET_CONTEXT", None)

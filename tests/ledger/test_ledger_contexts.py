@@ -38,7 +38,6 @@ from blockbudget.errors import (
 )
 from blockbudget.ledger import (
     DEFAULT_CONTEXT,
-    GENESIS_HASH,
     ContextInfo,
     EventKind,
     Ledger,

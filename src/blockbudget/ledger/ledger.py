@@ -530,9 +530,7 @@ class Ledger(WriteRunner):
     def contexts(self, *, include_closed: bool = False) -> list[str]:
         """The names of the registered contexts that are open (touched a block or not), sorted;
         with ``include_closed``, the closed ones too."""
-        return self._run(
-            lambda c: reads.contexts(c, include_closed=include_closed), write=False
-        )
+        return self._run(lambda c: reads.contexts(c, include_closed=include_closed), write=False)
 
     def coalition_contexts(self) -> list[str]:
         """The contexts whose budgets add up when all their principals collude, sorted: every

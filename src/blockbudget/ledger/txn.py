@@ -33,8 +33,8 @@ from blockbudget.accounting import Accounting, Filter
 from blockbudget.budget import Budget, Cost
 from blockbudget.errors import (
     BudgetExceededError,
-    InternalError,
     ClosedContextError,
+    InternalError,
     RetiredBlockError,
     UnknownBlockError,
     UnknownContextError,

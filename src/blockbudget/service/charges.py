@@ -29,8 +29,8 @@ from blockbudget.service import schemas as sc
 from blockbudget.service.access import (
     Authenticator,
     AuthError,
-    resolve_context,
     require_stream,
+    resolve_context,
     status_of,
 )
 from blockbudget.service.auth import Principal, Role
