@@ -59,6 +59,7 @@ def run_ledger(path: Path, accounting: Accounting, n_blocks: int, charges: int, 
     capacity, cost = _setup(accounting, charges)
     ledger = Ledger(f"sqlite:///{path}")
     try:
+        ledger.add_context("default")  # a new ledger has no context
         blocks = [f"s/{i:05d}" for i in range(n_blocks)]
         ledger.add_blocks(blocks, stream="s", capacity=capacity, accounting=accounting)
         ledger.charge(blocks, cost, request_id=f"{tag}-warm")

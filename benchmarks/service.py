@@ -161,6 +161,7 @@ def prepare(home: Path, database: str | None) -> tuple[str, list[str]]:
             blocking=Blocking(unit=Unit.TIME, column="time", window=timedelta(days=1)),
         )
         platform.ingest("bench", csv)
+        platform.add_context("default")  # a new platform has no context
         blocks = [b.block_id for b in platform.store.blocks("bench")]
         keys = KeyStore(platform.ledger.engine)
         keys.add_principal("bench", Role.ADMIN)

@@ -13,6 +13,11 @@ from blockbudget.cli import app
 runner = CliRunner()
 
 
+def _flat(text: str) -> str:
+    """The output with rich's line wrapping undone (every run of whitespace one space)."""
+    return " ".join(text.split())
+
+
 def _csv(path: Path) -> Path:
     rng = np.random.default_rng(1)
     n = 300
@@ -42,7 +47,7 @@ def test_stream_ingest_blocks_query_and_verify(tmp_path: Path) -> None:
         r = runner.invoke(app, ["context", "add", name, "--description", f"team {name}", *home])
         assert r.exit_code == 0, r.output
     r = runner.invoke(app, ["context", "list", *home])
-    assert "team a" in r.output and "default" in r.output
+    assert "team a" in r.output and "default" not in r.output  # no context of its own
     r = runner.invoke(app, ["stream", "list", *home])
     assert "s" in r.output and r.exit_code == 0
     r = runner.invoke(
@@ -91,7 +96,7 @@ def test_stream_ingest_blocks_query_and_verify(tmp_path: Path) -> None:
     r = runner.invoke(app, ["blocks", "s", *home])
     assert r.exit_code == 0 and "s/2024-03-01" in r.output
     assert "20.0%" in r.output  # 1 − 0.4 − 0.4 left in context a
-    assert "3 contexts are registered" in r.output  # default, a, b: the coalition bound
+    assert "2 contexts count (a, b)" in _flat(r.output) and "2 × ε_g = 2" in _flat(r.output)
     # A refused query: clear message, exit code 2, nothing charged.
     r = runner.invoke(
         app,
@@ -132,6 +137,10 @@ def test_demo_quick(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     assert "audit verify: OK" in r.output
     assert "retired" in r.output
+    # The demo registers its two contexts and nothing else: a coalition of both teams could
+    # learn 2 × ε_g (it said 3 × ε_g when every ledger registered `default` by itself).
+    assert "2 contexts count (ml, ops)" in _flat(r.output)
+    assert "2 × ε_g = 2" in _flat(r.output)
     assert (tmp_path / "demo" / "answers.csv").exists()
 
 

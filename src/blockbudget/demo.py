@@ -59,6 +59,7 @@ def run_demo(*, home: Path, days: int = 365, console: Console | None = None) -> 
     if home.exists():
         shutil.rmtree(home)
     platform = Platform(home)
+    # A new platform has no context: the administrator registers the two teams' contexts.
     for name, what in (("ops", "operations team"), ("ml", "ML team")):
         platform.add_context(name, description=what)
     platform.create_stream(
@@ -165,7 +166,7 @@ def run_demo(*, home: Path, days: int = 365, console: Console | None = None) -> 
                     )
             except BlockBudgetError:
                 refusals += 1
-            retired = platform.retire_exhausted(STREAM, contexts=["ops", "ml"])
+            retired = platform.retire_exhausted(STREAM)  # every open context: ops and ml
             retired_total.extend(retired)
             rows.extend(day_rows)
             if (i + 1) % report_every == 0 or i + 1 == days:
@@ -209,6 +210,7 @@ def run_demo(*, home: Path, days: int = 365, console: Console | None = None) -> 
         f"median relative error {float(np.median(rel)) if rel else 0.0:.2%}; "
         f"answers in {answers_path}"
     )
+    coalition = platform.coalition_contexts()
     report = platform.verify()
     print_verify(report)
     platform.close()
@@ -221,4 +223,5 @@ def run_demo(*, home: Path, days: int = 365, console: Console | None = None) -> 
         "live": live,
         "refusals": refusals,
         "verified": report.ok,
+        "coalition_contexts": coalition,
     }

@@ -58,6 +58,11 @@ class UnknownContextError(UnknownBlockError):
     """
 
 
+class ClosedContextError(UnknownContextError):
+    """A request would reserve or charge in a context an administrator closed
+    (``Ledger.close_context``): a closed context never spends budget again."""
+
+
 class RetiredBlockError(BlockBudgetError):
     """A request names a block that has been retired (its budget is spent or it was closed)."""
 

@@ -170,10 +170,27 @@ class Platform:
         self.ledger.add_context(name, description=description)
         return name
 
+    def close_context(self, name: str) -> str:
+        """Close a context for good (audited; see :meth:`Ledger.close_context`): it never
+        spends again, no longer keeps exhausted blocks from retiring, and counts in the
+        coalition bound only if it ever charged. Idempotent."""
+        self.ledger.close_context(name)
+        return name
+
     def contexts(self) -> list[str]:
-        """The registered contexts. A coalition of all of them could learn up to
-        ``len(contexts) × ε_g`` about a block's records."""
+        """The open registered contexts (those that can still spend budget). A new platform
+        has none: an administrator registers each with :meth:`add_context`."""
         return self.ledger.contexts()
+
+    def coalition_contexts(self) -> list[str]:
+        """The contexts whose budgets add up if all their principals collude: the open ones
+        and the closed ones that ever charged (see :meth:`Ledger.coalition_contexts`)."""
+        return self.ledger.coalition_contexts()
+
+    def coalition_epsilon(self, stream: str) -> float:
+        """The most a coalition of every context could learn about one block of ``stream``:
+        ``len(coalition_contexts()) × ε_g`` (0 with no context)."""
+        return len(self.coalition_contexts()) * float(self.stream(stream).policy.epsilon)
 
     # --- data ----------------------------------------------------------------------------------
 
@@ -208,7 +225,8 @@ class Platform:
     # --- blocks and budgets --------------------------------------------------------------------
 
     def blocks(self, stream: str, *, contexts: Sequence[str] | None = None) -> list[BlockView]:
-        """Every block of a stream with its remaining budget in each context."""
+        """Every block of a stream with its remaining budget in each context (default: every
+        open context)."""
         metas = self.store.blocks(stream)
         ctxs = list(contexts) if contexts is not None else self.ledger.contexts()
         f = self.filter(stream)
@@ -383,8 +401,9 @@ class Platform:
         min_cost: Cost = DEFAULT_MIN_EPSILON,
     ) -> list[str]:
         """Retire every block whose *charged* budget cannot fit ``min_cost`` in any of
-        ``contexts`` (default: every registered context — a registered context that never used a
-        block still has its full budget there, so the block stays). A block with an open
+        ``contexts`` (default: every open context — an open context that never used a block
+        still has its full budget there, so the block stays; close a context that is no longer
+        used with :meth:`close_context`). A block with an open
         reservation in any of them is kept, so a running grant is never cut off. Retired blocks
         never serve again (Sage §3.2)."""
         ctxs = list(contexts) if contexts is not None else self.ledger.contexts()

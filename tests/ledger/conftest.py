@@ -2,8 +2,8 @@
 ``BLOCKBUDGET_TEST_POSTGRES_URL`` is set (e.g. ``postgresql+psycopg://postgres@127.0.0.1:5432/db``)
 — on PostgreSQL, each test in a schema of its own that is dropped afterwards.
 
-The ``ledger`` fixture registers the contexts the tests use (:data:`TEST_CONTEXTS`: ``ml`` and
-``ops``) besides ``default``, which every ledger registers when it is created."""
+The ``ledger`` fixture registers the contexts the tests use (:data:`TEST_CONTEXTS`: ``default``,
+``ml`` and ``ops``); a new ledger has none."""
 
 from __future__ import annotations
 

@@ -24,7 +24,9 @@ needs_postgres = pytest.mark.skipif(
 BACKENDS = ["sqlite", pytest.param("postgres", marks=needs_postgres)]
 
 #: The contexts the ``ledger`` fixture registers (besides ``default``).
-TEST_CONTEXTS = ("ml", "ops")
+#: The contexts the ``ledger`` fixture registers (a new ledger has none): ``default`` (the one
+#: the Ledger methods name when given none), ``ml`` and ``ops``.
+TEST_CONTEXTS = ("default", "ml", "ops")
 
 
 class FakeClock:

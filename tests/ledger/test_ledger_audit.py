@@ -81,7 +81,7 @@ def test_every_change_is_a_versioned_hash_chained_event(ledger: Ledger, clock: F
         )
         prev = e.hash
     assert events[C1 - 1].request_id == "c1"
-    assert events[0].request_id is None  # default: registered with the schema
+    assert events[0].request_id is not None  # default: registered by the fixture, like any
     assert [e.request_id for e in events[C1 - 1 :]] == [
         "c1",
         "r1",
@@ -94,7 +94,7 @@ def test_every_change_is_a_versioned_hash_chained_event(ledger: Ledger, clock: F
     ]
     added = [e for e in events if e.kind is EventKind.CONTEXT_ADDED]
     assert [(e.context, e.payload) for e in added] == [
-        ("default", {"name": "default", "description": ""}),
+        ("default", {"name": "default", "description": "the default team (test)"}),
         ("ml", {"name": "ml", "description": "the ml team (test)"}),
         ("ops", {"name": "ops", "description": "the ops team (test)"}),
         ("late", {"name": "late", "description": "added after the rest"}),

@@ -39,12 +39,14 @@ def add_x(led: Ledger, epsilon: float, **kwargs: Any) -> Any:
 
 def assert_capacity_one(led: Ledger) -> None:
     """X holds ε = 1: a charge of ε 5 is refused, nothing is charged; ε 1 fits exactly."""
+    if "team" not in led.contexts():
+        led.add_context("team")
     with pytest.raises(BudgetExceededError):
-        led.charge(["X"], Budget(epsilon=5))
-    assert not any(led.state("X").charged)
-    led.charge(["X"], Budget(epsilon=1))
+        led.charge(["X"], Budget(epsilon=5), context="team")
+    assert not any(led.state("X", context="team").charged)
+    led.charge(["X"], Budget(epsilon=1), context="team")
     with pytest.raises(BudgetExceededError):
-        led.charge(["X"], Budget(epsilon="0.001"))
+        led.charge(["X"], Budget(epsilon="0.001"), context="team")
     led.verify_or_raise()
 
 
@@ -155,11 +157,12 @@ def test_a_block_read_in_a_failed_batch_is_not_cached_either(
     """A request that only *reads* a block registered earlier in the same (failed) batch."""
     led = backend.open(clock=clock, group_commit=True)
     try:
+        led.add_context("team")  # the charge must reach the block, not stop at its context
         committer = led.group_committer
         assert committer is not None
         paused = Paused(committer)
         paused.queue("add", lambda: add_x(led, 10))
-        paused.queue("charge", lambda: led.charge(["X"], Budget(epsilon=2)))
+        paused.queue("charge", lambda: led.charge(["X"], Budget(epsilon=2), context="team"))
 
         def poison(_conn: object) -> None:
             raise RuntimeError("the batch fails")

@@ -1,6 +1,6 @@
 """Contexts are administrative (Sage §3.2: one per-block budget per group of non-colluding
-principals): only registered contexts may be named, registering one is audited, ``default`` is
-registered exactly once when the ledger is created, and verify() replays the registrations.
+principals): only registered contexts may be named, registering one is audited, a new ledger
+has no context at all (not even ``default``), and verify() replays the registrations.
 
 Runs on SQLite, and on PostgreSQL when BLOCKBUDGET_TEST_POSTGRES_URL is set."""
 
@@ -38,7 +38,6 @@ from blockbudget.errors import (
 )
 from blockbudget.ledger import (
     DEFAULT_CONTEXT,
-    GENESIS_HASH,
     ContextInfo,
     EventKind,
     Ledger,
@@ -58,34 +57,27 @@ def add_blocks(ledger: Ledger, blocks: list[str]) -> None:
 # --- the default context -------------------------------------------------------------------
 
 
-def test_a_new_ledger_registers_default_with_the_first_event(
-    backend: Backend, clock: FakeClock
-) -> None:
+def test_a_new_ledger_has_no_context(backend: Backend, clock: FakeClock) -> None:
+    """Contexts exist only when an administrator registers them: a new ledger has none, its log
+    is empty, and naming ``default`` (the methods' default) is refused until it is registered."""
     ledger = backend.open(clock=clock)
-    assert ledger.contexts() == [DEFAULT_CONTEXT]
-    assert ledger.context_infos() == [
-        ContextInfo(name=DEFAULT_CONTEXT, description="", created_at=clock.now)
-    ]
-    (event,) = ledger.events()
-    assert (event.seq, event.kind, event.version) == (1, EventKind.CONTEXT_ADDED, 1)
-    assert event.request_id is None and event.context == DEFAULT_CONTEXT
-    assert event.payload == {"name": DEFAULT_CONTEXT, "description": ""}
-    assert event.prev_hash == GENESIS_HASH and event.ts == clock.now
+    assert ledger.contexts() == [] and ledger.context_infos() == []
+    assert ledger.coalition_contexts() == [] and ledger.events() == []
+    add_blocks(ledger, ["a"])
+    with pytest.raises(UnknownContextError, match="'default'"):
+        ledger.charge(["a"], Budget(epsilon=0.1))
     ledger.dispose()
     clock.advance(5)
     again = backend.open(clock=clock)  # reopening registers nothing
-    assert len(again.events()) == 1 and again.context_infos()[0].created_at == clock.now - 5
+    assert again.contexts() == [] and len(again.events()) == 1
     report = again.verify()
-    assert report.ok and report.contexts == 1
-    add_blocks(again, ["a"])
-    again.charge(["a"], Budget(epsilon=0.5))  # no context named: "default"
-    assert again.state("a").charged[0] == 5 * 10**17
+    assert report.ok and report.contexts == 0
     again.dispose()
 
 
 def test_add_context_default_again_is_a_no_op(ledger: Ledger) -> None:
     before = snapshot(ledger)
-    info = ledger.add_context(DEFAULT_CONTEXT)
+    info = ledger.add_context(DEFAULT_CONTEXT, description="the default team (test)")
     assert info == ledger.context_infos()[0]
     assert_unchanged(ledger, before)
 
@@ -424,14 +416,12 @@ def open_concurrently(url: str) -> None:
 
 
 def check_created_once(ledger: Ledger) -> None:
-    events = ledger.events()
-    assert [(e.kind, e.context) for e in events] == [(EventKind.CONTEXT_ADDED, DEFAULT_CONTEXT)]
-    assert ledger.contexts() == [DEFAULT_CONTEXT]
+    assert ledger.events() == [] and ledger.contexts() == []
     assert ledger.verify().ok
 
 
 @pytest.mark.parametrize("backend_name", BACKENDS)
-def test_processes_creating_the_ledger_at_once_register_default_once(
+def test_processes_creating_the_ledger_at_once_create_it_once(
     backend_name: str, tmp_path: Path
 ) -> None:
     if backend_name == "sqlite":
@@ -454,7 +444,7 @@ def test_processes_creating_the_ledger_at_once_register_default_once(
                 os.environ["PGOPTIONS"] = old
         engine: Engine = create_engine(POSTGRES_URL, connect_args=args)
         with engine.connect() as conn:  # the children created the tables in the test's schema
-            assert conn.execute(text("SELECT count(*) FROM ledger_contexts")).scalar_one() == 1
+            assert conn.execute(text("SELECT count(*) FROM ledger_head")).scalar_one() == 1
         ledger = Ledger(engine)
         check_created_once(ledger)
         ledger.dispose()

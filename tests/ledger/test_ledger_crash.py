@@ -90,12 +90,18 @@ def check_after_crash(ledger: Ledger, acked: list[str], prefix: str) -> None:
 Target = tuple[str, dict[str, str], Callable[[], Ledger]]
 
 
+def with_default(ledger: Ledger) -> Ledger:
+    """Register the ``default`` context the children charge in (a new ledger has none)."""
+    ledger.add_context("default")
+    return ledger
+
+
 @pytest.fixture(params=BACKENDS)
 def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
     """(url, env for children, ledger opener) per backend."""
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'crash.db'}"
-        yield url, child_env({}), lambda: Ledger(url)
+        yield url, child_env({}), lambda: with_default(Ledger(url))
     else:
         assert POSTGRES_URL is not None
         with postgres_schema() as args:
@@ -105,7 +111,7 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
             def opener() -> Ledger:
                 eng = create_engine(POSTGRES_URL, connect_args=args)
                 engines.append(eng)
-                return Ledger(eng)
+                return with_default(Ledger(eng))
 
             yield POSTGRES_URL, env, opener
             for eng in engines:

@@ -530,6 +530,7 @@ def test_threads_share_one_ledger_without_losing_charges(ledger: Ledger) -> None
 
 def test_ledger_accepts_an_engine_and_reopens(backend: Backend, clock: FakeClock) -> None:
     first = backend.open(clock=clock)
+    first.add_context("default")
     add_basic(first, ["a"])
     first.charge(["a"], Budget(epsilon=0.5), request_id="q")
     first.dispose()

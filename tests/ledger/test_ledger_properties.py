@@ -272,6 +272,7 @@ def test_exactness_ten_tenths_fit_and_one_more_billionth_does_not() -> None:
     run_sequence(Accounting.BASIC, steps)
     with tempfile.TemporaryDirectory() as tmp:
         ledger = Ledger(f"sqlite:///{Path(tmp) / 'x.db'}")
+        ledger.add_context("default")
         ledger.add_blocks(
             ["d"], stream="s", capacity=Budget(epsilon=1.0, delta=1e-6), accounting=Accounting.BASIC
         )

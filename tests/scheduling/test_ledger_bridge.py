@@ -34,6 +34,7 @@ def test_decisions_replay_on_a_real_ledger(
     result = simulate(cls(seed=3, noise=SeededNoise(3)), blocks, tasks, accounting=accounting)
     pool: Pool = result.pool
     ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
+    ledger.add_context("default")  # the bridge's context (a new ledger has none)
     try:
         bridge = LedgerBridge(ledger, stream="s", run_id="run1")
         applied = bridge.apply_new(pool)  # raises BudgetExceededError on any refusal

@@ -82,7 +82,7 @@ def test_dashboard_in_headless_chromium(tmp_path: Path) -> None:
             assert r.status_code == 200, r.text
         # Block 0 nearly spent in every context (retiring); block 1 spent and retired.
         for block, eps in ((blocks[0], 0.95), (blocks[1], 1.0)):
-            for ctx, used in (("default", 0.0), ("team-a", 0.3), ("team-b", 0.0)):
+            for ctx, used in (("team-a", 0.3), ("team-b", 0.0)):
                 r = api.post(
                     "/v1/streams/flights/charges",
                     json={"blocks": [block], "epsilon": round(eps - used, 6), "context": ctx},
@@ -116,12 +116,12 @@ def test_dashboard_in_headless_chromium(tmp_path: Path) -> None:
             for b in blocks:
                 row = page.locator(f'#blocks tbody tr[data-block="{b}"]')
                 assert row.count() == 1
-                for ctx in ("team-a", "default"):
+                for ctx in ("team-a", "team-b"):
                     cell = row.locator(f'td[data-context="{ctx}"] .remaining')
                     assert cell.inner_text() == expected[b]["remaining"][ctx]
                 assert str(expected[b]["rows"]) in row.inner_text()  # admins see row counts
             # one heatmap per context, with pixels drawn for each block
-            for ctx in ("default", "team-a", "team-b"):
+            for ctx in ("team-a", "team-b"):
                 assert page.locator(f'.heat[data-context="{ctx}"] canvas').count() == 1
             assert "retiring" in page.locator("#summary").inner_text()
             retiring = page.locator("#retiring").inner_text()

@@ -24,6 +24,7 @@ class Clock:
 def test_heatmap_replays_charges_into_buckets(tmp_path: Path) -> None:
     clock = Clock()
     led = Ledger(f"sqlite:///{tmp_path / 'l.db'}", clock=clock)
+    led.add_context("default")  # a new ledger has no context
     cap = Budget(epsilon=2)
     led.add_blocks(["a", "b", "c"], stream="s", capacity=cap, accounting=Accounting.BASIC)
     led.add_context("t", description="team t")

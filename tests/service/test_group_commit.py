@@ -32,6 +32,7 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 def _ledger(url: str) -> Ledger:
     led = Ledger(url, group_commit=True)
+    led.add_context("default")  # a new ledger has no context
     led.add_blocks(
         ["b1", "b2"], stream="s", capacity=Budget(epsilon=1), accounting=Accounting.BASIC
     )

@@ -31,6 +31,7 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 def test_acknowledged_charges_survive_kill_9(url: str) -> None:
     led = Ledger(url)
+    led.add_context("default")  # a new ledger has no context
     led.add_blocks(
         [f"b{i}" for i in range(4)],
         stream="s",

@@ -34,7 +34,7 @@ def _hammer(tmp_path: Path, database: str | None, servers: int) -> None:
     with process_servers(home, database, servers) as urls:
 
         def client(i: int) -> None:
-            context = "team-a" if i % 2 == 0 else "default"
+            context = "team-a" if i % 2 == 0 else "team-b"
             key = seeded.analyst if context == "team-a" else seeded.admin
             with httpx.Client(base_url=urls[i % len(urls)], timeout=60) as http:
                 for j in range(REQUESTS):
@@ -76,14 +76,14 @@ def _hammer(tmp_path: Path, database: str | None, servers: int) -> None:
     from blockbudget.service import open_platform
 
     platform = open_platform(home, database, group_commit=False)
-    for context in ("team-a", "default"):
+    for context in ("team-a", "team-b"):
         for b in blocks:
             n = sum(1 for _, chosen, c in acked if c == context and b in chosen)
             assert n * CHARGE <= 1, (b, context, n)
             left = platform.ledger.state(b, context).remaining
             assert left == str(Budget(epsilon=1 - n * CHARGE, delta="0.000001")), (b, context)
     # Block 1 is in two thirds of the windows: contention used its budget up exactly.
-    for context in ("team-a", "default"):
+    for context in ("team-a", "team-b"):
         assert sum(1 for _, chosen, c in acked if c == context and blocks[1] in chosen) == 10
     assert platform.verify().ok
     platform.close()

@@ -4,7 +4,12 @@ Every command works on a platform home folder (``--home``, or ``$BLOCKBUDGET_HOM
 ``./.blockbudget``) — or, given ``--server URL --api-key KEY`` (or ``$BLOCKBUDGET_SERVER`` and
 ``$BLOCKBUDGET_API_KEY``), against a running ``blockbudget serve`` as that key's principal.
 Errors from the platform or the server are printed as one clear line with exit code 2; nothing
-is charged by a refused command.
+is charged (or sealed) by a refused command. A command that spends names its context with
+``--context`` (or ``$BLOCKBUDGET_CONTEXT``); there is no implicit one.
+
+Start-up imports only Typer, rich and blockbudget's value modules: the platform, OpenDP and the
+HTTP client are imported inside the commands that use them, so ``--help`` is quick and the local
+commands need no service extra (``--server`` and ``serve`` say to install it).
 
 Modules by concern: :mod:`.common` (apps, options, helpers), :mod:`.data` (streams, contexts,
 ingest, blocks), :mod:`.queries` (DP queries, audit), :mod:`.server` (``serve``, principals,

@@ -1,5 +1,10 @@
 """Shared pieces of the command line: the Typer apps, the options every command takes, error
-handling and small text helpers."""
+handling and small text helpers.
+
+Start-up stays light: the command modules import only Typer, rich and blockbudget's small value
+modules at import time; the platform (SQLAlchemy, pyarrow, pandas), the mechanisms (OpenDP) and
+the HTTP client (httpx; the service extra) are imported inside the commands that use them, so
+``blockbudget --help`` is quick and the local commands work without the service extra."""
 
 from __future__ import annotations
 
@@ -8,13 +13,17 @@ import os
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
-from blockbudget.errors import BlockBudgetError
-from blockbudget.service.client import ServiceClient
+from blockbudget.errors import BlockBudgetError, InvalidRequestError
+
+if TYPE_CHECKING:
+    from blockbudget.platform import Platform
+    from blockbudget.service.client import ServiceClient
 
 app = typer.Typer(
     name="blockbudget",
@@ -56,19 +65,74 @@ KeyOpt = Annotated[
     str | None,
     typer.Option("--api-key", envvar="BLOCKBUDGET_API_KEY", help="API key for --server."),
 ]
+ContextOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--context",
+        envvar="BLOCKBUDGET_CONTEXT",
+        help="Registered context that pays (or $BLOCKBUDGET_CONTEXT). With --server it may be "
+        "left out when the key's principal is bound to exactly one context.",
+    ),
+]
 principal_app = typer.Typer(
     help="Principals, API keys and stream access of a service.", no_args_is_help=True
 )
 app.add_typer(principal_app, name="principal")
 
 
+#: What to install for ``--server`` and ``serve`` (the HTTP client and server).
+SERVICE_EXTRA_HINT = "pip install 'blockbudget[service]'"
+
+
+def missing_extra(exc: ModuleNotFoundError, what: str) -> typer.Exit:
+    """Print that ``what`` needs the service extra; the exit (code 2) to raise."""
+    console.print(
+        f"[bold red]error:[/] {what} needs the service extra ({exc.name} is not installed): "
+        f"{escape(SERVICE_EXTRA_HINT)}"
+    )
+    return typer.Exit(code=2)
+
+
 def remote(server: str | None, api_key: str | None) -> ServiceClient | None:
-    """A client of ``server`` when one is given (then an API key is required), else None."""
+    """A client of ``server`` when one is given (then an API key is required), else None.
+
+    Raises:
+        typer.Exit: (code 2) the service extra (httpx) is not installed.
+    """
     if not server:
         return None
     if not api_key:
         raise typer.BadParameter("--server needs --api-key (or $BLOCKBUDGET_API_KEY)")
+    try:
+        from blockbudget.service.client import ServiceClient
+    except ModuleNotFoundError as exc:
+        raise missing_extra(exc, "--server") from exc
     return ServiceClient(server, api_key)
+
+
+def open_platform(home: Path) -> Platform:
+    """The platform in the home folder (imported here: the platform's libraries are heavy)."""
+    from blockbudget.platform import Platform
+
+    return Platform(home)
+
+
+def local_context(platform: Platform, context: str | None) -> str:
+    """The context a local command spends in: the one named by ``--context`` or
+    ``$BLOCKBUDGET_CONTEXT``. There is no implicit one.
+
+    Raises:
+        InvalidRequestError: no context was named.
+    """
+    if context:
+        return context
+    known = platform.contexts()
+    listed = ", ".join(known) if known else "none yet: an administrator adds them with "
+    hint = "" if known else "`blockbudget context add NAME`"
+    raise InvalidRequestError(
+        "name the context that pays with --context NAME (or set $BLOCKBUDGET_CONTEXT); "
+        f"registered contexts: {listed}{hint}"
+    )
 
 
 def handle_errors(fn: F) -> F:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -20,12 +20,15 @@ from blockbudget.cli.common import (
     console,
     context_app,
     handle_errors,
+    open_platform,
     parse_window,
     remote,
     stream_app,
 )
-from blockbudget.platform import Platform
 from blockbudget.store import Blocking, LatePolicy, Unit
+
+if TYPE_CHECKING:
+    from blockbudget.platform import Platform
 
 # --- streams -------------------------------------------------------------------------------------
 
@@ -85,7 +88,7 @@ def stream_create(
         )
     else:
         blocking = Blocking(unit=by, column=column)
-    platform = Platform(home)
+    platform = open_platform(home)
     spec = platform.create_stream(
         name,
         policy=Budget(epsilon=epsilon, delta=delta),
@@ -118,7 +121,7 @@ def stream_list(
             )
         console.print(table)
         return
-    platform = Platform(home)
+    platform = open_platform(home)
     for spec in platform.streams():
         table.add_row(
             spec.name,
@@ -147,8 +150,27 @@ def context_add(
     if client is not None:
         client.add_context(name, description)
     else:
-        Platform(home).add_context(name, description=description)
+        open_platform(home).add_context(name, description=description)
     console.print(f"context [bold]{name}[/] registered")
+
+
+@context_app.command("close")
+@handle_errors
+def context_close(
+    name: str,
+    home: HomeOpt = DEFAULT_HOME,
+    server: ServerOpt = None,
+    api_key: KeyOpt = None,
+) -> None:
+    """Close a context for good (administrators only; audited): it never spends again, no
+    longer keeps exhausted blocks from retiring, and counts in the coalition bound only if it
+    ever charged. E.g. the `default` context that older ledgers registered by themselves."""
+    client = remote(server, api_key)
+    if client is not None:
+        client.close_context(name)
+    else:
+        open_platform(home).close_context(name)
+    console.print(f"context [bold]{name}[/] closed")
 
 
 @context_app.command("list")
@@ -157,16 +179,23 @@ def context_list(
     home: HomeOpt = DEFAULT_HOME, server: ServerOpt = None, api_key: KeyOpt = None
 ) -> None:
     """List the registered contexts (on a server: those the key's principal may use)."""
-    table = Table("context", "description", "registered")
+    table = Table("context", "description", "registered", "closed")
     client = remote(server, api_key)
     if client is not None:
         for c in client.contexts():
-            table.add_row(c["name"], c["description"], str(c["created_at"]))
+            closed = c.get("closed_at")
+            table.add_row(
+                c["name"],
+                c["description"],
+                str(c["created_at"]),
+                "" if closed is None else str(closed),
+            )
         console.print(table)
         return
-    platform = Platform(home)
+    platform = open_platform(home)
     for info in platform.ledger.context_infos():
-        table.add_row(info.name, info.description, str(info.created_at))
+        closed = "" if info.closed_at is None else str(info.closed_at)
+        table.add_row(info.name, info.description, str(info.created_at), closed)
     console.print(table)
 
 
@@ -203,7 +232,7 @@ def ingest(
             out["late_rows"],
         )
     else:
-        report = Platform(home).ingest(stream, path, format=format)
+        report = open_platform(home).ingest(stream, path, format=format)
         rows, new, appended, late = (
             report.rows,
             len(report.new_blocks),
@@ -220,7 +249,7 @@ def ingest(
 def blocks(
     stream: str,
     context: Annotated[
-        list[str] | None, typer.Option(help="Context(s) to show (default: all known).")
+        list[str] | None, typer.Option(help="Context(s) to show (default: every open one).")
     ] = None,
     last: Annotated[int, typer.Option(help="Show only the newest N blocks (0: all).")] = 0,
     home: HomeOpt = DEFAULT_HOME,
@@ -232,7 +261,7 @@ def blocks(
     if client is not None:
         render_remote_blocks(client.blocks(stream, context), stream, last=last)
         return
-    platform = Platform(home)
+    platform = open_platform(home)
     render_blocks(platform, stream, contexts=context, last=last)
 
 
@@ -255,13 +284,13 @@ def render_blocks(
         cells = [bar(v.remaining_fraction.get(c, 1.0)) for c in ctxs]
         table.add_row(v.block_id, f"{v.rows:,}", state, *cells)
     console.print(table)
-    registered = platform.contexts()
-    if len(registered) > 1:
-        coalition = len(registered) * float(platform.stream(stream).policy.epsilon)
+    coalition = platform.coalition_contexts()
+    if len(coalition) > 1:
         console.print(
-            f"[dim]{len(registered)} contexts are registered: a coalition of all of them could "
-            f"learn up to {len(registered)} × ε_g = {coalition:g}"
-            " about any one block. Row counts are exact: show them to data owners only.[/]"
+            f"[dim]{len(coalition)} contexts count ({', '.join(coalition)}): a coalition of all "
+            f"of them could learn up to {len(coalition)} × ε_g = "
+            f"{platform.coalition_epsilon(stream):g} about any one block. Row counts are exact: "
+            "show them to data owners only.[/]"
         )
 
 

@@ -3,28 +3,40 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
-from blockbudget.budget import Budget
 from blockbudget.cli.common import (
     DEFAULT_HOME,
+    ContextOpt,
     HomeOpt,
     KeyOpt,
     ServerOpt,
     audit_app,
     console,
     handle_errors,
+    local_context,
+    open_platform,
     query_app,
     remote,
 )
-from blockbudget.grant import group_cost
-from blockbudget.platform import Last, Platform
-from blockbudget.service.client import ServiceClient
+
+if TYPE_CHECKING:
+    from blockbudget.service.client import ServiceClient
 
 # --- queries -------------------------------------------------------------------------------------
+
+
+def _run_remote(kind: str, stream: str, body: dict[str, Any], client: ServiceClient) -> None:
+    out = client.query(stream, kind, body)
+    cost = out["cost"]
+    console.print(
+        f"[bold]{kind}[/] over {len(out['blocks'])} block(s) in context {out['context']!r}:"
+    )
+    console.print(f"  DP answer: {out['value']}")
+    console.print(f"  cost: (ε={cost['epsilon']}, δ={cost['delta']})   noise: {out['noise']}")
 
 
 def _run_query(
@@ -32,7 +44,7 @@ def _run_query(
     stream: str,
     *,
     home: Path,
-    context: str,
+    context: str | None,
     epsilon: float,
     last: int,
     block: list[str] | None,
@@ -42,59 +54,43 @@ def _run_query(
     categories: str | None = None,
     client: ServiceClient | None = None,
 ) -> None:
+    cats = [c.strip() for c in categories.split(",") if c.strip()] if categories else None
     if client is not None:
-        body: dict[str, Any] = {"epsilon": epsilon, "context": context}
+        body: dict[str, Any] = {"epsilon": epsilon}
+        if context:
+            body["context"] = context  # left out: the principal's only bound context
         if block:
             body["blocks"] = list(block)
         else:
             body["last"] = last
-        if column is not None:
-            body["column"] = column
-        if lower is not None:
-            body["lower"] = lower
-        if upper is not None:
-            body["upper"] = upper
-        if categories:
-            body["categories"] = [c.strip() for c in categories.split(",") if c.strip()]
-        out = client.query(stream, kind, body)
-        cost = out["cost"]
-        console.print(f"[bold]{kind}[/] over {len(out['blocks'])} block(s) in context {context!r}:")
-        console.print(f"  DP answer: {out['value']}")
-        console.print(f"  cost: (ε={cost['epsilon']}, δ={cost['delta']})   noise: {out['noise']}")
+        for name, value in (("column", column), ("lower", lower), ("upper", upper)):
+            if value is not None:
+                body[name] = value
+        if cats:
+            body["categories"] = cats
+        _run_remote(kind, stream, body, client)
         return
-    from blockbudget.mechanisms import DPResult
-    from blockbudget.mechanisms import statistics as stats
+    from blockbudget.platform import Last
+    from blockbudget.query import QueryKind, QuerySpec, run_query
 
-    platform = Platform(home)
-    cost = Budget(epsilon=epsilon)
-    # On user streams a draw of ε is charged for a group of rows_per_user rows.
-    reserve = group_cost(cost, platform.stream(stream).blocking.rows_per_user or 1)
-    selection: list[str] | Last = list(block) if block else Last(last)
-    result: DPResult[Any]
-    with platform.request(stream, blocks=selection, budget=reserve, context=context) as grant:
-        frame = grant.frame()
-        if kind == "count":
-            result = stats.dp_count(grant, frame, epsilon=epsilon)
-        else:
-            if column is None or column not in frame.columns:
-                raise typer.BadParameter(f"--column must name a column of {stream}: {column!r}")
-            if kind == "histogram":
-                if not categories:
-                    raise typer.BadParameter(
-                        "--categories is required: a DP histogram's bins must be public"
-                    )
-                cats = [c.strip() for c in categories.split(",") if c.strip()]
-                result = stats.dp_histogram(
-                    grant, frame[column].astype(str).to_numpy(), categories=cats, epsilon=epsilon
-                )
-            else:
-                if lower is None or upper is None:
-                    raise typer.BadParameter("--lower and --upper clip the values; both needed")
-                values = frame[column].dropna().to_numpy(dtype=float)
-                fn = {"sum": stats.dp_sum, "mean": stats.dp_mean}[kind]
-                result = fn(grant, values, epsilon=epsilon, lower=lower, upper=upper)
-        blocks_used = grant.blocks
-    console.print(f"[bold]{kind}[/] over {len(blocks_used)} block(s) in context {context!r}:")
+    spec = QuerySpec(
+        kind=QueryKind(kind),
+        epsilon=epsilon,
+        column=column,
+        lower=lower,
+        upper=upper,
+        categories=tuple(cats) if cats else None,
+    )
+    platform = open_platform(home)
+    try:
+        ctx = local_context(platform, context)
+        selection: list[str] | Last = list(block) if block else Last(last)
+        # Checked (column, type, bounds) before anything is reserved or sealed.
+        answer = run_query(platform, stream, spec, blocks=selection, context=ctx)
+    finally:
+        platform.close()
+    result = answer.result
+    console.print(f"[bold]{kind}[/] over {len(answer.blocks)} block(s) in context {ctx!r}:")
     console.print(f"  DP answer: {result.value}")
     console.print(f"  cost: {result.cost}   noise: {result.noise_summary}")
 
@@ -103,7 +99,7 @@ def _query_command(kind: str) -> None:
     def command(
         stream: str,
         epsilon: Annotated[float, typer.Option(help="ε to spend on every block read.")],
-        context: Annotated[str, typer.Option(help="Context that pays.")] = "default",
+        context: ContextOpt = None,
         last: Annotated[int, typer.Option(help="Use the newest N affordable blocks.")] = 7,
         block: Annotated[list[str] | None, typer.Option(help="Explicit block ids/keys.")] = None,
         column: Annotated[str | None, typer.Option(help="Value column.")] = None,
@@ -155,7 +151,11 @@ def audit_verify(
 
         report = SimpleNamespace(**client.verify())
     else:
-        report = Platform(home).verify()
+        platform = open_platform(home)
+        try:
+            report = platform.verify()
+        finally:
+            platform.close()
     print_verify(report)
     if not report.ok:
         raise typer.Exit(code=1)
@@ -199,10 +199,14 @@ def audit_log(
                 break
             after = page[-1]["seq"]
     else:
-        rows = [
-            (e.seq, e.kind.value, e.context, e.request_id, e.payload)
-            for e in Platform(home).ledger.events()[-limit:]
-        ]
+        platform = open_platform(home)
+        try:
+            rows = [
+                (e.seq, e.kind.value, e.context, e.request_id, e.payload)
+                for e in platform.ledger.events()[-limit:]
+            ]
+        finally:
+            platform.close()
     for seq, kind, context, request_id, payload in rows:
         table.add_row(str(seq), str(kind), context or "", request_id, str(payload)[:80])
     console.print(table)

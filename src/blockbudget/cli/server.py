@@ -15,11 +15,10 @@ from blockbudget.cli.common import (
     app,
     console,
     handle_errors,
+    missing_extra,
     principal_app,
     remote,
 )
-from blockbudget.platform import Platform
-from blockbudget.service.queue import DEFAULT_SCHEDULER
 
 # --- service ------------------------------------------------------------------------------------
 
@@ -43,20 +42,25 @@ def serve(
         bool, typer.Option(help="Batch concurrent ledger writes into one durable commit.")
     ] = True,
     scheduler: Annotated[
-        str,
+        str | None,
         typer.Option(
             help="The scheduler queue's scheduler, name[:key=value,...] (e.g. dpf-n:n=10, "
-            "dpf-t:lifetime=3600, dpack, fcfs).",
+            "dpf-t:lifetime=3600, dpack, fcfs; default dpf-n:n=10).",
         ),
-    ] = DEFAULT_SCHEDULER,
+    ] = None,
 ) -> None:
     """Serve the platform over HTTP (API, OpenAPI schema at /docs, dashboard at /dashboard).
 
     On first start (no principal yet) an admin principal is created and its key printed once.
     """
-    from blockbudget.service.queue import parse_scheduler
-    from blockbudget.service.server import bootstrap_admin
-    from blockbudget.service.server import serve as run_server
+    try:
+        from blockbudget.service.queue import DEFAULT_SCHEDULER, parse_scheduler
+        from blockbudget.service.server import bootstrap_admin
+        from blockbudget.service.server import serve as run_server
+    except ModuleNotFoundError as exc:
+        raise missing_extra(exc, "serve") from exc
+
+    scheduler = scheduler or DEFAULT_SCHEDULER
 
     parse_scheduler(scheduler)  # a clear error before anything starts
     key = bootstrap_admin(home, database)
@@ -105,6 +109,8 @@ def principal_add(
             raise typer.BadParameter(
                 f"role must be admin, owner or analyst, not {role!r}"
             ) from None
+        from blockbudget.platform import Platform
+
         platform = Platform(home, database_url=database)
         unknown = sorted(set(contexts) - set(platform.contexts()))
         if unknown:
@@ -141,6 +147,8 @@ def principal_grant(
             raise typer.BadParameter(
                 f"permission must be read or own, not {permission!r}"
             ) from None
+        from blockbudget.platform import Platform
+
         platform = Platform(home, database_url=database)
         platform.stream(stream)
         KeyStore(platform.ledger.engine).grant(name, stream, perm)

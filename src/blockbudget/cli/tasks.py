@@ -3,13 +3,23 @@ the queue lives in the service, see :mod:`blockbudget.service.queue`)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Column, Table
 
-from blockbudget.cli.common import KeyOpt, ServerOpt, app, console, handle_errors, remote
-from blockbudget.service.client import ServiceClient
+from blockbudget.cli.common import (
+    ContextOpt,
+    KeyOpt,
+    ServerOpt,
+    app,
+    console,
+    handle_errors,
+    remote,
+)
+
+if TYPE_CHECKING:
+    from blockbudget.service.client import ServiceClient
 
 task_app = typer.Typer(
     help="Submit tasks to a service's scheduler queue and follow them.", no_args_is_help=True
@@ -30,7 +40,7 @@ def task_submit(
     stream: Annotated[str, typer.Argument(help="Stream whose blocks the task needs.")],
     epsilon: Annotated[float, typer.Option(help="ε demanded on each block.")],
     delta: Annotated[float, typer.Option(help="δ demanded on each block.")] = 0.0,
-    context: Annotated[str, typer.Option(help="Context to spend in.")] = "default",
+    context: ContextOpt = None,
     last: Annotated[int | None, typer.Option(help="The newest N blocks.")] = None,
     block: Annotated[
         list[str] | None, typer.Option("--block", help="A block id or key (repeatable).")
@@ -44,7 +54,9 @@ def task_submit(
     """Queue a task; the service's scheduler grants it as a reservation you draw from."""
     if (last is None) == (not block):
         raise typer.BadParameter("give exactly one of --last N and --block ID")
-    body: dict[str, object] = {"epsilon": epsilon, "delta": delta, "context": context}
+    body: dict[str, object] = {"epsilon": epsilon, "delta": delta}
+    if context:
+        body["context"] = context  # left out: the principal's only bound context
     body.update({"last": last} if last is not None else {"blocks": list(block or [])})
     if timeout is not None:
         body["timeout_seconds"] = timeout

@@ -14,8 +14,10 @@ transaction, so they have no gaps and follow commit order.
 
 Payloads (version 1 of every kind):
 
-* ``context_added`` — ``name``, ``description`` (the row's ``context`` is the name too; the
-  ``default`` context's event is the first of every log, with no request id).
+* ``context_added`` — ``name``, ``description`` (the row's ``context`` is the name too; in
+  ledgers created before schema version 3 the ``default`` context's event is the first of the
+  log, with no request id).
+* ``context_closed`` — ``name`` (the row's ``context`` is the name too).
 * ``block_added`` — ``block``, ``stream``, ``accounting``, ``capacity`` {epsilon, delta},
   ``slack_delta``.
 * ``reserved`` — ``reservation_id``, ``blocks``, ``cost``, ``holder``, ``expires_at``.

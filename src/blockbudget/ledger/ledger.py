@@ -9,8 +9,11 @@ capacity = unallocated + reserved + charged.
 
 Contexts are administrative: each gives a group of non-colluding principals its own full
 per-block budget (Sage §3.2), so a request may only name a context that an administrator
-registered with :meth:`Ledger.add_context` (``"default"`` is registered when the ledger is
-created); any other raises :class:`~blockbudget.errors.UnknownContextError`.
+registered with :meth:`Ledger.add_context` and has not closed with :meth:`Ledger.close_context`;
+any other raises :class:`~blockbudget.errors.UnknownContextError` (or its subclass
+:class:`~blockbudget.errors.ClosedContextError`). A new ledger has no context: methods that take
+a context name ``"default"`` when given none, which must be registered like any other (ledgers
+created before schema version 3 registered it automatically, and keep it).
 
 Every write is one serialized database transaction over any number of blocks (atomic, safe
 across threads and processes), idempotent by request id, and appends hash-chained audit events
@@ -46,7 +49,7 @@ from blockbudget.ledger.requests import (
     name_of,
     ttl_of,
 )
-from blockbudget.ledger.schema import SCHEMA_VERSION, create_schema
+from blockbudget.ledger.schema import MIGRATABLE_VERSIONS, SCHEMA_VERSION, create_schema
 from blockbudget.ledger.txn import BlockCatalog, DuplicateRequest, WriteTx
 from blockbudget.ledger.types import (
     DEFAULT_CONTEXT,
@@ -90,14 +93,16 @@ class Ledger(WriteRunner):
 
     Example:
         >>> ledger = Ledger("sqlite://")
+        >>> ledger.contexts()
+        []
+        >>> _ = ledger.add_context("ml", description="the ML team")
         >>> _ = ledger.add_blocks(["d1"], stream="s", capacity=Budget(epsilon=1),
         ...                       accounting=Accounting.BASIC)
-        >>> _ = ledger.charge(["d1"], Budget(epsilon=0.4), request_id="q1")
-        >>> ledger.state("d1").remaining
+        >>> _ = ledger.charge(["d1"], Budget(epsilon=0.4), context="ml", request_id="q1")
+        >>> ledger.state("d1", "ml").remaining
         '(ε=0.6, δ=0)'
-        >>> _ = ledger.add_context("ml", description="the ML team")
         >>> ledger.contexts()
-        ['default', 'ml']
+        ['ml']
     """
 
     def __init__(
@@ -126,17 +131,14 @@ class Ledger(WriteRunner):
         self._clock = clock
         self._attempts = attempts
         self._catalog = BlockCatalog()
-        created_at = self._now()
-        version = create_schema(
-            self._engine,
-            on_create=lambda conn: ops.register_default_context(conn, created_at),
-        )
+        version = create_schema(self._engine)
         if version != SCHEMA_VERSION:
             self.dispose()
             raise InvalidRequestError(
                 f"the database holds ledger schema version {version}; this blockbudget reads "
-                f"version {SCHEMA_VERSION} only (version 2 added registered contexts; there is "
-                "no automatic migration)"
+                f"version {SCHEMA_VERSION} and migrates version(s) "
+                f"{', '.join(map(str, MIGRATABLE_VERSIONS))} in place (version 2 added "
+                "registered contexts, version 3 closed ones)"
             )
 
     @property
@@ -174,7 +176,8 @@ class Ledger(WriteRunner):
         registered contexts, so that no caller can mint fresh budget by naming a new one.
 
         Idempotent: re-adding a context with the same description changes nothing and returns
-        the registration as it is. A context is never changed or removed.
+        the registration as it is (closed or not: a closed context is never reopened). A
+        context is never changed or removed.
 
         Args:
             name: 1–64 characters of letters, digits and ``_ . : -``, the first a letter or
@@ -205,6 +208,36 @@ class Ledger(WriteRunner):
             return info, json.dumps(info.to_json())
 
         return self._write(Operation.ADD_CONTEXT, request_id, fp, body)
+
+    def close_context(self, name: str, *, request_id: str | None = None) -> ContextInfo:
+        """Close a context for good: an audited administrative act (event ``context_closed``,
+        replayed by :meth:`verify`). A closed context never reserves or charges again
+        (:class:`~blockbudget.errors.ClosedContextError`), is left out of :meth:`contexts` (so
+        it no longer keeps exhausted blocks from retiring) and counts in the coalition bound
+        only if it ever charged a block (:meth:`coalition_contexts`). Its history stays
+        readable (:meth:`state`, :meth:`context_infos`).
+
+        Meant for a context that is no longer used — e.g. the ``default`` context that ledgers
+        created before schema version 3 registered by themselves. Open reservations of the
+        context past their TTL are expired first; a live one refuses the close. Idempotent:
+        closing a closed context changes nothing and returns it as it is.
+
+        Returns:
+            The context's registration, closed.
+
+        Raises:
+            UnknownContextError: the context is not registered.
+            ReservationError: the context still holds a live open reservation.
+            InvalidRequestError: a malformed name.
+        """
+        name = validate_context_name(name)
+        fp = fingerprint_of(Operation.CLOSE_CONTEXT, name=name)
+
+        def body(tx: WriteTx) -> tuple[ContextInfo, str]:
+            info = ops.close_context(tx, name)
+            return info, json.dumps(info.to_json())
+
+        return self._write(Operation.CLOSE_CONTEXT, request_id, fp, body)
 
     def add_blocks(
         self,
@@ -477,7 +510,8 @@ class Ledger(WriteRunner):
 
     def states(self, stream: str | None = None, context: str | None = None) -> list[BlockState]:
         """Block states, sorted by (block, context): for ``context`` given, one per block of
-        ``stream`` (or of every stream); otherwise one per block and registered context.
+        ``stream`` (or of every stream); otherwise one per block and registered context (closed
+        ones included).
 
         Raises:
             UnknownContextError: ``context`` is not registered.
@@ -493,12 +527,20 @@ class Ledger(WriteRunner):
         """Registered blocks (of one stream, or all), sorted by id."""
         return self._run(lambda c: reads.block_infos(c, stream=stream), write=False)
 
-    def contexts(self) -> list[str]:
-        """The names of every registered context (touched a block or not), sorted."""
-        return self._run(reads.contexts, write=False)
+    def contexts(self, *, include_closed: bool = False) -> list[str]:
+        """The names of the registered contexts that are open (touched a block or not), sorted;
+        with ``include_closed``, the closed ones too."""
+        return self._run(lambda c: reads.contexts(c, include_closed=include_closed), write=False)
+
+    def coalition_contexts(self) -> list[str]:
+        """The contexts whose budgets add up when all their principals collude, sorted: every
+        open context and every closed one that ever charged a block. A coalition of them could
+        learn up to ``len(coalition_contexts()) × ε_g`` about a block's records."""
+        return self._run(reads.coalition_contexts, write=False)
 
     def context_infos(self) -> list[ContextInfo]:
-        """Every registered context with its description and creation time, sorted by name."""
+        """Every registered context, open or closed, with its description, creation and closing
+        time, sorted by name."""
         return self._run(reads.context_infos, write=False)
 
     def reservation(self, reservation_id: str) -> Reservation:

@@ -12,14 +12,14 @@ import time
 import uuid
 from collections.abc import Sequence
 
-from sqlalchemy import Connection, bindparam, insert, select, update
+from sqlalchemy import bindparam, insert, select, update
 
 from blockbudget.budget import Cost, cost_from_json
 from blockbudget.errors import InvalidRequestError, ReservationError
 from blockbudget.ledger import statements as st
 from blockbudget.ledger.fastsql import chunks
 from blockbudget.ledger.schema import blocks
-from blockbudget.ledger.txn import BlockCatalog, WriteTx
+from blockbudget.ledger.txn import WriteTx, unknown_context
 from blockbudget.ledger.types import (
     DEFAULT_CONTEXT,
     BlockInfo,
@@ -65,18 +65,37 @@ def add_context(tx: WriteTx, name: str, description: str) -> ContextInfo:
     return info
 
 
-def register_default_context(conn: Connection, now: float) -> None:
-    """Register :data:`DEFAULT_CONTEXT` (empty description) with an automatic
-    ``context_added`` event; run by :func:`blockbudget.ledger.schema.create_schema` in the
-    transaction that creates the schema, so it happens exactly once per database."""
-    tx = WriteTx(conn, BlockCatalog(), now=now, request_id=None)
-    try:
-        tx.insert_context(
-            ContextInfo(name=DEFAULT_CONTEXT, description="", created_at=now), automatic=True
+def close_context(tx: WriteTx, name: str) -> ContextInfo:
+    """Close a context for good (see :meth:`Ledger.close_context`); closing a closed one
+    changes nothing.
+
+    Open reservations past their TTL are expired first; a live one refuses the close.
+
+    Raises:
+        UnknownContextError: the context is not registered.
+        ReservationError: the context still holds a live open reservation.
+    """
+    info = tx.read_context(name)
+    if info is None:
+        raise unknown_context(name)
+    if info.closed:
+        return info
+    live = []
+    for (rid,) in tx.sql.rows("open_of_context", st.select_open_reservations, {"ctx": name}):
+        res = tx.read_reservation(str(rid))
+        if tx.now >= res.expires_at:
+            tx.close_reservation(res, ReservationState.EXPIRED)
+        else:
+            live.append(res.id)
+    if live:
+        raise ReservationError(
+            f"context {name!r} still holds {len(live)} open reservation(s) (first "
+            f"{live[0]!r}); a context is closed only when none is open: release them or let "
+            "them expire, then close it"
         )
-        tx.flush()
-    finally:
-        tx.sql.close()
+    closed = tx.close_context(info)
+    tx.flush()
+    return closed
 
 
 def add_blocks(tx: WriteTx, infos: Sequence[BlockInfo]) -> tuple[BlockInfo, ...]:

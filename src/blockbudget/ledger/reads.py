@@ -86,19 +86,39 @@ def block_infos(conn: Connection, *, stream: str | None) -> list[BlockInfo]:
     return [info_from_row(r._mapping) for r in conn.execute(q)]
 
 
-def contexts(conn: Connection) -> list[str]:
-    """Every registered context's name, sorted."""
+def contexts(conn: Connection, *, include_closed: bool = False) -> list[str]:
+    """The registered contexts' names (open ones only unless ``include_closed``), sorted."""
     q = select(contexts_table.c.name).order_by(contexts_table.c.name)
+    if not include_closed:
+        q = q.where(contexts_table.c.closed_at.is_(None))
     return [r[0] for r in conn.execute(q)]
 
 
 def context_infos(conn: Connection) -> list[ContextInfo]:
-    """Every registered context, sorted by name."""
+    """Every registered context, open or closed, sorted by name."""
     q = select(contexts_table).order_by(contexts_table.c.name)
     return [
-        ContextInfo(name=r.name, description=r.description, created_at=float(r.created_at))
+        ContextInfo(
+            name=r.name,
+            description=r.description,
+            created_at=float(r.created_at),
+            closed_at=None if r.closed_at is None else float(r.closed_at),
+        )
         for r in conn.execute(q)
     ]
+
+
+def coalition_contexts(conn: Connection) -> list[str]:
+    """The contexts whose budgets add up in the coalition bound: every open context, and every
+    closed one that ever charged a block (a closed context that never did released nothing).
+    Sorted."""
+    infos = context_infos(conn)
+    closed = [i.name for i in infos if i.closed]
+    charged: set[str] = set()
+    if closed:
+        q = select(budgets.c.context, budgets.c.charged).where(budgets.c.context.in_(closed))
+        charged = {r.context for r in conn.execute(q) if any(decode_vector(r.charged))}
+    return [i.name for i in infos if not i.closed or i.name in charged]
 
 
 def states(
@@ -116,7 +136,7 @@ def states(
     if context is not None:
         q = q.where(budgets.c.context == context)
     rows = {(r.block_id, r.context): (r.charged, r.reserved) for r in conn.execute(q)}
-    ctxs = [context] if context is not None else contexts(conn)
+    ctxs = [context] if context is not None else contexts(conn, include_closed=True)
     out: list[BlockState] = []
     for info in infos:
         f = catalog.remember(info)

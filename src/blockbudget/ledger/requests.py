@@ -107,7 +107,7 @@ def replay(record: RequestRecord, operation: Operation, fingerprint: str) -> Any
             "request — retry with the same arguments or use a new id"
         )
     data = json.loads(record.result_json)
-    if operation is Operation.ADD_CONTEXT:
+    if operation in (Operation.ADD_CONTEXT, Operation.CLOSE_CONTEXT):
         return ContextInfo.from_json(data)
     if operation in (Operation.ADD_BLOCKS, Operation.RETIRE):
         return tuple(BlockInfo.from_json(d) for d in data)

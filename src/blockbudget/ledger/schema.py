@@ -6,9 +6,11 @@ Tables (all prefixed ``ledger_`` so that other modules may share the database):
   (``SELECT … FOR UPDATE``): the audit log is one hash chain, so appends are serial anyway, and
   this lock makes every write transaction serial too. On SQLite ``BEGIN IMMEDIATE`` takes the
   database write lock, which does the same.
-* ``ledger_contexts`` — one row per registered context: name, description, creation time.
-  Contexts are added by an administrator (``Ledger.add_context``) and never removed; the
-  ``default`` context is registered when the schema is created.
+* ``ledger_contexts`` — one row per registered context: name, description, creation time and
+  closing time (NULL while open). Contexts are added by an administrator
+  (``Ledger.add_context``), may be closed by one (``Ledger.close_context``: never charged again)
+  and are never removed. A new ledger has no context at all (up to version 2 the ``default``
+  context was registered when the schema was created; such ledgers keep it).
 * ``ledger_blocks`` — one row per block: stream, accounting rule, capacity, retired flag.
 * ``ledger_budgets`` — one row per (block, context), created lazily: ``charged`` and
   ``reserved`` feature vectors as JSON text of decimal integer strings. Its ``context`` is a
@@ -46,10 +48,16 @@ from sqlalchemy import (
     insert,
     inspect,
     select,
+    text,
+    update,
 )
 
 #: Bumped when the table layout changes. 2: registered contexts (``ledger_contexts``).
-SCHEMA_VERSION = 2
+#: 3: ``ledger_contexts.closed_at`` (closed contexts); a version 2 database is migrated in place.
+SCHEMA_VERSION = 3
+
+#: The versions :func:`create_schema` migrates to :data:`SCHEMA_VERSION` when it opens them.
+MIGRATABLE_VERSIONS = (2,)
 
 metadata = MetaData()
 
@@ -66,6 +74,7 @@ contexts = Table(
     Column("name", String, primary_key=True),
     Column("description", Text, nullable=False),
     Column("created_at", Float, nullable=False),
+    Column("closed_at", Float, nullable=True),
     sqlite_with_rowid=False,
 )
 
@@ -198,7 +207,21 @@ AUDIT_TRIGGERS = ("ledger_audit_no_update", "ledger_audit_no_delete", "ledger_au
 _SCHEMA_LOCK_KEY = 0x6C656467  # "ledg"
 
 
-def create_schema(engine: Engine, *, on_create: Callable[[Connection], None]) -> int:
+def _migrate(conn: Connection, version: int) -> int:
+    """Bring a database of an older :data:`MIGRATABLE_VERSIONS` version to
+    :data:`SCHEMA_VERSION`, in the caller's transaction (which holds the writers' lock).
+
+    2 → 3 adds the nullable ``ledger_contexts.closed_at`` column: every existing context stays
+    open, and the audit log is not touched (its events keep their hashes).
+    """
+    if version == 2:
+        conn.execute(text("ALTER TABLE ledger_contexts ADD COLUMN closed_at FLOAT"))
+        conn.execute(update(head).where(head.c.id == 1).values(schema_version=SCHEMA_VERSION))
+        return SCHEMA_VERSION
+    return version
+
+
+def create_schema(engine: Engine, *, on_create: Callable[[Connection], None] | None = None) -> int:
     """Create the tables, triggers and the head row if missing (safe to call concurrently);
     return the schema version recorded in the database.
 
@@ -206,16 +229,18 @@ def create_schema(engine: Engine, *, on_create: Callable[[Connection], None]) ->
     ``BEGIN IMMEDIATE`` (installed by :mod:`blockbudget.ledger.db`), on PostgreSQL a
     transaction-scoped advisory lock (DDL there is transactional). So when several processes
     open a fresh database at once, exactly one creates it — and runs ``on_create`` — and the
-    others find it created. A database that already has a head row is not touched at all, so
-    one of another schema version is left as it is.
+    others find it created. A database of an older version listed in
+    :data:`MIGRATABLE_VERSIONS` is migrated in place (the same lock makes exactly one process
+    do it); one of another version is left as it is.
 
     Args:
         engine: the ledger's engine.
         on_create: called in the creating transaction once the tables and the head row exist
-            (the ledger registers the ``default`` context there, with the log's first event).
+            (nothing by default: a new ledger has no contexts).
 
     Returns:
-        The schema version of the database (:data:`SCHEMA_VERSION` when it was just created).
+        The schema version of the database (:data:`SCHEMA_VERSION` when it was just created or
+        migrated).
     """
     with engine.begin() as conn:
         if conn.dialect.name == "postgresql":
@@ -223,8 +248,12 @@ def create_schema(engine: Engine, *, on_create: Callable[[Connection], None]) ->
         if inspect(conn).has_table(head.name):
             row = conn.execute(select(head.c.schema_version).where(head.c.id == 1)).first()
             if row is not None:
-                return int(row[0])
+                version = int(row[0])
+                if version in MIGRATABLE_VERSIONS:
+                    version = _migrate(conn, version)
+                return version
         metadata.create_all(conn, checkfirst=True)
         conn.execute(insert(head).values(id=1, schema_version=SCHEMA_VERSION))
-        on_create(conn)
+        if on_create is not None:
+            on_create(conn)
         return SCHEMA_VERSION

@@ -48,11 +48,33 @@ def lock_head() -> Select[tuple[int]]:
     return select(head.c.id).where(head.c.id == 1).with_for_update()
 
 
-def select_context() -> Select[tuple[str, str, float]]:
-    """One registered context's name, description and creation time (no lock: a context is
-    never removed, so a row once seen stays)."""
-    return select(contexts.c.name, contexts.c.description, contexts.c.created_at).where(
-        contexts.c.name == bindparam("name")
+def select_context() -> Select[tuple[str, str, float, float | None]]:
+    """One registered context's name, description, creation and closing time (no lock: a
+    context is never removed, and is closed only under the writers' lock this transaction
+    holds)."""
+    return select(
+        contexts.c.name, contexts.c.description, contexts.c.created_at, contexts.c.closed_at
+    ).where(contexts.c.name == bindparam("name"))
+
+
+def close_context() -> Update:
+    """Set one context's closing time."""
+    return (
+        update(contexts)
+        .where(contexts.c.name == bindparam("c_name"))
+        .values(closed_at=bindparam("c_closed_at"))
+    )
+
+
+def select_open_reservations() -> Select[tuple[object, ...]]:
+    """The ids of one context's open reservations."""
+    return (
+        select(reservations.c.reservation_id)
+        .where(
+            reservations.c.state == ReservationState.OPEN.value,
+            reservations.c.context == bindparam("ctx"),
+        )
+        .order_by(reservations.c.reservation_id)
     )
 
 

@@ -7,12 +7,11 @@ holds the lock), works on in-memory copies, and :meth:`WriteTx.flush` writes eve
 then the audit events, in the same transaction. Nothing is written before every check passed,
 and any exception rolls the whole transaction back.
 
-A request may only name a registered context (:meth:`WriteTx.require_context`). The check reads
-in the same transaction, but costs nothing on the hot path: a (block, context) budget row read
-by :meth:`WriteTx.load` proves that its context is registered, because ``ledger_budgets.context``
-is a foreign key to ``ledger_contexts`` (the database refused the row otherwise, and refuses to
-delete a context that holds one). Only a context that touches none of the blocks yet is looked
-up in ``ledger_contexts``.
+A request may only name a registered, open context (:meth:`WriteTx.require_context`): one
+primary-key read of ``ledger_contexts`` in the same transaction (at most once per context and
+transaction), which sees a context an administrator closed in any process. A (block, context)
+budget row can only exist for a registered context (``ledger_budgets.context`` is a foreign key
+to ``ledger_contexts``).
 
 Blocks' registrations are immutable apart from the retired flag, so their filters are cached
 per process in a :class:`BlockCatalog`; the retired flag is read in every transaction. A write
@@ -37,6 +36,7 @@ from blockbudget.accounting import Accounting, Filter
 from blockbudget.budget import Budget, Cost
 from blockbudget.errors import (
     BudgetExceededError,
+    ClosedContextError,
     InternalError,
     RetiredBlockError,
     UnknownBlockError,
@@ -238,7 +238,7 @@ class WriteTx:
     last_seq: int | None = None
     _budgets: dict[tuple[str, str], _Budget] = field(default_factory=dict)
     _retired: dict[str, bool] = field(default_factory=dict)
-    _contexts: set[str] = field(default_factory=set)
+    _contexts: dict[str, ContextInfo] = field(default_factory=dict)
     #: Registrations learnt in this transaction (block → filter, stream), published to the
     #: shared catalog only after the commit (:meth:`after_commit`).
     _learnt: dict[str, tuple[Filter, str]] = field(default_factory=dict)
@@ -255,24 +255,54 @@ class WriteTx:
     # --- contexts ----------------------------------------------------------------------------
 
     def read_context(self, name: str) -> ContextInfo | None:
-        """The registered context ``name``, or None when there is none."""
+        """The registered context ``name`` (open or closed), or None when there is none."""
+        known = self._contexts.get(name)
+        if known is not None:
+            return known
         rows = self.sql.rows("context", st.select_context, {"name": name})
         if not rows:
             return None
-        got, description, created_at = rows[0]
-        self._contexts.add(got)
-        return ContextInfo(name=got, description=description, created_at=float(created_at))
+        got, description, created_at, closed_at = rows[0]
+        info = ContextInfo(
+            name=got,
+            description=description,
+            created_at=float(created_at),
+            closed_at=None if closed_at is None else float(closed_at),
+        )
+        self._contexts[got] = info
+        return info
 
     def require_context(self, context: str) -> None:
-        """Raises UnknownContextError unless ``context`` is registered (see the module
-        docstring: a budget row loaded in this transaction already proves it).
+        """Raises unless ``context`` is registered and open (see the module docstring).
 
         Raises:
             UnknownContextError: naming the context and how contexts are registered.
+            ClosedContextError: the context was closed (it never spends budget again).
         """
-        if context in self._contexts or self.read_context(context) is not None:
-            return
-        raise unknown_context(context)
+        info = self.read_context(context)
+        if info is None:
+            raise unknown_context(context)
+        if info.closed_at is not None:
+            raise ClosedContextError(
+                f"context {context!r} was closed by an administrator at "
+                f"{info.closed_at!r} (Unix time): a closed context never reserves or charges "
+                "budget again"
+            )
+
+    def close_context(self, info: ContextInfo) -> ContextInfo:
+        """Mark an open context closed at ``now`` and queue its ``context_closed`` event."""
+        self.sql.run(
+            "close_context", st.close_context, {"c_name": info.name, "c_closed_at": self.now}
+        )
+        closed = ContextInfo(
+            name=info.name,
+            description=info.description,
+            created_at=info.created_at,
+            closed_at=self.now,
+        )
+        self._contexts[info.name] = closed
+        self.event(EventKind.CONTEXT_CLOSED, info.name, {"name": info.name})
+        return closed
 
     def insert_context(self, info: ContextInfo, *, automatic: bool = False) -> None:
         """Insert a new context's row and queue its ``context_added`` event."""
@@ -280,11 +310,16 @@ class WriteTx:
             self.sql.run(
                 "insert_context",
                 st.insert_context,
-                {"name": info.name, "description": info.description, "created_at": info.created_at},
+                {
+                    "name": info.name,
+                    "description": info.description,
+                    "created_at": info.created_at,
+                    "closed_at": None,
+                },
             )
         except IntegrityError as exc:  # not possible under the writers' lock, but handled
             raise TransientConflict(str(exc)) from exc
-        self._contexts.add(info.name)
+        self._contexts[info.name] = info
         self.event(
             EventKind.CONTEXT_ADDED,
             info.name,
@@ -322,8 +357,6 @@ class WriteTx:
                     charged, reserved, exists=True, stored=(charged, reserved, row[0], row[1])
                 )
                 seen.add(block)
-        if seen:
-            self._contexts.add(context)
         missing = [b for b in wanted if b not in seen]
         if not missing:
             return

@@ -26,8 +26,9 @@ from blockbudget.errors import InvalidRequestError
 
 Vector = tuple[int, ...]
 
-#: The context used when a caller names none (Sage §3.2: one per-block budget per context).
-#: It is registered (with an empty description) when the ledger's schema is created.
+#: The context :class:`Ledger` methods name when a caller names none. Like any other context it
+#: exists only once an administrator registers it (ledgers created before schema version 3
+#: registered it automatically and keep it; see :meth:`Ledger.close_context`).
 DEFAULT_CONTEXT = "default"
 
 #: What a context name looks like: 1–64 letters, digits and ``_ . : -``, first a letter or digit.
@@ -44,6 +45,7 @@ class EventKind(Enum):
     """The kind of an audit event. Stored as its value; new kinds are only ever added."""
 
     CONTEXT_ADDED = "context_added"
+    CONTEXT_CLOSED = "context_closed"
     BLOCK_ADDED = "block_added"
     RESERVED = "reserved"
     CHARGED = "charged"
@@ -64,6 +66,7 @@ class Operation(Enum):
     """The idempotent operations recorded in the request table."""
 
     ADD_CONTEXT = "add_context"
+    CLOSE_CONTEXT = "close_context"
     ADD_BLOCKS = "add_blocks"
     RESERVE = "reserve"
     CHARGE = "charge"
@@ -200,27 +203,42 @@ class BlockInfo:
 class ContextInfo:
     """A registered context: a group of principals assumed not to collude, which gets its own
     full per-block budget (Sage §3.2). Contexts are registered by an administrator with
-    :meth:`Ledger.add_context` and never removed.
+    :meth:`Ledger.add_context`, may be closed by one with :meth:`Ledger.close_context` (then
+    never charged again) and are never removed.
 
     Attributes:
         name: the context's name (see :data:`CONTEXT_NAME_PATTERN`).
         description: free text saying whom the context stands for (may be empty).
         created_at: Unix time of its registration.
+        closed_at: Unix time it was closed, or None while it is open.
     """
 
     name: str
     description: str
     created_at: float
+    closed_at: float | None = None
+
+    @property
+    def closed(self) -> bool:
+        """True once the context is closed (it can never reserve or charge again)."""
+        return self.closed_at is not None
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description, "created_at": self.created_at}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "created_at": self.created_at,
+            "closed_at": self.closed_at,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ContextInfo:
+        closed = data.get("closed_at")
         return cls(
             name=data["name"],
             description=data["description"],
             created_at=float(data["created_at"]),
+            closed_at=None if closed is None else float(closed),
         )
 
 

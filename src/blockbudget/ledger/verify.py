@@ -12,8 +12,9 @@ invariant 5).
 3. checks every filter after every event: ``filter.fits(charged + reserved)`` must hold for every
    touched block at every point in history (no overspend ever), no vector may go negative, no
    draw may exceed its reservation or happen after its expiry, no charge or reservation may
-   touch a retired block, and no event may name a context that no earlier ``context_added``
-   event registered (a context minted outside :meth:`Ledger.add_context` would be fresh budget);
+   touch a retired block, no event may name a context that no earlier ``context_added``
+   event registered (a context minted outside :meth:`Ledger.add_context` would be fresh budget),
+   and no reservation or charge may name a context after its ``context_closed`` event;
 4. compares the rebuilt state with the tables (contexts, blocks, budgets, reservations,
    requests).
 
@@ -75,6 +76,8 @@ class _Replay:
     problems: list[str] = field(default_factory=list)
     #: Registered contexts: name -> (description, ts of the context_added event).
     added: dict[str, tuple[str, float]] = field(default_factory=dict)
+    #: Closed contexts: name -> ts of the context_closed event.
+    closed: dict[str, float] = field(default_factory=dict)
     regs: dict[str, _Reg] = field(default_factory=dict)
     charged: dict[tuple[str, str], Vector] = field(default_factory=dict)
     reserved: dict[tuple[str, str], Vector] = field(default_factory=dict)
@@ -139,6 +142,18 @@ def _apply(rp: _Replay, seq: int, ts: float, kind: EventKind, ctx: str | None, p
             raise _Bad(f"context {name!r} is added twice")
         rp.added[name] = (description, ts)
         return
+    if kind is EventKind.CONTEXT_CLOSED:
+        name = p["name"]
+        if ctx != name or name not in rp.added:
+            raise _Bad(f"a context_closed event for {name!r} (context {ctx!r}), never added")
+        if name in rp.closed:
+            raise _Bad(f"context {name!r} is closed twice")
+        if any(r.state is ReservationState.OPEN and r.context == name for r in rp.res.values()):
+            rp.problem(seq, f"context {name!r} is closed while it holds an open reservation")
+        rp.closed[name] = ts
+        return
+    if kind in (EventKind.RESERVED, EventKind.CHARGED) and ctx in rp.closed:
+        rp.problem(seq, f"a {kind.value} event in context {ctx!r}, which was closed before")
     if ctx is not None and ctx not in rp.added:
         # Reported, then replayed anyway, so that the comparison with the tables still works.
         rp.problem(
@@ -264,6 +279,13 @@ def _compare_contexts(conn: Connection, rp: _Replay) -> None:
                 f"context {r.name!r}: table description / created_at "
                 f"({r.description!r}, {float(r.created_at)!r}) differ from the log "
                 f"({logged[0]!r}, {logged[1]!r})",
+            )
+        closed_at = None if r.closed_at is None else float(r.closed_at)
+        if closed_at != rp.closed.get(r.name):
+            rp.problem(
+                None,
+                f"context {r.name!r}: table closed_at {closed_at!r} differs from the log "
+                f"({rp.closed.get(r.name)!r})",
             )
     for name in sorted(rp.added.keys() - table):
         rp.problem(None, f"context {name!r} was added in the log but is missing from the table")

@@ -232,6 +232,28 @@ def require_context(principal: Principal, context: str) -> None:
     )
 
 
+def resolve_context(principal: Principal, context: str | None) -> str:
+    """The context a request spends in: the one it names (403 unless the principal is bound to
+    it, see :func:`require_context`) or, when it names none, the principal's only bound context.
+
+    Raises:
+        AuthError: 403 for a named context the principal is not bound to.
+        InvalidRequestError: no context named and the principal is not bound to exactly one
+            (there is no implicit ``default`` context).
+    """
+    if context is not None:
+        require_context(principal, context)
+        return context
+    if len(principal.contexts) == 1:
+        return principal.contexts[0]
+    bound = ", ".join(principal.contexts) or "none"
+    raise InvalidRequestError(
+        f"the request names no 'context' and principal {principal.name!r} is bound to "
+        f"{len(principal.contexts)} context(s) ({bound}); a request without a context spends "
+        "in the principal's bound context only when it has exactly one — name the context"
+    )
+
+
 def visible_contexts(principal: Principal, registered: list[str]) -> list[str]:
     """The registered contexts a principal may see."""
     if principal.role is Role.ADMIN:

@@ -31,7 +31,7 @@ from blockbudget import __version__
 from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget
 from blockbudget.errors import BlockBudgetError, InvalidRequestError, ReservationError
-from blockbudget.ledger import Ledger, Reservation, ReservationState
+from blockbudget.ledger import ContextInfo, Ledger, Reservation, ReservationState
 from blockbudget.platform import Last, Platform
 from blockbudget.service import schemas as sc
 from blockbudget.service.access import (
@@ -42,6 +42,7 @@ from blockbudget.service.access import (
     require_context,
     require_role,
     require_stream,
+    resolve_context,
     visible_contexts,
 )
 from blockbudget.service.admin import register_principal_routes
@@ -185,22 +186,28 @@ def create_app(
 
     # --- contexts ------------------------------------------------------------------------------
 
+    def context_out(i: ContextInfo) -> sc.ContextOut:
+        return sc.ContextOut(
+            name=i.name, description=i.description, created_at=i.created_at, closed_at=i.closed_at
+        )
+
     @app.get("/v1/contexts", tags=["contexts"])
     def list_contexts(me: Auth) -> list[sc.ContextOut]:
-        seen = set(visible_contexts(me, platform.contexts()))
-        return [
-            sc.ContextOut(name=i.name, description=i.description, created_at=i.created_at)
-            for i in platform.ledger.context_infos()
-            if i.name in seen
-        ]
+        """The registered contexts the caller may use (admins: all, closed ones included)."""
+        seen = set(visible_contexts(me, platform.ledger.contexts(include_closed=True)))
+        return [context_out(i) for i in platform.ledger.context_infos() if i.name in seen]
 
     @app.post("/v1/contexts", status_code=201, tags=["contexts"])
     def add_context(me: Auth, body: sc.ContextIn) -> sc.ContextOut:
         require_role(me)
-        info = platform.ledger.add_context(body.name, description=body.description)
-        return sc.ContextOut(
-            name=info.name, description=info.description, created_at=info.created_at
-        )
+        return context_out(platform.ledger.add_context(body.name, description=body.description))
+
+    @app.post("/v1/contexts/{name}/close", tags=["contexts"])
+    def close_context(me: Auth, name: str) -> sc.ContextOut:
+        """Close a context for good (admins; audited): it never spends again and no longer
+        keeps exhausted blocks from retiring."""
+        require_role(me)
+        return context_out(platform.ledger.close_context(name))
 
     # --- streams and blocks --------------------------------------------------------------------
 
@@ -300,8 +307,8 @@ def create_app(
         )
 
     def contexts_for(me: Principal, asked: list[str] | None) -> list[str]:
-        registered = platform.contexts()
-        seen = visible_contexts(me, registered)
+        seen = visible_contexts(me, platform.contexts())  # the open ones by default
+        registered = platform.ledger.contexts(include_closed=True)
         if asked:
             for c in asked:
                 require_context(me, c)
@@ -367,14 +374,14 @@ def create_app(
     @app.post("/v1/streams/{stream}/reservations", status_code=201, tags=["budget"])
     def reserve(me: Auth, stream: str, body: sc.ReserveIn) -> sc.ReservationOut:
         require_stream(me, stream)
-        require_context(me, body.context)
+        context = resolve_context(me, body.context)
         cost = Budget(epsilon=body.epsilon, delta=body.delta)
         naming = names.naming(me, stream)
-        blocks = selection(stream, body, context=body.context, cost=cost, naming=naming)
+        blocks = selection(stream, body, context=context, cost=cost, naming=naming)
         res = platform.ledger.reserve(
             blocks,
             cost,
-            context=body.context,
+            context=context,
             holder=me.name,
             ttl_seconds=body.ttl_seconds,
             request_id=scoped(me, body.request_id),
@@ -422,13 +429,14 @@ def create_app(
         body: Annotated[sc.QueryIn, Body()],
     ) -> sc.QueryOut:
         require_stream(me, stream)
-        require_context(me, body.context)
+        context = resolve_context(me, body.context)
         from blockbudget.service.queries import run_query
 
         naming = names.naming(me, stream)
+        update: dict[str, object] = {"context": context}
         if body.blocks is not None:
-            body = body.model_copy(update={"blocks": naming.resolve(body.blocks)})
-        out = run_query(platform, stream, kind.value, body)
+            update["blocks"] = naming.resolve(body.blocks)
+        out = run_query(platform, stream, kind.value, body.model_copy(update=update))
         return out.model_copy(update={"blocks": naming.show_all(out.blocks)})
 
     # --- pipelines ---------------------------------------------------------------------------
@@ -442,13 +450,13 @@ def create_app(
     @app.post("/v1/streams/{stream}/pipelines", status_code=201, tags=["pipelines"])
     def submit_pipeline(me: Auth, stream: str, body: sc.PipelineIn) -> sc.JobOut:
         require_stream(me, stream)
-        require_context(me, body.context)
-        if body.context not in platform.contexts():
-            raise InvalidRequestError(f"unknown context {body.context!r}")
+        context = resolve_context(me, body.context)
+        if context not in platform.contexts():
+            raise InvalidRequestError(f"unknown or closed context {context!r}")
         job = queue.submit(
             owner=me.name,
             stream=stream,
-            context=body.context,
+            context=context,
             kind=body.kind.value,
             target=body.target,
             epsilon0=body.epsilon0,

@@ -32,8 +32,8 @@ from blockbudget.service import schemas as sc
 from blockbudget.service.access import (
     Authenticator,
     AuthError,
-    require_context,
     require_stream,
+    resolve_context,
     status_of,
 )
 from blockbudget.service.auth import Principal, Role
@@ -99,7 +99,7 @@ def register_charge_routes(
             ]
         wanted: set[str] = set()
         for item in items:
-            require_context(me, item.context)
+            item.context = resolve_context(me, item.context)
             wanted.update(item.blocks)
         if any(b not in streams_of for b in wanted):
             await anyio.to_thread.run_sync(refresh_streams)

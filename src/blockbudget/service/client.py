@@ -84,6 +84,9 @@ class ServiceClient:
             self.call("POST", "/v1/contexts", json={"name": name, "description": description})
         )
 
+    def close_context(self, name: str) -> dict[str, Any]:
+        return dict(self.call("POST", f"/v1/contexts/{name}/close"))
+
     def contexts(self) -> list[dict[str, Any]]:
         return list(self.call("GET", "/v1/contexts"))
 

@@ -15,7 +15,7 @@ from blockbudget.budget import Budget
 from blockbudget.errors import InvalidRequestError
 from blockbudget.platform import Last, Platform
 from blockbudget.service import schemas as sc
-from blockbudget.service.access import Authenticator, AuthError, require_context, require_stream
+from blockbudget.service.access import Authenticator, AuthError, require_stream, resolve_context
 from blockbudget.service.auth import Principal, Role
 from blockbudget.service.blocknames import BlockNames, Naming
 from blockbudget.service.queue import QueuedTask, SchedulerQueue, TaskState, task_fingerprint
@@ -61,14 +61,14 @@ def register_queue_routes(
         with the same arguments answers with the first task (its current state; nothing new
         is queued, also under concurrent replays); with other arguments it is a 409."""
         require_stream(me, stream)
-        require_context(me, body.context)
+        context = resolve_context(me, body.context)
         if (body.blocks is None) == (body.last is None):
             raise InvalidRequestError("give exactly one of 'blocks' and 'last'")
         cost = Budget(epsilon=body.epsilon, delta=body.delta)
         naming = names.naming(me, stream)
         fingerprint = task_fingerprint(
             stream=stream,
-            context=body.context,
+            context=context,
             demand=cost,
             selection=list(body.blocks) if body.blocks is not None else {"last": body.last},
             significance=body.significance,
@@ -85,11 +85,11 @@ def register_queue_routes(
         if significance is not None and naming.hidden:
             ids = naming.resolve(list(significance))
             significance = dict(zip(ids, significance.values(), strict=True))
-        blocks = list(platform.select(stream, sel, context=body.context, cost=cost))
+        blocks = list(platform.select(stream, sel, context=context, cost=cost))
         task = queue.submit(
             principal=me.name,
             stream=stream,
-            context=body.context,
+            context=context,
             demand=cost,
             blocks=blocks,
             significance=significance,

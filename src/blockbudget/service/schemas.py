@@ -15,7 +15,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from blockbudget.service.auth import Permission, Role
 
 Name = Field(min_length=1, max_length=256)
-ContextName = Field(default="default", min_length=1, max_length=64)
+#: A request's context; omitted (None), it is the principal's only bound context (else 422).
+ContextName = Field(
+    default=None,
+    min_length=1,
+    max_length=64,
+    description="context that pays (default: the caller's only bound context)",
+)
 Epsilon = Field(gt=0, le=1e6, allow_inf_nan=False, description="ε per block")
 Delta = Field(default=0.0, ge=0, lt=1, allow_inf_nan=False, description="δ per block")
 RequestId = Field(default=None, min_length=1, max_length=200, description="idempotency key")
@@ -72,6 +78,7 @@ class ContextOut(BaseModel):
     name: str
     description: str
     created_at: float
+    closed_at: float | None = None
 
 
 class StreamIn(Strict):
@@ -137,7 +144,7 @@ class Selection(Strict):
 class ReserveIn(Selection):
     epsilon: float = Epsilon
     delta: float = Delta
-    context: str = ContextName
+    context: str | None = ContextName
     ttl_seconds: float = Field(default=600.0, gt=0, le=7 * 86_400, allow_inf_nan=False)
     request_id: str | None = RequestId
 
@@ -163,7 +170,7 @@ class ChargeIn(Strict):
     blocks: list[str] = Field(min_length=1, max_length=10_000)
     epsilon: float = Epsilon
     delta: float = Delta
-    context: str = ContextName
+    context: str | None = ContextName
     request_id: str | None = RequestId
 
 
@@ -187,7 +194,7 @@ class QueryKind(Enum):
 
 class QueryIn(Selection):
     epsilon: float = Epsilon
-    context: str = ContextName
+    context: str | None = ContextName
     column: str | None = Field(default=None, min_length=1, max_length=200)
     lower: float | None = Field(default=None, allow_inf_nan=False)
     upper: float | None = Field(default=None, allow_inf_nan=False)
@@ -259,7 +266,7 @@ class PipelineKind(Enum):
 class PipelineIn(Strict):
     kind: PipelineKind
     target: float = Field(gt=0, le=1e6, allow_inf_nan=False, description="the SLA's τ")
-    context: str = ContextName
+    context: str | None = ContextName
     epsilon0: float = Field(default=0.0625, gt=0, le=10, allow_inf_nan=False)
     max_epsilon: float = Field(default=1.0, gt=0, le=10, allow_inf_nan=False)
     min_window: int = Field(default=1, ge=1, le=10_000)
@@ -303,7 +310,7 @@ class TaskIn(Selection):
 
     epsilon: float = Epsilon
     delta: float = Delta
-    context: str = ContextName
+    context: str | None = ContextName
     significance: dict[str, Annotated[float, Field(ge=0, le=1e12, allow_inf_nan=False)]] | None = (
         Field(default=None, max_length=10_000, description="p_ij per block (optional)")
     )

@@ -5,9 +5,9 @@ Blocks are cut by time, by user-id range or by a public attribute (Sage, seed
 streams, blocks and part files. See ``docs/store.md``.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from blockbudget.errors import StoreConflictError
-from blockbudget.store.blockstore import BlockStore
-from blockbudget.store.inputs import IngestData
 from blockbudget.store.model import (
     Blocking,
     BlockMeta,
@@ -19,6 +19,25 @@ from blockbudget.store.model import (
     make_block_id,
     parse_block_id,
 )
+
+if TYPE_CHECKING:
+    from blockbudget.store.blockstore import BlockStore
+    from blockbudget.store.inputs import IngestData
+
+
+def __getattr__(name: str) -> Any:
+    """Import the Parquet/SQL side (pyarrow, SQLAlchemy) only when it is first used, so that
+    the light model (:class:`Unit`, :class:`Blocking`, …) costs no heavy import."""
+    if name == "BlockStore":
+        from blockbudget.store.blockstore import BlockStore
+
+        return BlockStore
+    if name == "IngestData":
+        from blockbudget.store.inputs import IngestData
+
+        return IngestData
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "BlockMeta",

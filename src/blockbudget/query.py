@@ -1,0 +1,182 @@
+"""One DP query (count, sum, mean or histogram) over a window of blocks, checked before it
+spends anything.
+
+:func:`check_query` refuses a malformed query — an unknown column, a non-numeric column for a
+sum or mean, missing or reversed clipping bounds, no public bins — from the stream's schema
+alone, so :func:`run_query` reaches :meth:`Platform.request` (which reserves the budget and
+seals the blocks) only for a query that can run. The command line and the HTTP service both run
+queries through here: a refused query changes nothing, not even the open block of the day.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from blockbudget.budget import Budget
+from blockbudget.errors import InvalidRequestError
+from blockbudget.grant import group_cost
+
+if TYPE_CHECKING:
+    from blockbudget.grant import Grant
+    from blockbudget.mechanisms import DPResult
+    from blockbudget.platform import Last, Platform
+
+
+class QueryKind(Enum):
+    """The DP statistics a query can ask for."""
+
+    COUNT = "count"
+    SUM = "sum"
+    MEAN = "mean"
+    HISTOGRAM = "histogram"
+
+
+@dataclass(frozen=True)
+class QuerySpec:
+    """What a query computes (not where: the blocks and the context are given to
+    :func:`run_query`).
+
+    Attributes:
+        kind: the statistic.
+        epsilon: ε spent on every block read (keyword-only; > 0).
+        column: the value column (every kind but COUNT).
+        lower, upper: public clipping bounds, lower < upper (SUM and MEAN).
+        categories: the public bins (HISTOGRAM).
+    """
+
+    kind: QueryKind
+    epsilon: float
+    column: str | None = None
+    lower: float | None = None
+    upper: float | None = None
+    categories: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, QueryKind):
+            raise InvalidRequestError(f"kind must be a QueryKind, got {self.kind!r}")
+        Budget(epsilon=self.epsilon)  # validates ε
+
+
+@dataclass(frozen=True)
+class QueryAnswer:
+    """A query's DP result and the blocks it read."""
+
+    result: DPResult[Any]
+    blocks: tuple[str, ...]
+
+
+def _numeric(type_: Any) -> bool:
+    import pyarrow as pa
+
+    return bool(pa.types.is_integer(type_) or pa.types.is_floating(type_)) or bool(
+        pa.types.is_boolean(type_)
+    )
+
+
+def check_query(platform: Platform, stream: str, spec: QuerySpec) -> None:
+    """Refuse a malformed query from the stream's schema, before anything is reserved or
+    sealed.
+
+    Raises:
+        InvalidRequestError: a missing or unknown column, a sum or mean over a non-numeric
+            column, missing or non-finite or reversed bounds, or a histogram without bins.
+        UnknownBlockError: an unknown stream.
+    """
+    schema = platform.store.schema(stream)  # raises for an unknown stream
+    if spec.kind is QueryKind.COUNT:
+        return
+    what = f"a DP {spec.kind.value}"
+    if spec.column is None:
+        raise InvalidRequestError(f"{what} needs a value column; none was given")
+    names = [] if schema is None else list(schema.names)
+    if schema is None or spec.column not in names:
+        raise InvalidRequestError(
+            f"{what} needs a column of stream {stream!r}: it has no column {spec.column!r} "
+            f"(it has {names})"
+        )
+    if spec.kind is QueryKind.HISTOGRAM:
+        if not spec.categories:
+            raise InvalidRequestError(f"{what} needs public categories (its bins); none given")
+        if len(set(spec.categories)) != len(spec.categories):
+            raise InvalidRequestError(f"{what} needs distinct categories (bins)")
+        return
+    column_type = schema.field(spec.column).type
+    if not _numeric(column_type):
+        raise InvalidRequestError(
+            f"{what} needs a numeric column; {spec.column!r} of stream {stream!r} holds "
+            f"{column_type}"
+        )
+    lo, hi = spec.lower, spec.upper
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)) or lo >= hi:
+        raise InvalidRequestError(
+            f"{what} needs public finite clipping bounds lower < upper, got lower={lo!r}, "
+            f"upper={hi!r}"
+        )
+
+
+def open_query(
+    platform: Platform,
+    stream: str,
+    spec: QuerySpec,
+    *,
+    blocks: Sequence[str] | Last,
+    context: str,
+) -> Grant:
+    """Check the query (:func:`check_query`), then reserve its cost on the chosen blocks in
+    ``context`` (on a user-level stream the group-privacy cost) and return the grant.
+
+    Raises:
+        InvalidRequestError: a malformed query (nothing reserved or sealed).
+        BudgetExceededError / UnknownContextError / UnknownBlockError / RetiredBlockError: as
+            for :meth:`Platform.request` (nothing reserved or sealed).
+    """
+    check_query(platform, stream, spec)
+    cost = Budget(epsilon=spec.epsilon)
+    reserve = group_cost(cost, platform.stream(stream).blocking.rows_per_user or 1)
+    columns = [spec.column] if spec.column is not None else None
+    return platform.request(stream, blocks=blocks, budget=reserve, context=context, columns=columns)
+
+
+def compute(grant: Grant, spec: QuerySpec) -> DPResult[Any]:
+    """The DP statistic ``spec`` asks for on the grant's rows (each draw charged durably
+    before its noise is computed)."""
+    from blockbudget.mechanisms import statistics as stats
+
+    if spec.kind is QueryKind.COUNT:
+        return stats.dp_count(grant, grant.data, epsilon=spec.epsilon)
+    if spec.kind is QueryKind.HISTOGRAM:
+        assert spec.column is not None and spec.categories is not None
+        values = grant.frame()[spec.column].astype(str).to_numpy()
+        return stats.dp_histogram(
+            grant, values, categories=list(spec.categories), epsilon=spec.epsilon
+        )
+    assert spec.column is not None and spec.lower is not None and spec.upper is not None
+    numbers = grant.frame()[spec.column].dropna().to_numpy(dtype=float)
+    fn = stats.dp_sum if spec.kind is QueryKind.SUM else stats.dp_mean
+    return fn(grant, numbers, epsilon=spec.epsilon, lower=spec.lower, upper=spec.upper)
+
+
+def run_query(
+    platform: Platform,
+    stream: str,
+    spec: QuerySpec,
+    *,
+    blocks: Sequence[str] | Last,
+    context: str,
+) -> QueryAnswer:
+    """Check the query, reserve its cost (:func:`open_query`), draw it durably and compute the
+    DP statistic (:func:`compute`); what was not drawn is released.
+
+    Raises:
+        InvalidRequestError: a malformed query (nothing reserved or sealed).
+        BudgetExceededError / UnknownContextError / UnknownBlockError / RetiredBlockError: as
+            for :meth:`Platform.request` (nothing reserved or sealed).
+    """
+    with open_query(platform, stream, spec, blocks=blocks, context=context) as grant:
+        result = compute(grant, spec)
+        used = tuple(grant.blocks)
+    return QueryAnswer(result=result, blocks=used)
