@@ -37,6 +37,7 @@ from blockbudget.training.tasks import (
     regression_features,
     speed,
     speed_keys,
+    usable_rows,
 )
 from blockbudget.training.validation import SlaMode, ValidationResult
 from blockbudget.training.validators import (
@@ -57,6 +58,10 @@ def _prepare(
 ) -> Prepared:
     rows = arrived(frame)
     x, y = featurize(rows), label(rows)
+    # a per-row filter (1-stable): rows whose features or label read as missing are dropped,
+    # never an error — a failure would tell the analyst something about one row for free
+    keep = usable_rows(x, y)
+    rows, x, y = rows.loc[keep], x[keep], y[keep]
     # the split key is public (a per-row hash): an unseeded run keys it 0
     key = 0 if seed is None else seed
     train, test = split_frame(rows, test_fraction=test_fraction, seed=key)
@@ -87,7 +92,9 @@ class FeaturePipeline(Pipeline):
     """A pipeline whose preprocessing is a public feature map and label plus the per-row split.
 
     Preprocessing spends no budget: ``featurize`` and ``label`` are public functions of one row,
-    and the train/test split places each row by its own seeded hash.
+    and the train/test split places each row by its own seeded hash. Rows whose features or
+    label are not finite (a missing or unparseable field) are dropped by a per-row filter, so
+    preprocessing is total on any row values (see :mod:`blockbudget.training.tasks`).
     """
 
     featurize: Featurize
@@ -304,9 +311,10 @@ class AverageSpeedPipeline(Pipeline):
         seed: int | None,
     ) -> Prepared:
         rows = arrived(frame)
-        keys = speed_keys(rows, self.granularity)
+        keys, values = speed_keys(rows, self.granularity), speed(rows)
+        keep = (keys >= 0) & np.isfinite(values)  # a per-row filter: missing fields drop a row
         empty = np.zeros(0)
-        return Prepared(keys, speed(rows), empty, empty)
+        return Prepared(keys[keep], values[keep], empty, empty)
 
     def train(
         self,
