@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
+from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.noise import NoiseSource
 from blockbudget.mechanisms.source import BudgetSource
 from blockbudget.mechanisms.statistics import dp_group_by_mean
@@ -207,6 +208,10 @@ class DPSGDPipeline(FeaturePipeline):
         epochs, batch_size, learning_rate: DP-SGD settings.
         featurize, label: public feature map and label (default: flights delayed > 15 min).
         mode: the validator's SLA mode.
+        rows_per_block: a declared (public, not read from the data) number of rows per block.
+            When set, DP-SGD plans for ``rows_per_block × blocks × (1 − test_fraction)`` rows,
+            the blocks being the grant's (public), and spends no ε on counting; None (default)
+            sizes the plan with a DP count (:mod:`blockbudget.training.sizing`).
     """
 
     target: float
@@ -221,6 +226,26 @@ class DPSGDPipeline(FeaturePipeline):
     split: BudgetSplit = field(default_factory=BudgetSplit)
     test_fraction: float = 0.1
     name: str = "dpsgd"
+    rows_per_block: int | None = None
+
+    def public_rows(self, source: BudgetSource) -> int | None:
+        """The declared training size on ``source``'s blocks, or None without a declaration.
+
+        Raises:
+            InvalidRequestError: a declaration that is not an int >= 1, or a source that does
+                not say which blocks it grants (nothing is drawn).
+        """
+        if self.rows_per_block is None:
+            return None
+        per = self.rows_per_block
+        if isinstance(per, bool) or not isinstance(per, int) or per < 1:
+            raise InvalidRequestError(f"rows_per_block must be an int >= 1, got {per!r}")
+        blocks = getattr(source, "blocks", None)
+        if not isinstance(blocks, tuple):
+            raise InvalidRequestError(
+                "rows_per_block needs a grant that names its blocks; got a source without them"
+            )
+        return max(1, math.floor(per * len(blocks) * (1.0 - self.test_fraction)))
 
     def train(
         self,
@@ -246,6 +271,7 @@ class DPSGDPipeline(FeaturePipeline):
             data.y_train,
             epsilon=epsilon,
             delta=delta,
+            public_rows=self.public_rows(source),
             label=f"{self.name}/train",
         )
 
