@@ -109,3 +109,49 @@ def test_pipeline_queue_end_to_end(seeded: Seeded, client: TestClient, tmp_path:
         later = now["attempts"]
         assert isinstance(later, list) and later[0] == attempts[0]
     assert seeded.platform.verify().ok
+
+
+def _day_with(path: Path, cell: str | None) -> bytes:
+    """A day of arrived flights; ``cell`` (when given) replaces one flight's distance."""
+    frame = load_flights(columns=list(_FLIGHT_COLUMNS))
+    t = frame["sched_dep_datetime"]
+    lo = pd.Timestamp(2013, 2, 1)
+    day = frame[(t >= lo) & (t < lo + pd.Timedelta(days=1))].copy()
+    day = day[day["air_time"].notna() & day["dep_delay"].notna() & day["arr_delay"].notna()]
+    day["time"] = day["sched_dep_datetime"]
+    if cell is not None:
+        day["distance"] = day["distance"].astype(object)
+        day.iloc[7, day.columns.get_loc("distance")] = cell
+    day.to_csv(path, index=False)
+    return path.read_bytes()
+
+
+def test_one_rows_bad_cell_does_not_decide_whether_a_job_fails(
+    seeded: Seeded, client: TestClient, tmp_path: Path
+) -> None:
+    """Neighbouring streams (one flight's distance empty, or text) run the same attempts and
+    are charged the same as the original: no `failed` state tells the analyst about one row."""
+    ha, hroot = seeded.headers(seeded.analyst), seeded.headers(seeded.admin)
+    seen = []
+    for name, cell in (("orig", None), ("empty", ""), ("text", "far away")):
+        r = client.post("/v1/streams", headers=hroot, json={"name": name, "epsilon": 8.0})
+        assert r.status_code == 201
+        r = client.post(
+            f"/v1/streams/{name}/ingest",
+            headers={**hroot, "Content-Type": "text/csv"},
+            content=_day_with(tmp_path / f"{name}.csv", cell),
+        )
+        assert r.status_code == 200, r.text
+        seeded.keys.grant("ana", name, Permission.READ)
+        # a target no model meets: every attempt is a RETRY, so the charges are deterministic
+        job = {"kind": "adassp-regression", "target": 1e-9, "context": "team-a"}
+        r = client.post(
+            f"/v1/streams/{name}/pipelines", headers=ha, json={**job, "max_epsilon": 1.0}
+        )
+        assert r.status_code == 201, r.text
+        body = _settle(client, ha, r.json()["id"])
+        block = seeded.platform.store.blocks(name)[0].block_id
+        left = seeded.platform.ledger.state(block, "team-a").remaining
+        seen.append((body["state"], body["error"], body["attempts"], left))
+    assert seen[0][0] == "waiting" and seen[0][1] is None and seen[0][2]
+    assert seen[1] == seen[0] and seen[2] == seen[0]

@@ -50,8 +50,10 @@ from blockbudget.mechanisms.source import BudgetSource, source_accounting
 from blockbudget.training.checks import check_int, check_number
 from blockbudget.training.sizing import (
     COUNT_FRACTION,
+    TrainingSize,
     add_costs,
     check_count_fraction,
+    count_share,
     training_size,
 )
 
@@ -123,6 +125,88 @@ def poisson_schedule(rows: int, batch_size: int) -> tuple[int, float, float]:
     batches = math.ceil(rows / batch_size)
     q = 1.0 / batches
     return batches, q, rows * q
+
+
+@dataclass(frozen=True)
+class SizedPlan:
+    """What a DP-SGD fit runs: its size, its charged plan and the batch size of its schedule.
+
+    Attributes:
+        size: the public or DP size (and the count's cost when it was counted).
+        plan: the charged (σ, q, steps).
+        batch_size: the batch size the Poisson schedule uses with ``size.rows`` — the model's,
+            or ``size.rows`` itself for the full-batch fallback (q = 1, one step per epoch).
+    """
+
+    size: TrainingSize
+    plan: SgdPlan
+    batch_size: int
+
+
+def size_and_plan(
+    source: BudgetSource,
+    n: int,
+    *,
+    public_rows: int | None,
+    count_fraction: float,
+    epsilon: Decimal,
+    delta: Decimal,
+    batch_size: int,
+    epochs: int,
+    noise: NoiseSource,
+    label: str,
+) -> SizedPlan:
+    """The size (public, or a DP count drawn first) and the DP-SGD plan for it.
+
+    Nothing is drawn unless the fit can then run: a counted fit first checks that the rest of
+    ε is reachable at the most favourable schedule, full batch (q = 1, ``epochs`` steps), and
+    refuses otherwise. After the count, the plan is for the counted size (floored at the batch
+    size); when that size's schedule cannot meet the target (subsampled schedules reach less
+    than q = 1 at tiny ε under Opacus' accountant), the fit falls back to the full-batch
+    schedule with the counted size as its divisor — a post-processing of the count, already
+    known to be reachable — so a fit never fails after its count was charged.
+
+    Raises:
+        InvalidBudgetError: a target no schedule meets (nothing drawn), bad count shares.
+        InvalidRequestError: a bad ``public_rows``.
+        BudgetExceededError, ReservationError: from the source.
+    """
+    if public_rows is not None:
+        size = training_size(
+            source,
+            n,
+            public_rows=public_rows,
+            count_fraction=count_fraction,
+            epsilon=epsilon,
+            noise=noise,
+            label=label,
+        )
+        plan = plan_dpsgd(
+            n=size.rows, batch_size=batch_size, epochs=epochs, epsilon=epsilon, delta=delta
+        )
+        return SizedPlan(size, plan, batch_size)
+    _, rest = count_share(epsilon, count_fraction)
+    # raises before any draw when even full-batch DP-SGD cannot meet the rest of ε
+    full_batch = plan_dpsgd(
+        n=batch_size, batch_size=batch_size, epochs=epochs, epsilon=rest, delta=delta
+    )
+    size = training_size(
+        source,
+        n,
+        public_rows=None,
+        count_fraction=count_fraction,
+        epsilon=epsilon,
+        noise=noise,
+        label=label,
+        min_rows=batch_size,
+    )
+    try:
+        plan = plan_dpsgd(
+            n=size.rows, batch_size=batch_size, epochs=epochs, epsilon=size.epsilon, delta=delta
+        )
+    except InvalidBudgetError:
+        return SizedPlan(size, full_batch, size.rows)
+    return SizedPlan(size, plan, batch_size)
 
 
 @lru_cache(maxsize=1024)
@@ -259,7 +343,8 @@ class DPSGDModel:
         Raises:
             DataError: bad shapes, non-finite values, labels outside 0..n_classes−1.
             InvalidRequestError: a bad ``public_rows``.
-            InvalidBudgetError: bad ε or δ.
+            InvalidBudgetError: bad ε or δ, or a target no schedule meets (nothing drawn; see
+                :func:`size_and_plan`).
             BudgetExceededError, ReservationError: from the source; nothing is trained.
             InternalError: Opacus' accountant history differs from the charged plan.
         """
@@ -267,29 +352,28 @@ class DPSGDModel:
         eps = exact_epsilon(epsilon)
         dl = exact_delta(delta, positive=True)
         noise = resolve_noise(None if self.seed is None else SeededNoise(self.seed))
-        size = training_size(
+        sized = size_and_plan(
             source,
             int(features.shape[0]),
             public_rows=public_rows,
             count_fraction=self.count_fraction,
             epsilon=eps,
+            delta=dl,
+            batch_size=self.batch_size,
+            epochs=self.epochs,
             noise=noise,
             label=label,
         )
-        plan = plan_dpsgd(
-            n=size.rows,
-            batch_size=self.batch_size,
-            epochs=self.epochs,
-            epsilon=size.epsilon,
-            delta=dl,
-        )
+        size, plan = sized.size, sized.plan
         cost: Cost = (
             plan.rdp_curve()
             if source_accounting(source) is Accounting.RDP
             else Budget(epsilon=size.epsilon, delta=dl)
         )
         source.draw(cost, label=label)  # charged before any noise is drawn
-        module, history, expected = self._train(features, labels, size.rows, plan, noise)
+        module, history, expected = self._train(
+            features, labels, size.rows, sized.batch_size, plan, noise
+        )
         steps = sum(k for _, _, k in history)
         same = all(
             math.isclose(s, plan.noise_multiplier) and math.isclose(q, plan.sample_rate)
@@ -307,7 +391,7 @@ class DPSGDModel:
         return self
 
     def _train(
-        self, features: Any, labels: Any, rows: int, plan: SgdPlan, noise: NoiseSource
+        self, features: Any, labels: Any, rows: int, batch: int, plan: SgdPlan, noise: NoiseSource
     ) -> tuple[Any, list[tuple[float, float, int]], float]:
         """Run DP-SGD: Poisson batches at the schedule of ``rows``, each step (an empty batch
         too) one clipped sum + Gaussian noise / expected batch size; returns the module,
@@ -318,7 +402,7 @@ class DPSGDModel:
 
         from blockbudget.training.dpsgd_noise import NoiseSourceOptimizer
 
-        batches, q, expected = poisson_schedule(rows, self.batch_size)
+        batches, q, expected = poisson_schedule(rows, batch)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(secrets.randbits(63) if self.seed is None else self.seed)
             module = GradSampleModule(

@@ -31,13 +31,8 @@ from blockbudget.mechanisms.calibration import exact_delta, exact_epsilon
 from blockbudget.mechanisms.noise import SeededNoise, resolve_noise
 from blockbudget.mechanisms.source import BudgetSource, source_accounting
 from blockbudget.training.checks import check_int, check_number
-from blockbudget.training.dpsgd import SgdPlan, plan_dpsgd, poisson_schedule
-from blockbudget.training.sizing import (
-    COUNT_FRACTION,
-    add_costs,
-    check_count_fraction,
-    training_size,
-)
+from blockbudget.training.dpsgd import SgdPlan, poisson_schedule, size_and_plan
+from blockbudget.training.sizing import COUNT_FRACTION, add_costs, check_count_fraction
 
 
 @dataclass
@@ -95,7 +90,7 @@ class LogisticDPSGD:
         Raises:
             DataError: bad shapes, non-finite features, labels other than 0/1.
             InvalidRequestError: a bad ``public_rows``.
-            InvalidBudgetError: bad ε or δ, or a target DP-SGD cannot meet.
+            InvalidBudgetError: bad ε or δ, or a target DP-SGD cannot meet (nothing drawn).
             BudgetExceededError, ReservationError: from the source; nothing is trained.
         """
         feats = np.asarray(x, dtype=np.float64)
@@ -109,22 +104,19 @@ class LogisticDPSGD:
         n, d = feats.shape
         eps, dl = exact_epsilon(epsilon), exact_delta(delta, positive=True)
         noise = resolve_noise(None if self.seed is None else SeededNoise(self.seed))
-        size = training_size(
+        sized = size_and_plan(
             source,
             n,
             public_rows=public_rows,
             count_fraction=self.count_fraction,
             epsilon=eps,
+            delta=dl,
+            batch_size=self.batch_size,
+            epochs=self.epochs,
             noise=noise,
             label=label,
         )
-        plan = plan_dpsgd(
-            n=size.rows,
-            batch_size=self.batch_size,
-            epochs=self.epochs,
-            epsilon=size.epsilon,
-            delta=dl,
-        )
+        size, plan = sized.size, sized.plan
         cost: Cost = (
             plan.rdp_curve()
             if source_accounting(source) is Accounting.RDP
@@ -136,7 +128,7 @@ class LogisticDPSGD:
         design = np.hstack([feats, np.ones((n, 1))])
         theta = np.zeros(d + 1)
         velocity = np.zeros(d + 1)
-        _, rate, expected = poisson_schedule(size.rows, self.batch_size)
+        _, rate, expected = poisson_schedule(size.rows, sized.batch_size)
         clip = self.max_grad_norm
         sigma = plan.noise_multiplier * clip
         for _ in range(plan.steps):

@@ -31,7 +31,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from blockbudget.budget import Number
-from blockbudget.errors import DataError, InvalidRequestError
+from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.calibration import exact_delta, exact_epsilon
 from blockbudget.mechanisms.noise import NoiseSource
 from blockbudget.mechanisms.source import BudgetSource
@@ -266,7 +266,8 @@ class Pipeline(ABC):
                 splits whatever the key is (see :func:`split_frame`).
 
         Raises:
-            InvalidBudgetError: bad ε or δ. DataError: no rows.
+            InvalidBudgetError: bad ε or δ. No error depends on the rows' values or number:
+            the stages are total (rows with missing or unparseable fields are dropped).
             InvalidRequestError: the pipeline validates in NON_PRIVATE mode (nothing is drawn).
             BudgetExceededError, ReservationError: from the source (a stage refused).
         """
@@ -279,8 +280,9 @@ class Pipeline(ABC):
             )
         eps = exact_epsilon(epsilon)
         dl = exact_delta(delta, positive=False)
-        if len(frame) == 0:
-            raise DataError(f"pipeline {self.name!r} got no rows")
+        # No check of the rows here: an empty window (or one whose rows are all dropped by
+        # preprocessing's per-row filter) runs like any other and spends the same — refusing
+        # it would be a free, non-DP bit about the one row that makes it non-empty.
         parts = self.split.parts(eps, dl)
         pre_eps, pre_delta = parts["preprocess"]
         data = self.preprocess(

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
+from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.noise import NoiseSource
 from blockbudget.mechanisms.source import BudgetSource
 from blockbudget.mechanisms.statistics import dp_group_by_mean
@@ -37,6 +38,7 @@ from blockbudget.training.tasks import (
     regression_features,
     speed,
     speed_keys,
+    usable_rows,
 )
 from blockbudget.training.validation import SlaMode, ValidationResult
 from blockbudget.training.validators import (
@@ -57,6 +59,10 @@ def _prepare(
 ) -> Prepared:
     rows = arrived(frame)
     x, y = featurize(rows), label(rows)
+    # a per-row filter (1-stable): rows whose features or label read as missing are dropped,
+    # never an error — a failure would tell the analyst something about one row for free
+    keep = usable_rows(x, y)
+    rows, x, y = rows.loc[keep], x[keep], y[keep]
     # the split key is public (a per-row hash): an unseeded run keys it 0
     key = 0 if seed is None else seed
     train, test = split_frame(rows, test_fraction=test_fraction, seed=key)
@@ -87,7 +93,9 @@ class FeaturePipeline(Pipeline):
     """A pipeline whose preprocessing is a public feature map and label plus the per-row split.
 
     Preprocessing spends no budget: ``featurize`` and ``label`` are public functions of one row,
-    and the train/test split places each row by its own seeded hash.
+    and the train/test split places each row by its own seeded hash. Rows whose features or
+    label are not finite (a missing or unparseable field) are dropped by a per-row filter, so
+    preprocessing is total on any row values (see :mod:`blockbudget.training.tasks`).
     """
 
     featurize: Featurize
@@ -200,6 +208,10 @@ class DPSGDPipeline(FeaturePipeline):
         epochs, batch_size, learning_rate: DP-SGD settings.
         featurize, label: public feature map and label (default: flights delayed > 15 min).
         mode: the validator's SLA mode.
+        rows_per_block: a declared (public, not read from the data) number of rows per block.
+            When set, DP-SGD plans for ``rows_per_block × blocks × (1 − test_fraction)`` rows,
+            the blocks being the grant's (public), and spends no ε on counting; None (default)
+            sizes the plan with a DP count (:mod:`blockbudget.training.sizing`).
     """
 
     target: float
@@ -214,6 +226,26 @@ class DPSGDPipeline(FeaturePipeline):
     split: BudgetSplit = field(default_factory=BudgetSplit)
     test_fraction: float = 0.1
     name: str = "dpsgd"
+    rows_per_block: int | None = None
+
+    def public_rows(self, source: BudgetSource) -> int | None:
+        """The declared training size on ``source``'s blocks, or None without a declaration.
+
+        Raises:
+            InvalidRequestError: a declaration that is not an int >= 1, or a source that does
+                not say which blocks it grants (nothing is drawn).
+        """
+        if self.rows_per_block is None:
+            return None
+        per = self.rows_per_block
+        if isinstance(per, bool) or not isinstance(per, int) or per < 1:
+            raise InvalidRequestError(f"rows_per_block must be an int >= 1, got {per!r}")
+        blocks = getattr(source, "blocks", None)
+        if not isinstance(blocks, tuple):
+            raise InvalidRequestError(
+                "rows_per_block needs a grant that names its blocks; got a source without them"
+            )
+        return max(1, math.floor(per * len(blocks) * (1.0 - self.test_fraction)))
 
     def train(
         self,
@@ -239,6 +271,7 @@ class DPSGDPipeline(FeaturePipeline):
             data.y_train,
             epsilon=epsilon,
             delta=delta,
+            public_rows=self.public_rows(source),
             label=f"{self.name}/train",
         )
 
@@ -304,9 +337,10 @@ class AverageSpeedPipeline(Pipeline):
         seed: int | None,
     ) -> Prepared:
         rows = arrived(frame)
-        keys = speed_keys(rows, self.granularity)
+        keys, values = speed_keys(rows, self.granularity), speed(rows)
+        keep = (keys >= 0) & np.isfinite(values)  # a per-row filter: missing fields drop a row
         empty = np.zeros(0)
-        return Prepared(keys, speed(rows), empty, empty)
+        return Prepared(keys[keep], values[keep], empty, empty)
 
     def train(
         self,

@@ -17,6 +17,12 @@ observer of q or of the step count learns n exactly). So the size used here is e
 Poisson subsampling at rate q is DP for every dataset size, so the guarantee does not need the
 public size to be right; a size far from the truth only costs utility (batches larger or smaller
 than planned).
+
+The released count is floored at ``min_rows`` (DP-SGD passes its batch size): a post-processing
+of the DP count, so free. Without the floor a count that lands at or below 1 — likely at small ε
+(n = 900, ε = 0.03, a 5 % share: 13 % of fits) — made q = 1 with divisor 1, summing every clipped
+gradient undivided. The default share :data:`COUNT_FRACTION` is 10 % (it was 5 %): at n = 900,
+ε = 0.03 the count lands within a factor 2 of n in 84 % of fits instead of 62 %.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from blockbudget.mechanisms.noise import NoiseSource
 from blockbudget.mechanisms.source import BudgetSource
 
 #: The default share of ε spent on the DP count of the training rows.
-COUNT_FRACTION = 0.05
+COUNT_FRACTION = 0.1
 
 
 @dataclass(frozen=True)
@@ -40,7 +46,7 @@ class TrainingSize:
     """The size a DP-SGD plan uses, and how it was obtained.
 
     Attributes:
-        rows: the public or DP (noisy, rounded, at least 1) number of training rows.
+        rows: the public or DP (noisy, rounded, at least ``min_rows``) number of training rows.
         counted: True when ``rows`` is a DP count drawn from the source.
         epsilon: the ε left for DP-SGD (all of it when ``rows`` was public).
         count_cost: what the count drew (None when ``rows`` was public).
@@ -64,6 +70,25 @@ def check_count_fraction(value: float) -> None:
         raise InvalidRequestError(f"count_fraction must be in (0, 1), got {value!r}")
 
 
+def count_share(epsilon: Decimal, count_fraction: float) -> tuple[Decimal, Decimal]:
+    """(ε of the count, ε left for the fit): the split :func:`training_size` uses, computed
+    without drawing anything (a fit checks its plan is reachable with the rest first).
+
+    Raises:
+        InvalidRequestError: ``count_fraction`` outside (0, 1).
+        InvalidBudgetError: the count's share (or the rest) rounds to nothing.
+    """
+    check_count_fraction(count_fraction)
+    with localcontext(Context(prec=50, rounding=ROUND_FLOOR)):
+        count_eps = epsilon * Decimal(repr(float(count_fraction)))
+    rest = epsilon - count_eps
+    if count_eps <= 0 or rest <= 0:
+        raise InvalidBudgetError(
+            f"cannot split ε={epsilon} into a count share {count_fraction} and the rest"
+        )
+    return count_eps, rest
+
+
 def training_size(
     source: BudgetSource,
     n: int,
@@ -73,6 +98,7 @@ def training_size(
     epsilon: Decimal,
     noise: NoiseSource,
     label: str,
+    min_rows: int = 1,
 ) -> TrainingSize:
     """The public size, or a DP count of the ``n`` rows drawn from ``source`` first.
 
@@ -84,6 +110,7 @@ def training_size(
         epsilon: the exact ε of the whole fit.
         noise: the count's noise source.
         label: the fit's charge label (the count is charged as ``label + "/count"``).
+        min_rows: the floor of the released count (post-processing; DP-SGD's batch size).
 
     Raises:
         InvalidRequestError: ``public_rows`` is not an int >= 1.
@@ -97,14 +124,9 @@ def training_size(
                 f"got {public_rows!r}"
             )
         return TrainingSize(rows=public_rows, counted=False, epsilon=epsilon)
-    check_count_fraction(count_fraction)
-    with localcontext(Context(prec=50, rounding=ROUND_FLOOR)):
-        count_eps = epsilon * Decimal(repr(float(count_fraction)))
-    rest = epsilon - count_eps
-    if count_eps <= 0 or rest <= 0:
-        raise InvalidBudgetError(
-            f"cannot split ε={epsilon} into a count share {count_fraction} and the rest"
-        )
+    if isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 1:
+        raise InvalidRequestError(f"min_rows must be an int >= 1, got {min_rows!r}")
+    count_eps, rest = count_share(epsilon, count_fraction)
     released = laplace_mechanism(
         source,
         float(n),
@@ -113,7 +135,7 @@ def training_size(
         noise=noise,
         label=f"{label}/count",
     )
-    rows = max(1, math.floor(released.value + 0.5))
+    rows = max(min_rows, math.floor(released.value + 0.5))
     return TrainingSize(rows=rows, counted=True, epsilon=rest, count_cost=released.cost)
 
 

@@ -16,10 +16,22 @@ CC0) plays both roles:
 Every map is per-row with public categories (origins and hours are fixed), so it costs no
 privacy; rows with a missing air time or delay (cancelled flights) are dropped by a fixed rule,
 as Sage drops taxi outliers (App. C).
+
+Totality: every map here accepts **any** cell values without raising. A numeric cell is read with
+:func:`numeric` — a number, or NaN when the cell is missing, empty, non-finite or not a number at
+all (a text value in a numeric column); an unparseable timestamp reads as missing; an unknown or
+missing origin is the all-zero one-hot (a declared default). Rows whose needed fields read as
+missing are then *dropped* by a per-row filter (:func:`arrived`, :func:`usable_rows`). Whether a
+row is kept depends on that row alone, so the filter is 1-stable (a neighbouring window filters
+to a neighbouring — or the same — set of rows) and the DP stages that follow keep their
+guarantee; crucially, no value of one row can make a pipeline *fail*, which would be a free,
+non-DP bit about that row.
 """
 
 from __future__ import annotations
 
+import math
+import warnings
 from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
@@ -79,12 +91,57 @@ def _one_hot(values: Any, categories: tuple[Any, ...]) -> NDArray[np.float64]:
     return out
 
 
+def numeric(frame: pd.DataFrame, column: str) -> NDArray[np.float64]:
+    """A column as float64, total on any cell: NaN where a cell is missing, empty, ±inf or not
+    a number (text in a numeric column, an unparseable string); never raises on values.
+
+    Raises:
+        DataError: the frame has no such column (a schema fact, public).
+    """
+    if column not in frame.columns:
+        raise DataError(f"the flights frame lacks column {column!r}")
+    col = frame[column]
+    if pd.api.types.is_bool_dtype(col.dtype) or not pd.api.types.is_numeric_dtype(col.dtype):
+        cells = col.astype(object).where(col.notna(), None)
+        try:
+            col = pd.to_numeric(cells, errors="coerce")
+        except (TypeError, ValueError, OverflowError):  # cells that are not scalars at all
+            col = pd.Series([_to_float(v) for v in cells], index=cells.index, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        out = np.array(col.to_numpy(dtype=np.float64, na_value=np.nan), dtype=np.float64)
+    out[~np.isfinite(out)] = np.nan
+    return out
+
+
+def _to_float(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        return math.nan
+
+
+def usable_rows(*parts: NDArray[Any]) -> NDArray[np.bool_]:
+    """Per row: True when every feature and label of the row is finite (a 1-stable filter)."""
+    if not parts:
+        raise DataError("usable_rows needs at least one array")
+    keep = np.ones(len(parts[0]), dtype=bool)
+    for part in parts:
+        values = np.asarray(part, dtype=np.float64)
+        finite = np.isfinite(values)
+        if len(values):
+            keep &= finite.reshape(len(values), -1).all(axis=1)
+    return keep
+
+
 def arrived(frame: pd.DataFrame) -> pd.DataFrame:
-    """The flights that arrived (air time and both delays known): a fixed per-row rule."""
+    """The flights that arrived (air time and both delays known, finite numbers): a fixed
+    per-row rule, total on any cell values (see :func:`numeric`)."""
     missing = [c for c in ("air_time", "dep_delay", "arr_delay") if c not in frame.columns]
     if missing:
         raise DataError(f"the flights frame lacks columns {missing}")
-    keep = frame["air_time"].notna() & frame["dep_delay"].notna() & frame["arr_delay"].notna()
+    keep = np.ones(len(frame), dtype=bool)
+    for column in ("air_time", "dep_delay", "arr_delay"):
+        keep &= np.isfinite(numeric(frame, column))
     return frame.loc[keep]
 
 
@@ -96,7 +153,7 @@ def regression_features(frame: pd.DataFrame) -> NDArray[np.float64]:
     model spans the range from the naive model (MSE 0.018) to least squares (0.00034)."""
     return np.hstack(
         [
-            (frame["distance"].to_numpy(dtype=np.float64) / 5000.0)[:, None],
+            (numeric(frame, "distance") / 5000.0)[:, None],
             _one_hot(frame["origin"].to_numpy(), ORIGINS),
         ]
     )
@@ -108,47 +165,69 @@ REGRESSION_NORM = float(np.sqrt(2.0))
 
 def classification_features(frame: pd.DataFrame) -> NDArray[np.float64]:
     """Departure delay (clipped into [−60, 240] min, /240), distance/5000, scheduled hour/24
-    and one-hot origin (6 features)."""
-    delay = np.clip(frame["dep_delay"].to_numpy(dtype=np.float64), -60.0, DELAY_SCALE)
+    and one-hot origin (6 features); a missing numeric field gives NaN (the row is dropped)."""
+    delay = np.clip(numeric(frame, "dep_delay"), -60.0, DELAY_SCALE)
     return np.hstack(
         [
             (delay / DELAY_SCALE)[:, None],
-            (frame["distance"].to_numpy(dtype=np.float64) / 5000.0)[:, None],
-            (frame["hour"].to_numpy(dtype=np.float64) / 24.0)[:, None],
+            (numeric(frame, "distance") / 5000.0)[:, None],
+            (numeric(frame, "hour") / 24.0)[:, None],
             _one_hot(frame["origin"].to_numpy(), ORIGINS),
         ]
     )
 
 
 def air_time_label(frame: pd.DataFrame) -> NDArray[np.float64]:
-    """Air time / :data:`AIR_TIME_SCALE`, clipped into [0, 1]."""
-    values = frame["air_time"].to_numpy(dtype=np.float64) / AIR_TIME_SCALE
+    """Air time / :data:`AIR_TIME_SCALE`, clipped into [0, 1] (NaN where missing)."""
+    values = numeric(frame, "air_time") / AIR_TIME_SCALE
     return np.clip(values, 0.0, 1.0)
 
 
-def delayed_label(frame: pd.DataFrame) -> NDArray[np.int64]:
-    """1 when the flight arrived more than 15 minutes late."""
-    return (frame["arr_delay"].to_numpy(dtype=np.float64) > 15.0).astype(np.int64)
+def delayed_label(frame: pd.DataFrame) -> NDArray[np.float64]:
+    """1 when the flight arrived more than 15 minutes late, 0 when not, NaN when the arrival
+    delay is missing (the row is dropped)."""
+    delay = numeric(frame, "arr_delay")
+    with np.errstate(invalid="ignore"):
+        out: NDArray[np.float64] = np.where(np.isfinite(delay), delay > 15.0, np.nan)
+    return out
 
 
 def speed(frame: pd.DataFrame) -> NDArray[np.float64]:
-    """Average speed in mph (distance / air time), clipped into [0, SPEED_RANGE]."""
-    hours = frame["air_time"].to_numpy(dtype=np.float64) / 60.0
-    mph = frame["distance"].to_numpy(dtype=np.float64) / np.maximum(hours, 1e-9)
+    """Average speed in mph (distance / air time), clipped into [0, SPEED_RANGE]; NaN where
+    the distance or the air time is missing (the row is dropped)."""
+    hours = numeric(frame, "air_time") / 60.0
+    mph = numeric(frame, "distance") / np.maximum(hours, 1e-9)
     return np.clip(mph, 0.0, SPEED_RANGE)
 
 
 def speed_keys(frame: pd.DataFrame, granularity: Granularity) -> NDArray[np.int64]:
     """The public key of each row at a granularity (hour 05–23 → 0–18, weekday 0–6, week of
-    the month 0–4)."""
-    when = pd.to_datetime(frame["sched_dep_datetime"])
+    the month 0–4), or −1 where the hour or the departure time is missing or unparseable
+    (the row is dropped)."""
     if granularity is Granularity.HOUR_OF_DAY:
-        keys = np.clip(frame["hour"].to_numpy(dtype=np.int64), FIRST_HOUR, 23) - FIRST_HOUR
-    elif granularity is Granularity.DAY_OF_WEEK:
-        keys = when.dt.day_of_week.to_numpy(dtype=np.int64)
+        keys = np.clip(numeric(frame, "hour"), FIRST_HOUR, 23) - FIRST_HOUR
     else:
-        keys = (when.dt.day.to_numpy(dtype=np.int64) - 1) // 7
-    return np.asarray(keys, dtype=np.int64)
+        if "sched_dep_datetime" not in frame.columns:
+            raise DataError("the flights frame lacks column 'sched_dep_datetime'")
+        when = _timestamps(frame["sched_dep_datetime"])
+        if granularity is Granularity.DAY_OF_WEEK:
+            keys = when.dt.day_of_week.to_numpy(dtype=np.float64, na_value=np.nan)
+        else:
+            keys = (when.dt.day.to_numpy(dtype=np.float64, na_value=np.nan) - 1) // 7
+    return np.where(np.isfinite(keys), keys, -1).astype(np.int64)
+
+
+def _timestamps(col: pd.Series[Any]) -> pd.Series[Any]:
+    """A column as timestamps, NaT where a cell is missing or unparseable (never raises)."""
+    if pd.api.types.is_datetime64_any_dtype(col.dtype):
+        return col
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return pd.to_datetime(col, errors="coerce", format="mixed")
+        except (TypeError, ValueError, OverflowError):
+            parsed = [pd.to_datetime(v, errors="coerce") for v in col.astype(object)]
+            return pd.Series(pd.to_datetime(parsed, errors="coerce"), index=col.index)
 
 
 @dataclass(frozen=True)
@@ -188,4 +267,5 @@ def classification_arrays() -> TaskArrays:
     """The classification task over the year."""
     frame = _arrived_year()
     day = pd.to_datetime(frame["sched_dep_datetime"]).dt.day_of_year.to_numpy() - 1
-    return TaskArrays(classification_features(frame), delayed_label(frame), day.astype(np.int64))
+    labels = delayed_label(frame).astype(np.int64)  # arrived rows: every arrival delay is known
+    return TaskArrays(classification_features(frame), labels, day.astype(np.int64))
