@@ -314,9 +314,18 @@ class KeyStore:
         Raises:
             AuthError: ``keep_owner`` and ``principal`` owns ``stream`` (as :meth:`grant`).
         """
+        self.revoke_right(principal, stream, keep_owner=keep_owner)
+        return self.principal(principal)
+
+    def revoke_right(self, principal: str, stream: str, *, keep_owner: bool = False) -> None:
+        """Remove ``principal``'s right on ``stream`` if it has one, without looking the
+        principal up (nothing happens for an unknown name).
+
+        Raises:
+            AuthError: ``keep_owner`` and ``principal`` owns ``stream`` (as :meth:`grant`).
+        """
         with self._engine.begin() as conn:
             self._delete_acl(conn, principal, stream, keep_owner=keep_owner)
-        return self.principal(principal)
 
     @staticmethod
     def _delete_acl(conn: sa.Connection, principal: str, stream: str, *, keep_owner: bool) -> None:

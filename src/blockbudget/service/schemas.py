@@ -48,6 +48,15 @@ class PrincipalOut(BaseModel):
     streams: dict[str, Permission]
 
 
+class StreamAccessOut(BaseModel):
+    """One principal's right on one stream: what a stream's owner (not an admin) gets back
+    when it grants or revokes READ — never the rest of the principal's record."""
+
+    principal: str
+    stream: str
+    permission: Permission | None
+
+
 class NewKeyOut(BaseModel):
     """A freshly issued API key: shown once, stored only as a hash."""
 
