@@ -78,9 +78,10 @@ def register_dashboard_routes(
         perm = require_stream(me, stream)
         spec = platform.stream(stream)
         ctxs = visible_contexts(me, platform.contexts())
-        views = platform.blocks(stream, contexts=ctxs)
         with_rows = me.role is Role.ADMIN or perm is Permission.OWN
         naming = naming_of(me, stream)
+        # hidden blocks in opaque-id order everywhere (tables, heatmap rows, retiring)
+        views = naming.arrange(platform.blocks(stream, contexts=ctxs), lambda v: v.block_id)
         mine = {v.block_id for v in views}
         hm = heatmap(
             # only this stream's events: its time axis then says nothing about when other
@@ -107,7 +108,10 @@ def register_dashboard_routes(
             heatmap=sc.HeatmapOut(
                 blocks=naming.show_all(hm.blocks),
                 retired=naming.show_all(hm.retired),
-                retired_at={naming.show(b): k for b, k in hm.retired_at.items()},
+                retired_at={
+                    naming.show(b): k
+                    for b, k in naming.arrange(hm.retired_at.items(), lambda item: item[0])
+                },
                 times=list(hm.times),
                 contexts=hm.cells,
             ),

@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from blockbudget.budget import Budget
-from blockbudget.errors import InvalidRequestError
+from blockbudget.errors import InvalidRequestError, UnknownColumnError
 from blockbudget.grant import Grant, group_cost
 from blockbudget.mechanisms import DPResult, Histogram
 from blockbudget.mechanisms import statistics as stats
@@ -30,7 +30,8 @@ def check_query(platform: Platform, stream: str, kind: str, body: sc.QueryIn) ->
     """Refuse a malformed query before anything is reserved.
 
     Raises:
-        InvalidRequestError: a missing or unknown column, missing bounds, missing or repeated
+        UnknownColumnError: an unknown column.
+        InvalidRequestError: a missing column, missing bounds, missing or repeated
             bins, or a bad selection.
     """
     if (body.blocks is None) == (body.last is None):
@@ -41,10 +42,7 @@ def check_query(platform: Platform, stream: str, kind: str, body: sc.QueryIn) ->
         raise InvalidRequestError(f"a DP {kind} needs 'column'")
     schema = platform.store.schema(stream)
     if schema is None or body.column not in schema.names:
-        names = [] if schema is None else list(schema.names)
-        raise InvalidRequestError(
-            f"stream {stream!r} has no column {body.column!r}; it has {names}"
-        )
+        raise UnknownColumnError(stream, [body.column], [] if schema is None else schema.names)
     if kind == "histogram":
         if not body.categories:
             raise InvalidRequestError("a DP histogram needs public 'categories' (its bins)")

@@ -33,7 +33,10 @@ def task_out(t: QueuedTask, naming: Naming) -> sc.TaskOut:
         blocks=naming.show_all(t.blocks),
         significance=None
         if t.significance is None
-        else {naming.show(b): p for b, p in t.significance.items()},
+        else {
+            naming.show(b): p
+            for b, p in naming.arrange(t.significance.items(), lambda item: item[0])
+        },
         submitted_at=t.submitted_at,
         deadline=t.deadline,
         state=t.state.value,
