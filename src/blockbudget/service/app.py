@@ -252,6 +252,7 @@ def create_app(
             if body.late_policy is not None
             else (LatePolicy.DROP if unit is Unit.USER else LatePolicy.NEW_BLOCK)
         )
+
         def create(*, exclusive: bool) -> None:
             platform.create_stream(
                 body.name,

@@ -1,9 +1,12 @@
-"""Block names as each principal may see them: real keys, or opaque ids on user streams.
+"""Block names as each principal may see them: real keys, or opaque ids on user and attribute
+streams.
 
 A user-blocked stream's block key names a range of user ids (``u004242000-004242999``), so
-seeing it tells that some user in that range exists (docs/architecture.md, "exact counts").
-Its owners and admins see the real keys; every other reader — analysts — sees and names its
-blocks by **opaque ids** only:
+seeing it tells that some user in that range exists (docs/architecture.md, "exact counts"); an
+attribute-blocked stream's key is a value of its attribute (``RAREDIAGNOSIS``), so seeing it
+tells that some record has that value. On both, owners and admins see the real keys; every
+other reader — analysts — sees and names the blocks by **opaque ids** only. Time-blocked
+streams keep their keys (days are public).
 
 * The id of block ``B`` is ``{stream}/b{h}``, ``h`` the first 24 hex digits (96 bits) of
   HMAC-SHA256(secret, ``B``), where the secret is 256 random bits stored once per service in
@@ -18,13 +21,18 @@ blocks by **opaque ids** only:
   so the refusal is no oracle for which ranges exist.
 * Everything shown to an analyst carries opaque ids: block lists, query answers, reservations,
   charge receipts, tasks, the dashboard (blocks, heatmap, retiring blocks). In free text
-  (refusals, task notes) any user-block key is replaced by ``(a block)``; only the blocks of a
-  budget refusal (:class:`BudgetExceededError`, :class:`RetiredBlockError`), which the ledger
+  (refusals, task notes) any hidden block's key is replaced by ``(a block)``; only the blocks of
+  a budget refusal (:class:`BudgetExceededError`, :class:`RetiredBlockError`), which the ledger
   names from the request itself, are rewritten to their opaque ids.
+* Hidden blocks are listed **sorted by opaque id** everywhere (block lists, the dashboard's
+  tables and heatmap rows, tasks, query answers, reservations, receipts, refusals): the key
+  order would tell between which existing ranges (or values) a new block's key lies.
 
-Analysts still learn how many blocks a stream has and their order (they must, to pick the
-newest ``last`` blocks), not which id ranges they cover. Time-blocked streams keep their keys
-(days are public); attribute streams block by a public attribute and keep theirs too.
+Analysts still learn how many blocks a stream has, not which keys they have nor their order;
+they pick the newest blocks with ``last``, which the service resolves.
+
+The service's error mapping (:meth:`BlockNames.describe`) also words an unknown column for a
+principal that does not own the stream as ``unknown column 'x'``, without the stream's columns.
 """
 
 from __future__ import annotations
@@ -73,9 +81,7 @@ _T = TypeVar("_T")
 
 def _sees_schema(me: Principal | None, stream: str) -> bool:
     """Whether ``me`` may read the column names of ``stream`` (its owners and admins)."""
-    return me is not None and (
-        me.role is Role.ADMIN or me.permission(stream) is Permission.OWN
-    )
+    return me is not None and (me.role is Role.ADMIN or me.permission(stream) is Permission.OWN)
 
 
 def _load_secret(engine: sa.Engine) -> bytes:
@@ -253,8 +259,9 @@ class BlockNames:
         return self.redact(str(exc), hidden)
 
     def redact(self, message: str, streams: Iterable[str]) -> str:
-        """``message`` with every user-block key replaced by a placeholder and every block id
-        of the given attribute streams by its opaque id."""
+        """``message`` with every user-block key, and every block id of the given attribute
+        streams, replaced by a placeholder (an opaque id in free text would keep the key order
+        of a list)."""
         message = redact_keys(message)
         for stream in streams:
             if f"{stream}/" not in message or self._unit(stream) is not Unit.ATTRIBUTE:
@@ -264,7 +271,7 @@ class BlockNames:
                 pattern = "|".join(re.escape(b) for b in ids)
                 message = re.sub(
                     rf"(?<![A-Za-z0-9_.-])(?:{pattern})(?![A-Za-z0-9_])",
-                    lambda m: self.opaque(m.group(0)),
+                    _PLACEHOLDER,
                     message,
                 )
         return message
