@@ -37,7 +37,7 @@ class SlowKeys:
 
 
 def request(key: str) -> Any:
-    return SimpleNamespace(headers={"x-api-key": key})
+    return SimpleNamespace(headers={"x-api-key": key}, state=SimpleNamespace())
 
 
 async def wait_for(condition: Any, seconds: float) -> None:
