@@ -4,9 +4,9 @@ Every route authenticates (:mod:`blockbudget.service.access`), checks role, stre
 context binding *before* calling the platform, and maps platform refusals to 404/409/422 — so a
 refused request never reserves or charges anything. No route returns a data row: DP answers,
 budgets, block keys, reservations and audit events only; exact row counts go to a stream's
-owners and admins only, and so do the keys of user-blocked streams (analysts see opaque ids:
-:mod:`blockbudget.service.blocknames`). No exception text raised while touching data reaches a
-caller (:mod:`blockbudget.service.failures`).
+owners and admins only, and so do the keys of user- and attribute-blocked streams (analysts
+see opaque ids: :mod:`blockbudget.service.blocknames`). No exception text raised while
+touching data reaches a caller (:mod:`blockbudget.service.failures`).
 
 Routes run in FastAPI's thread pool (the platform is synchronous). With ``group_commit`` the
 ledger batches concurrent writes of all those threads into single durable transactions

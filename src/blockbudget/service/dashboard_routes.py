@@ -2,7 +2,8 @@
 scheduler queue, the pipeline queue and released models) for one stream the caller may see.
 
 An analyst sees only its streams, its contexts and its own tasks and jobs, no row counts, and on
-user streams opaque block ids instead of keys (:mod:`blockbudget.service.blocknames`).
+user and attribute streams opaque block ids, sorted, instead of keys
+(:mod:`blockbudget.service.blocknames`).
 """
 
 from typing import Annotated

@@ -124,8 +124,9 @@ class IngestOut(BaseModel):
 
 class BlockOut(BaseModel):
     """A block's budget in each context; ``rows`` only for its owners and admins (exact counts
-    are statistics of the data). On a user-blocked stream an analyst gets an opaque
-    ``block_id`` (``stream/b…``) and ``key`` (``b…``) instead of the user-id range."""
+    are statistics of the data). On a user- or attribute-blocked stream an analyst gets an
+    opaque ``block_id`` (``stream/b…``) and ``key`` (``b…``) instead of the user-id range or
+    attribute value."""
 
     block_id: str
     key: str
