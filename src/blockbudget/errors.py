@@ -42,6 +42,32 @@ class RequestIdConflictError(InvalidRequestError):
     the first request's result; anything else is this error and changes nothing (HTTP 409)."""
 
 
+class StreamExistsError(InvalidRequestError):
+    """A stream of that name already exists: with a different spec (a stream's spec never
+    changes), or at all when the caller asked to create it exclusively (HTTP 409). The message
+    never shows the existing stream's spec."""
+
+
+class UnknownColumnError(InvalidRequestError):
+    """A request names a column the stream does not have.
+
+    Attributes:
+        stream: the stream.
+        columns: the unknown column names of the request.
+        available: the stream's columns (the service shows them only to the stream's owners
+            and admins).
+    """
+
+    def __init__(self, stream: str, columns: Sequence[str], available: Sequence[str]) -> None:
+        self.stream = stream
+        self.columns = tuple(columns)
+        self.available = tuple(available)
+        super().__init__(
+            f"stream {stream!r} has no column(s) {list(self.columns)}; "
+            f"it has {list(self.available)}"
+        )
+
+
 class UnknownBlockError(BlockBudgetError, KeyError):
     """A block, stream, context or reservation id does not exist."""
 

@@ -22,7 +22,12 @@ from pyarrow import array as pa_array
 
 from blockbudget.accounting import Accounting, Filter, add_vectors, make_filter
 from blockbudget.budget import Budget, Cost
-from blockbudget.errors import InvalidRequestError, ReservationError, UnknownBlockError
+from blockbudget.errors import (
+    InvalidRequestError,
+    ReservationError,
+    UnknownBlockError,
+    UnknownColumnError,
+)
 from blockbudget.grant import Grant
 from blockbudget.ledger import Ledger, ReservationState, VerifyReport, validate_context_name
 from blockbudget.store import (
@@ -127,11 +132,16 @@ class Platform:
         slack_delta: float | None = None,
         close_after: int | None = None,
         description: str = "",
+        exclusive: bool = False,
     ) -> StreamSpec:
         """Register a stream with its global policy (ε_g, δ_g), unit of protection and rule.
 
         :class:`StreamSpec` builds the filter on construction, so an unusable policy (e.g. RDP
-        with δ_g = 0) is refused before anything is stored.
+        with δ_g = 0) is refused before anything is stored. Creating an identical stream again
+        is a no-op, unless ``exclusive`` (see :meth:`BlockStore.create_stream`).
+
+        Raises:
+            StreamExistsError: the name is taken by another spec (or at all, ``exclusive``).
         """
         spec = StreamSpec(
             name=name,
@@ -143,7 +153,7 @@ class Platform:
             close_after=close_after,
             description=description,
         )
-        return self.store.create_stream(spec)
+        return self.store.create_stream(spec, exclusive=exclusive)
 
     def stream(self, name: str) -> StreamSpec:
         return self.store.get_stream(name)
@@ -336,9 +346,7 @@ class Platform:
         if wanted is not None and schema is not None:
             unknown = [c for c in wanted if c not in schema.names]
             if unknown:
-                raise InvalidRequestError(
-                    f"stream {stream!r} has no column(s) {unknown}; it has {schema.names}"
-                )
+                raise UnknownColumnError(stream, unknown, schema.names)
         chosen = self.select(stream, blocks, context=context, cost=budget)
         if not chosen:
             raise InvalidRequestError("a request needs at least one block")

@@ -17,7 +17,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from blockbudget.budget import Budget
-from blockbudget.errors import InvalidRequestError
+from blockbudget.errors import InvalidRequestError, UnknownColumnError
 from blockbudget.grant import group_cost
 
 if TYPE_CHECKING:
@@ -82,7 +82,10 @@ def check_query(platform: Platform, stream: str, spec: QuerySpec) -> None:
     sealed.
 
     Raises:
-        InvalidRequestError: a missing or unknown column, a sum or mean over a non-numeric
+        UnknownColumnError: a column the stream does not have (an
+            :class:`InvalidRequestError`; the service shows the stream's columns only to its
+            owners and admins).
+        InvalidRequestError: a missing column, a sum or mean over a non-numeric
             column, missing or non-finite or reversed bounds, or a histogram without bins.
         UnknownBlockError: an unknown stream.
     """
@@ -94,10 +97,7 @@ def check_query(platform: Platform, stream: str, spec: QuerySpec) -> None:
         raise InvalidRequestError(f"{what} needs a value column; none was given")
     names = [] if schema is None else list(schema.names)
     if schema is None or spec.column not in names:
-        raise InvalidRequestError(
-            f"{what} needs a column of stream {stream!r}: it has no column {spec.column!r} "
-            f"(it has {names})"
-        )
+        raise UnknownColumnError(stream, [spec.column], names)
     if spec.kind is QueryKind.HISTOGRAM:
         if not spec.categories:
             raise InvalidRequestError(f"{what} needs public categories (its bins); none given")

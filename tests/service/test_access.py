@@ -142,7 +142,7 @@ def test_roles_gate_administration(seeded: Seeded, client: TestClient) -> None:
     assert ledger_snapshot(seeded.platform) == before
     # ... but may let an analyst read its stream.
     r = client.put("/v1/principals/bob/streams/flights", json={"permission": "read"}, headers=ho)
-    assert r.status_code == 200 and r.json()["streams"]["flights"] == "read"
+    assert r.status_code == 200 and r.json()["permission"] == "read"
     names = [
         s["name"] for s in client.get("/v1/streams", headers=seeded.headers(seeded.other)).json()
     ]

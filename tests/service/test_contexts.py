@@ -113,9 +113,9 @@ def test_a_query_over_a_bad_column_seals_and_reserves_nothing(
     h = seeded.headers(seeded.analyst)
     before = ledger_snapshot(seeded.platform)
     for kind, column, why in (
-        ("sum", "nosuch", "no column 'nosuch'"),
+        ("sum", "nosuch", "column 'nosuch'"),
         ("mean", "carrier", "numeric column"),
-        ("histogram", "nosuch", "no column 'nosuch'"),
+        ("histogram", "nosuch", "column 'nosuch'"),
     ):
         r = client.post(
             f"/v1/streams/flights/queries/{kind}",

@@ -9,7 +9,8 @@ answered without touching the ledger (nothing reserved, nothing charged):
 * 404 — an unknown stream, block or reservation (only after the ACL check, so that an analyst
   cannot probe which streams exist);
 * 409 — refused by the state of the ledger: budget exceeded, retired block, a reservation that
-  is closed, expired or overdrawn, a store conflict, a request id reused with other arguments;
+  is closed, expired or overdrawn, a store conflict, a request id reused with other arguments,
+  a stream name already taken;
 * 422 — a malformed request: bad budget, bad selection, unknown column or context, bad data;
   or stored rows that could not be processed (a stable code, never the exception's text:
   :mod:`blockbudget.service.failures`);
@@ -37,6 +38,7 @@ from blockbudget.errors import (
     ReservationError,
     RetiredBlockError,
     StoreConflictError,
+    StreamExistsError,
     UnknownBlockError,
     UnknownContextError,
 )
@@ -71,6 +73,7 @@ def status_of(exc: BlockBudgetError) -> int:
             RetiredBlockError,
             ReservationError,
             StoreConflictError,
+            StreamExistsError,
             RequestIdConflictError,
         ),
     ):

@@ -2,7 +2,11 @@
 
 Admins manage everything, ownership included; a stream's owner manages its *readers* only: it
 may grant READ to, or revoke READ from, principals that do not own the stream — never make,
-demote or remove an owner (a co-owner an admin appointed stays until an admin changes it). Every
+demote or remove an owner (a co-owner an admin appointed stays until an admin changes it).
+An admin gets the principal's whole record back; an owner only the principal's right on that
+one stream (:class:`~blockbudget.service.schemas.StreamAccessOut`), and revoking answers the same
+for an unknown principal as for one without access (granting to an unknown name is a 404: a
+grant needs a principal). Every
 change to a principal drops the authenticator's cache, so it takes effect at once in this
 process (within the cache's time-to-live in others).
 """
@@ -68,7 +72,9 @@ def register_principal_routes(
         return principal_out(out)
 
     @app.put("/v1/principals/{name}/streams/{stream}", tags=["principals"])
-    def grant_stream(me: Auth, name: str, stream: str, body: sc.AclIn) -> sc.PrincipalOut:
+    def grant_stream(
+        me: Auth, name: str, stream: str, body: sc.AclIn
+    ) -> sc.PrincipalOut | sc.StreamAccessOut:
         # Admins grant anything; a stream's owner may grant READ on it to non-owners only.
         owner_only = me.role is not Role.ADMIN
         if owner_only:
@@ -78,14 +84,22 @@ def register_principal_routes(
         platform.stream(stream)
         out = keystore.grant(name, stream, body.permission, keep_owner=owner_only)
         authenticate.invalidate()
+        if owner_only:
+            return sc.StreamAccessOut(
+                principal=name, stream=stream, permission=out.permission(stream)
+            )
         return principal_out(out)
 
     @app.delete("/v1/principals/{name}/streams/{stream}", tags=["principals"])
-    def revoke_stream(me: Auth, name: str, stream: str) -> sc.PrincipalOut:
+    def revoke_stream(me: Auth, name: str, stream: str) -> sc.PrincipalOut | sc.StreamAccessOut:
         # Admins revoke anything; a stream's owner may revoke READ only, never an owner's right.
-        owner_only = me.role is not Role.ADMIN
-        if owner_only:
-            require_stream(me, stream, own=True)
-        out = keystore.revoke(name, stream, keep_owner=owner_only)
+        if me.role is Role.ADMIN:
+            out = keystore.revoke(name, stream)
+            authenticate.invalidate()
+            return principal_out(out)
+        # An owner learns only the right on its own stream afterwards (none): the same answer
+        # for an unknown principal as for one that never had access.
+        require_stream(me, stream, own=True)
+        keystore.revoke_right(name, stream, keep_owner=True)
         authenticate.invalidate()
-        return principal_out(out)
+        return sc.StreamAccessOut(principal=name, stream=stream, permission=None)

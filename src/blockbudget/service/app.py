@@ -4,9 +4,9 @@ Every route authenticates (:mod:`blockbudget.service.access`), checks role, stre
 context binding *before* calling the platform, and maps platform refusals to 404/409/422 — so a
 refused request never reserves or charges anything. No route returns a data row: DP answers,
 budgets, block keys, reservations and audit events only; exact row counts go to a stream's
-owners and admins only, and so do the keys of user-blocked streams (analysts see opaque ids:
-:mod:`blockbudget.service.blocknames`). No exception text raised while touching data reaches a
-caller (:mod:`blockbudget.service.failures`).
+owners and admins only, and so do the keys of user- and attribute-blocked streams (analysts
+see opaque ids: :mod:`blockbudget.service.blocknames`). No exception text raised while
+touching data reaches a caller (:mod:`blockbudget.service.failures`).
 
 Routes run in FastAPI's thread pool (the platform is synchronous). With ``group_commit`` the
 ledger batches concurrent writes of all those threads into single durable transactions
@@ -30,7 +30,12 @@ from fastapi.staticfiles import StaticFiles
 from blockbudget import __version__
 from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget
-from blockbudget.errors import BlockBudgetError, InvalidRequestError, ReservationError
+from blockbudget.errors import (
+    BlockBudgetError,
+    InvalidRequestError,
+    ReservationError,
+    StreamExistsError,
+)
 from blockbudget.ledger import ContextInfo, Ledger, Reservation, ReservationState
 from blockbudget.platform import Last, Platform
 from blockbudget.service import schemas as sc
@@ -254,17 +259,35 @@ def create_app(
             if body.late_policy is not None
             else (LatePolicy.DROP if unit is Unit.USER else LatePolicy.NEW_BLOCK)
         )
-        platform.create_stream(
-            body.name,
-            policy=Budget(epsilon=body.epsilon, delta=body.delta),
-            blocking=blocking,
-            accounting=Accounting(body.accounting),
-            late_policy=late,
-            description=body.description,
-        )
-        if me.role is Role.OWNER:
-            me = keystore.grant(me.name, body.name, Permission.OWN)
-            authenticate.invalidate()
+
+        def create(*, exclusive: bool) -> None:
+            platform.create_stream(
+                body.name,
+                policy=Budget(epsilon=body.epsilon, delta=body.delta),
+                blocking=blocking,
+                accounting=Accounting(body.accounting),
+                late_policy=late,
+                description=body.description,
+                exclusive=exclusive,
+            )
+
+        if me.role is Role.ADMIN:
+            create(exclusive=False)  # idempotent for an identical spec; grants nothing
+            return stream_out(body.name, me)
+        # An owner becomes the stream's owner only if this very call inserted it (of two
+        # concurrent creators exactly one does); a taken name is a 409 that tells nothing more,
+        # except to the stream's own owners, for whom an identical spec is a no-op.
+        try:
+            create(exclusive=True)
+        except StreamExistsError:
+            if me.permission(body.name) is not Permission.OWN:
+                raise StreamExistsError(
+                    f"the stream name {body.name!r} is taken; choose another name"
+                ) from None
+            create(exclusive=False)
+            return stream_out(body.name, me)
+        me = keystore.grant(me.name, body.name, Permission.OWN)
+        authenticate.invalidate()
         return stream_out(body.name, me)
 
     @app.get("/v1/streams/{stream}", tags=["streams"])
@@ -328,10 +351,8 @@ def create_app(
         ctxs = contexts_for(me, context)
         with_rows = me.role is Role.ADMIN or perm is Permission.OWN
         naming = names.naming(me, stream)
-        return [
-            block_out(v, with_rows=with_rows, naming=naming)
-            for v in platform.blocks(stream, contexts=ctxs)
-        ]
+        views = naming.arrange(platform.blocks(stream, contexts=ctxs), lambda v: v.block_id)
+        return [block_out(v, with_rows=with_rows, naming=naming) for v in views]
 
     @app.post("/v1/streams/{stream}/retire", tags=["streams"])
     def retire_exhausted(me: Auth, stream: str) -> sc.RetireOut:

@@ -6,12 +6,12 @@ Who may do what (checked by :mod:`blockbudget.service.access` on every request):
 role       may
 ========== ======================================================================================
 admin      everything: principals and keys, contexts, streams, ACLs, retire, audit log, verify
-owner      (data owner) create streams (becoming their owner), ingest into and see exact row
+owner      (data owner) create streams (owning those it creates), ingest into and see exact row
            counts of the streams it owns, grant and revoke *read* access to them (an owner's
            right is changed or removed by an admin only)
 analyst    see the blocks' budgets (never row counts) and run DP queries, reservations and
            charges on the streams it may read, in the contexts it is bound to only (on
-           user-blocked streams by opaque block ids)
+           user- and attribute-blocked streams by opaque block ids)
 ========== ======================================================================================
 
 API keys look like ``bbk_<key id>_<secret>``: 16 hex digits of id, 64 of secret (256 random
@@ -314,9 +314,18 @@ class KeyStore:
         Raises:
             AuthError: ``keep_owner`` and ``principal`` owns ``stream`` (as :meth:`grant`).
         """
+        self.revoke_right(principal, stream, keep_owner=keep_owner)
+        return self.principal(principal)
+
+    def revoke_right(self, principal: str, stream: str, *, keep_owner: bool = False) -> None:
+        """Remove ``principal``'s right on ``stream`` if it has one, without looking the
+        principal up (nothing happens for an unknown name).
+
+        Raises:
+            AuthError: ``keep_owner`` and ``principal`` owns ``stream`` (as :meth:`grant`).
+        """
         with self._engine.begin() as conn:
             self._delete_acl(conn, principal, stream, keep_owner=keep_owner)
-        return self.principal(principal)
 
     @staticmethod
     def _delete_acl(conn: sa.Connection, principal: str, stream: str, *, keep_owner: bool) -> None:

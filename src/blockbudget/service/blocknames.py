@@ -1,9 +1,12 @@
-"""Block names as each principal may see them: real keys, or opaque ids on user streams.
+"""Block names as each principal may see them: real keys, or opaque ids on user and attribute
+streams.
 
 A user-blocked stream's block key names a range of user ids (``u004242000-004242999``), so
-seeing it tells that some user in that range exists (docs/architecture.md, "exact counts").
-Its owners and admins see the real keys; every other reader — analysts — sees and names its
-blocks by **opaque ids** only:
+seeing it tells that some user in that range exists (docs/architecture.md, "exact counts"); an
+attribute-blocked stream's key is a value of its attribute (``RAREDIAGNOSIS``), so seeing it
+tells that some record has that value. On both, owners and admins see the real keys; every
+other reader — analysts — sees and names the blocks by **opaque ids** only. Time-blocked
+streams keep their keys (days are public).
 
 * The id of block ``B`` is ``{stream}/b{h}``, ``h`` the first 24 hex digits (96 bits) of
   HMAC-SHA256(secret, ``B``), where the secret is 256 random bits stored once per service in
@@ -18,13 +21,18 @@ blocks by **opaque ids** only:
   so the refusal is no oracle for which ranges exist.
 * Everything shown to an analyst carries opaque ids: block lists, query answers, reservations,
   charge receipts, tasks, the dashboard (blocks, heatmap, retiring blocks). In free text
-  (refusals, task notes) any user-block key is replaced by ``(a block)``; only the blocks of a
-  budget refusal (:class:`BudgetExceededError`, :class:`RetiredBlockError`), which the ledger
+  (refusals, task notes) any hidden block's key is replaced by ``(a block)``; only the blocks of
+  a budget refusal (:class:`BudgetExceededError`, :class:`RetiredBlockError`), which the ledger
   names from the request itself, are rewritten to their opaque ids.
+* Hidden blocks are listed **sorted by opaque id** everywhere (block lists, the dashboard's
+  tables and heatmap rows, tasks, query answers, reservations, receipts, refusals): the key
+  order would tell between which existing ranges (or values) a new block's key lies.
 
-Analysts still learn how many blocks a stream has and their order (they must, to pick the
-newest ``last`` blocks), not which id ranges they cover. Time-blocked streams keep their keys
-(days are public); attribute streams block by a public attribute and keep theirs too.
+Analysts still learn how many blocks a stream has, not which keys they have nor their order;
+they pick the newest blocks with ``last``, which the service resolves.
+
+The service's error mapping (:meth:`BlockNames.describe`) also words an unknown column for a
+principal that does not own the stream as ``unknown column 'x'``, without the stream's columns.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ import secrets
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import sqlalchemy as sa
 
@@ -44,6 +53,7 @@ from blockbudget.errors import (
     BudgetExceededError,
     RetiredBlockError,
     UnknownBlockError,
+    UnknownColumnError,
 )
 from blockbudget.platform import Platform
 from blockbudget.service.auth import Permission, Principal, Role, service_metadata
@@ -63,6 +73,15 @@ _TOKEN = re.compile(r"b[0-9a-f]{24}")
 #: A user-block key (``u000000-000999``, late blocks ``#2``…), with its stream prefix if any.
 _USER_KEY = re.compile(r"(?<![A-Za-z0-9_.-])(?:[a-z0-9][a-z0-9_-]*/)?u\d{6,}-\d{6,}(?:#\d+)?")
 _PLACEHOLDER = "(a block)"
+#: The units whose block keys are data (a user id range, an attribute value): hidden from
+#: analysts. Time windows are public.
+_HIDDEN_UNITS = (Unit.USER, Unit.ATTRIBUTE)
+_T = TypeVar("_T")
+
+
+def _sees_schema(me: Principal | None, stream: str) -> bool:
+    """Whether ``me`` may read the column names of ``stream`` (its owners and admins)."""
+    return me is not None and (me.role is Role.ADMIN or me.permission(stream) is Permission.OWN)
 
 
 def _load_secret(engine: sa.Engine) -> bytes:
@@ -112,7 +131,18 @@ class Naming:
         return self._names.opaque(block_id)
 
     def show_all(self, block_ids: Iterable[str]) -> list[str]:
-        return [self.show(b) for b in block_ids]
+        """The ids the principal sees, in the order it may see them: sorted by opaque id when
+        hidden (the key order would tell where a block's range lies among the others)."""
+        shown = [self.show(b) for b in block_ids]
+        return sorted(shown) if self.hidden else shown
+
+    def arrange(self, items: Iterable[_T], block_id: Callable[[_T], str]) -> list[_T]:
+        """``items`` (one per block) in the order the principal may see them (as
+        :meth:`show_all`)."""
+        out = list(items)
+        if self.hidden:
+            out.sort(key=lambda item: self.show(block_id(item)))
+        return out
 
     def key(self, block_id: str, key: str) -> str:
         """The key the principal sees for a block (the opaque token when hidden)."""
@@ -131,8 +161,10 @@ class Naming:
         return [self._names.resolve(self.stream, name) for name in names]
 
     def text(self, message: str) -> str:
-        """``message`` with every user-block key replaced (see the module docstring)."""
-        return redact_keys(message) if self.hidden else message
+        """``message`` with every hidden block key replaced (see the module docstring)."""
+        if not self.hidden or self._names is None:
+            return message
+        return self._names.redact(message, [self.stream])
 
 
 def redact_keys(message: str) -> str:
@@ -170,11 +202,11 @@ class BlockNames:
         return out
 
     def hides(self, me: Principal, stream: str) -> bool:
-        """Whether ``me`` sees opaque ids on ``stream``: a user stream it reads but does not
-        own (admins and owners see the keys)."""
+        """Whether ``me`` sees opaque ids on ``stream``: a user or attribute stream it reads
+        but does not own (admins and owners see the keys; time streams keep theirs)."""
         if me.role is Role.ADMIN or me.permission(stream) is not Permission.READ:
             return False
-        return self._unit(stream) is Unit.USER
+        return self._unit(stream) in _HIDDEN_UNITS
 
     def naming(self, me: Principal, stream: str) -> Naming:
         """How ``me`` names the blocks of ``stream``."""
@@ -201,6 +233,10 @@ class BlockNames:
 
     def describe(self, me: Principal | None, exc: BlockBudgetError) -> str:
         """The message of ``exc`` as ``me`` may read it (see the module docstring)."""
+        if isinstance(exc, UnknownColumnError) and not _sees_schema(me, exc.stream):
+            # The stream's columns are its owners' business: an analyst learns only that the
+            # column it named does not exist.
+            return ", ".join(f"unknown column {c!r}" for c in exc.columns)
         hidden = set() if me is None else set(self.hidden_streams(me))
         if not hidden:
             return str(exc)
@@ -209,17 +245,36 @@ class BlockNames:
             return self.opaque(block) if block.partition("/")[0] in hidden else block
 
         if isinstance(exc, BudgetExceededError):
+            rows = sorted(zip(map(show, exc.blocks), exc.remaining, exc.difference, strict=True))
             exc = BudgetExceededError(
-                blocks=[show(b) for b in exc.blocks],
+                blocks=[b for b, _, _ in rows],
                 requested=exc.requested,
-                remaining=exc.remaining,
-                difference=exc.difference,
+                remaining=[r for _, r, _ in rows],
+                difference=[d for _, _, d in rows],
                 context=exc.context,
                 rule=exc.rule,
             )
         elif isinstance(exc, RetiredBlockError):
-            exc = RetiredBlockError([show(b) for b in exc.blocks])
-        return redact_keys(str(exc))
+            exc = RetiredBlockError(sorted(show(b) for b in exc.blocks))
+        return self.redact(str(exc), hidden)
+
+    def redact(self, message: str, streams: Iterable[str]) -> str:
+        """``message`` with every user-block key, and every block id of the given attribute
+        streams, replaced by a placeholder (an opaque id in free text would keep the key order
+        of a list)."""
+        message = redact_keys(message)
+        for stream in streams:
+            if f"{stream}/" not in message or self._unit(stream) is not Unit.ATTRIBUTE:
+                continue
+            ids = sorted(self._refresh(stream).by_token.values(), key=len, reverse=True)
+            if ids:
+                pattern = "|".join(re.escape(b) for b in ids)
+                message = re.sub(
+                    rf"(?<![A-Za-z0-9_.-])(?:{pattern})(?![A-Za-z0-9_])",
+                    _PLACEHOLDER,
+                    message,
+                )
+        return message
 
     def describer(self, me: Principal | None) -> Callable[[BlockBudgetError], str]:
         """:meth:`describe` for one principal."""

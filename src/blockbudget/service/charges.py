@@ -13,8 +13,8 @@ any is charged — one failing check refuses the whole batch with nothing charge
 exists because each HTTP request costs the server more CPU than the ledger work of a charge
 (docs/benchmarks.md).
 
-On a user-blocked stream an analyst names blocks by opaque ids and gets them back in receipts
-and refusals (:mod:`blockbudget.service.blocknames`).
+On a user- or attribute-blocked stream an analyst names blocks by opaque ids and gets them
+back in receipts and refusals (:mod:`blockbudget.service.blocknames`).
 """
 
 import json
@@ -58,7 +58,7 @@ def scoped(me: Principal, request_id: str | None) -> str | None:
 
 def charge_json(receipt: Charge, naming: Naming | None = None) -> dict[str, Any]:
     """A charge receipt in the shape of :class:`~blockbudget.service.schemas.ChargeOut`, its
-    blocks named as ``naming`` says (opaque ids for analysts on user streams)."""
+    blocks named as ``naming`` says (opaque ids for analysts on user and attribute streams)."""
     return {
         "request_id": receipt.request_id,
         "blocks": list(receipt.blocks) if naming is None else naming.show_all(receipt.blocks),

@@ -2,7 +2,8 @@
 scheduler queue, the pipeline queue and released models) for one stream the caller may see.
 
 An analyst sees only its streams, its contexts and its own tasks and jobs, no row counts, and on
-user streams opaque block ids instead of keys (:mod:`blockbudget.service.blocknames`).
+user and attribute streams opaque block ids, sorted, instead of keys
+(:mod:`blockbudget.service.blocknames`).
 """
 
 from typing import Annotated
@@ -78,9 +79,10 @@ def register_dashboard_routes(
         perm = require_stream(me, stream)
         spec = platform.stream(stream)
         ctxs = visible_contexts(me, platform.contexts())
-        views = platform.blocks(stream, contexts=ctxs)
         with_rows = me.role is Role.ADMIN or perm is Permission.OWN
         naming = naming_of(me, stream)
+        # hidden blocks in opaque-id order everywhere (tables, heatmap rows, retiring)
+        views = naming.arrange(platform.blocks(stream, contexts=ctxs), lambda v: v.block_id)
         mine = {v.block_id for v in views}
         hm = heatmap(
             # only this stream's events: its time axis then says nothing about when other
@@ -107,7 +109,10 @@ def register_dashboard_routes(
             heatmap=sc.HeatmapOut(
                 blocks=naming.show_all(hm.blocks),
                 retired=naming.show_all(hm.retired),
-                retired_at={naming.show(b): k for b, k in hm.retired_at.items()},
+                retired_at={
+                    naming.show(b): k
+                    for b, k in naming.arrange(hm.retired_at.items(), lambda item: item[0])
+                },
                 times=list(hm.times),
                 contexts=hm.cells,
             ),

@@ -2,7 +2,7 @@
 
 Same rules as the rest of the API (:mod:`blockbudget.service.access`): an analyst submits only
 on streams it may read, in contexts it is bound to, and sees only its own tasks; admins see
-every task. On user streams an analyst names and sees blocks by opaque ids
+every task. On user and attribute streams an analyst names and sees blocks by opaque ids
 (:mod:`blockbudget.service.blocknames`). A refused submission stores nothing and charges nothing.
 """
 
@@ -33,7 +33,10 @@ def task_out(t: QueuedTask, naming: Naming) -> sc.TaskOut:
         blocks=naming.show_all(t.blocks),
         significance=None
         if t.significance is None
-        else {naming.show(b): p for b, p in t.significance.items()},
+        else {
+            naming.show(b): p
+            for b, p in naming.arrange(t.significance.items(), lambda item: item[0])
+        },
         submitted_at=t.submitted_at,
         deadline=t.deadline,
         state=t.state.value,

@@ -54,6 +54,15 @@ class PrincipalOut(BaseModel):
     streams: dict[str, Permission]
 
 
+class StreamAccessOut(BaseModel):
+    """One principal's right on one stream: what a stream's owner (not an admin) gets back
+    when it grants or revokes READ — never the rest of the principal's record."""
+
+    principal: str
+    stream: str
+    permission: Permission | None
+
+
 class NewKeyOut(BaseModel):
     """A freshly issued API key: shown once, stored only as a hash."""
 
@@ -122,8 +131,9 @@ class IngestOut(BaseModel):
 
 class BlockOut(BaseModel):
     """A block's budget in each context; ``rows`` only for its owners and admins (exact counts
-    are statistics of the data). On a user-blocked stream an analyst gets an opaque
-    ``block_id`` (``stream/b…``) and ``key`` (``b…``) instead of the user-id range."""
+    are statistics of the data). On a user- or attribute-blocked stream an analyst gets an
+    opaque ``block_id`` (``stream/b…``) and ``key`` (``b…``) instead of the user-id range or
+    attribute value."""
 
     block_id: str
     key: str

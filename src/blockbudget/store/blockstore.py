@@ -29,7 +29,12 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from blockbudget.errors import InvalidRequestError, StoreConflictError, UnknownBlockError
+from blockbudget.errors import (
+    InvalidRequestError,
+    StoreConflictError,
+    StreamExistsError,
+    UnknownBlockError,
+)
 from blockbudget.store import catalog
 from blockbudget.store.files import DataFiles, WrittenPart
 from blockbudget.store.inputs import (
@@ -133,11 +138,14 @@ class BlockStore:
 
     # ----------------------------------------------------------------------------- streams
 
-    def create_stream(self, spec: StreamSpec) -> StreamSpec:
-        """Register a stream. Creating an identical stream again is a no-op.
+    def create_stream(self, spec: StreamSpec, *, exclusive: bool = False) -> StreamSpec:
+        """Register a stream. Creating an identical stream again is a no-op, unless
+        ``exclusive``: then only the call that inserts the stream succeeds (of two concurrent
+        creators exactly one does), so its caller knows it created the stream.
 
         Raises:
-            InvalidRequestError: when a stream of that name exists with a different spec.
+            StreamExistsError: when a stream of that name exists with a different spec, or at
+                all when ``exclusive`` (the message never shows the existing spec).
         """
         if not isinstance(spec, StreamSpec):
             raise InvalidRequestError(f"create_stream needs a StreamSpec, got {spec!r}")
@@ -146,10 +154,12 @@ class BlockStore:
             existing = catalog.select_stream(conn, spec.name)
             if existing is None:
                 catalog.insert_stream(conn, spec, utc_now())
+            elif exclusive:
+                raise StreamExistsError(f"stream {spec.name!r} already exists")
             elif existing.spec != spec:
-                raise InvalidRequestError(
-                    f"stream {spec.name!r} already exists with a different spec "
-                    f"({existing.spec}); a stream's spec never changes"
+                raise StreamExistsError(
+                    f"stream {spec.name!r} already exists with a different spec; a stream's "
+                    "spec never changes"
                 )
 
         self._transaction(attempt)
