@@ -142,7 +142,16 @@ class Platform:
 
         Raises:
             StreamExistsError: the name is taken by another spec (or at all, ``exclusive``).
+            InvalidRequestError: RDP accounting on a user-level stream with
+                ``rows_per_user > 1`` — group privacy for RDP curves is not supported, so no
+                query could ever run on it.
         """
+        if accounting is Accounting.RDP and (blocking.rows_per_user or 1) > 1:
+            raise InvalidRequestError(
+                "RDP accounting needs rows_per_user=1 on a user-level stream: group privacy "
+                f"for RDP curves is not supported (got rows_per_user={blocking.rows_per_user}); "
+                "use basic or strong accounting for k > 1"
+            )
         spec = StreamSpec(
             name=name,
             policy=policy,

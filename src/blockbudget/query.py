@@ -2,7 +2,8 @@
 spends anything.
 
 :func:`check_query` refuses a malformed query — an unknown column, a non-numeric column for a
-sum or mean, missing or reversed clipping bounds, no public bins — from the stream's schema
+sum or mean, missing or reversed clipping bounds, no public bins, a noise scale or price the
+mechanism would refuse — from the stream's schema and the mechanism's public parameters
 alone, so :func:`run_query` reaches :meth:`Platform.request` (which reserves the budget and
 seals the blocks) only for a query that can run. The command line and the HTTP service both run
 queries through here: a refused query changes nothing, not even the open block of the day.
@@ -22,7 +23,7 @@ from blockbudget.grant import group_cost
 
 if TYPE_CHECKING:
     from blockbudget.grant import Grant
-    from blockbudget.mechanisms import DPResult
+    from blockbudget.mechanisms import DPResult, Perturbation
     from blockbudget.platform import Last, Platform
 
 
@@ -58,7 +59,8 @@ class QuerySpec:
     def __post_init__(self) -> None:
         if not isinstance(self.kind, QueryKind):
             raise InvalidRequestError(f"kind must be a QueryKind, got {self.kind!r}")
-        Budget(epsilon=self.epsilon)  # validates ε
+        if Budget(epsilon=self.epsilon).epsilon <= 0:  # Budget validates finite and >= 0
+            raise InvalidRequestError(f"a DP query needs epsilon > 0, got {self.epsilon!r}")
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,33 @@ def _numeric(type_: Any) -> bool:
     )
 
 
+def _parts(spec: QuerySpec) -> tuple[Perturbation, ...]:
+    """The perturbations the query's mechanism will make, from its public parameters."""
+    from blockbudget.mechanisms import statistics as stats
+
+    if spec.kind is QueryKind.COUNT:
+        return stats.count_parts(epsilon=spec.epsilon)
+    if spec.kind is QueryKind.HISTOGRAM:
+        assert spec.categories is not None
+        return stats.histogram_parts(epsilon=spec.epsilon, categories=spec.categories)
+    assert spec.lower is not None and spec.upper is not None
+    parts = stats.sum_parts if spec.kind is QueryKind.SUM else stats.mean_parts
+    return parts(epsilon=spec.epsilon, lower=spec.lower, upper=spec.upper)
+
+
+def _check_price(platform: Platform, stream: str, spec: QuerySpec) -> None:
+    """Compute what the release will draw — its noise scales, their price under the stream's
+    accounting rule and the group-privacy cost on a user-level stream — exactly as the
+    mechanism will, so that every refusal of those steps comes before anything is sealed or
+    reserved."""
+    from blockbudget.mechanisms.calibration import exact_epsilon
+    from blockbudget.mechanisms.source import price
+
+    info = platform.stream(stream)
+    cost = price(info.accounting, epsilon=exact_epsilon(spec.epsilon), parts=_parts(spec))
+    group_cost(cost, info.blocking.rows_per_user or 1)
+
+
 def check_query(platform: Platform, stream: str, spec: QuerySpec) -> None:
     """Refuse a malformed query from the stream's schema, before anything is reserved or
     sealed.
@@ -87,10 +116,15 @@ def check_query(platform: Platform, stream: str, spec: QuerySpec) -> None:
             owners and admins).
         InvalidRequestError: a missing column, a sum or mean over a non-numeric
             column, missing or non-finite or reversed bounds, or a histogram without bins.
+        InvalidBudgetError: a noise scale that does not fit in a double, a price the stream's
+            accounting rule refuses, or a group-privacy cost it refuses (RDP with
+            ``rows_per_user > 1``) — the mechanism's own checks, run before anything is
+            sealed or reserved.
         UnknownBlockError: an unknown stream.
     """
     schema = platform.store.schema(stream)  # raises for an unknown stream
     if spec.kind is QueryKind.COUNT:
+        _check_price(platform, stream, spec)
         return
     what = f"a DP {spec.kind.value}"
     if spec.column is None:
@@ -103,6 +137,7 @@ def check_query(platform: Platform, stream: str, spec: QuerySpec) -> None:
             raise InvalidRequestError(f"{what} needs public categories (its bins); none given")
         if len(set(spec.categories)) != len(spec.categories):
             raise InvalidRequestError(f"{what} needs distinct categories (bins)")
+        _check_price(platform, stream, spec)
         return
     column_type = schema.field(spec.column).type
     if not _numeric(column_type):
@@ -116,6 +151,7 @@ def check_query(platform: Platform, stream: str, spec: QuerySpec) -> None:
             f"{what} needs public finite clipping bounds lower < upper, got lower={lo!r}, "
             f"upper={hi!r}"
         )
+    _check_price(platform, stream, spec)
 
 
 def open_query(

@@ -123,5 +123,12 @@ def test_a_query_over_a_bad_column_seals_and_reserves_nothing(
             json={"last": 2, "epsilon": 0.1, "column": column, "lower": 0, "upper": 1},
         )
         assert r.status_code == 422 and why in r.json()["detail"], r.text
+    # bounds whose noise scale overflows a double: the mechanism's own check, run first too
+    r = client.post(
+        "/v1/streams/flights/queries/sum",
+        headers=h,
+        json={"last": 2, "epsilon": 0.1, "column": "dep_delay", "lower": -1e308, "upper": 1e308},
+    )
+    assert r.status_code == 422 and "does not fit in a double" in r.json()["detail"], r.text
     assert ledger_snapshot(seeded.platform) == before
     assert not any(m.sealed for m in seeded.platform.store.blocks("flights"))

@@ -106,6 +106,59 @@ def _vec(x: float) -> FloatArray:
     return np.array([x], dtype=np.float64)
 
 
+def count_parts(*, epsilon: Number) -> tuple[Perturbation, ...]:
+    """The perturbations :func:`dp_count` makes at ``epsilon`` — computed from public
+    parameters alone, so a caller can check and price a release before touching data.
+
+    Raises:
+        InvalidBudgetError: a bad ε, or a noise scale that does not fit in a double.
+    """
+    return (_laplace_part("count", 1.0, exact_epsilon(epsilon), 1),)
+
+
+def sum_parts(*, epsilon: Number, lower: float, upper: float) -> tuple[Perturbation, ...]:
+    """The perturbations :func:`dp_sum` makes (see :func:`count_parts`).
+
+    Raises:
+        InvalidBudgetError: a bad ε or an unrepresentable noise scale.
+        InvalidRequestError: bad bounds.
+    """
+    lo, hi = check_bounds(lower, upper)
+    bound = sum_sensitivity(max(abs(lo), abs(hi)))
+    return (_laplace_part("sum", bound, exact_epsilon(epsilon), 1),)
+
+
+def mean_parts(*, epsilon: Number, lower: float, upper: float) -> tuple[Perturbation, ...]:
+    """The perturbations :func:`dp_mean` makes: count and centred sum at ε/2 each (see
+    :func:`count_parts`).
+
+    Raises:
+        As :func:`sum_parts`.
+    """
+    lo, hi = check_bounds(lower, upper)
+    _, r = _centre(lo, hi)
+    half = split_epsilon(exact_epsilon(epsilon), 2)
+    return (
+        _laplace_part("count", 1.0, half, 1),
+        _laplace_part("sum", sum_sensitivity(r), half, 1),
+    )
+
+
+def histogram_parts(
+    *, epsilon: Number, categories: Sequence[Hashable], unmatched: Unmatched = Unmatched.DROP
+) -> tuple[Perturbation, ...]:
+    """The perturbations :func:`dp_histogram` makes: one count per public bin, plus the
+    "other" bin under ``Unmatched.OTHER`` (see :func:`count_parts`).
+
+    Raises:
+        InvalidBudgetError: a bad ε. InvalidRequestError: empty or duplicate categories.
+    """
+    cats = check_categories(categories)
+    mode = check_enum(unmatched, Unmatched, name="unmatched")
+    size = len(cats) + (1 if mode is Unmatched.OTHER else 0)
+    return (_laplace_part("counts", 1.0, exact_epsilon(epsilon), size),)
+
+
 def dp_count(
     source: BudgetSource,
     data: Any,
@@ -132,7 +185,7 @@ def dp_count(
     """
     eps = exact_epsilon(epsilon)
     n = row_count(data)
-    part = _laplace_part("count", 1.0, eps, 1)
+    (part,) = count_parts(epsilon=eps)
     name = label or "dp_count"
     (out,), cost, secure = _release(
         source, epsilon=eps, jobs=[(part, _vec(float(n)))], noise=noise, label=name
@@ -170,8 +223,8 @@ def dp_sum(
     """
     eps = exact_epsilon(epsilon)
     lo, hi = check_bounds(lower, upper)
+    (part,) = sum_parts(epsilon=eps, lower=lo, upper=hi)
     x = np.clip(_values(values, on_nan), lo, hi)
-    part = _laplace_part("sum", sum_sensitivity(max(abs(lo), abs(hi))), eps, 1)
     name = label or "dp_sum"
     (out,), cost, secure = _release(
         source, epsilon=eps, jobs=[(part, _vec(math.fsum(x.tolist())))], noise=noise, label=name
@@ -202,11 +255,9 @@ def dp_mean(
     """
     eps = exact_epsilon(epsilon)
     lo, hi = check_bounds(lower, upper)
-    m, r = _centre(lo, hi)
+    m, _ = _centre(lo, hi)
+    count_part, sum_part = mean_parts(epsilon=eps, lower=lo, upper=hi)
     x = np.clip(_values(values, on_nan), lo, hi) - m
-    half = split_epsilon(eps, 2)
-    count_part = _laplace_part("count", 1.0, half, 1)
-    sum_part = _laplace_part("sum", sum_sensitivity(r), half, 1)
     name = label or "dp_mean"
     (n_hat, s_hat), cost, secure = _release(
         source,
@@ -302,11 +353,11 @@ def dp_histogram(
     eps = exact_epsilon(epsilon)
     cats = check_categories(categories)
     mode = check_enum(unmatched, Unmatched, name="unmatched")
+    (part,) = histogram_parts(epsilon=eps, categories=cats, unmatched=mode)
     codes = _codes(values, cats, on_nan)
     counts = np.bincount(codes[codes >= 0], minlength=len(cats)).astype(np.float64)
     if mode is Unmatched.OTHER:
         counts = np.append(counts, float(np.count_nonzero(codes == -1)))
-    part = _laplace_part("counts", 1.0, eps, int(counts.size))
     name = label or "dp_histogram"
     (out,), cost, secure = _release(
         source, epsilon=eps, jobs=[(part, counts)], noise=noise, label=name

@@ -1,0 +1,124 @@
+"""A query the mechanism would refuse is refused before anything is sealed or reserved.
+
+Checking the schema is not enough: the mechanism itself refuses ε = 0, clipping bounds whose
+noise scale does not fit in a double, and a group-privacy cost its stream cannot account
+(RDP with ``rows_per_user > 1``). :func:`blockbudget.query.check_query` computes the release's
+noise scales, their price and the group cost from public parameters first, so each of these
+is refused while the open block stays open (on a user-level stream a sealed block would drop
+the next rows of its users) and the ledger has no new event.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from blockbudget.accounting import Accounting
+from blockbudget.budget import Budget
+from blockbudget.cli import app
+from blockbudget.errors import BlockBudgetError, InvalidRequestError
+from blockbudget.platform import Last, Platform
+from blockbudget.query import QueryKind, QuerySpec, check_query, run_query
+from blockbudget.store import Blocking, LatePolicy, StreamSpec
+
+runner = CliRunner()
+
+
+def _platform(tmp_path: Path, *, accounting: Accounting = Accounting.BASIC) -> Platform:
+    p = Platform(tmp_path / "h")
+    policy = Budget(epsilon=1e7, delta=1e-6)
+    p.create_stream("s", policy=policy, blocking=Blocking.by_time("time"), accounting=accounting)
+    p.ledger.add_context("a")
+    day = pd.Timestamp("2024-01-01")
+    hours = [day + pd.Timedelta(hours=h) for h in range(6)]
+    p.ingest("s", pd.DataFrame({"time": hours, "v": [float(h) for h in range(6)]}))
+    return p
+
+
+def _unchanged(p: Platform, stream: str, events: int) -> None:
+    assert not any(m.sealed for m in p.store.blocks(stream))
+    assert len(p.ledger.events()) == events
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        # finite bounds whose Laplace scale 2·1e308/ε overflows a double
+        QuerySpec(kind=QueryKind.SUM, epsilon=0.1, column="v", lower=-1e308, upper=1e308),
+        QuerySpec(kind=QueryKind.MEAN, epsilon=1e-90, column="v", lower=-1e300, upper=1e300),
+    ],
+    ids=["sum-huge-bounds", "mean-tiny-epsilon"],
+)
+def test_an_unrepresentable_noise_scale_is_refused_before_sealing(
+    tmp_path: Path, spec: QuerySpec
+) -> None:
+    p = _platform(tmp_path)
+    try:
+        events = len(p.ledger.events())
+        with pytest.raises(BlockBudgetError, match="does not fit in a double"):
+            check_query(p, "s", spec)
+        with pytest.raises(BlockBudgetError, match="does not fit in a double"):
+            run_query(p, "s", spec, blocks=Last(1), context="a")
+        _unchanged(p, "s", events)
+    finally:
+        p.close()
+
+
+def test_a_zero_epsilon_query_is_refused_on_construction() -> None:
+    with pytest.raises(InvalidRequestError, match="epsilon > 0"):
+        QuerySpec(kind=QueryKind.COUNT, epsilon=0.0)
+
+
+def test_rdp_with_several_rows_per_user_is_refused_at_creation_and_never_seals(
+    tmp_path: Path,
+) -> None:
+    p = Platform(tmp_path / "h")
+    try:
+        blocking = Blocking.by_user("uid", ids_per_block=10, rows_per_user=2)
+        policy = Budget(epsilon=4, delta=1e-6)
+        with pytest.raises(InvalidRequestError, match="rows_per_user=1"):
+            p.create_stream("u", policy=policy, blocking=blocking, accounting=Accounting.RDP)
+        # A stream stored before this check existed: its queries are refused before sealing.
+        p.store.create_stream(
+            StreamSpec(
+                name="u",
+                policy=policy,
+                blocking=blocking,
+                accounting=Accounting.RDP,
+                late_policy=LatePolicy.DROP,
+            )
+        )
+        p.ledger.add_context("a")
+        p.ingest("u", pd.DataFrame({"uid": [1, 2, 3], "v": [1.0, 2.0, 3.0]}))
+        events = len(p.ledger.events())
+        for spec in (
+            QuerySpec(kind=QueryKind.COUNT, epsilon=0.1),
+            QuerySpec(kind=QueryKind.SUM, epsilon=0.1, column="v", lower=0, upper=5),
+        ):
+            with pytest.raises(BlockBudgetError, match="group privacy for RDP"):
+                run_query(p, "u", spec, blocks=Last(1), context="a")
+        _unchanged(p, "u", events)
+        # and the next rows of those users still land in their (open) block
+        report = p.ingest("u", pd.DataFrame({"uid": [1, 2], "v": [4.0, 5.0]}))
+        assert report.rows == 2
+    finally:
+        p.close()
+
+
+def test_the_cli_refuses_huge_bounds_without_sealing(tmp_path: Path) -> None:
+    p = _platform(tmp_path)
+    events = len(p.ledger.events())
+    p.close()
+    home = ["--home", str(tmp_path / "h")]
+    query = ["query", "sum", "s", "--epsilon", "0.1", "--column", "v", "--context", "a"]
+    r = runner.invoke(app, [*query, "--lower", "-1e308", "--upper", "1e308", *home])
+    assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
+    assert "does not fit in a double" in " ".join(r.output.split())
+    p = Platform(tmp_path / "h")
+    try:
+        _unchanged(p, "s", events)
+    finally:
+        p.close()
