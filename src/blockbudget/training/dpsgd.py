@@ -142,6 +142,13 @@ class SizedPlan:
     plan: SgdPlan
     batch_size: int
 
+    def cost(self, source: BudgetSource, *, delta: Decimal) -> Cost:
+        """What training charges ``source``: the plan's RDP curve on an RDP source, else the
+        (ε, δ) the plan was calibrated to."""
+        if source_accounting(source) is Accounting.RDP:
+            return self.plan.rdp_curve()
+        return Budget(epsilon=self.size.epsilon, delta=delta)
+
 
 def size_and_plan(
     source: BudgetSource,
@@ -365,11 +372,7 @@ class DPSGDModel:
             label=label,
         )
         size, plan = sized.size, sized.plan
-        cost: Cost = (
-            plan.rdp_curve()
-            if source_accounting(source) is Accounting.RDP
-            else Budget(epsilon=size.epsilon, delta=dl)
-        )
+        cost = sized.cost(source, delta=dl)
         source.draw(cost, label=label)  # charged before any noise is drawn
         module, history, expected = self._train(
             features, labels, size.rows, sized.batch_size, plan, noise

@@ -24,12 +24,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from blockbudget.accounting import Accounting
-from blockbudget.budget import Budget, Cost, Number
+from blockbudget.budget import Cost, Number
 from blockbudget.errors import DataError, InvalidRequestError
 from blockbudget.mechanisms.calibration import exact_delta, exact_epsilon
 from blockbudget.mechanisms.noise import SeededNoise, resolve_noise
-from blockbudget.mechanisms.source import BudgetSource, source_accounting
+from blockbudget.mechanisms.source import BudgetSource
 from blockbudget.training.checks import check_int, check_number
 from blockbudget.training.dpsgd import SgdPlan, poisson_schedule, size_and_plan
 from blockbudget.training.sizing import COUNT_FRACTION, add_costs, check_count_fraction
@@ -117,11 +116,7 @@ class LogisticDPSGD:
             label=label,
         )
         size, plan = sized.size, sized.plan
-        cost: Cost = (
-            plan.rdp_curve()
-            if source_accounting(source) is Accounting.RDP
-            else Budget(epsilon=size.epsilon, delta=dl)
-        )
+        cost = sized.cost(source, delta=dl)
         source.draw(cost, label=label)  # charged before any noise is drawn
         # the sampler: fresh OS entropy unless seeded (then a stream apart from the noise's)
         rng = np.random.default_rng(None if self.seed is None else [self.seed, 1])
