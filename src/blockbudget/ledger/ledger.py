@@ -493,6 +493,43 @@ class Ledger(WriteRunner):
 
         return self._write(Operation.RETIRE, request_id, fp, body)
 
+    def retire_exhausted(
+        self,
+        stream: str,
+        *,
+        min_cost: Cost,
+        contexts: Iterable[str] | None = None,
+        request_id: str | None = None,
+        reason: str = "budget exhausted",
+    ) -> tuple[BlockInfo, ...]:
+        """Retire, in ONE write transaction, every live block of ``stream`` whose charges leave
+        no room for ``min_cost`` in any of ``contexts`` (default: every open context). A block
+        with an open reservation in any context is kept: the check and the retirement happen
+        under one writer lock, so a running grant is never cut off. Audited as ``retired``.
+
+        Returns:
+            The registrations of the blocks retired now (none: an empty tuple).
+
+        Raises:
+            UnknownContextError: a named context is not registered.
+            InvalidBudgetError: ``min_cost`` is not a cost the blocks' filters account.
+        """
+        stream = name_of(stream, what="stream")
+        check_cost(min_cost)
+        ctxs = None if contexts is None else sorted(validate_context_name(c) for c in contexts)
+        if not isinstance(reason, str):
+            raise InvalidRequestError(f"reason must be a string, got {reason!r}")
+        fp = fingerprint_of(
+            Operation.RETIRE, exhausted=stream, contexts=ctxs, min_cost=cost_key(min_cost),
+            reason=reason,
+        )  # fmt: skip
+
+        def body(tx: WriteTx) -> tuple[tuple[BlockInfo, ...], str]:
+            out = ops.retire_exhausted(tx, stream, contexts=ctxs, min_cost=min_cost, reason=reason)
+            return out, json.dumps([i.to_json() for i in out])
+
+        return self._write(Operation.RETIRE, request_id, fp, body)
+
     # --- reads -------------------------------------------------------------------------------
 
     def state(self, block: str, context: str = DEFAULT_CONTEXT) -> BlockState:
