@@ -433,6 +433,22 @@ def _laplace_rdp(alpha: float, t: Decimal) -> float:
         return float(min(value, t))
 
 
+def normalize_exactly(value: Decimal) -> Decimal:
+    """``value.normalize()`` without rounding: trailing zeros stripped, every digit kept.
+
+    ``Decimal.normalize()`` rounds to the context's precision (28 digits by default), so two
+    different values could share one normal form; this one never does (Inexact is trapped).
+    For values of at most 28 digits it equals ``normalize()``, so texts built from it match
+    those stored before.
+    """
+    if value == 0:
+        return Decimal(0)  # also for -0 and 0E-5: one form for zero
+    if not value.is_finite():
+        return value
+    prec = max(28, len(value.as_tuple().digits))
+    return value.normalize(Context(prec=prec, Emax=10**6, Emin=-(10**6), traps=[Inexact]))
+
+
 def canonical_decimal(value: Decimal) -> str:
     """One exact string per decimal value: no trailing zeros, integers without exponent.
 
