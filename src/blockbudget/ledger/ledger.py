@@ -22,6 +22,7 @@ in the same transaction; :meth:`Ledger.verify` replays the log from scratch.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -321,7 +322,9 @@ class Ledger(WriteRunner):
         Stale reservations (past their TTL) on these blocks in this context are expired first.
 
         Returns:
-            The open reservation (blocks sorted; ``remaining`` = the full features).
+            The open reservation (blocks sorted; ``remaining`` = the full features). A replay
+            of ``request_id`` returns that reservation's current row (state, remaining) with
+            ``replayed=True``.
 
         Raises:
             BudgetExceededError: a block cannot fit the cost (nothing is reserved).
@@ -350,7 +353,12 @@ class Ledger(WriteRunner):
             res = ops.reserve(tx, ids, cost, context=context, holder=holder, ttl_seconds=ttl)
             return res, json.dumps(res.to_json())
 
-        return self._write(Operation.RESERVE, request_id, fp, body)
+        res = self._write(Operation.RESERVE, request_id, fp, body)
+        if not res.replayed:
+            return res
+        # A replay answers with the reservation as it is NOW (it may have been drawn on,
+        # released or expired since), flagged replayed.
+        return dataclasses.replace(self.reservation(res.id), replayed=True)
 
     def charge(
         self,
