@@ -25,6 +25,7 @@ from decimal import (
     ROUND_FLOOR,
     Context,
     Decimal,
+    DecimalException,
     Inexact,
     InvalidOperation,
     Overflow,
@@ -321,34 +322,38 @@ class RdpCurve:
     @classmethod
     def laplace(cls, *, scale: float, sensitivity: float = 1.0) -> RdpCurve:
         """Laplace mechanism with scale b and L1 sensitivity Δ, exact RDP (Mironov 2017, Prop. 6):
-        1/(α−1)·log(α/(2α−1)·e^{(α−1)/λ} + (α−1)/(2α−1)·e^{−α/λ}) with λ = b/Δ."""
+        1/(α−1)·log(α/(2α−1)·e^{(α−1)/λ} + (α−1)/(2α−1)·e^{−α/λ}) with λ = b/Δ.
+
+        Evaluated in log space, t + log(α/(2α−1) + (α−1)/(2α−1)·e^{−(2α−1)t})/(α−1) with
+        t = Δ/b, so no exponential overflows however large t is; each order is capped at the
+        pure-DP bound t (RDP of an ε-DP mechanism is at most ε at every order).
+
+        Raises:
+            InvalidBudgetError: for a non-positive or non-finite scale, a negative or non-finite
+                sensitivity, or a price that cannot be computed.
+        """
         if not (scale > 0 and math.isfinite(scale)):
             raise InvalidBudgetError(f"scale must be finite and > 0, got {scale!r}")
+        if not (sensitivity >= 0 and math.isfinite(sensitivity)):
+            raise InvalidBudgetError(f"sensitivity must be finite and >= 0, got {sensitivity!r}")
         if sensitivity == 0:
             return cls.zero()
-        with localcontext(_PRICE):  # 1/λ, the pure-DP ε, rounded up (a price never rounds down)
-            t = Decimal(repr(sensitivity)) / Decimal(repr(scale))
-
-        if t.adjusted() < -40:
-            # Below ~1e-40 the exact curve needs hundreds of digits; pure DP's bound
-            # min(ε, α·ε²/2) (Bun & Steinke 2016, Prop. 1.4) is an upper bound on it. An ε under
-            # the smallest stored magnitude is priced as that magnitude (never as 0).
-            return cls.from_pure_dp(max(t, MIN_MAGNITUDE))
-
-        def f(a: float) -> float:
-            # High-precision evaluation: the float log-sum-exp loses all precision when Δ/b is
-            # tiny (its log argument is 1 + O((Δ/b)²)), so carry twice the digits that costs.
-            with localcontext() as ctx:
-                ctx.prec = 60 + 2 * max(0, -t.adjusted())
-                al = Decimal(repr(a))
-                arg = (
-                    al / (2 * al - 1) * ((al - 1) * t).exp()
-                    + (al - 1) / (2 * al - 1) * (-al * t).exp()
-                )
-                value = arg.ln() / (al - 1)
-                return float(min(value, t))
-
-        return cls.from_function(f)
+        try:
+            with localcontext(_PRICE):  # 1/λ, the pure-DP ε, rounded up (never rounds down)
+                t = Decimal(repr(sensitivity)) / Decimal(repr(scale))
+            if t.adjusted() < -40:
+                # Below ~1e-40 the exact curve needs hundreds of digits; pure DP's bound
+                # min(ε, α·ε²/2) (Bun & Steinke 2016, Prop. 1.4) is an upper bound on it. An ε
+                # under the smallest stored magnitude is priced as that magnitude (never as 0).
+                return cls.from_pure_dp(max(t, MIN_MAGNITUDE))
+            curve = cls.from_function(lambda a: _laplace_rdp(a, t))
+            bound = _clamp_decimal_up(t)
+            return cls(min(v, bound) for v in curve.epsilons)
+        except DecimalException as exc:
+            raise InvalidBudgetError(
+                f"the Laplace RDP price of scale={scale!r}, sensitivity={sensitivity!r} "
+                "cannot be computed"
+            ) from exc
 
     @classmethod
     def from_pure_dp(cls, epsilon: Number) -> RdpCurve:
@@ -410,6 +415,38 @@ class RdpCurve:
     def __str__(self) -> str:
         inner = ", ".join(f"{a:g}:{_fmt(v)}" for a, v in zip(ALPHAS, self.epsilons, strict=True))
         return f"RDP[{inner}]"
+
+
+def _laplace_rdp(alpha: float, t: Decimal) -> float:
+    """Laplace RDP at order ``alpha`` for Δ/b = ``t``, in log space (see RdpCurve.laplace).
+
+    High precision: the float log-sum-exp loses all precision when t is tiny (its log argument
+    is 1 + O(t²)), so twice the digits that costs are carried. The caller bumps the result up.
+    """
+    with localcontext() as ctx:
+        ctx.prec = 60 + 2 * max(0, -t.adjusted())
+        al = Decimal(repr(alpha))
+        # e^{−(2α−1)t} may underflow to 0 for a huge t; the term it drops is far below the
+        # relative bump the caller applies.
+        tail = (al - 1) / (2 * al - 1) * (-(2 * al - 1) * t).exp()
+        value = t + (al / (2 * al - 1) + tail).ln() / (al - 1)
+        return float(min(value, t))
+
+
+def normalize_exactly(value: Decimal) -> Decimal:
+    """``value.normalize()`` without rounding: trailing zeros stripped, every digit kept.
+
+    ``Decimal.normalize()`` rounds to the context's precision (28 digits by default), so two
+    different values could share one normal form; this one never does (Inexact is trapped).
+    For values of at most 28 digits it equals ``normalize()``, so texts built from it match
+    those stored before.
+    """
+    if value == 0:
+        return Decimal(0)  # also for -0 and 0E-5: one form for zero
+    if not value.is_finite():
+        return value
+    prec = max(28, len(value.as_tuple().digits))
+    return value.normalize(Context(prec=prec, Emax=10**6, Emin=-(10**6), traps=[Inexact]))
 
 
 def canonical_decimal(value: Decimal) -> str:

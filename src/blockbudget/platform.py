@@ -422,35 +422,16 @@ class Platform:
         still has its full budget there, so the block stays; close a context that is no longer
         used with :meth:`close_context`). A block with an open
         reservation in any of them is kept, so a running grant is never cut off. Retired blocks
-        never serve again (Sage §3.2)."""
-        ctxs = list(contexts) if contexts is not None else self.ledger.contexts()
-        if not ctxs:
-            return []
-        f = self.filter(stream)
-        need = f.features(min_cost)
-        states = {(s.block, s.context): s for s in self.ledger.states(stream=stream)}
-        dead = []
-        for b in self.ledger.blocks(stream=stream):
-            if b.retired:
-                continue
-            spent_everywhere = True
-            for c in ctxs:
-                s = states.get((b.block_id, c))
-                if s is not None and any(s.reserved):
-                    spent_everywhere = False  # a running grant holds budget here: keep it
-                    break
-                # Charged only: budget still reserved by a running grant may come back.
-                used = s.charged if s is not None else f.zero()
-                if f.fits_with(used, need):
-                    spent_everywhere = False
-                    break
-            if spent_everywhere:
-                dead.append(b.block_id)
-        if dead:
-            self.ledger.retire(
-                dead, request_id=f"retire-{uuid.uuid4().hex}", reason="budget exhausted"
-            )
-        return dead
+        never serve again (Sage §3.2). The check and the retirement are one ledger
+        transaction (:meth:`Ledger.retire_exhausted`), so no grant can reserve in between."""
+        retired = self.ledger.retire_exhausted(
+            stream,
+            min_cost=min_cost,
+            contexts=contexts,
+            request_id=f"retire-{uuid.uuid4().hex}",
+            reason="budget exhausted",
+        )
+        return [b.block_id for b in retired]
 
     def expire(self) -> list[str]:
         """Release every reservation past its time-to-live (never charged)."""

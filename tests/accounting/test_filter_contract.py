@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import mpmath
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -195,7 +196,10 @@ def test_rdp_capacity_per_order_and_exists_alpha_rule() -> None:
     for alpha, cap in zip(ALPHAS, f.order_capacity, strict=True):
         expected = 1.0 - math.log(1e6) / (alpha - 1)
         assert cap / 1e18 == pytest.approx(expected, rel=1e-9, abs=1e-12)
-        assert cap / 1e18 <= expected
+        # Exactly (a float comparison is off by the float formula's own rounding).
+        with mpmath.workdps(50):
+            exact = 1 - mpmath.log(mpmath.mpf(10) ** 6) / (mpmath.mpf(repr(alpha)) - 1)
+            assert cap <= exact * 10**18
     # Gaussian σ=10 costs α/200 per order; count how many fit and compare with the formula.
     curve = RdpCurve.gaussian(sigma=10.0)
     history: list[Cost] = []

@@ -308,15 +308,9 @@ class RdpFilter(Filter):
 
     def __init__(self, *, capacity: Budget) -> None:
         super().__init__(capacity=capacity)
-        eps_g, delta_g = capacity.as_floats()
-        if delta_g <= 0:
+        if capacity.delta <= 0:
             raise InvalidBudgetError(f"an RDP filter needs δ_g > 0, got {capacity}")
-        caps = []
-        for alpha in ALPHAS:
-            cap = eps_g - math.log(1 / delta_g) / (alpha - 1)
-            # The float formula may err by an ulp: round the capacity down a little.
-            caps.append(units_down(Decimal(repr(cap - abs(cap) * 1e-12))))
-        self.order_capacity: Vector = tuple(caps)
+        self.order_capacity: Vector = rdp_order_capacities(capacity)
 
     def features(self, cost: Cost) -> Vector:
         if isinstance(cost, Budget):
@@ -357,6 +351,33 @@ class RdpFilter(Filter):
             default=INF_UNITS,
         )
         return f"RDP ε {float(from_units(max(0, excess))):.6g} at the best order"
+
+
+def rdp_order_capacities(capacity: Budget) -> Vector:
+    """Per-order RDP capacity ε_g − ln(1/δ_g)/(α−1) in fixed-point units, never above the exact.
+
+    Computed in decimal with directed rounding: ln(1/δ_g) is evaluated at 60 digits (correctly
+    rounded to nearest, so within half an ulp) and raised by a relative 1e-58, divided by α−1
+    rounding up, and subtracted from the exact ε_g rounding down; the result is floored to a
+    unit. A float formula here could round *up* by an ulp of ε_g when the subtraction cancels.
+
+    Args:
+        capacity: the block's global budget (ε_g, δ_g) with δ_g > 0.
+
+    Raises:
+        InvalidBudgetError: when δ_g is not positive.
+    """
+    if capacity.delta <= 0:
+        raise InvalidBudgetError(f"an RDP filter needs δ_g > 0, got {capacity}")
+    with localcontext() as ctx:
+        ctx.prec = 60
+        log_inv = -capacity.delta.ln()  # > 0, since 0 < δ_g < 1; half an ulp off at most
+        ctx.rounding = ROUND_CEILING
+        log_inv += log_inv.scaleb(-58)
+        terms = [log_inv / (Decimal(repr(alpha)) - 1) for alpha in ALPHAS]
+        ctx.prec = 400  # ε_g and the terms have < 200 significant digits: the difference is exact
+        ctx.rounding = ROUND_FLOOR
+        return tuple(units_down(capacity.epsilon - term) for term in terms)
 
 
 def make_filter(

@@ -22,6 +22,7 @@ in the same transaction; :meth:`Ledger.verify` replays the log from scratch.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -49,6 +50,7 @@ from blockbudget.ledger.requests import (
     name_of,
     ttl_of,
 )
+from blockbudget.ledger.retiring import RetireWrites
 from blockbudget.ledger.schema import MIGRATABLE_VERSIONS, SCHEMA_VERSION, create_schema
 from blockbudget.ledger.txn import BlockCatalog, DuplicateRequest, WriteTx
 from blockbudget.ledger.types import (
@@ -69,10 +71,9 @@ from blockbudget.ledger.types import (
     validate_context_name,
 )
 from blockbudget.ledger.verify import verify_ledger
-from blockbudget.ledger.writes import WriteRunner
 
 
-class Ledger(WriteRunner):
+class Ledger(RetireWrites):
     """Durable per-block, per-context privacy budgets with reservations and an audit log.
 
     Args:
@@ -321,7 +322,9 @@ class Ledger(WriteRunner):
         Stale reservations (past their TTL) on these blocks in this context are expired first.
 
         Returns:
-            The open reservation (blocks sorted; ``remaining`` = the full features).
+            The open reservation (blocks sorted; ``remaining`` = the full features). A replay
+            of ``request_id`` returns that reservation's current row (state, remaining) with
+            ``replayed=True``.
 
         Raises:
             BudgetExceededError: a block cannot fit the cost (nothing is reserved).
@@ -350,7 +353,12 @@ class Ledger(WriteRunner):
             res = ops.reserve(tx, ids, cost, context=context, holder=holder, ttl_seconds=ttl)
             return res, json.dumps(res.to_json())
 
-        return self._write(Operation.RESERVE, request_id, fp, body)
+        res = self._write(Operation.RESERVE, request_id, fp, body)
+        if not res.replayed:
+            return res
+        # A replay answers with the reservation as it is NOW (it may have been drawn on,
+        # released or expired since), flagged replayed.
+        return dataclasses.replace(self.reservation(res.id), replayed=True)
 
     def charge(
         self,
@@ -468,30 +476,6 @@ class Ledger(WriteRunner):
                 tx.sql.close()
 
         return run_committed(self._engine, fn, write=True, attempts=self._attempts)
-
-    def retire(
-        self,
-        blocks: Iterable[str],
-        *,
-        request_id: str | None = None,
-        reason: str = "retired",
-    ) -> tuple[BlockInfo, ...]:
-        """Retire blocks forever (global, every context): any later reserve or charge naming
-        them raises RetiredBlockError. Open reservations on them may still be released.
-
-        Returns:
-            The blocks' registrations, retired, in the order given.
-        """
-        ids = block_ids(blocks, sort=False)
-        if not isinstance(reason, str):
-            raise InvalidRequestError(f"reason must be a string, got {reason!r}")
-        fp = fingerprint_of(Operation.RETIRE, blocks=sorted(ids), reason=reason)
-
-        def body(tx: WriteTx) -> tuple[tuple[BlockInfo, ...], str]:
-            out = ops.retire(tx, ids, reason=reason)
-            return out, json.dumps([i.to_json() for i in out])
-
-        return self._write(Operation.RETIRE, request_id, fp, body)
 
     # --- reads -------------------------------------------------------------------------------
 

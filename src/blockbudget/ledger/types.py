@@ -21,7 +21,7 @@ from enum import Enum
 from typing import Any
 
 from blockbudget.accounting import Accounting, Filter, make_filter
-from blockbudget.budget import Budget, Cost, cost_from_json
+from blockbudget.budget import Budget, Cost, cost_from_json, normalize_exactly
 from blockbudget.errors import InvalidRequestError
 
 Vector = tuple[int, ...]
@@ -482,7 +482,8 @@ class VerifyReport:
 
 
 def decimal_text(value: Decimal) -> str:
-    """Canonical text of a decimal (equal values give equal text)."""
+    """Canonical text of a decimal: equal values give equal text, different values different
+    text (every digit is kept; see :func:`~blockbudget.budget.normalize_exactly`)."""
     if value == 0:
         return "0"
-    return format(value.normalize(), "f")
+    return format(normalize_exactly(value), "f")

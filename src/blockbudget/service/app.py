@@ -407,7 +407,7 @@ def create_app(
             ttl_seconds=body.ttl_seconds,
             request_id=scoped(me, body.request_id),
         )
-        return reservation_out(res, naming)
+        return reservation_out(res, naming).model_copy(update={"replayed": res.replayed})
 
     @app.get("/v1/reservations/{rid}", tags=["budget"])
     def get_reservation(me: Auth, rid: str) -> sc.ReservationOut:

@@ -15,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
-from blockbudget.budget import Budget
+from blockbudget.budget import Budget, normalize_exactly
 from blockbudget.ledger import canonical_json
 from blockbudget.service.auth import service_metadata
 
@@ -61,8 +61,8 @@ def task_fingerprint(
         {
             "stream": stream,
             "context": context,
-            "epsilon": str(demand.epsilon.normalize()),
-            "delta": str(demand.delta.normalize()),
+            "epsilon": str(normalize_exactly(demand.epsilon)),
+            "delta": str(normalize_exactly(demand.delta)),
             "selection": list(selection) if isinstance(selection, Sequence) else dict(selection),
             "significance": None if significance is None else dict(significance),
             "timeout_seconds": None if timeout_seconds is None else repr(float(timeout_seconds)),

@@ -167,6 +167,9 @@ class ReservationOut(BaseModel):
     state: str
     holder: str | None
     expires_at: float
+    #: True when ``POST .../reservations`` replayed an earlier request with the same
+    #: ``request_id``: nothing was reserved now, and ``state`` is the reservation's current one.
+    replayed: bool = False
 
 
 class DrawIn(Strict):

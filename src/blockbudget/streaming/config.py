@@ -13,7 +13,7 @@ from enum import Enum
 from typing import Any
 
 from blockbudget.errors import InvalidRequestError
-from blockbudget.streaming.series import zeta_for_horizon
+from blockbudget.streaming.series import series_constant, zeta_for_horizon
 
 
 class Horizon(Enum):
@@ -76,6 +76,7 @@ class DPIConfig:
                 raise InvalidRequestError(f"{name} must be a number, got {type(value).__name__}")
             if not math.isfinite(value) or value <= 0:
                 raise InvalidRequestError(f"{name} must be finite and > 0, got {value!r}")
+        series_constant(sensitivity=2.0, mu=self.mu, zeta=self.zeta)  # DPISeries' C = 2/(μζ)
         if not isinstance(self.horizon, Horizon):
             raise InvalidRequestError(f"horizon must be a Horizon, got {self.horizon!r}")
         if not isinstance(self.allocation, AllocationKind):

@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Decimal, DecimalException
 
 import numpy as np
 import numpy.typing as npt
@@ -128,6 +128,23 @@ def alpha_for_cost(*, epsilon: float, sensitivity: float, mu: float) -> float:
     return epsilon * mu / (4.0 * sensitivity)
 
 
+def series_constant(*, sensitivity: float, mu: float, zeta: float) -> float:
+    """``C = Δ_Q/(μζ)`` of Thm 5.4, refusing a value floats cannot represent.
+
+    Raises:
+        InvalidRequestError: when μζ overflows or underflows so that C is infinite or 0 (e.g.
+            μ = 1e-300 with ζ = 1e-10), or a product is not finite.
+    """
+    product = mu * zeta
+    constant = sensitivity / product if product > 0 else math.inf
+    if not (math.isfinite(product) and math.isfinite(constant) and constant > 0):
+        raise InvalidRequestError(
+            f"the DPI series constant C = sensitivity/(mu·zeta) must be a finite positive "
+            f"float, got sensitivity={sensitivity!r}, mu={mu!r}, zeta={zeta!r} (C={constant!r})"
+        )
+    return constant
+
+
 @dataclass(frozen=True)
 class DPISeries:
     """The converging budget series of Thm 5.4 / App. B.4: ``ε_t = C·(1 − r^t)/t²``, Σ_t ε_t ≤ ε.
@@ -151,7 +168,15 @@ class DPISeries:
                 raise InvalidRequestError(f"{name} must be a number, got {type(value).__name__}")
             if not math.isfinite(value) or value <= 0:
                 raise InvalidRequestError(f"{name} must be finite and > 0, got {value!r}")
-        object.__setattr__(self, "_r", self._solve_r())
+        series_constant(sensitivity=self.sensitivity, mu=self.mu, zeta=self.zeta)
+        try:
+            r = self._solve_r()
+        except (DecimalException, ArithmeticError) as exc:
+            raise InvalidRequestError(
+                f"the DPI series for epsilon={self.epsilon!r}, mu={self.mu!r}, "
+                f"zeta={self.zeta!r} cannot be computed in finite arithmetic"
+            ) from exc
+        object.__setattr__(self, "_r", r)
 
     @property
     def ratio(self) -> float:

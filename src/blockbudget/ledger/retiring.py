@@ -1,0 +1,81 @@
+"""Retiring blocks: :class:`RetireWrites`, the part of :class:`~blockbudget.ledger.Ledger` that
+retires blocks by id (:meth:`RetireWrites.retire`) and retires every block a stream's contexts
+have exhausted (:meth:`RetireWrites.retire_exhausted`), each in one write transaction."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+from blockbudget.budget import Cost
+from blockbudget.errors import InvalidRequestError
+from blockbudget.ledger import operations as ops
+from blockbudget.ledger.requests import block_ids, check_cost, cost_key, fingerprint_of, name_of
+from blockbudget.ledger.txn import WriteTx
+from blockbudget.ledger.types import BlockInfo, Operation, validate_context_name
+from blockbudget.ledger.writes import WriteRunner
+
+
+class RetireWrites(WriteRunner):
+    """Retirement writes of a ledger (see the module docstring)."""
+
+    def retire(
+        self,
+        blocks: Iterable[str],
+        *,
+        request_id: str | None = None,
+        reason: str = "retired",
+    ) -> tuple[BlockInfo, ...]:
+        """Retire blocks forever (global, every context): any later reserve or charge naming
+        them raises RetiredBlockError. Open reservations on them may still be released.
+
+        Returns:
+            The blocks' registrations, retired, in the order given.
+        """
+        ids = block_ids(blocks, sort=False)
+        if not isinstance(reason, str):
+            raise InvalidRequestError(f"reason must be a string, got {reason!r}")
+        fp = fingerprint_of(Operation.RETIRE, blocks=sorted(ids), reason=reason)
+
+        def body(tx: WriteTx) -> tuple[tuple[BlockInfo, ...], str]:
+            out = ops.retire(tx, ids, reason=reason)
+            return out, json.dumps([i.to_json() for i in out])
+
+        return self._write(Operation.RETIRE, request_id, fp, body)
+
+    def retire_exhausted(
+        self,
+        stream: str,
+        *,
+        min_cost: Cost,
+        contexts: Iterable[str] | None = None,
+        request_id: str | None = None,
+        reason: str = "budget exhausted",
+    ) -> tuple[BlockInfo, ...]:
+        """Retire, in ONE write transaction, every live block of ``stream`` whose charges leave
+        no room for ``min_cost`` in any of ``contexts`` (default: every open context). A block
+        with an open reservation in any context is kept: the check and the retirement happen
+        under one writer lock, so a running grant is never cut off. Audited as ``retired``.
+
+        Returns:
+            The registrations of the blocks retired now (none: an empty tuple).
+
+        Raises:
+            UnknownContextError: a named context is not registered.
+            InvalidBudgetError: ``min_cost`` is not a cost the blocks' filters account.
+        """
+        stream = name_of(stream, what="stream")
+        check_cost(min_cost)
+        ctxs = None if contexts is None else sorted(validate_context_name(c) for c in contexts)
+        if not isinstance(reason, str):
+            raise InvalidRequestError(f"reason must be a string, got {reason!r}")
+        fp = fingerprint_of(
+            Operation.RETIRE, exhausted=stream, contexts=ctxs, min_cost=cost_key(min_cost),
+            reason=reason,
+        )  # fmt: skip
+
+        def body(tx: WriteTx) -> tuple[tuple[BlockInfo, ...], str]:
+            out = ops.retire_exhausted(tx, stream, contexts=ctxs, min_cost=min_cost, reason=reason)
+            return out, json.dumps([i.to_json() for i in out])
+
+        return self._write(Operation.RETIRE, request_id, fp, body)
