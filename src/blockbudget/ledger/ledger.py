@@ -40,6 +40,7 @@ from blockbudget.errors import (
 )
 from blockbudget.ledger import operations as ops
 from blockbudget.ledger import reads
+from blockbudget.ledger.catalog import BlockCatalog
 from blockbudget.ledger.db import AfterCommit, open_engine, run_committed
 from blockbudget.ledger.group import GroupCommitter
 from blockbudget.ledger.requests import (
@@ -52,7 +53,7 @@ from blockbudget.ledger.requests import (
 )
 from blockbudget.ledger.retiring import RetireWrites
 from blockbudget.ledger.schema import MIGRATABLE_VERSIONS, SCHEMA_VERSION, create_schema
-from blockbudget.ledger.txn import BlockCatalog, DuplicateRequest, WriteTx
+from blockbudget.ledger.txn import DuplicateRequest, WriteTx
 from blockbudget.ledger.types import (
     DEFAULT_CONTEXT,
     DEFAULT_TTL_SECONDS,

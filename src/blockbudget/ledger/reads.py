@@ -10,6 +10,7 @@ from blockbudget.accounting import Filter, add_vectors
 from blockbudget.budget import cost_from_json
 from blockbudget.errors import UnknownBlockError
 from blockbudget.ledger.audit import row_to_event
+from blockbudget.ledger.catalog import BlockCatalog, info_from_row
 from blockbudget.ledger.schema import (
     audit,
     blocks,
@@ -19,7 +20,7 @@ from blockbudget.ledger.schema import (
     reservations,
 )
 from blockbudget.ledger.schema import contexts as contexts_table
-from blockbudget.ledger.txn import BlockCatalog, info_from_row, unknown_context
+from blockbudget.ledger.txn import unknown_context
 from blockbudget.ledger.types import (
     AuditEvent,
     BlockInfo,

@@ -21,7 +21,7 @@ from blockbudget.ledger.schema import (
 )
 from blockbudget.ledger.types import ReservationState
 
-#: Column order of every row that describes a block (see ``txn.info_from_tuple``).
+#: Column order of every row that describes a block (see ``catalog.info_from_tuple``).
 BLOCK_COLUMNS = (
     blocks.c.block_id,
     blocks.c.stream,

@@ -20,10 +20,11 @@ from sqlalchemy import Connection, Engine
 
 from blockbudget.errors import BlockBudgetError, InternalError
 from blockbudget.ledger.audit import chain_tip
+from blockbudget.ledger.catalog import BlockCatalog
 from blockbudget.ledger.db import AfterCommit, run_committed, run_transaction
 from blockbudget.ledger.group import GroupCommitter
 from blockbudget.ledger.requests import name_of, replay
-from blockbudget.ledger.txn import BlockCatalog, DuplicateRequest, WriteTx
+from blockbudget.ledger.txn import DuplicateRequest, WriteTx
 from blockbudget.ledger.types import Operation, RequestRecord
 
 T = TypeVar("T")
