@@ -10,6 +10,7 @@ the next rows of its users) and the ledger has no new event.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -20,6 +21,7 @@ from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget
 from blockbudget.cli import app
 from blockbudget.errors import BlockBudgetError, InvalidRequestError
+from blockbudget.mechanisms.inputs import MAX_BOUND
 from blockbudget.platform import Last, Platform
 from blockbudget.query import QueryKind, QuerySpec, check_query, run_query
 from blockbudget.store import Blocking, LatePolicy, StreamSpec
@@ -46,9 +48,9 @@ def _unchanged(p: Platform, stream: str, events: int) -> None:
 @pytest.mark.parametrize(
     "spec",
     [
-        # finite bounds whose Laplace scale 2·1e308/ε overflows a double
-        QuerySpec(kind=QueryKind.SUM, epsilon=0.1, column="v", lower=-1e308, upper=1e308),
-        QuerySpec(kind=QueryKind.MEAN, epsilon=1e-90, column="v", lower=-1e300, upper=1e300),
+        # bounds within MAX_BOUND whose Laplace scale B/ε overflows a double
+        QuerySpec(kind=QueryKind.SUM, epsilon=1e-30, column="v", lower=-1e288, upper=1e288),
+        QuerySpec(kind=QueryKind.MEAN, epsilon=1e-90, column="v", lower=-1e250, upper=1e250),
     ],
     ids=["sum-huge-bounds", "mean-tiny-epsilon"],
 )
@@ -113,12 +115,36 @@ def test_the_cli_refuses_huge_bounds_without_sealing(tmp_path: Path) -> None:
     events = len(p.ledger.events())
     p.close()
     home = ["--home", str(tmp_path / "h")]
-    query = ["query", "sum", "s", "--epsilon", "0.1", "--column", "v", "--context", "a"]
-    r = runner.invoke(app, [*query, "--lower", "-1e308", "--upper", "1e308", *home])
+    query = ["query", "sum", "s", "--epsilon", "1e-30", "--column", "v", "--context", "a"]
+    r = runner.invoke(app, [*query, "--lower", "-1e288", "--upper", "1e288", *home])
     assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
     assert "does not fit in a double" in " ".join(r.output.split())
     p = Platform(tmp_path / "h")
     try:
         _unchanged(p, "s", events)
+    finally:
+        p.close()
+
+
+def test_bounds_whose_clipped_sum_could_overflow_are_refused_before_sealing(
+    tmp_path: Path,
+) -> None:
+    """A review's reproduction: bounds [0, 1.7e308] pass the noise-scale check, and rows
+    1e308, 1e308 then overflowed ``fsum`` after the block was sealed — a failure that depends
+    on the data. Bounds are now capped (``MAX_BOUND``) so that no clipped sum can overflow."""
+    p = _platform(tmp_path)
+    try:
+        day = pd.Timestamp("2024-01-01")
+        p.ingest("s", pd.DataFrame({"time": [day, day], "v": [1e308, 1e308]}))
+        events = len(p.ledger.events())
+        for kind in (QueryKind.SUM, QueryKind.MEAN):
+            spec = QuerySpec(kind=kind, epsilon=1.0, column="v", lower=0, upper=1.7e308)
+            with pytest.raises(InvalidRequestError, match="overflow"):
+                run_query(p, "s", spec, blocks=Last(1), context="a")
+        _unchanged(p, "s", events)
+        # the largest allowed bound still answers (the sum of the clipped rows is finite)
+        ok = QuerySpec(kind=QueryKind.SUM, epsilon=1.0, column="v", lower=0, upper=MAX_BOUND)
+        answer = run_query(p, "s", ok, blocks=Last(1), context="a")
+        assert math.isfinite(answer.result.value)
     finally:
         p.close()

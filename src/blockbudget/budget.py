@@ -339,8 +339,10 @@ class RdpCurve:
         if sensitivity == 0:
             return cls.zero()
         try:
-            with localcontext(_PRICE):  # 1/λ, the pure-DP ε, rounded up (never rounds down)
-                t = Decimal(repr(sensitivity)) / Decimal(repr(scale))
+            # 1/λ, the pure-DP ε, from the exact binary values of the doubles the mechanism
+            # uses (a shortest round-trip decimal can be below them), rounded up.
+            with localcontext(_PRICE):
+                t = Decimal(float(sensitivity)) / Decimal(float(scale))
             if t.adjusted() < -40:
                 # Below ~1e-40 the exact curve needs hundreds of digits; pure DP's bound
                 # min(ε, α·ε²/2) (Bun & Steinke 2016, Prop. 1.4) is an upper bound on it. An ε
@@ -423,8 +425,8 @@ def _laplace_rdp(alpha: float, t: Decimal) -> float:
     High precision: the float log-sum-exp loses all precision when t is tiny (its log argument
     is 1 + O(t²)), so twice the digits that costs are carried. The caller bumps the result up.
     """
-    with localcontext() as ctx:
-        ctx.prec = 60 + 2 * max(0, -t.adjusted())
+    # An explicit context: the caller's (which may trap Inexact, say) must not matter.
+    with localcontext(Context(prec=60 + 2 * max(0, -t.adjusted()), traps=[InvalidOperation])):
         al = Decimal(repr(alpha))
         # e^{−(2α−1)t} may underflow to 0 for a huge t; the term it drops is far below the
         # relative bump the caller applies.

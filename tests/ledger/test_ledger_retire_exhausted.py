@@ -10,11 +10,12 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from ledger_support import FakeClock
 
 from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget
 from blockbudget.errors import RetiredBlockError, UnknownContextError
-from blockbudget.ledger import EventKind, Ledger
+from blockbudget.ledger import EventKind, Ledger, ReservationState
 from blockbudget.platform import Last, Platform
 from blockbudget.store import Blocking, Unit
 
@@ -43,6 +44,20 @@ def test_a_reserved_block_is_kept_until_released_then_retired(ledger: Ledger) ->
     assert ledger.events()[-1].kind is EventKind.RETIRED
     assert ledger.retire_exhausted("s", min_cost=MIN, request_id="R") == retired  # replay
     assert ledger.retire_exhausted("s", min_cost=MIN) == ()
+    assert ledger.verify().ok
+
+
+def test_a_reservation_past_its_ttl_does_not_keep_the_block(
+    ledger: Ledger, clock: FakeClock
+) -> None:
+    """A review's reproduction: a holder that crashed leaves a reservation past its TTL, which
+    holds nothing; retire_exhausted expires it (audited) in its own transaction and retires."""
+    _spent(ledger)
+    res = ledger.reserve(["b"], Budget(epsilon="0.0002"), context="ml", ttl_seconds=10)
+    clock.now += 3600
+    retired = ledger.retire_exhausted("s", min_cost=MIN)
+    assert [i.block_id for i in retired] == ["b"]
+    assert ledger.reservation(res.id).state is ReservationState.EXPIRED
     assert ledger.verify().ok
 
 

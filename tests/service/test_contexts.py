@@ -127,7 +127,7 @@ def test_a_query_over_a_bad_column_seals_and_reserves_nothing(
     r = client.post(
         "/v1/streams/flights/queries/sum",
         headers=h,
-        json={"last": 2, "epsilon": 0.1, "column": "dep_delay", "lower": -1e308, "upper": 1e308},
+        json={"last": 2, "epsilon": 1e-30, "column": "dep_delay", "lower": -1e288, "upper": 1e288},
     )
     assert r.status_code == 422 and "does not fit in a double" in r.json()["detail"], r.text
     assert ledger_snapshot(seeded.platform) == before

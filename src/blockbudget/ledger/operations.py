@@ -398,8 +398,13 @@ def retire_exhausted(
     """Retire, in this one transaction, every live block of ``stream`` that no context of
     ``contexts`` (default: every open one) can fit ``min_cost`` on any more, counting charges
     only; a block with an open reservation in any context is kept (a running grant is never
-    cut off). Reading the rows and retiring happen under the same writer lock, so no
-    reservation can slip in between.
+    cut off) — after reservations past their TTL were expired in this same transaction.
+    Reading the rows and retiring happen under the same writer lock, so no reservation can
+    slip in between.
+
+    Retirement is global: with an explicit ``contexts`` subset, a block is retired for every
+    context once the listed ones are exhausted, even if an unlisted open context could still
+    use it. Pass ``None`` unless that is what you mean.
 
     Raises:
         UnknownContextError: a context named in ``contexts`` is not registered.
@@ -421,6 +426,8 @@ def retire_exhausted(
     every = sorted(set(ctxs) | set(reads.contexts(tx.conn, include_closed=True)))
     for c in every:
         tx.load(ids, c)
+    for c in every:  # a reservation past its TTL holds nothing: expire it here, audited
+        tx.expire_stale(ids, c)
     dead = []
     for b in ids:
         if any(any(tx.budget(b, c)[1]) for c in every):

@@ -54,8 +54,10 @@ class RetireWrites(WriteRunner):
     ) -> tuple[BlockInfo, ...]:
         """Retire, in ONE write transaction, every live block of ``stream`` whose charges leave
         no room for ``min_cost`` in any of ``contexts`` (default: every open context). A block
-        with an open reservation in any context is kept: the check and the retirement happen
-        under one writer lock, so a running grant is never cut off. Audited as ``retired``.
+        with an open reservation in any context is kept (reservations past their TTL are
+        expired first, in the same transaction): the check and the retirement happen under one
+        writer lock, so a running grant is never cut off. Audited as ``retired``. Retirement
+        is global: with a ``contexts`` subset, a block is retired for every context.
 
         Returns:
             The registrations of the blocks retired now (none: an empty tuple).

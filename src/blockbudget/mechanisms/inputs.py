@@ -125,8 +125,20 @@ def check_enum(value: Any, enum_type: type[Any], *, name: str) -> Any:
     return value
 
 
-def check_bounds(lower: float, upper: float) -> tuple[float, float]:
-    """Clipping bounds: finite numbers with lower < upper.
+#: The largest magnitude of a clipping bound. A sum of up to 2**63 values clipped to
+#: [-2**960, 2**960] stays below 2**1023, so no sum of clipped values can overflow a double:
+#: an overflow would be a failure that depends on the data, i.e. a release nobody paid for.
+MAX_BOUND = 2.0**960
+
+
+def check_bounds(lower: float, upper: float, *, limit: float = MAX_BOUND) -> tuple[float, float]:
+    """Clipping bounds: finite numbers with lower < upper and |bound| ≤ ``limit``.
+
+    Args:
+        lower: public lower clipping bound.
+        upper: public upper clipping bound.
+        limit: the largest magnitude allowed (:data:`MAX_BOUND` by default; statistics that
+            sum squares ask for its square root).
 
     Raises:
         InvalidRequestError: otherwise.
@@ -137,6 +149,11 @@ def check_bounds(lower: float, upper: float) -> tuple[float, float]:
             raise InvalidRequestError(f"{label} must be a number, got {type(bound).__name__}")
         if not math.isfinite(bound):
             raise InvalidRequestError(f"{label} must be finite, got {bound!r}")
+        if abs(bound) > limit:
+            raise InvalidRequestError(
+                f"{label} must be within ±{limit:.4g}, so that no sum of clipped values can "
+                f"overflow, got {bound!r}"
+            )
         out.append(float(bound))
     if not out[0] < out[1]:
         raise InvalidRequestError(f"clipping bounds need lower < upper, got [{lower}, {upper}]")

@@ -47,6 +47,7 @@ from blockbudget.budget import Number
 from blockbudget.errors import DataError, InvalidRequestError
 from blockbudget.mechanisms.calibration import exact_epsilon, laplace_scale, split_epsilon
 from blockbudget.mechanisms.inputs import (
+    MAX_BOUND,
     NanPolicy,
     Unmatched,
     apply_nan_policy,
@@ -292,7 +293,8 @@ def dp_variance(
         As :func:`dp_sum`.
     """
     eps = exact_epsilon(epsilon)
-    lo, hi = check_bounds(lower, upper)
+    # Squares of centred values must sum without overflow too (see inputs.MAX_BOUND).
+    lo, hi = check_bounds(lower, upper, limit=2.0**479)
     m, r = _centre(lo, hi)
     x = np.clip(_values(values, on_nan), lo, hi) - m
     r2 = math.nextafter(r * r, math.inf)
@@ -435,8 +437,11 @@ def dp_group_by_mean(
         cats = check_categories(categories)
     if isinstance(value_range, bool) or not isinstance(value_range, (int, float)):
         raise InvalidRequestError(f"value_range must be a number, got {value_range!r}")
-    if not (value_range > 0 and math.isfinite(value_range)):
-        raise InvalidRequestError(f"value_range must be finite and > 0, got {value_range!r}")
+    if not (value_range > 0 and value_range <= MAX_BOUND):
+        raise InvalidRequestError(
+            f"value_range must be > 0 and at most {MAX_BOUND:.4g} (so that no sum of clipped "
+            f"values can overflow), got {value_range!r}"
+        )
     big_r = float(value_range)
     policy = check_enum(on_nan, NanPolicy, name="on_nan")
     codes = _codes(keys, cats, policy)
