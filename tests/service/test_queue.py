@@ -24,7 +24,9 @@ class Clock:
         return self.now
 
 
-def make_client(seeded: Seeded, scheduler: str, clock: Clock) -> TestClient:
+def make_client(
+    seeded: Seeded, scheduler: str, clock: Clock, *, raise_server_exceptions: bool = True
+) -> TestClient:
     app = create_app(
         seeded.platform,
         keys=seeded.keys,
@@ -33,7 +35,7 @@ def make_client(seeded: Seeded, scheduler: str, clock: Clock) -> TestClient:
         pump_seconds=3600,
     )
     app.state.tasks.clock = clock
-    return TestClient(app)
+    return TestClient(app, raise_server_exceptions=raise_server_exceptions)
 
 
 @pytest.fixture
@@ -204,3 +206,34 @@ def test_rdp_stream_grants_exactly_what_the_filter_admits(seeded: Seeded, fcfs: 
         json={"epsilon": 0.5, "delta": 1e-7, "context": "team-a", "last": 1},
     )
     assert r.status_code == 422 and r.json()["error"] == "InvalidBudgetError"
+
+
+def test_a_grant_whose_ledger_write_failed_is_applied_on_the_next_pump(
+    seeded: Seeded, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The queue's count of applied decisions moves only after a decision's ledger write
+    committed. Before, it moved first: a transient database error during a grant's reservation
+    left the task waiting forever while the scheduler's pool counted its budget as used."""
+    from sqlalchemy.exc import OperationalError
+
+    ledger = seeded.platform.ledger
+    real_reserve = ledger.reserve
+    calls = {"n": 0}
+
+    def flaky_reserve(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise OperationalError("reserve", {}, Exception("connection lost"))
+        return real_reserve(*args, **kwargs)
+
+    with make_client(seeded, "fcfs", clock, raise_server_exceptions=False) as c:
+        h = {"X-API-Key": seeded.analyst}
+        monkeypatch.setattr(ledger, "reserve", flaky_reserve)
+        r = submit(c, seeded.analyst, epsilon=0.2, context="team-a", last=1)
+        assert r.status_code == 500 and r.json()["code"] == "internal_error", r.text
+        c.app.state.tasks.pump()  # type: ignore[attr-defined]
+        (task,) = c.get("/v1/tasks", headers=h).json()["tasks"]  # (listing pumps too)
+        assert task["state"] == "granted", task
+        reservations = [e for e in ledger.events() if e.kind.value == "reserved"]
+        assert len(reservations) == 1  # applied once, on the retry
+        assert seeded.platform.verify().ok

@@ -86,18 +86,20 @@ class LedgerBridge:
                 holder=d.task_id,
                 ttl_seconds=10**9,
             )
-            self.holds[key].append(res.id)
+            if res.id not in self.holds[key]:  # a retried decision replays its reservation
+                self.holds[key].append(res.id)
         elif d.kind is DecisionKind.RELEASE:
-            for k, res_id in enumerate(self.holds.pop(key, [])):
+            for k, res_id in enumerate(self.holds.get(key, [])):
                 self.ledger.release(res_id, request_id=f"{rid}:{k}")
+            self.holds.pop(key, None)  # forgotten only once every release committed
         else:
             self.ledger.charge([d.block_id], d.cost, context=self.context, request_id=rid)
 
     def apply_new(self, pool: Pool) -> int:
         """Register new blocks and apply every decision not applied yet; returns how many."""
         self.register_blocks(pool)
-        new = pool.decisions[self.applied :]
-        for d in new:
+        start = self.applied
+        for done, d in enumerate(pool.decisions[start:], start=start + 1):
             self.apply(d)
-        self.applied = len(pool.decisions)
-        return len(new)
+            self.applied = done  # only once its ledger write committed: a failure retries it
+        return self.applied - start

@@ -131,10 +131,12 @@ class QueueBridge(LedgerBridge):
         if d.task_id == LEDGER_TASK:
             return  # budget the ledger already shows
         if d.kind is DecisionKind.CHARGE and d.block_id is not None:
-            self.charged.setdefault(d.task_id, []).append(d.block_id)
+            chosen = self.charged.setdefault(d.task_id, [])
+            if d.block_id not in chosen:  # a decision retried after a failed write
+                chosen.append(d.block_id)
         elif d.kind is DecisionKind.GRANT:
             task = self.tasks[d.task_id]
-            blocks = self.charged.pop(d.task_id, []) or list(task.blocks)
+            blocks = self.charged.get(d.task_id, []) or list(task.blocks)
             res = self.ledger.reserve(
                 blocks,
                 task.demand,
@@ -145,6 +147,7 @@ class QueueBridge(LedgerBridge):
                 # principal's scoped request id can equal it
                 request_id=f"{task.principal.replace(':', '%3A')}:queue:{task.id}",
             )
+            self.charged.pop(d.task_id, None)  # only once the reservation committed
             self.granted[d.task_id] = res.id
         elif d.kind in (DecisionKind.REJECT, DecisionKind.EXPIRE):
             self.charged.pop(d.task_id, None)
@@ -491,12 +494,21 @@ class SchedulerQueue:
             run.scheduler.on_task(run.pool, spec)
 
     def _apply(self, run: _Run) -> None:
-        """Apply the pool's new decisions to the ledger and record terminal ones."""
-        new = run.pool.decisions[run.bridge.applied :]
-        run.bridge.applied = len(run.pool.decisions)
-        for d in new:
-            if d.task_id == LEDGER_TASK:
-                continue
+        """Apply the pool's new decisions to the ledger and record terminal ones.
+
+        The count of applied decisions moves past a decision only once its ledger write and its
+        task's state have committed (the cache rule): a decision whose write failed (a lost
+        database connection, say) is applied again on the next pump. Every write is idempotent
+        (request ids derived from the run and the decision), so a retry never charges twice.
+        """
+        start = run.bridge.applied
+        for done, d in enumerate(run.pool.decisions[start:], start=start + 1):
+            self._apply_one(run, d)
+            run.bridge.applied = done
+
+    def _apply_one(self, run: _Run, d: Decision) -> None:
+        """One decision: its ledger write, then the task's state if the decision ends it."""
+        if d.task_id != LEDGER_TASK:
             try:
                 run.bridge.apply(d)
             except BlockBudgetError as exc:
@@ -506,7 +518,7 @@ class SchedulerQueue:
                     d.time,
                     note=f"the ledger refused the grant: {type(exc).__name__}: {exc}",
                 )
-                continue
+                return
             if d.kind is DecisionKind.GRANT:
                 rid = run.bridge.granted.pop(d.task_id)
                 self._decide(d.task_id, TaskState.GRANTED, d.time, note=d.note, reservation=rid)
