@@ -1,5 +1,5 @@
-"""The audit log (DESIGN.md invariant 5): append-only by triggers, hash-chained, and replayed
-from scratch by verify(), which must notice any tampering."""
+"""The audit log (invariant 5 in docs/architecture.md): append-only by triggers, hash-chained,
+and replayed from scratch by verify(), which must notice any tampering."""
 
 from __future__ import annotations
 

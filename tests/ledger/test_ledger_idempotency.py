@@ -1,5 +1,5 @@
-"""Idempotency by request id (DESIGN.md invariant 4): a replay returns the stored result and
-changes nothing; a reused id with other arguments is refused and changes nothing."""
+"""Idempotency by request id (invariant 4 in docs/architecture.md): a replay returns the stored
+result and changes nothing; a reused id with other arguments is refused and changes nothing."""
 
 from __future__ import annotations
 

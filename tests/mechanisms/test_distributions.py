@@ -1,4 +1,5 @@
-"""Large-sample distribution tests of the noise (DESIGN.md: layered tests, layer 3).
+"""Large-sample distribution tests of the noise (the third layer of the
+project's randomized tests, after exact results at zero noise and checked noise parameters).
 
 Each test draws N = 50,000 samples and runs a one-sample Kolmogorov–Smirnov test
 (``scipy.stats.kstest``) against the intended distribution — it must *not* reject at

@@ -1,6 +1,6 @@
 """Seed 000's evaluation tables (§VII-C/D, Tab. II–V) on bundled data.
 
-Source: ``/work/shared/seeds/000_de3e86489c8646aa.txt``, §VII, Tab. II–V (Alg. 2, Alg. 3, Eq. (5)).
+Source: seed ``000_de3e86489c8646aa.txt``, §VII, Tab. II–V (Alg. 2, Alg. 3, Eq. (5)).
 
 * ``budgeting-offline-online`` — Tab. II: offline optimum (MILP) vs online (Alg. 2 for
   small-cost queries, Alg. 3 for mixed-cost), 8 blocks and 12 queries: average accuracy and

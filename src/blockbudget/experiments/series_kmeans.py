@@ -1,6 +1,6 @@
 """Seed 003 §7.2: DP k-means under different budget strategies (Figures 10–14).
 
-Source: ``/work/shared/seeds/003_a7fa9cb9080a05af.txt``, §7.2, Algorithm 1, Eq. 38–39, Tables 3–5.
+Source: seed ``003_a7fa9cb9080a05af.txt``, §7.2, Algorithm 1, Eq. 38–39, Tables 3–5.
 
 Every run is :func:`~blockbudget.mechanisms.kmeans.dp_kmeans` (Algorithm 1: noisy counts and
 sums per cluster each iteration, points scaled to [−1, 1]², half of ε_j on the counts) on a

@@ -1,6 +1,6 @@
 """Seed 003 Table 2: the MSE of the total noise of N sum queries under each strategy.
 
-Source: ``/work/shared/seeds/003_a7fa9cb9080a05af.txt``, §7.1, Eq. 37, Table 2.
+Source: seed ``003_a7fa9cb9080a05af.txt``, §7.1, Eq. 37, Table 2.
 
 Seed 003 §7.1: N sum queries (N = 20 / 50 / 100) share ε = 1, split by AVG, Geo, bl-Ty, AC-Geo
 and AC-bl-Ty (U_s = 30 / 95 / 200); each round's MSE is Σ_i (y_i − x_i)² over the N queries

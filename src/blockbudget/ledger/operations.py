@@ -2,7 +2,7 @@
 
 Each function checks everything first, then changes the working copies, queues its audit
 event(s) and flushes. Any exception before the commit rolls the whole transaction back, so a
-refused or malformed request changes nothing (DESIGN.md invariants 1, 2).
+refused or malformed request changes nothing (invariants 1 and 2 in docs/architecture.md).
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ integers in the fixed-point units of :mod:`blockbudget.budget`, in the layout of
 filter (:mod:`blockbudget.accounting.filters`).
 
 The ``to_json`` / ``from_json`` pairs exist because results are stored in the request table so
-that a replayed request returns exactly what the first call returned (DESIGN.md invariant 4).
+that a replayed request returns exactly what the first call returned (invariant 4 in
+docs/architecture.md).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Replay the audit log from scratch and compare it with the ledger's tables (DESIGN.md
-invariant 5).
+"""Replay the audit log from scratch and compare it with the ledger's tables (invariant 5
+in docs/architecture.md).
 
 :func:`verify_ledger` reads every event in seq order and
 

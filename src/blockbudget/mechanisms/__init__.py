@@ -1,6 +1,6 @@
 """DP mechanisms and statistics that draw their cost from a budget source.
 
-Secure noise by default (DESIGN.md invariant 7): every function takes
+Secure noise by default (invariant 7 in docs/architecture.md): every function takes
 ``noise: NoiseSource | None = None`` and None means OpenDP's floating-point-safe samplers
 (:class:`SecureNoise`). Every mechanism validates its parameters, prices itself for the source's
 accounting rule, calls ``source.draw(cost, label=...)``, and only then samples noise, so a

@@ -1,6 +1,6 @@
 """Noise sources: where the randomness of every mechanism comes from.
 
-DESIGN.md invariant 7, *secure noise by default*: every mechanism takes
+Invariant 7 in docs/architecture.md, *secure noise by default*: every mechanism takes
 ``noise: NoiseSource | None = None`` and ``None`` means :class:`SecureNoise`, which draws from
 OpenDP's floating-point-safe samplers. Textbook samplers that transform a uniform double (inverse
 CDF, Box–Muller) leave holes and biases in the low-order bits of their output that can reveal the

@@ -1,7 +1,8 @@
 """The budget-source contract and how mechanisms price themselves against it.
 
-A :class:`BudgetSource` is what a mechanism spends from — in the platform, a Grant over a set of
-blocks (DESIGN.md, "Grant"). It states its accounting rule and durably charges a cost, or refuses
+A :class:`BudgetSource` is what a mechanism spends from — in the platform, a
+:class:`~blockbudget.grant.Grant` over a set of blocks. It states its accounting rule and
+durably charges a cost, or refuses
 with :class:`~blockbudget.errors.BudgetExceededError` /
 :class:`~blockbudget.errors.ReservationError`. Every mechanism in this package validates its
 parameters, prices itself for the source's rule, calls :meth:`BudgetSource.draw` and only then

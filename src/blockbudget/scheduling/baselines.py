@@ -1,6 +1,6 @@
 """Baseline schedulers: FCFS, round robin, Sage-style random block choice, Streaming.
 
-Source of the Sage and Streaming baselines: ``/work/shared/seeds/000_de3e86489c8646aa.txt``, §VII-D.
+Source of the Sage and Streaming baselines: seed ``000_de3e86489c8646aa.txt``, §VII-D.
 
 * :class:`Fcfs` — first come, first served: a task is granted on arrival if its demand fits
   on every named block (OPEN tasks: the most recent blocks that fit, up to c_j); OPEN tasks that

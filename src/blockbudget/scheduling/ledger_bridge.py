@@ -1,7 +1,8 @@
 """Running a scheduler's decisions against the real :class:`~blockbudget.ledger.Ledger`.
 
 A :class:`~blockbudget.scheduling.pool.Pool` is the scheduler's in-memory view; the ledger is
-the durable truth (DESIGN.md invariants 1–5). :class:`LedgerBridge` applies the pool's decision
+the durable truth (invariants 1–5 in docs/architecture.md: no overspend, atomic,
+conservative, idempotent, audited). :class:`LedgerBridge` applies the pool's decision
 log to a ledger, one ledger operation per decision, each with an idempotent request id derived
 from the run and the decision's sequence number (a replay after a crash never charges twice):
 

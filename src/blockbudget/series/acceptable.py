@@ -1,6 +1,6 @@
 """Acceptable budgets, AC- compounding and usefulness (seed 003 §5.2–5.4).
 
-Source: ``/work/shared/seeds/003_a7fa9cb9080a05af.txt``, §5.2–5.4, Eq. 22–33.
+Source: seed ``003_a7fa9cb9080a05af.txt``, §5.2–5.4, Eq. 22–33.
 
 Sensitivity normalization (Definition 3, Eq. 22): every query is rescaled so its global
 sensitivity is 1; its Laplace noise then has standard deviation √2/ε_i (Eq. 25), whatever the

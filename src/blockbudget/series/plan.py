@@ -1,6 +1,6 @@
 """Named strategies: "AVG", "Geo", "Flip-Geo", "AC-Flip-Geo", "bl-Ty", "AC-bl-Ty", "Flip-Ty"…
 
-Source: ``/work/shared/seeds/003_a7fa9cb9080a05af.txt``, §4–5 and §7.1.
+Source: seed ``003_a7fa9cb9080a05af.txt``, §4–5 and §7.1.
 
 A :class:`Strategy` is the recipe seed 003 names its methods by (§5.1 "Flip-", §5.3 "AC-",
 §7.1 "bl-"): a base series with its ideal parameter for n, calibrated over n terms (Eq. 17),

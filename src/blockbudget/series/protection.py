@@ -1,6 +1,6 @@
 """Protecting the budget sequence against collusion (seed 003 §6).
 
-Source: ``/work/shared/seeds/003_a7fa9cb9080a05af.txt``, §6.1–6.4, Eq. 34–36.
+Source: seed ``003_a7fa9cb9080a05af.txt``, §6.1–6.4, Eq. 34–36.
 
 §6.1: a series strategy depends only on n, so users who know n and the strategy know every
 ε_i and can pool their answers to the i-th query. Three countermeasures:

@@ -1,6 +1,6 @@
 """Budget sequences: ε split into ε_1, ε_2, … with every prefix sum at most ε.
 
-Seed 003 (``/work/shared/seeds/003_a7fa9cb9080a05af.txt``) §4.1, Eq. 5 and Theorem 4: if a
+Seed 003 (seed ``003_a7fa9cb9080a05af.txt``) §4.1, Eq. 5 and Theorem 4: if a
 positive series Σ p_i converges to c, the terms ε_i = (p_i / c)·ε of any prefix sum to at most
 ε, so n sequentially composed ε_i-DP mechanisms are ε-DP for every n — an infinite series can
 serve an unbounded number of queries (a stream slot each, forever).

@@ -1,6 +1,6 @@
 """Splitting a grant's budget over the iterations of an iterative DP algorithm.
 
-Source: ``/work/shared/seeds/003_a7fa9cb9080a05af.txt``, §4.1 (Theorem 4) and Theorem 2.
+Source: seed ``003_a7fa9cb9080a05af.txt``, §4.1 (Theorem 4) and Theorem 2.
 
 An iterative algorithm (k-means, boosting, a stream of time slots) spends ε in rounds. A
 :class:`SplitSource` wraps any :class:`~blockbudget.mechanisms.BudgetSource` — in the platform a

@@ -1,6 +1,6 @@
 """Allocation strategies and their transformations (seed 003 §4.2–4.5, §5.1).
 
-Source: ``/work/shared/seeds/003_a7fa9cb9080a05af.txt``, §4.2–4.5 and §5.1, Eq. 6–21.
+Source: seed ``003_a7fa9cb9080a05af.txt``, §4.2–4.5 and §5.1, Eq. 6–21.
 
 All functions are pure: they take a total ε (keyword-only) or a sequence and return a new
 sequence whose terms are rounded down to the 10**-18 grid, so the sum bound ε always holds

@@ -9,7 +9,7 @@ through :mod:`blockbudget.scheduling`: one :class:`~blockbudget.scheduling.Pool`
 scheduler per (stream, context), fed the stream's ledger blocks as they appear and the tasks as
 they arrive, ticked about once a second (time is wall-clock seconds).
 
-The ledger stays the only truth (DESIGN.md invariants):
+The ledger stays the only truth (the invariants in docs/architecture.md):
 
 * Before every event the pool is **synced to the ledger**: whatever the ledger shows used on a
   block (charged + reserved, by anyone: direct charges, DP queries, pipelines, other server

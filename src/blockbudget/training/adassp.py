@@ -4,8 +4,8 @@ perturbation.
 Yu-Xiang Wang, "Revisiting differentially private linear regression: optimal and adaptive
 prediction & estimation in unbounded domain", UAI 2018, Algorithm 2 (AdaSSP); the linear model of
 seed ``004_2b5d216070ae2ded.txt`` Tab. 1 and seed ``001_7d2967ad64403faa.txt`` Tab. 1 ("DP Alg.
-AdaSSP from [48]"). Written here: diffprivlib's version adds no noise to the diagonal of XᵀX
-(PEERS.md) and OpenDP's handles one feature.
+AdaSSP from [48]"). Written here: diffprivlib's version adds no noise to the diagonal of XᵀX,
+and OpenDP's handles one feature.
 
 With rows clipped to ‖x‖ ≤ B_X and labels to |y| ≤ B_Y, and (ε, δ) split in three equal parts:
 

@@ -9,8 +9,8 @@ pipeline plus the (ε, δ, η) and seed of one iteration; an executor runs it ag
   worker. The worker opens its own :class:`~blockbudget.ledger.Ledger` on the platform's
   database (SQLite file on one machine, PostgreSQL on a cluster) and rebuilds a grant on the same
   reservation, so every draw it makes is the same durable ledger charge, made before the noise,
-  as in-process (DESIGN.md invariants 1 and 7). The driver keeps the original grant and closes
-  it, releasing what the worker did not draw.
+  as in-process (no overspend and secure noise: invariants 1 and 7 in docs/architecture.md).
+  The driver keeps the original grant and closes it, releasing what the worker did not draw.
 
 With a seed, the same job gives the same release on either executor (tested); without one, each
 run draws fresh OS entropy wherever it runs, so no two releases share their noise.

@@ -166,7 +166,7 @@ class Validator(ABC, Generic[E]):
             evidence: the validator's evidence (see each subclass).
             epsilon: ε > 0 for the whole test (ignored in NON_PRIVATE mode, pass any > 0).
             eta: η in (0, 1): the decision is wrong with probability at most η.
-            noise: None means SecureNoise (DESIGN.md invariant 7).
+            noise: None means SecureNoise (invariant 7 in docs/architecture.md).
             label: the charge's label (default: the class name).
 
         Raises:
