@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import Enum
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -216,6 +216,56 @@ def size_and_plan(
     return SizedPlan(size, plan, batch_size)
 
 
+class DpSgdSettings(Protocol):
+    """What :func:`pay_for_training` reads of a DP-SGD model (both models have these)."""
+
+    seed: int | None
+    count_fraction: float
+    batch_size: int
+    epochs: int
+
+
+def pay_for_training(
+    source: BudgetSource,
+    n: int,
+    model: DpSgdSettings,
+    *,
+    public_rows: int | None,
+    epsilon: Decimal,
+    delta: Decimal,
+    label: str,
+) -> tuple[SizedPlan, NoiseSource, Cost]:
+    """The one path by which a DP-SGD model pays before it trains: its noise source
+    (:class:`SecureNoise` unless the model is seeded), its size and plan
+    (:func:`size_and_plan`, which may draw a DP count first), then the plan's cost drawn from
+    ``source`` — before any noise is drawn.
+
+    Returns:
+        The size and plan, the noise source, and everything drawn (the count's cost, if any,
+        plus the plan's).
+
+    Raises:
+        As :func:`size_and_plan`.
+    """
+    noise = resolve_noise(None if model.seed is None else SeededNoise(model.seed))
+    sized = size_and_plan(
+        source,
+        n,
+        public_rows=public_rows,
+        count_fraction=model.count_fraction,
+        epsilon=epsilon,
+        delta=delta,
+        batch_size=model.batch_size,
+        epochs=model.epochs,
+        noise=noise,
+        label=label,
+    )
+    cost = sized.cost(source, delta=delta)
+    source.draw(cost, label=label)
+    count = sized.size.count_cost
+    return sized, noise, cost if count is None else add_costs(count, cost)
+
+
 @lru_cache(maxsize=1024)
 def _plan(n: int, batch_size: int, epochs: int, eps: Decimal, dl: Decimal) -> SgdPlan:
     from opacus.accountants.utils import get_noise_multiplier
@@ -358,22 +408,16 @@ class DPSGDModel:
         features, labels = self._tensors(x, y)
         eps = exact_epsilon(epsilon)
         dl = exact_delta(delta, positive=True)
-        noise = resolve_noise(None if self.seed is None else SeededNoise(self.seed))
-        sized = size_and_plan(
+        sized, noise, spent = pay_for_training(
             source,
             int(features.shape[0]),
+            self,
             public_rows=public_rows,
-            count_fraction=self.count_fraction,
             epsilon=eps,
             delta=dl,
-            batch_size=self.batch_size,
-            epochs=self.epochs,
-            noise=noise,
             label=label,
-        )
+        )  # charged before any noise is drawn
         size, plan = sized.size, sized.plan
-        cost = sized.cost(source, delta=dl)
-        source.draw(cost, label=label)  # charged before any noise is drawn
         module, history, expected = self._train(
             features, labels, size.rows, sized.batch_size, plan, noise
         )
@@ -389,7 +433,7 @@ class DPSGDModel:
         module.eval()
         self._module = module
         self.plan_, self.rows_, self.expected_batch_ = plan, size.rows, expected
-        self.cost_ = cost if size.count_cost is None else add_costs(size.count_cost, cost)
+        self.cost_ = spent
         self.secure_noise_ = bool(noise.secure) and self.seed is None
         return self
 

@@ -27,11 +27,10 @@ from numpy.typing import NDArray
 from blockbudget.budget import Cost, Number
 from blockbudget.errors import DataError, InvalidRequestError
 from blockbudget.mechanisms.calibration import exact_delta, exact_epsilon
-from blockbudget.mechanisms.noise import SeededNoise, resolve_noise
 from blockbudget.mechanisms.source import BudgetSource
 from blockbudget.training.checks import check_int, check_number
-from blockbudget.training.dpsgd import SgdPlan, poisson_schedule, size_and_plan
-from blockbudget.training.sizing import COUNT_FRACTION, add_costs, check_count_fraction
+from blockbudget.training.dpsgd import SgdPlan, pay_for_training, poisson_schedule
+from blockbudget.training.sizing import COUNT_FRACTION, check_count_fraction
 
 
 @dataclass
@@ -102,22 +101,10 @@ class LogisticDPSGD:
             raise DataError("labels must be 0 or 1")
         n, d = feats.shape
         eps, dl = exact_epsilon(epsilon), exact_delta(delta, positive=True)
-        noise = resolve_noise(None if self.seed is None else SeededNoise(self.seed))
-        sized = size_and_plan(
-            source,
-            n,
-            public_rows=public_rows,
-            count_fraction=self.count_fraction,
-            epsilon=eps,
-            delta=dl,
-            batch_size=self.batch_size,
-            epochs=self.epochs,
-            noise=noise,
-            label=label,
-        )
+        sized, noise, spent = pay_for_training(
+            source, n, self, public_rows=public_rows, epsilon=eps, delta=dl, label=label
+        )  # charged before any noise is drawn
         size, plan = sized.size, sized.plan
-        cost = sized.cost(source, delta=dl)
-        source.draw(cost, label=label)  # charged before any noise is drawn
         # the sampler: fresh OS entropy unless seeded (then a stream apart from the noise's)
         rng = np.random.default_rng(None if self.seed is None else [self.seed, 1])
         design = np.hstack([feats, np.ones((n, 1))])
@@ -142,7 +129,7 @@ class LogisticDPSGD:
             theta = theta - self.learning_rate * velocity
         self.coef_, self.intercept_ = theta[:-1], float(theta[-1])
         self.plan_, self.rows_ = plan, size.rows
-        self.cost_ = cost if size.count_cost is None else add_costs(size.count_cost, cost)
+        self.cost_ = spent
         self.secure_noise_ = bool(noise.secure) and self.seed is None
         return self
 
