@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pandas as pd
@@ -199,3 +200,23 @@ def process_servers(home: Path, database: str | None, n: int) -> Iterator[list[s
                 p.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 p.kill()
+
+
+def owned_stream(
+    client: TestClient, seeded: Seeded, name: str, *, by: str, column: str, csv: str
+) -> list[dict[str, Any]]:
+    """Create stream ``name`` as the owner (``by`` user or attribute on ``column``), ingest
+    ``csv``, let the analyst read it, and return the blocks as the owner sees them."""
+    ho = seeded.headers(seeded.owner)
+    body = {"name": name, "epsilon": 1.0, "by": by, "column": column}
+    r = client.post("/v1/streams", headers=ho, json=body)
+    assert r.status_code == 201, r.text
+    r = client.post(
+        f"/v1/streams/{name}/ingest",
+        headers={**ho, "Content-Type": "text/csv"},
+        content=csv.encode(),
+    )
+    assert r.status_code == 200, r.text
+    seeded.keys.grant("ana", name, Permission.READ)
+    blocks: list[dict[str, Any]] = client.get(f"/v1/streams/{name}/blocks", headers=ho).json()
+    return blocks

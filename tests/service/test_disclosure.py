@@ -10,7 +10,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from blockbudget.service import Permission
-from service.support import Seeded
+from service.support import Seeded, owned_stream
 
 Q = {"epsilon": 0.01, "context": "team-a"}
 
@@ -58,22 +58,8 @@ def test_an_analyst_is_not_told_a_streams_columns(seeded: Seeded, client: TestCl
 
 
 def _attribute_stream(client: TestClient, seeded: Seeded) -> list[dict[str, Any]]:
-    ho = seeded.headers(seeded.owner)
-    r = client.post(
-        "/v1/streams",
-        headers=ho,
-        json={"name": "diag", "epsilon": 1.0, "by": "attribute", "column": "dx"},
-    )
-    assert r.status_code == 201, r.text
-    r = client.post(
-        "/v1/streams/diag/ingest",
-        headers={**ho, "Content-Type": "text/csv"},
-        content=b"dx,v\nflu,1\nflu,2\ncold,4\nRAREDXMARKER,3\n",
-    )
-    assert r.status_code == 200, r.text
-    seeded.keys.grant("ana", "diag", Permission.READ)
-    blocks: list[dict[str, Any]] = client.get("/v1/streams/diag/blocks", headers=ho).json()
-    return blocks
+    csv = "dx,v\nflu,1\nflu,2\ncold,4\nRAREDXMARKER,3\n"
+    return owned_stream(client, seeded, "diag", by="attribute", column="dx", csv=csv)
 
 
 def test_an_analyst_sees_opaque_ids_on_an_attribute_stream(
@@ -110,19 +96,9 @@ def test_an_analyst_sees_opaque_ids_on_an_attribute_stream(
 
 def test_hidden_blocks_are_listed_in_opaque_id_order(seeded: Seeded, client: TestClient) -> None:
     ho, ha = seeded.headers(seeded.owner), seeded.headers(seeded.analyst)
-    r = client.post(
-        "/v1/streams",
-        headers=ho,
-        json={"name": "users", "epsilon": 1.0, "by": "user", "column": "uid"},
-    )
-    assert r.status_code == 201, r.text
     users = [17 + 1000 * k for k in range(8)]  # eight id ranges: a key-ordered list is 1 of 8!
     csv = "uid,spend\n" + "".join(f"{u},1.5\n" for u in users)
-    r = client.post(
-        "/v1/streams/users/ingest", headers={**ho, "Content-Type": "text/csv"}, content=csv.encode()
-    )
-    assert r.status_code == 200, r.text
-    seeded.keys.grant("ana", "users", Permission.READ)
+    owned_stream(client, seeded, "users", by="user", column="uid", csv=csv)
     listed = [b["block_id"] for b in client.get("/v1/streams/users/blocks", headers=ha).json()]
     assert len(listed) == 8 and listed == sorted(listed)
     r = client.post("/v1/streams/users/queries/count", headers=ha, json={**Q, "last": 8})

@@ -9,31 +9,16 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from blockbudget.service import Permission, create_app
-from service.support import Seeded
+from blockbudget.service import create_app
+from service.support import Seeded, owned_stream
 
 #: Users in three id ranges; 4242xxx is the one whose existence must not leak.
 USERS = [17, 18, 1500, 4242001, 4242002, 4242003]
 
 
 def _user_stream(client: TestClient, seeded: Seeded) -> list[dict[str, Any]]:
-    ho = seeded.headers(seeded.owner)
-    r = client.post(
-        "/v1/streams",
-        headers=ho,
-        json={"name": "users", "epsilon": 1.0, "by": "user", "column": "uid"},
-    )
-    assert r.status_code == 201, r.text
     csv = "uid,spend\n" + "".join(f"{u},{(u % 7) + 1.5}\n" for u in USERS)
-    r = client.post(
-        "/v1/streams/users/ingest",
-        headers={**ho, "Content-Type": "text/csv"},
-        content=csv.encode(),
-    )
-    assert r.status_code == 200, r.text
-    seeded.keys.grant("ana", "users", Permission.READ)
-    blocks: list[dict[str, Any]] = client.get("/v1/streams/users/blocks", headers=ho).json()
-    return blocks
+    return owned_stream(client, seeded, "users", by="user", column="uid", csv=csv)
 
 
 def test_an_analyst_sees_and_uses_only_opaque_block_ids_on_a_user_stream(
