@@ -17,7 +17,6 @@ from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms import Histogram
 from blockbudget.platform import Last, Platform
 from blockbudget.query import QueryKind, QuerySpec, compute, open_query
-from blockbudget.query import check_query as check_spec
 from blockbudget.service import schemas as sc
 from blockbudget.service.failures import LEDGER_REFUSALS, concealing
 
@@ -34,28 +33,24 @@ def spec_of(kind: str, body: sc.QueryIn) -> QuerySpec:
     )
 
 
-def check_query(platform: Platform, stream: str, kind: str, body: sc.QueryIn) -> None:
-    """Refuse a malformed query before anything is reserved.
+def run_query(platform: Platform, stream: str, kind: str, body: sc.QueryIn) -> sc.QueryOut:
+    """Run one DP query (see the module docstring) in ``body.context``, which the caller has
+    resolved (see :func:`blockbudget.service.access.resolve_context`).
 
     Raises:
-        InvalidRequestError: a missing or unknown column, a non-numeric column for a sum or
-            mean, missing bounds or bins, or a bad selection.
+        InvalidRequestError: a bad selection or no context; a malformed query, refused by
+            :func:`blockbudget.query.check_query` before anything is reserved or sealed.
+        ConcealedError: a failure while reading or computing on rows (a stable code only).
     """
     if (body.blocks is None) == (body.last is None):
         raise InvalidRequestError("give exactly one of 'blocks' and 'last'")
-    check_spec(platform, stream, spec_of(kind, body))
-
-
-def run_query(platform: Platform, stream: str, kind: str, body: sc.QueryIn) -> sc.QueryOut:
-    """Run one DP query (see the module docstring) in ``body.context``, which the caller has
-    resolved (see :func:`blockbudget.service.access.resolve_context`)."""
-    check_query(platform, stream, kind, body)
     if body.context is None:
         raise InvalidRequestError("a query needs a context")
     selection: list[str] | Last = list(body.blocks) if body.blocks else Last(body.last or 1)
     spec = spec_of(kind, body)
-    # Reserving: the ledger's refusals and our own validation go out as they are; reading and
-    # computing: anything raised while touching rows is concealed (service.failures).
+    # Checking and reserving (open_query checks the query first, once): our own validation and
+    # the ledger's refusals go out as they are; reading and computing: anything raised while
+    # touching rows is concealed (service.failures).
     with concealing("query", passing=(*LEDGER_REFUSALS, InvalidRequestError)):
         grant = open_query(platform, stream, spec, blocks=selection, context=body.context)
     with grant, concealing("query"):
