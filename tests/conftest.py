@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from hypothesis import HealthCheck, settings
+from s3_support import s3_root, s3_server
+
+__all__ = ["s3_root", "s3_server"]  # fixtures for every test module
 
 settings.register_profile(
     "ci",

@@ -22,12 +22,14 @@ from __future__ import annotations
 import math
 import threading
 import uuid
+from collections.abc import Callable
 from decimal import ROUND_CEILING, localcontext
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget, Cost, RdpCurve
+from blockbudget.engine.base import Engine
 from blockbudget.errors import InvalidBudgetError, ReservationError
 from blockbudget.ledger import ReservationState
 
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
+    from blockbudget.engine import ScanSource
     from blockbudget.ledger import Ledger, Reservation
 
 
@@ -64,6 +67,8 @@ class Grant:
         accounting: Accounting,
         data: pa.Table,
         group_size: int = 1,
+        source: ScanSource | None = None,
+        engine: Engine | Callable[[], Engine] | None = None,
     ) -> None:
         self._ledger = ledger
         self.stream = stream
@@ -72,6 +77,9 @@ class Grant:
         self.context = reservation.context
         self._accounting = accounting
         self._data = data
+        #: The granted blocks' part files (what an engine reads; no rows).
+        self.source = source
+        self._engine = engine
         self._draws: list[tuple[str, Cost]] = []
         self._closed = False
         self._lock = threading.Lock()
@@ -79,6 +87,16 @@ class Grant:
         if group_size < 1:
             raise InvalidBudgetError(f"group_size must be >= 1, got {group_size}")
         self.group_size = group_size
+
+    @property
+    def engine(self) -> Engine:
+        """The engine that reads the granted blocks (created on first use)."""
+        if self._engine is None:
+            raise ReservationError(f"grant {self.reservation.id} has no engine to read with")
+        if callable(self._engine) and not isinstance(self._engine, Engine):
+            self._engine = self._engine()
+        assert isinstance(self._engine, Engine)
+        return self._engine
 
     @property
     def ledger_url(self) -> str:

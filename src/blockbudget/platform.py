@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
+    from blockbudget.engine import Engine
+
 #: A block whose every context cannot fit this much more epsilon is retired by
 #: :meth:`Platform.retire_exhausted` unless told otherwise.
 DEFAULT_MIN_EPSILON = Budget(epsilon="0.001")
@@ -100,6 +102,8 @@ class Platform:
 
     Args:
         home: folder for the default SQLite database and block files (created if missing).
+        engine: the engine grants read block files with: a registry name (``duckdb``, the
+            default; ``arrow``; ``ray``) or an :class:`~blockbudget.engine.Engine`.
         database_url: a SQLAlchemy URL to use instead of ``home/platform.db``.
         data_root: a local path or pyarrow filesystem URI for block files instead of
             ``home/blocks``.
@@ -111,6 +115,7 @@ class Platform:
         *,
         database_url: str | None = None,
         data_root: str | None = None,
+        engine: str | Engine = "duckdb",
     ) -> None:
         self.home = Path(home)
         self.home.mkdir(parents=True, exist_ok=True)
@@ -118,6 +123,17 @@ class Platform:
         self.ledger = Ledger(self.database_url)
         self.store = BlockStore(self.database_url, data_root or str(self.home / "blocks"))
         self._filters: dict[str, Filter] = {}
+        self._engine_choice = engine
+        self._engine: Engine | None = None
+
+    @property
+    def engine(self) -> Engine:
+        """The engine grants read their blocks with (created on first use)."""
+        if self._engine is None:
+            from blockbudget.engine import get_engine
+
+            self._engine = get_engine(self._engine_choice)
+        return self._engine
 
     # --- streams -------------------------------------------------------------------------------
 
@@ -388,6 +404,7 @@ class Platform:
                 )
         try:
             self.store.seal(list(chosen))
+            source = self.store.source(list(chosen))
             data = self.store.read(list(chosen), columns=read_columns)
             group = 1
             if user_column is not None:
@@ -406,6 +423,8 @@ class Platform:
             accounting=spec.accounting,
             data=data,
             group_size=group,
+            source=source,
+            engine=lambda: self.engine,
         )
 
     # --- lifecycle -----------------------------------------------------------------------------

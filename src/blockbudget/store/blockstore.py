@@ -29,6 +29,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError
 
+from blockbudget.engine.plan import BlockFiles, ScanSource
 from blockbudget.errors import (
     InvalidRequestError,
     StoreConflictError,
@@ -530,6 +531,36 @@ class BlockStore:
                 self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="blockstore-read")
             tables = list(self._pool.map(lambda p: self._files.read_part(p, columns), paths))
         return pa.concat_tables([t.select(schema.names) for t in tables])
+
+    def source(self, block_ids: Sequence[str]) -> ScanSource:
+        """The part files of blocks of one stream, for an engine to read (nothing is read here).
+
+        Raises:
+            InvalidRequestError: an empty list, a duplicate id, or blocks of several streams.
+            UnknownBlockError: when any block does not exist.
+        """
+        ids = unique_ids(list(block_ids), allow_duplicates=False, what="read")
+        streams = sorted({parse_block_id(b)[0] for b in ids})
+        if len(streams) > 1:
+            raise InvalidRequestError(f"a source holds blocks of one stream; got {streams}")
+        with self._engine.connect() as conn:
+            metas = catalog.select_blocks_by_id(conn, ids)
+            require_known(ids, metas, "nothing was read")
+            state = catalog.select_stream(conn, streams[0])
+            parts = catalog.select_parts(conn, ids)
+        assert state is not None
+        spec = self.get_stream(streams[0])
+        schema = None if state.schema_bytes is None else schema_from_bytes(state.schema_bytes)
+        user = spec.blocking.column if spec.blocking.unit is Unit.USER else None
+        return ScanSource(
+            blocks=tuple(BlockFiles(b, tuple(parts[b]), metas[b].rows) for b in ids),
+            base=self._files.base,
+            columns=tuple(schema.names) if schema is not None else (),
+            filesystem=self._files.fs,
+            uri=self._files.uri,
+            user_column=user,
+            rows_per_user=(spec.blocking.rows_per_user or 1) if user is not None else None,
+        )
 
     def read_pandas(
         self,
