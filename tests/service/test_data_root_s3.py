@@ -21,9 +21,9 @@ def test_serve_with_an_s3_data_root_answers_a_query(s3_root: str, tmp_path: Path
     home, port = tmp_path / "home", free_port()
     csv = flights_csv(tmp_path / "flights.csv", days=2)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    command = [sys.executable, "-m", "blockbudget.cli", "serve", "--home", str(home)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "blockbudget.cli", "serve", "--home", str(home)]
-        + ["--port", str(port), "--data-root", s3_root],
+        [*command, "--port", str(port), "--data-root", s3_root],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

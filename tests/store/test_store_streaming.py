@@ -116,7 +116,9 @@ def test_a_bad_row_in_a_late_batch_commits_nothing(
     assert snapshot(store, root) == before
 
 
-def test_reject_counts_late_rows_of_every_batch(store: BlockStore, three_days: pd.DataFrame) -> None:
+def test_reject_counts_late_rows_of_every_batch(
+    store: BlockStore, three_days: pd.DataFrame
+) -> None:
     store.create_stream(time_spec("flights", late=LatePolicy.REJECT))
     store.ingest("flights", three_days)
     store.seal(["flights/2013-01-01", "flights/2013-01-03"])
