@@ -186,7 +186,8 @@ def test_a_concurrent_first_ingest_fixes_another_schema(
     def racing() -> Iterator[pa.RecordBatch]:
         yield from first.to_batches()
         store.ingest("flights", other)  # wins the first ingest: year is int64
-        assert store.schema("flights").field("year").type == pa.int64()
+        fixed = store.schema("flights")
+        assert fixed is not None and fixed.field("year").type == pa.int64()
 
     report = store.ingest("flights", racing())
     assert report.rows == 50

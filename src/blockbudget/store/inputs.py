@@ -47,6 +47,8 @@ IngestData: TypeAlias = (
 
 #: Rows per batch read from a Parquet file or cut from an in-memory table.
 BATCH_ROWS = 128 * 1024
+#: Read buffer of a Parquet file being streamed.
+PARQUET_BUFFER_BYTES = 1024 * 1024
 #: Bytes per block read from a CSV file (each block is one batch).
 CSV_BLOCK_BYTES = 8 * 1024 * 1024
 
@@ -177,7 +179,9 @@ def _infer_format(path: Path, source: str) -> DataFormat:
 
 def _parquet_batches(path: Path, batch_rows: int, source: str) -> Iterator[pa.Table]:
     try:
-        with pq.ParquetFile(path) as handle:
+        # No pre-buffering: pyarrow would keep every row group's bytes read so far until the
+        # file is closed (memory growing with the file); a buffered stream reads as fast here.
+        with pq.ParquetFile(path, pre_buffer=False, buffer_size=PARQUET_BUFFER_BYTES) as handle:
             empty = True
             for batch in handle.iter_batches(batch_size=batch_rows):
                 empty = False

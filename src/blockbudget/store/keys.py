@@ -262,10 +262,22 @@ def _user_starts(
 
 
 def _group_ordinals(starts: npt.NDArray[np.int64], blocking: Blocking) -> Grouping:
-    uniq, inverse = np.unique(starts, return_inverse=True)
     make = time_key if blocking.unit is Unit.TIME else user_key
+    if len(starts) == 0:
+        return Grouping(keys=(), positions=())
+    # One stable sort by window index; a narrow index sorts by radix (linear time).
+    step = blocking.window_us if blocking.unit is Unit.TIME else blocking.ids_per_block
+    assert step is not None
+    low = int(starts.min())
+    index = (starts - low) // step
+    if int(index.max()) < 2**16:
+        index = index.astype(np.uint16)
+    order = np.argsort(index, kind="stable").astype(np.int64)
+    ranked = index[order]
+    cuts = np.flatnonzero(ranked[1:] != ranked[:-1]) + 1
+    uniq = starts[order[np.concatenate(([0], cuts))]]
     keys = tuple(make(blocking, int(s)) for s in uniq)
-    return Grouping(keys=keys, positions=_split(inverse.astype(np.int64), len(uniq)))
+    return Grouping(keys=keys, positions=tuple(np.split(order, cuts)))
 
 
 def _group_attributes(column: pa.Array, blocking: Blocking, source: str, offset: int) -> Grouping:

@@ -2,8 +2,8 @@
 
 :func:`stage` reads the input's normalized batches (:func:`~blockbudget.store.inputs.open_batches`),
 checks each against the stream's schema (the first batch of a first ingest fixes it for the
-rest), validates its blocking column, groups its rows by block key (one ``take`` per batch into
-key order, then zero-copy slices) and hands each key's rows to
+rest), validates its blocking column, groups its rows by block key (one ``take`` per key and batch:
+compact copies that do not pin the batch) and hands each key's rows to
 :class:`~blockbudget.store.writers.PartWriters`. A key's block (seq) is planned from a catalog
 snapshot the first time the key appears; rows that are late under ``DROP`` or ``REJECT`` are
 not written (lateness never reverts, see :func:`~blockbudget.store.planning.target_for`), and
@@ -145,15 +145,16 @@ def _route(
     positions: Sequence[np.ndarray],
     planned: dict[str, Target | None],
 ) -> None:
-    """Hand each key's rows of one batch to its writer: one take into key order, then slices."""
-    if len(keys) > 1:
-        table = table.take(pa.array(np.concatenate(positions)))
-    start = 0
+    """Hand each key's rows of one batch to its writer.
+
+    With several keys each key's rows are copied out with their own ``take`` (the batch is one
+    chunk, so that is cheap): a zero-copy slice of the batch would keep the whole batch alive
+    while the slice waits in a buffer, and memory would grow with the input.
+    """
     for k, pos in zip(keys, positions, strict=True):
         t = planned[k.key]
         if t is not None:
-            writers.add((k.key, t.seq), table.slice(start, len(pos)))
-        start += len(pos)
+            writers.add((k.key, t.seq), table if len(keys) == 1 else table.take(pa.array(pos)))
 
 
 def restage(
