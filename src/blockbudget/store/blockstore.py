@@ -6,13 +6,17 @@ block are appended as a new part file, rows for a sealed block (or a closed wind
 stream's :class:`LatePolicy`; :meth:`BlockStore.seal` freezes blocks before their data first
 leaves in a grant; :meth:`BlockStore.read` assembles the rows of chosen blocks.
 
-Atomicity and concurrency. An ingest validates everything in memory, plans which block each key
-goes to from a snapshot of the catalog, writes its part files under unique names, and then
-commits in one transaction that first locks the stream (see :mod:`blockbudget.store.catalog`)
-and re-derives the plan: if another writer changed the plan's premises (a block was sealed or
-created meanwhile), the transaction is abandoned and the ingest re-plans, reusing the files that
-still fit. Any failure deletes the files the ingest wrote, so the catalog and the directory tree
-are left as they were. Readers only ever open part files listed in the catalog.
+Atomicity and concurrency. An ingest streams its input batch by batch
+(:mod:`blockbudget.store.staging`): each batch is checked, its rows grouped by block key and
+appended to the part files of their blocks (:mod:`blockbudget.store.writers`, bounded memory),
+each key's block planned from a snapshot of the catalog when the key first appears. Once the
+whole input has been checked, the files are made durable (fsync on local filesystems) and the
+ingest commits in one transaction that first locks the stream (see
+:mod:`blockbudget.store.catalog`) and re-derives the plan (:mod:`blockbudget.store.commit`): if
+another writer changed the plan's premises (a block was sealed or created meanwhile), the
+transaction is abandoned and the ingest re-plans, moving staged files whose block changed. Any
+failure deletes the files the ingest wrote, so the catalog and the directory tree are left as
+they were. Readers only ever open part files listed in the catalog.
 """
 
 from __future__ import annotations
@@ -303,8 +307,8 @@ class BlockStore:
             entry = staged.parts.get(t.key.key)
             if entry is None:  # cannot happen: a key late at staging stays late
                 raise StoreConflictError(
-                    f"ingest into stream {t.key.key!r}: the catalog changed in a way that "
-                    "blocks never change (a late block became current); nothing was written"
+                    f"ingest: rows for key {t.key.key!r} were late when read but are not now, "
+                    "which blocks never allow (was the catalog edited?); nothing was written"
                 )
             seq, parts = entry
             if seq != t.seq:

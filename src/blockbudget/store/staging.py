@@ -54,7 +54,6 @@ class Staged:
     rows: int = 0
     parts: dict[str, tuple[int, list[WrittenPart]]] = field(default_factory=dict)
     paths: list[str] = field(default_factory=list)
-    spills: int = 0
 
     def ordered(self) -> tuple[list[KeyInfo], list[int]]:
         """The keys in the store's key order (ordinal, then key) and their row counts."""
@@ -130,7 +129,6 @@ def stage(
             for (key, seq), parts in writers.finish().items():
                 staged.parts[key] = (seq, parts)
             staged.paths = list(writers.paths)
-            staged.spills = writers.spills
     except BaseException:
         if writers is not None:
             files.remove_parts(writers.abort())
@@ -192,5 +190,4 @@ def restage(
         rows=staged.rows,
         parts={key: (seq, parts) for (key, seq), parts in written.items()},
         paths=list(writers.paths),
-        spills=writers.spills,
     )
