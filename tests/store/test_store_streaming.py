@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from store_helpers import part_files, snapshot, sort_frame, time_spec
 
-from blockbudget import DataError
+from blockbudget import DataError, InvalidRequestError
 from blockbudget.store import BlockStore, LatePolicy, catalog, files, inputs
 
 DAYS = ("flights/2013-01-01", "flights/2013-01-02", "flights/2013-01-03")
@@ -204,3 +204,13 @@ def test_parquet_files_written_are_plain_parquet(
     path = root / part_files(root)[0]
     meta = pq.ParquetFile(path).metadata
     assert meta.num_rows == 842 and meta.num_row_groups == 1  # buffered into one row group
+
+
+def test_bounds_below_their_minimum_are_refused(
+    store: BlockStore, three_days: pd.DataFrame, root: Path
+) -> None:
+    store.create_stream(time_spec())
+    for bad in ({"batch_rows": 0}, {"max_open_writers": 0}, {"buffer_bytes": -1}):
+        with pytest.raises(InvalidRequestError, match="batch_rows >= 1, max_open_writers >= 1"):
+            store.ingest("flights", three_days, **bad)
+    assert part_files(root) == [] and store.blocks("flights") == []

@@ -230,13 +230,19 @@ class BlockStore:
 
         Raises:
             UnknownBlockError: when the stream does not exist.
-            InvalidRequestError: for a format given with in-memory data or an unknown format.
+            InvalidRequestError: for a format given with in-memory data, an unknown format, or
+                a bound below its minimum.
             DataError: for unreadable or malformed input (naming the file, column and row), a
                 schema mismatch, or late records refused by LatePolicy.REJECT. Nothing is
                 written then.
             StoreConflictError: if other writers kept winning the race for this stream.
         """
         fmt = coerce_format(format, data)
+        if batch_rows < 1 or max_open_writers < 1 or buffer_bytes < 0:
+            raise InvalidRequestError(
+                "ingest needs batch_rows >= 1, max_open_writers >= 1 and buffer_bytes >= 0; got "
+                f"{batch_rows}, {max_open_writers}, {buffer_bytes}"
+            )
         row = self._stream_row(stream)
         spec = row.spec
         schema = None if row.schema_bytes is None else schema_from_bytes(row.schema_bytes)
