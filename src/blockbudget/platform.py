@@ -41,10 +41,10 @@ from blockbudget.store import (
 )
 
 if TYPE_CHECKING:
-    import pandas as pd
     import pyarrow as pa
 
     from blockbudget.engine import Engine
+    from blockbudget.store.inputs import IngestData
 
 #: A block whose every context cannot fit this much more epsilon is retired by
 #: :meth:`Platform.retire_exhausted` unless told otherwise.
@@ -229,10 +229,11 @@ class Platform:
 
     # --- data ----------------------------------------------------------------------------------
 
-    def ingest(
-        self, stream: str, data: pd.DataFrame | pa.Table | str | Path, *, format: str | None = None
-    ) -> IngestReport:
-        """Add rows to a stream's blocks; every new block starts with the stream's full budget."""
+    def ingest(self, stream: str, data: IngestData, *, format: str | None = None) -> IngestReport:
+        """Add rows to a stream's blocks; every new block starts with the stream's full budget.
+
+        ``data`` is anything :meth:`BlockStore.ingest` takes (files and batch streams are read
+        batch by batch)."""
         report = self.store.ingest(stream, data, format=format)
         self._register_blocks(stream, report.new_blocks)
         return report

@@ -111,10 +111,11 @@ def remote(server: str | None, api_key: str | None) -> ServiceClient | None:
 
 
 def open_platform(home: Path) -> Platform:
-    """The platform in the home folder (imported here: the platform's libraries are heavy)."""
+    """The platform in the home folder (imported here: the platform's libraries are heavy),
+    with its block files under ``$BLOCKBUDGET_DATA_ROOT`` when that is set (as ``serve``)."""
     from blockbudget.platform import Platform
 
-    return Platform(home)
+    return Platform(home, data_root=os.environ.get("BLOCKBUDGET_DATA_ROOT") or None)
 
 
 def local_context(platform: Platform, context: str | None) -> str:

@@ -35,6 +35,15 @@ def serve(
             "server processes (default: the SQLite file in --home).",
         ),
     ] = None,
+    data_root: Annotated[
+        str | None,
+        typer.Option(
+            envvar="BLOCKBUDGET_DATA_ROOT",
+            help="Where block files live: a directory or a filesystem URI, e.g. "
+            "s3://bucket/prefix?endpoint_override=host:9000&scheme=http (credentials from the "
+            "environment; default: blocks/ in --home).",
+        ),
+    ] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     workers: Annotated[int, typer.Option(help="Server processes.")] = 1,
@@ -79,6 +88,7 @@ def serve(
         workers=workers,
         group_commit=group_commit,
         scheduler=scheduler,
+        data_root=data_root,
     )
 
 

@@ -71,9 +71,17 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def open_platform(home: str | Path, database_url: str | None, *, group_commit: bool) -> Platform:
-    """A platform whose ledger batches concurrent writes when ``group_commit``."""
-    platform = Platform(home, database_url=database_url)
+def open_platform(
+    home: str | Path,
+    database_url: str | None,
+    *,
+    group_commit: bool,
+    data_root: str | None = None,
+) -> Platform:
+    """A platform whose ledger batches concurrent writes when ``group_commit``; its block files
+    live under ``data_root`` (a local path or a filesystem URI such as ``s3://bucket/prefix``)
+    or, by default, in ``home/blocks``."""
+    platform = Platform(home, database_url=database_url, data_root=data_root)
     if group_commit:
         platform.ledger.dispose()
         platform.ledger = Ledger(platform.database_url, group_commit=True)

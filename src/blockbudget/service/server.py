@@ -3,11 +3,13 @@
 Several server processes share one ledger through PostgreSQL (``--database
 postgresql+psycopg://…``; every write is serialized by the ledger's head-row lock, so processes
 need no other coordination) or, on one machine, through the SQLite file. The block files live
-in the home folder, which every process of one deployment must share.
+in the home folder, which every process of one deployment must share, or under ``--data-root``
+(e.g. ``s3://bucket/prefix?endpoint_override=host:port&scheme=http``; credentials come from the
+environment as for any AWS client), which every process then shares instead.
 
 Configuration reaches worker processes through environment variables (uvicorn starts them by
 importing :func:`app_from_env`): ``BLOCKBUDGET_HOME``, ``BLOCKBUDGET_DATABASE`` (optional),
-``BLOCKBUDGET_GROUP_COMMIT`` (``1``/``0``, default 1).
+``BLOCKBUDGET_DATA_ROOT`` (optional), ``BLOCKBUDGET_GROUP_COMMIT`` (``1``/``0``, default 1).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from blockbudget.service.queue import DEFAULT_SCHEDULER, parse_scheduler
 
 ENV_HOME = "BLOCKBUDGET_HOME"
 ENV_DATABASE = "BLOCKBUDGET_DATABASE"
+ENV_DATA_ROOT = "BLOCKBUDGET_DATA_ROOT"
 ENV_GROUP_COMMIT = "BLOCKBUDGET_GROUP_COMMIT"
 ENV_SCHEDULER = "BLOCKBUDGET_SCHEDULER"
 
@@ -41,7 +44,9 @@ def app_from_env() -> FastAPI:
     database = os.environ.get(ENV_DATABASE) or None
     group = os.environ.get(ENV_GROUP_COMMIT, "1") != "0"
     scheduler = os.environ.get(ENV_SCHEDULER) or DEFAULT_SCHEDULER
-    return create_app(open_platform(home, database, group_commit=group), scheduler=scheduler)
+    data_root = os.environ.get(ENV_DATA_ROOT) or None
+    platform = open_platform(home, database, group_commit=group, data_root=data_root)
+    return create_app(platform, scheduler=scheduler)
 
 
 def bootstrap_admin(home: str | Path, database: str | None, name: str = "admin") -> str | None:
@@ -71,13 +76,17 @@ def serve(
     group_commit: bool,
     log_level: str = "warning",
     scheduler: str = DEFAULT_SCHEDULER,
+    data_root: str | None = None,
 ) -> None:
-    """Run uvicorn with ``workers`` processes serving one platform."""
+    """Run uvicorn with ``workers`` processes serving one platform (block files under
+    ``data_root`` when given)."""
     import uvicorn
 
     os.environ[ENV_HOME] = str(Path(home).resolve())
     if database:
         os.environ[ENV_DATABASE] = database
+    if data_root:
+        os.environ[ENV_DATA_ROOT] = data_root
     os.environ[ENV_GROUP_COMMIT] = "1" if group_commit else "0"
     parse_scheduler(scheduler)  # refuse a bad --scheduler before starting any worker
     os.environ[ENV_SCHEDULER] = scheduler

@@ -6,13 +6,17 @@ block are appended as a new part file, rows for a sealed block (or a closed wind
 stream's :class:`LatePolicy`; :meth:`BlockStore.seal` freezes blocks before their data first
 leaves in a grant; :meth:`BlockStore.read` assembles the rows of chosen blocks.
 
-Atomicity and concurrency. An ingest validates everything in memory, plans which block each key
-goes to from a snapshot of the catalog, writes its part files under unique names, and then
-commits in one transaction that first locks the stream (see :mod:`blockbudget.store.catalog`)
-and re-derives the plan: if another writer changed the plan's premises (a block was sealed or
-created meanwhile), the transaction is abandoned and the ingest re-plans, reusing the files that
-still fit. Any failure deletes the files the ingest wrote, so the catalog and the directory tree
-are left as they were. Readers only ever open part files listed in the catalog.
+Atomicity and concurrency. An ingest streams its input batch by batch
+(:mod:`blockbudget.store.staging`): each batch is checked, its rows grouped by block key and
+appended to the part files of their blocks (:mod:`blockbudget.store.writers`, bounded memory),
+each key's block planned from a snapshot of the catalog when the key first appears. Once the
+whole input has been checked, the files are made durable (fsync on local filesystems) and the
+ingest commits in one transaction that first locks the stream (see
+:mod:`blockbudget.store.catalog`) and re-derives the plan (:mod:`blockbudget.store.commit`): if
+another writer changed the plan's premises (a block was sealed or created meanwhile), the
+transaction is abandoned and the ingest re-plans, moving staged files whose block changed. Any
+failure deletes the files the ingest wrote, so the catalog and the directory tree are left as
+they were. Readers only ever open part files listed in the catalog.
 """
 
 from __future__ import annotations
@@ -37,15 +41,15 @@ from blockbudget.errors import (
     UnknownBlockError,
 )
 from blockbudget.store import catalog
+from blockbudget.store.commit import PlanConflict, record_ingest
 from blockbudget.store.files import DataFiles, WrittenPart
 from blockbudget.store.inputs import (
+    BATCH_ROWS,
     IngestData,
-    conform,
-    load_input,
+    open_batches,
     schema_from_bytes,
-    schema_to_bytes,
 )
-from blockbudget.store.keys import Grouping, group_rows, key_ordinal
+from blockbudget.store.keys import key_ordinal
 from blockbudget.store.model import (
     BlockMeta,
     DataFormat,
@@ -53,29 +57,24 @@ from blockbudget.store.model import (
     StreamSpec,
     Unit,
     check_stream_name,
-    make_block_id,
     parse_block_id,
     utc_now,
 )
 from blockbudget.store.planning import (
     Target,
     backoff,
-    block_values,
     coerce_format,
-    fit_schema,
     plan_targets,
     require_known,
     retryable,
     unique_ids,
 )
+from blockbudget.store.staging import Staged, WriterLimits, restage, stage
+from blockbudget.store.writers import BUFFER_BYTES, MAX_OPEN_WRITERS
 
 #: How many times an ingest re-plans after losing a race before giving up.
 MAX_ATTEMPTS = 60
 _T = TypeVar("_T")
-
-
-class _Conflict(Exception):
-    """The catalog changed under a plan; re-plan."""
 
 
 class BlockStore:
@@ -195,16 +194,35 @@ class BlockStore:
     # ------------------------------------------------------------------------------ ingest
 
     def ingest(
-        self, stream: str, data: IngestData, *, format: DataFormat | str | None = None
+        self,
+        stream: str,
+        data: IngestData,
+        *,
+        format: DataFormat | str | None = None,
+        batch_rows: int = BATCH_ROWS,
+        max_open_writers: int = MAX_OPEN_WRITERS,
+        buffer_bytes: int = BUFFER_BYTES,
     ) -> IngestReport:
-        """Add records to a stream, all or nothing.
+        """Add records to a stream, all or nothing, streaming them into the block files.
+
+        The input is read batch by batch; each batch is checked and its rows go to the part
+        file of their block (one per block and ingest, unless more than ``max_open_writers``
+        blocks are written at once: see :mod:`blockbudget.store.writers`). Memory stays bounded
+        by one batch, ``buffer_bytes`` and the open writers, whatever the input's size. Every
+        row is checked before anything is committed; the files are made durable
+        (:meth:`~blockbudget.store.files.DataFiles.sync`) before the catalog commit that lists
+        them, and deleted if the ingest fails.
 
         Args:
             stream: the stream's name.
             data: a pandas DataFrame (its index is ignored: ``reset_index()`` first to keep
-                it), a pyarrow Table or RecordBatch, or a path to a CSV (``.csv``, ``.csv.gz``…)
-                or Parquet (``.parquet``, ``.pq``) file.
+                it), a pyarrow Table, RecordBatch or RecordBatchReader, an iterable of
+                RecordBatches, or a path to a CSV (``.csv``, ``.csv.gz``…) or Parquet
+                (``.parquet``, ``.pq``) file.
             format: the file format; inferred from the suffix when None.
+            batch_rows: rows per batch read from a Parquet file or an in-memory input.
+            max_open_writers: the most part files open for writing at once.
+            buffer_bytes: the most bytes of rows buffered before they are written.
 
         Returns:
             What was done: rows, new and appended blocks, late rows, rows per block, and the
@@ -212,163 +230,108 @@ class BlockStore:
 
         Raises:
             UnknownBlockError: when the stream does not exist.
-            InvalidRequestError: for a format given with in-memory data or an unknown format.
+            InvalidRequestError: for a format given with in-memory data, an unknown format, or
+                a bound below its minimum.
             DataError: for unreadable or malformed input (naming the file, column and row), a
                 schema mismatch, or late records refused by LatePolicy.REJECT. Nothing is
                 written then.
             StoreConflictError: if other writers kept winning the race for this stream.
         """
         fmt = coerce_format(format, data)
+        if batch_rows < 1 or max_open_writers < 1 or buffer_bytes < 0:
+            raise InvalidRequestError(
+                "ingest needs batch_rows >= 1, max_open_writers >= 1 and buffer_bytes >= 0; got "
+                f"{batch_rows}, {max_open_writers}, {buffer_bytes}"
+            )
         row = self._stream_row(stream)
         spec = row.spec
         schema = None if row.schema_bytes is None else schema_from_bytes(row.schema_bytes)
-        table, source = load_input(data, fmt=fmt, schema=schema)
-        table = fit_schema(table, schema, stream=stream, source=source)
-        grouping = group_rows(table, spec.blocking, source=source)
-        if table.num_rows == 0:
+        batches, source = open_batches(data, fmt=fmt, schema=schema, batch_rows=batch_rows)
+        limits = WriterLimits(max_open=max_open_writers, buffer_bytes=buffer_bytes)
+
+        def snapshot(keys: Sequence[str]) -> tuple[int | None, dict[str, tuple[int, bool]]]:
+            with self._engine.connect() as conn:
+                state = catalog.select_stream(conn, stream)
+                latest = catalog.latest_blocks(conn, stream, list(keys))
+            if state is None:
+                raise UnknownBlockError(f"no stream {stream!r}")
+            return state.closed_until, latest
+
+        staged = stage(self._files, spec, schema, batches, source, snapshot, limits)
+        if staged.rows == 0:
             return IngestReport(stream=stream, source=source, rows=0)
-        return self._commit_ingest(spec, table, grouping, source)
+        return self._commit_ingest(spec, staged, limits)
 
     def _commit_ingest(
-        self, spec: StreamSpec, table: pa.Table, grouping: Grouping, source: str
+        self, spec: StreamSpec, staged: Staged, limits: WriterLimits
     ) -> IngestReport:
         stream = spec.name
-        keys = [k.key for k in grouping.keys]
-        written: dict[tuple[str, int], WrittenPart] = {}
-        written_schema = table.schema
+        keys, counts = staged.ordered()
         report: IngestReport | None = None
-        keep: set[str] | None = None
+        synced: set[str] = set()
         try:
             for attempt in range(MAX_ATTEMPTS):
                 with self._engine.connect() as conn:
                     state = catalog.select_stream(conn, stream)
-                    latest = catalog.latest_blocks(conn, stream, keys)
+                    latest = catalog.latest_blocks(conn, stream, [k.key for k in keys])
                 if state is None:
                     raise UnknownBlockError(f"no stream {stream!r}")
+                assert staged.schema is not None
                 if state.schema_bytes is not None:
                     fixed = schema_from_bytes(state.schema_bytes)
-                    if not table.schema.equals(fixed):  # a concurrent first ingest won
-                        table = conform(table, fixed, stream=stream, source=source)
-                if not table.schema.equals(written_schema):
-                    self._files.remove_parts([w.path for w in written.values()])
-                    written.clear()
-                    written_schema = table.schema
-                plan = plan_targets(spec, grouping, latest, state.closed_until, source)
-                for t in plan:
-                    if (t.key.key, t.seq) not in written:
-                        rows = table.take(pa.array(grouping.positions[t.index]))
-                        written[(t.key.key, t.seq)] = self._files.write_part(
-                            stream, t.key.key, t.seq, rows
-                        )
+                    if not staged.schema.equals(fixed):  # a concurrent first ingest won
+                        staged = restage(self._files, spec, staged, fixed, limits)
+                plan = plan_targets(spec, keys, counts, latest, state.closed_until, staged.source)
+                self._place(staged, plan)
+                paths = [p.path for t in plan for p in staged.parts[t.key.key][1]]
+                self._files.sync([p for p in paths if p not in synced])
+                synced.update(paths)
                 try:
                     with self._engine.begin() as conn:
-                        report = self._apply(conn, spec, table, grouping, plan, written, source)
-                except _Conflict:
+                        report = record_ingest(conn, spec, staged, plan)
+                except PlanConflict:
                     pass
                 except (OperationalError, IntegrityError) as exc:
                     if not retryable(exc):
                         raise
                 if report is not None:
-                    keep = {written[(t.key.key, t.seq)].path for t in plan}
+                    self._cleanup(staged, set(paths))
                     return report
                 backoff(attempt)
             raise StoreConflictError(
                 f"ingest into stream {stream!r} lost the race to other writers {MAX_ATTEMPTS} "
                 "times; nothing was written"
             )
-        finally:
-            self._cleanup(written, keep)
+        except BaseException:
+            self._cleanup(staged, None)
+            raise
 
-    def _apply(
-        self,
-        conn: Connection,
-        spec: StreamSpec,
-        table: pa.Table,
-        grouping: Grouping,
-        plan: tuple[Target, ...],
-        written: dict[tuple[str, int], WrittenPart],
-        source: str,
-    ) -> IngestReport:
-        """The commit transaction: lock, re-check the plan, record everything."""
-        stream = spec.name
-        if not catalog.lock_stream(conn, stream):
-            raise UnknownBlockError(f"no stream {stream!r}")
-        state = catalog.select_stream(conn, stream)
-        assert state is not None
-        latest = catalog.latest_blocks(conn, stream, [k.key for k in grouping.keys])
-        if plan_targets(spec, grouping, latest, state.closed_until, source) != plan:
-            raise _Conflict
-        if state.schema_bytes is not None and not table.schema.equals(
-            schema_from_bytes(state.schema_bytes)
-        ):
-            raise _Conflict
-        now = utc_now()
-        new_blocks: list[str] = []
-        appended: list[str] = []
-        block_rows: dict[str, int] = {}
-        part_rows: list[dict[str, Any]] = []
+    def _place(self, staged: Staged, plan: tuple[Target, ...]) -> None:
+        """Move staged files whose block's seq changed since staging (a block was sealed or
+        created meanwhile) into the planned seq's directory."""
         for t in plan:
-            part = written[(t.key.key, t.seq)]
-            block_id = make_block_id(stream, t.key.key, t.seq)
-            if t.new:
-                catalog.insert_block(conn, block_values(stream, block_id, t, part, now))
-                new_blocks.append(block_id)
-            else:
-                if not catalog.append_rows(conn, block_id, part.rows, part.nbytes):
-                    raise _Conflict
-                appended.append(block_id)
-            block_rows[block_id] = part.rows
-            part_rows.append(
-                {
-                    "block_id": block_id,
-                    "path": part.path,
-                    "row_count": part.rows,
-                    "byte_count": part.nbytes,
-                    "created_at": now,
-                }
-            )
-        catalog.insert_parts(conn, part_rows)
-        ordinals = [k.ordinal for k in grouping.keys if k.ordinal is not None]
-        watermark = max(ordinals) if ordinals else None
-        closed = state.closed_until
-        if spec.close_after is not None and watermark is not None:
-            latest_start = max(
-                watermark, state.watermark if state.watermark is not None else watermark
-            )
-            step = spec.blocking.window_us if spec.blocking.unit is Unit.TIME else _ids(spec)
-            bound = latest_start - (spec.close_after - 1) * step
-            closed = bound if closed is None else max(closed, bound)
-        catalog.update_stream_state(
-            conn,
-            stream,
-            schema_bytes=schema_to_bytes(table.schema) if state.schema_bytes is None else None,
-            watermark=watermark,
-            closed_until=closed,
-        )
-        sealed: list[str] = []
-        if closed is not None:
-            sealed = catalog.open_blocks_before(conn, stream, closed)
-            catalog.seal_blocks(conn, sealed, now)
-        kept = sum(len(grouping.positions[t.index]) for t in plan)
-        return IngestReport(
-            stream=stream,
-            source=source,
-            rows=kept,
-            dropped_rows=table.num_rows - kept,
-            new_blocks=tuple(new_blocks),
-            appended_blocks=tuple(appended),
-            late_rows=sum(len(grouping.positions[t.index]) for t in plan if t.late),
-            block_rows=block_rows,
-            sealed_blocks=tuple(sealed),
-        )
+            entry = staged.parts.get(t.key.key)
+            if entry is None:  # cannot happen: a key late at staging stays late
+                raise StoreConflictError(
+                    f"ingest: rows for key {t.key.key!r} were late when read but are not now, "
+                    "which blocks never allow (was the catalog edited?); nothing was written"
+                )
+            seq, parts = entry
+            if seq != t.seq:
+                moved = [
+                    WrittenPart(self._files.move_part(p.path, t.seq), p.rows, p.nbytes)
+                    for p in parts
+                ]
+                staged.paths.extend(p.path for p in moved)
+                staged.parts[t.key.key] = (t.seq, moved)
 
-    def _cleanup(self, written: dict[tuple[str, int], WrittenPart], keep: set[str] | None) -> None:
+    def _cleanup(self, staged: Staged, keep: set[str] | None) -> None:
         """Delete the part files this ingest wrote that the catalog does not reference.
 
         ``keep`` lists the committed paths after a success; after a failure (None) the catalog
         is asked, in case a commit went through although its acknowledgement was lost.
         """
-        paths = [w.path for w in written.values()]
+        paths = list(dict.fromkeys(staged.paths))
         if not paths:
             return
         if keep is None:

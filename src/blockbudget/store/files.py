@@ -5,6 +5,13 @@ with every character outside ``[A-Za-z0-9_%-]`` percent-encoded (a sub-day time 
 ``2013-01-01T06:00`` lives in ``2013-01-01T06%3A00``). The catalog stores each part's path
 relative to the root, and readers use only the catalog's list, so a file left behind by a crashed
 ingest is never read (:meth:`BlockStore.vacuum` removes such orphans).
+
+Durability. :meth:`DataFiles.sync` makes written part files durable before the catalog commit
+that references them: on a local filesystem it fsyncs each file and then each directory on its
+path up to the root (so that the new directory entries survive a power loss too); on an object
+store it does nothing, because a part is written as one object whose upload completes (a finished
+PUT, or the completing request of a multipart upload) when the file is closed, and a completed
+upload is durable and, on S3, immediately visible to every reader.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import contextlib
 import os
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -21,6 +29,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from blockbudget.errors import DataError
+
+#: Threads that fsync part files and directories at once.
+SYNC_THREADS = 16
 
 _SAFE_SEGMENT = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_%-")
 
@@ -38,6 +49,15 @@ class WrittenPart:
     path: str
     rows: int
     nbytes: int
+
+
+def fsync_path(path: str) -> None:
+    """Flush a local file's or directory's data and metadata to stable storage."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def path_segment(key: str) -> str:
@@ -92,6 +112,54 @@ class DataFiles:
                 if attempt == 2:
                     raise
         return WrittenPart(path=rel, rows=table.num_rows, nbytes=buf.size)
+
+    def open_part(self, stream: str, key: str, seq: int) -> tuple[str, pa.NativeFile]:
+        """Create a new part file with a unique name (and its directories) for writing.
+
+        Returns:
+            Its root-relative path and an output stream that the caller closes.
+        """
+        rel_dir = f"{stream}/{path_segment(key)}/{seq}"
+        rel = f"{rel_dir}/part-{uuid.uuid4().hex}.parquet"
+        for attempt in range(3):
+            # A concurrent rollback may remove an empty directory between create and open.
+            self.fs.create_dir(self.full(rel_dir), recursive=True)
+            try:
+                return rel, self.fs.open_output_stream(self.full(rel))
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def move_part(self, rel: str, seq: int) -> str:
+        """Move a part file into the directory of another seq of its block (a re-plan).
+
+        Returns:
+            The new root-relative path.
+        """
+        stream, key, old_seq, name = rel.split("/")
+        rel_dir = f"{stream}/{key}/{seq}"
+        self.fs.create_dir(self.full(rel_dir), recursive=True)
+        new = f"{rel_dir}/{name}"
+        self.fs.move(self.full(rel), self.full(new))
+        self._remove_dir_if_empty(self.full(f"{stream}/{key}/{old_seq}"))
+        return new
+
+    def sync(self, rels: Sequence[str]) -> None:
+        """Make part files durable (see the module docstring): on a local filesystem fsync
+        each file, then every directory from its own up to the root; elsewhere nothing."""
+        if not self.local or not rels:
+            return
+        dirs: set[str] = set()
+        for rel in rels:
+            parts = rel.split("/")
+            dirs.update("/".join(parts[:i]) for i in range(1, len(parts)))
+        # fsync releases the GIL and devices take concurrent flushes well: files in parallel,
+        # then their directories, then the root.
+        with ThreadPoolExecutor(max_workers=SYNC_THREADS) as pool:
+            list(pool.map(fsync_path, [self.full(r) for r in rels]))
+            list(pool.map(fsync_path, [self.full(d) for d in dirs]))
+        fsync_path(self.base)
 
     def read_part(self, rel: str, columns: Sequence[str] | None) -> pa.Table:
         """Read one part file.

@@ -1,8 +1,9 @@
 """Reading ingest inputs into Arrow tables and checking them against a stream's schema.
 
-Inputs: a pandas DataFrame, a pyarrow Table or RecordBatch, or a path to a CSV (optionally
-compressed, e.g. ``.csv.gz``) or Parquet file. Every input is *normalized* first — dictionary
-columns decoded, ``large_string``/``large_binary`` made ``string``/``binary``, second and
+Inputs: a pandas DataFrame, a pyarrow Table, RecordBatch or RecordBatchReader, an iterable of
+RecordBatches, or a path to a CSV (optionally compressed, e.g. ``.csv.gz``) or Parquet file.
+Files and streams are read batch by batch (:func:`open_batches`). Every batch is *normalized*:
+dictionary columns decoded, ``large_string``/``large_binary`` made ``string``/``binary``, second and
 millisecond timestamps widened to microseconds, ``date64`` made ``date32``, all fields nullable,
 schema metadata dropped — so that equal data gives equal schemas whatever its origin.
 
@@ -20,7 +21,7 @@ import csv
 import io
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeAlias
 
@@ -34,7 +35,22 @@ from blockbudget.errors import DataError
 from blockbudget.store.model import DataFormat
 
 #: What :meth:`BlockStore.ingest` accepts.
-IngestData: TypeAlias = pd.DataFrame | pa.Table | pa.RecordBatch | str | os.PathLike[str]
+IngestData: TypeAlias = (
+    pd.DataFrame
+    | pa.Table
+    | pa.RecordBatch
+    | pa.RecordBatchReader
+    | Iterable[pa.RecordBatch]
+    | str
+    | os.PathLike[str]
+)
+
+#: Rows per batch read from a Parquet file or cut from an in-memory table.
+BATCH_ROWS = 128 * 1024
+#: Read buffer of a Parquet file being streamed.
+PARQUET_BUFFER_BYTES = 1024 * 1024
+#: Bytes per block read from a CSV file (each block is one batch).
+CSV_BLOCK_BYTES = 8 * 1024 * 1024
 
 _CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.zst", ".csv.lz4", ".tsv")
 _PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
@@ -51,22 +67,39 @@ def schema_from_bytes(data: bytes) -> pa.Schema:
     return pa.ipc.read_schema(pa.py_buffer(data))
 
 
-def load_input(
-    data: IngestData, *, fmt: DataFormat | None, schema: pa.Schema | None
-) -> tuple[pa.Table, str]:
-    """Read and normalize an input.
+def open_batches(
+    data: IngestData,
+    *,
+    fmt: DataFormat | None,
+    schema: pa.Schema | None,
+    batch_rows: int = BATCH_ROWS,
+) -> tuple[Iterator[pa.Table], str]:
+    """Read and normalize an input batch by batch.
+
+    Files are streamed (a CSV in blocks of :data:`CSV_BLOCK_BYTES`, a Parquet file in batches
+    of ``batch_rows``), so only one batch is in memory at a time; an in-memory input is cut into
+    batches of ``batch_rows``. An empty input with a known schema (a CSV header, an empty
+    Parquet file or table, a RecordBatchReader) yields one empty table, so that its columns
+    are checked like any other input's.
 
     Args:
-        data: the input.
+        data: the input (see :data:`IngestData`).
         fmt: the file format, or None to infer it from the file's suffix.
         schema: the stream's schema when it has one (used as CSV column types).
+        batch_rows: rows per batch.
 
     Returns:
-        The normalized table and a description of the source for error messages.
+        The normalized batches, lazily, and a description of the source for error messages.
+        Errors are raised as the batches are read.
 
     Raises:
         DataError: when the input cannot be read, naming the file and, for a broken CSV row,
             its line and column.
+
+    Example:
+        >>> batches, source = open_batches(pa.table({"x": [1, 2]}), fmt=None, schema=None)
+        >>> [b.num_rows for b in batches], source
+        ([2], 'Table input')
     """
     if isinstance(data, pd.DataFrame):
         source = "DataFrame input"
@@ -74,29 +107,62 @@ def load_input(
             table = pa.Table.from_pandas(data, preserve_index=False)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
             raise DataError(f"{source}: cannot convert to Arrow: {exc}") from exc
-        return normalize(table, source=source), source
+        return _slices(table, batch_rows, source), source
     if isinstance(data, pa.RecordBatch):
         source = "RecordBatch input"
-        return normalize(pa.Table.from_batches([data]), source=source), source
+        return _slices(pa.Table.from_batches([data]), batch_rows, source), source
     if isinstance(data, pa.Table):
         source = "Table input"
-        return normalize(data, source=source), source
+        return _slices(data, batch_rows, source), source
     if isinstance(data, (str, os.PathLike)):
         path = Path(data)
         source = f"file {str(path)!r}"
         if not path.is_file():
             raise DataError(f"{source}: no such file")
         kind = fmt if fmt is not None else _infer_format(path, source)
-        table = (
-            _read_csv(path, schema, source)
-            if kind is DataFormat.CSV
-            else _read_parquet(path, source)
-        )
-        return normalize(table, source=source), source
+        if kind is DataFormat.CSV:
+            return _csv_batches(path, schema, source), source
+        return _parquet_batches(path, batch_rows, source), source
+    if isinstance(data, pa.RecordBatchReader):
+        source = "RecordBatchReader input"
+        return _stream_batches(data, data.schema, source), source
+    if isinstance(data, Iterable):
+        source = "RecordBatch stream input"
+        return _stream_batches(data, None, source), source
     raise DataError(
-        "ingest accepts a pandas DataFrame, a pyarrow Table or RecordBatch, or a path to a CSV "
-        f"or Parquet file; got {type(data).__name__}"
+        "ingest accepts a pandas DataFrame, a pyarrow Table, RecordBatch or RecordBatchReader, "
+        "an iterable of RecordBatches, or a path to a CSV or Parquet file; got "
+        f"{type(data).__name__}"
     )
+
+
+def _slices(table: pa.Table, batch_rows: int, source: str) -> Iterator[pa.Table]:
+    table = normalize(table, source=source)
+    if table.num_rows == 0:
+        yield table
+        return
+    for start in range(0, table.num_rows, batch_rows):
+        # One chunk per batch: a take on a many-chunk table costs per chunk.
+        yield table.slice(start, batch_rows).combine_chunks()
+
+
+def _stream_batches(
+    items: Iterable[object], schema: pa.Schema | None, source: str
+) -> Iterator[pa.Table]:
+    empty = True
+    for i, item in enumerate(items):
+        if isinstance(item, pa.RecordBatch):
+            table = pa.Table.from_batches([item])
+        elif isinstance(item, pa.Table):
+            table = item
+        else:
+            raise DataError(
+                f"{source}: item {i} is a {type(item).__name__}, not a pyarrow RecordBatch"
+            )
+        empty = False
+        yield normalize(table, source=source)
+    if empty and schema is not None:
+        yield normalize(schema.empty_table(), source=source)
 
 
 def _infer_format(path: Path, source: str) -> DataFormat:
@@ -111,20 +177,46 @@ def _infer_format(path: Path, source: str) -> DataFormat:
     )
 
 
-def _read_parquet(path: Path, source: str) -> pa.Table:
+def _parquet_batches(path: Path, batch_rows: int, source: str) -> Iterator[pa.Table]:
     try:
-        return pq.read_table(path)
+        # No pre-buffering: pyarrow would keep every row group's bytes read so far until the
+        # file is closed (memory growing with the file); a buffered stream reads as fast here.
+        with pq.ParquetFile(path, pre_buffer=False, buffer_size=PARQUET_BUFFER_BYTES) as handle:
+            empty = True
+            for batch in handle.iter_batches(batch_size=batch_rows):
+                empty = False
+                yield normalize(pa.Table.from_batches([batch]), source=source)
+            if empty:
+                yield normalize(handle.schema_arrow.empty_table(), source=source)
     except (pa.ArrowException, OSError) as exc:
         raise DataError(f"{source}: not a readable Parquet file: {exc}") from exc
 
 
-def _read_csv(path: Path, schema: pa.Schema | None, source: str) -> pa.Table:
+def _csv_batches(path: Path, schema: pa.Schema | None, source: str) -> Iterator[pa.Table]:
     types = {f.name: f.type for f in schema} if schema is not None else None
     convert = pacsv.ConvertOptions(column_types=types)
+    errors = (pa.ArrowException, OSError, UnicodeDecodeError)
     try:
-        return pacsv.read_csv(path, convert_options=convert)
-    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
+        reader = pacsv.open_csv(
+            path,
+            read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES),
+            convert_options=convert,
+        )
+    except errors as exc:
         raise DataError(_diagnose_csv(path, convert, source, exc)) from exc
+    with contextlib.closing(reader):
+        empty = True
+        while True:
+            try:
+                batch = reader.read_next_batch()
+            except StopIteration:
+                break
+            except errors as exc:
+                raise DataError(_diagnose_csv(path, convert, source, exc)) from exc
+            empty = False
+            yield normalize(pa.Table.from_batches([batch]), source=source)
+        if empty:
+            yield normalize(reader.schema.empty_table(), source=source)
 
 
 def _diagnose_csv(
@@ -263,8 +355,12 @@ def check_first_schema(table: pa.Table, *, stream: str, source: str) -> None:
             )
 
 
-def conform(table: pa.Table, schema: pa.Schema, *, stream: str, source: str) -> pa.Table:
+def conform(
+    table: pa.Table, schema: pa.Schema, *, stream: str, source: str, offset: int = 0
+) -> pa.Table:
     """Reorder and cast a normalized table to a stream's schema.
+
+    ``offset`` is the position of the table's first row in the input (for error messages).
 
     Raises:
         DataError: for missing or unexpected columns, an incompatible type, or a value that a
@@ -282,7 +378,9 @@ def conform(table: pa.Table, schema: pa.Schema, *, stream: str, source: str) -> 
     for f in schema:
         col = table.column(f.name)
         if col.type != f.type:
-            col = _cast_column(col, f.type, name=f.name, stream=stream, source=source)
+            col = _cast_column(
+                col, f.type, name=f.name, stream=stream, source=source, offset=offset
+            )
         arrays.append(col)
     return pa.Table.from_arrays(arrays, schema=schema)
 
@@ -302,7 +400,7 @@ def _castable(src: pa.DataType, dst: pa.DataType) -> bool:
 
 
 def _cast_column(
-    col: pa.ChunkedArray, typ: pa.DataType, *, name: str, stream: str, source: str
+    col: pa.ChunkedArray, typ: pa.DataType, *, name: str, stream: str, source: str, offset: int
 ) -> pa.ChunkedArray:
     if not _castable(col.type, typ):
         raise DataError(
@@ -315,7 +413,7 @@ def _cast_column(
         row = _first_bad_row(col.combine_chunks(), lambda a: a.cast(typ, safe=True))
         raise DataError(
             f"{source}: column {name!r} ({col.type}) cannot be cast to stream {stream!r}'s "
-            f"type {typ} without changing a value (first at row {row}: "
+            f"type {typ} without changing a value (first at row {offset + row}: "
             f"{col[row].as_py()!r}): {exc}"
         ) from exc
 

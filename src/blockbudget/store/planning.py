@@ -22,7 +22,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from blockbudget.errors import DataError, InvalidRequestError, UnknownBlockError
 from blockbudget.store.files import WrittenPart
 from blockbudget.store.inputs import check_first_schema, conform
-from blockbudget.store.keys import Grouping, KeyInfo
+from blockbudget.store.keys import KeyInfo
 from blockbudget.store.model import (
     BlockMeta,
     DataFormat,
@@ -52,42 +52,57 @@ class Target:
     late: bool
 
 
+def target_for(
+    index: int,
+    key: KeyInfo,
+    prev: tuple[int, bool] | None,
+    closed_until: int | None,
+) -> Target:
+    """The block of one key, given its latest block (seq, sealed) and the closed bound.
+
+    A key that is late here stays late under any later catalog state (blocks are never
+    unsealed and the closed bound only grows), which lets an ingest decide early not to write
+    rows that its final plan would drop or refuse.
+    """
+    closed = closed_until is not None and key.ordinal is not None and key.ordinal < closed_until
+    if prev is None:
+        return Target(index, key, 1, True, closed)
+    if prev[1] or closed:
+        return Target(index, key, prev[0] + 1, True, True)
+    # an open block; it is a late block (seq > 1) when the key's first was sealed
+    return Target(index, key, prev[0], False, prev[0] > 1)
+
+
 def plan_targets(
     spec: StreamSpec,
-    grouping: Grouping,
+    keys: Sequence[KeyInfo],
+    counts: Sequence[int],
     latest: dict[str, tuple[int, bool]],
     closed_until: int | None,
     source: str,
 ) -> tuple[Target, ...]:
-    """Decide the block of every key from the catalog's state. Under LatePolicy.DROP the late
-    keys have no target: their rows are not written.
+    """Decide the block of every key (with ``counts[i]`` rows for ``keys[i]``) from the
+    catalog's state. Under LatePolicy.DROP the late keys have no target: their rows are not
+    written.
 
     Raises:
         DataError: under LatePolicy.REJECT when some key's block is sealed or window closed.
     """
-    targets = []
-    refused: list[str] = []
-    for i, key in enumerate(grouping.keys):
-        prev = latest.get(key.key)
-        closed = closed_until is not None and key.ordinal is not None and key.ordinal < closed_until
-        if prev is None:
-            targets.append(Target(i, key, 1, True, closed))
-        elif prev[1] or closed:
-            targets.append(Target(i, key, prev[0] + 1, True, True))
-        else:  # an open block; it is a late block (seq > 1) when the key's first was sealed
-            targets.append(Target(i, key, prev[0], False, prev[0] > 1))
-        if targets[-1].late and spec.late_policy is LatePolicy.REJECT:
-            n = len(grouping.positions[i])
-            what = (
-                f"sealed block {make_block_id(spec.name, key.key, prev[0])}"
-                if prev is not None
-                else f"closed window {key.key}"
-            )
-            refused.append(f"{n} row(s) for {what}")
+    targets = [target_for(i, k, latest.get(k.key), closed_until) for i, k in enumerate(keys)]
     if spec.late_policy is LatePolicy.DROP:
         return tuple(t for t in targets if not t.late)
-    if refused:
-        total = sum(len(grouping.positions[t.index]) for t in targets if t.late)
+    if spec.late_policy is LatePolicy.REJECT and any(t.late for t in targets):
+        refused = []
+        for t in targets:
+            if t.late:
+                prev = latest.get(t.key.key)
+                what = (
+                    f"sealed block {make_block_id(spec.name, t.key.key, prev[0])}"
+                    if prev is not None
+                    else f"closed window {t.key.key}"
+                )
+                refused.append(f"{counts[t.index]} row(s) for {what}")
+        total = sum(counts[t.index] for t in targets if t.late)
         raise DataError(
             f"{source}: stream {spec.name!r} rejects late records (late_policy REJECT: rows for "
             f"a sealed block or a closed window are refused); {total} late row(s): "
@@ -97,9 +112,9 @@ def plan_targets(
 
 
 def block_values(
-    stream: str, block_id: str, t: Target, part: WrittenPart, now: datetime
+    stream: str, block_id: str, t: Target, parts: Sequence[WrittenPart], now: datetime
 ) -> dict[str, Any]:
-    """The catalog row of a new block holding one part file."""
+    """The catalog row of a new block holding ``parts``."""
     k = t.key
     return {
         "block_id": block_id,
@@ -107,8 +122,8 @@ def block_values(
         "block_key": k.key,
         "seq": t.seq,
         "ordinal": k.ordinal,
-        "row_count": part.rows,
-        "byte_count": part.nbytes,
+        "row_count": sum(p.rows for p in parts),
+        "byte_count": sum(p.nbytes for p in parts),
         "sealed": False,
         "created_at": now,
         "sealed_at": None,
@@ -120,8 +135,11 @@ def block_values(
     }
 
 
-def fit_schema(table: pa.Table, schema: pa.Schema | None, *, stream: str, source: str) -> pa.Table:
-    """Check a first ingest's types, or conform a later one to the stream's schema.
+def fit_schema(
+    table: pa.Table, schema: pa.Schema | None, *, stream: str, source: str, offset: int = 0
+) -> pa.Table:
+    """Check a first ingest's types, or conform a later one (or a later batch of the first
+    one) to the stream's schema; ``offset`` is the table's first row's position in the input.
 
     Raises:
         DataError: see :func:`~blockbudget.store.inputs.conform`.
@@ -129,7 +147,7 @@ def fit_schema(table: pa.Table, schema: pa.Schema | None, *, stream: str, source
     if schema is None:
         check_first_schema(table, stream=stream, source=source)
         return table
-    return conform(table, schema, stream=stream, source=source)
+    return conform(table, schema, stream=stream, source=source, offset=offset)
 
 
 def coerce_format(value: DataFormat | str | None, data: object) -> DataFormat | None:

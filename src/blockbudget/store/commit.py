@@ -1,0 +1,115 @@
+"""The commit of an ingest: one transaction that records its staged part files.
+
+See :mod:`blockbudget.store.blockstore` for the protocol: the transaction locks the stream and
+re-derives the plan; if anything the plan depends on changed (a block was sealed or created, a
+window closed, the schema fixed by another ingest), it raises :class:`PlanConflict` and the
+ingest re-plans.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from blockbudget.errors import UnknownBlockError
+from blockbudget.store import catalog
+from blockbudget.store.inputs import schema_from_bytes, schema_to_bytes
+from blockbudget.store.model import IngestReport, StreamSpec, Unit, make_block_id, utc_now
+from blockbudget.store.planning import Target, block_values, plan_targets
+from blockbudget.store.staging import Staged
+
+
+class PlanConflict(Exception):
+    """The catalog changed under a plan; re-plan."""
+
+
+def record_ingest(
+    conn: Connection, spec: StreamSpec, staged: Staged, plan: tuple[Target, ...]
+) -> IngestReport:
+    """The commit transaction of an ingest: lock the stream, re-derive the plan from the
+    catalog as it is now, and record the staged part files, the blocks' counts, the stream's
+    schema, watermark and closed bound, and the blocks that ``close_after`` seals.
+
+    Raises:
+        PlanConflict: when the plan's premises changed (roll back and re-plan).
+        UnknownBlockError: when the stream is gone.
+    """
+    stream = spec.name
+    if not catalog.lock_stream(conn, stream):
+        raise UnknownBlockError(f"no stream {stream!r}")
+    state = catalog.select_stream(conn, stream)
+    assert state is not None and staged.schema is not None
+    keys, counts = staged.ordered()
+    latest = catalog.latest_blocks(conn, stream, [k.key for k in keys])
+    if plan_targets(spec, keys, counts, latest, state.closed_until, staged.source) != plan:
+        raise PlanConflict
+    if state.schema_bytes is not None and not staged.schema.equals(
+        schema_from_bytes(state.schema_bytes)
+    ):
+        raise PlanConflict
+    now = utc_now()
+    new_blocks: list[str] = []
+    appended: list[str] = []
+    block_rows: dict[str, int] = {}
+    part_rows: list[dict[str, Any]] = []
+    for t in plan:
+        parts = staged.parts[t.key.key][1]
+        block_id = make_block_id(stream, t.key.key, t.seq)
+        rows = sum(p.rows for p in parts)
+        if t.new:
+            catalog.insert_block(conn, block_values(stream, block_id, t, parts, now))
+            new_blocks.append(block_id)
+        else:
+            if not catalog.append_rows(conn, block_id, rows, sum(p.nbytes for p in parts)):
+                raise PlanConflict
+            appended.append(block_id)
+        block_rows[block_id] = rows
+        part_rows.extend(
+            {
+                "block_id": block_id,
+                "path": p.path,
+                "row_count": p.rows,
+                "byte_count": p.nbytes,
+                "created_at": now,
+            }
+            for p in parts
+        )
+    catalog.insert_parts(conn, part_rows)
+    ordinals = [k.ordinal for k in keys if k.ordinal is not None]
+    watermark = max(ordinals) if ordinals else None
+    closed = state.closed_until
+    if spec.close_after is not None and watermark is not None:
+        latest_start = max(watermark, state.watermark if state.watermark is not None else watermark)
+        step = spec.blocking.window_us if spec.blocking.unit is Unit.TIME else _ids_per_block(spec)
+        bound = latest_start - (spec.close_after - 1) * step
+        closed = bound if closed is None else max(closed, bound)
+    catalog.update_stream_state(
+        conn,
+        stream,
+        schema_bytes=schema_to_bytes(staged.schema) if state.schema_bytes is None else None,
+        watermark=watermark,
+        closed_until=closed,
+    )
+    sealed: list[str] = []
+    if closed is not None:
+        sealed = catalog.open_blocks_before(conn, stream, closed)
+        catalog.seal_blocks(conn, sealed, now)
+    kept = sum(counts[t.index] for t in plan)
+    return IngestReport(
+        stream=stream,
+        source=staged.source,
+        rows=kept,
+        dropped_rows=staged.rows - kept,
+        new_blocks=tuple(new_blocks),
+        appended_blocks=tuple(appended),
+        late_rows=sum(counts[t.index] for t in plan if t.late),
+        block_rows=block_rows,
+        sealed_blocks=tuple(sealed),
+    )
+
+
+def _ids_per_block(spec: StreamSpec) -> int:
+    n = spec.blocking.ids_per_block
+    assert n is not None
+    return n
