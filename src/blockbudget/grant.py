@@ -1,9 +1,10 @@
 """Grants: what a pipeline holds while it runs.
 
 A :class:`Grant` is the right to spend up to a reserved budget on the chosen (sealed) blocks,
-together with the way to read them: their part files (a :class:`~blockbudget.engine.ScanSource`,
-no rows) and the platform's engine (seed ``004_2b5d216070ae2ded.txt`` §3.2, "Sage Access Control"; PrivateKube's
-allocate → consume/release claims). Mechanisms draw on a grant through the
+together with the means to read them: their part files (a
+:class:`~blockbudget.engine.ScanSource`, no rows) and the platform's engine (seed
+``004_2b5d216070ae2ded.txt`` §3.2, "Sage Access Control"; PrivateKube's allocate →
+consume/release claims). Mechanisms draw on a grant through the
 :class:`~blockbudget.mechanisms.BudgetSource` contract: ``accounting`` and ``draw(cost)``.
 
 Each draw is charged to the ledger *durably, before* the mechanism releases anything — a crash
@@ -18,8 +19,9 @@ bounded memory; :attr:`Grant.data` and :meth:`Grant.frame` materialise them once
 fits in memory) and keep them until the grant closes.
 
 User-level streams (Sage §4.4): the grant reads at most ``k = rows_per_user`` rows per user (the
-engine bounds contributions as it reads), and a mechanism calibrated for one row is charged for a group of k rows (group privacy: (ε, δ)
-becomes (kε, k·e^{(k−1)ε}·δ); Dwork & Roth 2014, Thm 2.2 and its approximate-DP form).
+engine bounds contributions as it reads), and a mechanism calibrated for one row is charged for
+a group of k rows (group privacy: (ε, δ) becomes (kε, k·e^{(k−1)ε}·δ); Dwork & Roth 2014,
+Thm 2.2 and its approximate-DP form).
 """
 
 from __future__ import annotations
@@ -194,7 +196,8 @@ class Grant:
             DataError: while iterating, when a part file is missing or unreadable.
 
         Example:
-            >>> total = sum(b.num_rows for b in grant.batches(columns=["dep_delay"]))  # doctest: +SKIP
+            >>> delays = grant.batches(columns=["dep_delay"])  # doctest: +SKIP
+            >>> total = sum(b.num_rows for b in delays)  # doctest: +SKIP
         """
         self._check_open()
         wanted = self._projection(columns)
@@ -269,7 +272,7 @@ class Grant:
             elif self._frame is not None:
                 self._rows = len(self._frame)
             else:
-                from blockbudget.engine.plan import Aggregate, AggKind, Plan
+                from blockbudget.engine.plan import AggKind, Aggregate, Plan
 
                 plan = Plan(self.source, (Aggregate("rows", AggKind.COUNT),))
                 self._rows = int(_guard(lambda: self.engine.aggregate(plan).of("rows")[0]))
@@ -392,10 +395,10 @@ def _guard(step: Callable[[], _T]) -> _T:
     except BlockBudgetError:
         raise
     except (OSError, pa.ArrowException) as exc:
-        raise DataError(
-            f"the granted blocks' part files could not be read ({type(exc).__name__}): the "
-            f"store's files were changed outside blockbudget: {exc}"
-        ) from exc
+        raise DataError(  # the reader's text is not repeated: it may quote the data
+            f"the granted blocks' part files could not be read ({type(exc).__name__}); the "
+            "store's files were changed outside blockbudget"
+        ) from None
 
 
 def group_cost(cost: Cost, k: int) -> Cost:

@@ -114,9 +114,18 @@ class GrantHandle:
 
         Raises:
             InvalidRequestError: the grant's files live on an in-memory filesystem
-                (``mock://``) that no other process can reach.
+                (``mock://``) that no other process can reach, or its engine is not one a
+                worker can create by name.
         """
+        from blockbudget.engine import engine_names
+
         source = grant.source
+        engine = worker_engine(grant.engine.name)
+        if engine not in engine_names():
+            raise InvalidRequestError(
+                f"a worker creates its engine by registry name, and {engine!r} is not "
+                f"registered (known: {engine_names()})"
+            )
         if source.uri.startswith("mock:"):
             raise InvalidRequestError(
                 f"Ray workers cannot read blocks on the in-memory filesystem {source.uri!r}; "
@@ -131,7 +140,7 @@ class GrantHandle:
             source=replace(source, filesystem=None),
             columns=grant.columns,
             schema=grant.schema,
-            engine=worker_engine(grant.engine.name),
+            engine=engine,
         )
 
 
@@ -163,24 +172,26 @@ def run_remote(job: PipelineJob, handle: GrantHandle) -> PipelineRun:
     from blockbudget.grant import Grant
     from blockbudget.ledger import Ledger
 
-    ledger = Ledger(handle.database_url)
     engine = get_engine(handle.engine)
     try:
-        grant = Grant(
-            ledger=ledger,
-            stream=handle.stream,
-            reservation=ledger.reservation(handle.reservation_id),
-            accounting=handle.accounting,
-            source=attach_filesystem(handle.source),
-            engine=engine,
-            columns=handle.columns,
-            schema=handle.schema,
-            group_size=handle.group_size,
-        )
-        return job.execute(grant, grant.frame())
+        ledger = Ledger(handle.database_url)
+        try:
+            grant = Grant(
+                ledger=ledger,
+                stream=handle.stream,
+                reservation=ledger.reservation(handle.reservation_id),
+                accounting=handle.accounting,
+                source=attach_filesystem(handle.source),
+                engine=engine,
+                columns=handle.columns,
+                schema=handle.schema,
+                group_size=handle.group_size,
+            )
+            return job.execute(grant, grant.frame())
+        finally:
+            ledger.dispose()
     finally:
         engine.close()
-        ledger.dispose()
 
 
 class Executor(ABC):
@@ -258,8 +269,7 @@ class RayExecutor(Executor):
                 )
         handles = [GrantHandle.of(grant, database_url=self.database_url) for _, grant in work]
         refs = [
-            self._remote.remote(job, handle)
-            for (job, _), handle in zip(work, handles, strict=True)
+            self._remote.remote(job, handle) for (job, _), handle in zip(work, handles, strict=True)
         ]
         return list(ray.get(refs))
 
