@@ -402,10 +402,10 @@ def test_a_failed_replay_leaves_the_original_grant_working(
     p.ingest("s", _frame(0))
     g = p.request("s", blocks=Last(1), budget=Budget(epsilon=0.5), context="a", request_id="R")
 
-    def broken_read(*args: object, **kwargs: object) -> None:
+    def broken_source(*args: object, **kwargs: object) -> None:
         raise OSError("storage went away")
 
-    monkeypatch.setattr(p.store, "read", broken_read)
+    monkeypatch.setattr(p.store, "source", broken_source)
     with pytest.raises(OSError):
         p.request("s", blocks=Last(1), budget=Budget(epsilon=0.5), context="a", request_id="R")
     monkeypatch.undo()
@@ -420,15 +420,15 @@ def test_a_replay_racing_its_original_never_releases_it(
     make_platform: MakePlatform, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two calls with one request id at once: the second looks for the id before the first
-    committed, then gets the first's reservation back from the ledger. When its read then
-    fails, it must not release that reservation: the first still draws on it."""
+    committed, then gets the first's reservation back from the ledger. When listing its part
+    files then fails, it must not release that reservation: the first still draws on it."""
     p = make_platform("race")
     p.create_stream("s", policy=Budget(epsilon=1.0, delta=1e-6), blocking=DAY)
     p.ingest("s", _frame(0))
     real_reserve = p.ledger.reserve
     grants: list[Any] = []
 
-    def broken_read(*args: object, **kwargs: object) -> None:
+    def broken_source(*args: object, **kwargs: object) -> None:
         raise OSError("storage went away")
 
     def original_commits_first(*args: Any, **kwargs: Any) -> Any:
@@ -436,7 +436,7 @@ def test_a_replay_racing_its_original_never_releases_it(
         grants.append(
             p.request("s", blocks=Last(1), budget=Budget(epsilon=0.5), context="a", request_id="R")
         )
-        monkeypatch.setattr(p.store, "read", broken_read)
+        monkeypatch.setattr(p.store, "source", broken_source)
         return real_reserve(*args, **kwargs)
 
     monkeypatch.setattr(p.ledger, "reserve", original_commits_first)

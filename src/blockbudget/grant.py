@@ -1,8 +1,10 @@
 """Grants: what a pipeline holds while it runs.
 
-A :class:`Grant` is the chosen blocks' data together with the right to spend up to a reserved
-budget on them (seed ``004_2b5d216070ae2ded.txt`` §3.2, "Sage Access Control"; PrivateKube's
-allocate → consume/release claims). Mechanisms draw on a grant through the
+A :class:`Grant` is the right to spend up to a reserved budget on the chosen (sealed) blocks,
+together with the means to read them: their part files (a
+:class:`~blockbudget.engine.ScanSource`, no rows) and the platform's engine (seed
+``004_2b5d216070ae2ded.txt`` §3.2, "Sage Access Control"; PrivateKube's allocate →
+consume/release claims). Mechanisms draw on a grant through the
 :class:`~blockbudget.mechanisms.BudgetSource` contract: ``accounting`` and ``draw(cost)``.
 
 Each draw is charged to the ledger *durably, before* the mechanism releases anything — a crash
@@ -12,9 +14,14 @@ no retry, thread race or replayed grant can obtain a second noisy answer for one
 Closing the grant releases whatever was reserved and not drawn. A grant whose holder dies is
 never charged for its undrawn reservation: the ledger expires it after its time-to-live.
 
-User-level streams (Sage §4.4): the grant holds at most ``k = rows_per_user`` rows per user, and
-a mechanism calibrated for one row is charged for a group of k rows (group privacy: (ε, δ)
-becomes (kε, k·e^{(k−1)ε}·δ); Dwork & Roth 2014, Thm 2.2 and its approximate-DP form).
+Reading is lazy: a grant holds no rows until asked. :meth:`Grant.batches` streams the rows in
+bounded memory; :attr:`Grant.data` and :meth:`Grant.frame` materialise them once (for data that
+fits in memory) and keep them until the grant closes.
+
+User-level streams (Sage §4.4): the grant reads at most ``k = rows_per_user`` rows per user (the
+engine bounds contributions as it reads), and a mechanism calibrated for one row is charged for
+a group of k rows (group privacy: (ε, δ) becomes (kε, k·e^{(k−1)ε}·δ); Dwork & Roth 2014,
+Thm 2.2 and its approximate-DP form).
 """
 
 from __future__ import annotations
@@ -22,27 +29,35 @@ from __future__ import annotations
 import math
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from decimal import ROUND_CEILING, localcontext
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget, Cost, RdpCurve
 from blockbudget.engine.base import Engine
-from blockbudget.errors import InvalidBudgetError, ReservationError
+from blockbudget.errors import (
+    BlockBudgetError,
+    DataError,
+    InvalidBudgetError,
+    ReservationError,
+    UnknownColumnError,
+)
 from blockbudget.ledger import ReservationState
 
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from blockbudget.engine import ScanSource
+    from blockbudget.engine.plan import Predicate, ScanSource
     from blockbudget.ledger import Ledger, Reservation
+
+_T = TypeVar("_T")
 
 
 class Grant:
-    """Reserved budget on a set of blocks, plus their data.
+    """Reserved budget on a set of sealed blocks, plus the means to read them.
 
     Use it as a context manager so that what was not spent is released::
 
@@ -50,12 +65,19 @@ class Grant:
                               context="analytics") as grant:
             answer = dp_count(grant, grant.frame(), epsilon=0.1)
 
+    The grant holds the blocks' part files, not their rows: nothing is read until
+    :meth:`batches`, :attr:`data`, :meth:`frame` or :attr:`num_rows` asks, and then through
+    :attr:`engine`. Reading never touches the reservation: an error while reading (a part file
+    missing) raises :class:`~blockbudget.errors.DataError` and leaves the reservation open
+    until the grant is closed or expires.
+
     Attributes:
         stream: the stream the blocks belong to.
         blocks: the block ids, in order.
         context: the context whose per-block budget pays.
         reservation: the ledger reservation backing the grant.
-        accounting: the stream's accounting rule (the kind of cost ``draw`` takes).
+        source: the granted blocks' part files (what an engine reads; no rows).
+        columns: the grant's projection: the columns its rows have, in schema order.
     """
 
     def __init__(
@@ -65,37 +87,47 @@ class Grant:
         stream: str,
         reservation: Reservation,
         accounting: Accounting,
-        data: pa.Table,
+        source: ScanSource,
+        engine: Engine | Callable[[], Engine],
+        columns: Sequence[str] | None = None,
+        schema: pa.Schema | None = None,
         group_size: int = 1,
-        source: ScanSource | None = None,
-        engine: Engine | Callable[[], Engine] | None = None,
     ) -> None:
+        if group_size < 1:
+            raise InvalidBudgetError(f"group_size must be >= 1, got {group_size}")
         self._ledger = ledger
         self.stream = stream
         self.reservation = reservation
         self.blocks: tuple[str, ...] = tuple(reservation.blocks)
         self.context = reservation.context
         self._accounting = accounting
-        self._data = data
-        #: The granted blocks' part files (what an engine reads; no rows).
         self.source = source
+        self.columns: tuple[str, ...] = tuple(dict.fromkeys(columns or source.columns))
+        unknown = [c for c in self.columns if c not in source.columns]
+        if unknown:
+            raise UnknownColumnError(stream, unknown, list(source.columns))
+        self._schema = schema
         self._engine = engine
+        self.group_size = group_size
         self._draws: list[tuple[str, Cost]] = []
         self._closed = False
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # draws and close
+        self._read_lock = threading.Lock()  # materialising the caches (never held by draw)
+        self._table: pa.Table | None = None
+        self._frame: pd.DataFrame | None = None
+        self._rows: int | None = None
         self._token = uuid.uuid4().hex
-        if group_size < 1:
-            raise InvalidBudgetError(f"group_size must be >= 1, got {group_size}")
-        self.group_size = group_size
+
+    @property
+    def schema(self) -> pa.Schema | None:
+        """The projection's Arrow types, in :attr:`columns` order (None when not known)."""
+        return self._schema
 
     @property
     def engine(self) -> Engine:
         """The engine that reads the granted blocks (created on first use)."""
-        if self._engine is None:
-            raise ReservationError(f"grant {self.reservation.id} has no engine to read with")
-        if callable(self._engine) and not isinstance(self._engine, Engine):
+        if not isinstance(self._engine, Engine):
             self._engine = self._engine()
-        assert isinstance(self._engine, Engine)
         return self._engine
 
     @property
@@ -141,21 +173,154 @@ class Grant:
 
     # --- data ----------------------------------------------------------------------------------
 
+    def batches(
+        self,
+        *,
+        columns: Sequence[str] | None = None,
+        predicates: Sequence[Predicate] = (),
+        batch_rows: int = 65_536,
+    ) -> Iterator[pa.RecordBatch]:
+        """Stream the granted rows in bounded memory, through :attr:`engine`.
+
+        Rows come in stored order (block, part file, row), after contribution bounding on a
+        user-level stream and after ``predicates``; nothing is cached.
+
+        Args:
+            columns: a subset of :attr:`columns` (default: all of them).
+            predicates: row filters on columns of :attr:`columns`.
+            batch_rows: the most rows one batch holds.
+
+        Raises:
+            ReservationError: the grant is closed.
+            UnknownColumnError: a column or predicate outside the grant's projection.
+            DataError: while iterating, when a part file is missing or unreadable.
+
+        Example:
+            >>> delays = grant.batches(columns=["dep_delay"])  # doctest: +SKIP
+            >>> total = sum(b.num_rows for b in delays)  # doctest: +SKIP
+        """
+        self._check_open()
+        wanted = self._projection(columns)
+        unknown = sorted({p.column for p in predicates} - set(self.columns))
+        if unknown:
+            raise UnknownColumnError(self.stream, unknown, list(self.columns))
+        return self._read(wanted, tuple(predicates), batch_rows)
+
     @property
     def data(self) -> pa.Table:
-        """The rows of the granted blocks (only a holder of a grant ever sees them)."""
-        if self._closed:
-            raise ReservationError(f"grant {self.reservation.id} is closed; its data is gone")
-        return self._data
+        """The granted rows as one Arrow table, read on first use and kept until the grant
+        closes (only a holder of a grant ever sees them).
+
+        For data that fits in memory: the whole projection is materialised. Stream larger
+        grants with :meth:`batches`.
+
+        Raises:
+            ReservationError: the grant is closed.
+            DataError: a part file is missing or unreadable.
+        """
+        self._check_open()
+        table = self._table
+        if table is None:
+            with self._read_lock:
+                table = self._table
+                if table is None:
+                    table = self._materialise()
+                    self._check_open()
+                    self._table = table
+        return table
 
     def frame(self) -> pd.DataFrame:
-        """The rows of the granted blocks as a pandas DataFrame."""
-        frame: pd.DataFrame = self.data.to_pandas()
-        return frame
+        """The granted rows as a pandas DataFrame, converted once and kept until the grant
+        closes (for data that fits in memory; see :attr:`data`).
+
+        Every call returns a shallow copy of the one converted frame: adding or replacing
+        columns does not reach the next call, and under pandas' copy-on-write (the default from
+        pandas 3) neither does changing values; with pandas 2, copy it before changing values
+        in place.
+
+        Raises:
+            ReservationError: the grant is closed.
+            DataError: a part file is missing or unreadable.
+        """
+        self._check_open()
+        frame = self._frame
+        if frame is None:
+            with self._read_lock:
+                frame = self._frame
+                if frame is None:
+                    table = self._table if self._table is not None else self._materialise()
+                    frame = table.to_pandas()
+                    self._check_open()
+                    self._frame = frame
+        return frame.copy(deep=False)
 
     @property
     def num_rows(self) -> int:
-        return int(self._data.num_rows)
+        """How many rows the grant reads: on a user-level stream, after contribution bounding.
+
+        An exact count of private data, for the holder only (as the rows are). Computed on
+        first use by the engine (no rows are kept for it), then remembered.
+
+        Raises:
+            ReservationError: the grant is closed.
+            DataError: a part file is missing or unreadable.
+        """
+        self._check_open()
+        if self._rows is None:
+            if self._table is not None:
+                self._rows = int(self._table.num_rows)
+            elif self._frame is not None:
+                self._rows = len(self._frame)
+            else:
+                from blockbudget.engine.plan import AggKind, Aggregate, Plan
+
+                plan = Plan(self.source, (Aggregate("rows", AggKind.COUNT),))
+                self._rows = int(_guard(lambda: self.engine.aggregate(plan).of("rows")[0]))
+        return self._rows
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ReservationError(f"grant {self.reservation.id} is closed; its data is gone")
+
+    def _projection(self, columns: Sequence[str] | None) -> tuple[str, ...]:
+        if columns is None:
+            return self.columns
+        wanted = set(columns)
+        unknown = sorted(wanted - set(self.columns))
+        if unknown or not wanted:
+            raise UnknownColumnError(self.stream, unknown, list(self.columns))
+        return tuple(c for c in self.columns if c in wanted)  # in the grant's order
+
+    def _read(
+        self, columns: tuple[str, ...], predicates: tuple[Predicate, ...], batch_rows: int
+    ) -> Iterator[pa.RecordBatch]:
+        """The engine's batches, with any low-level read error raised as DataError."""
+        batches = _guard(
+            lambda: self.engine.batches(
+                self.source, columns=list(columns), predicates=predicates, batch_rows=batch_rows
+            )
+        )
+        while True:
+            batch = _guard(lambda: next(batches, None))
+            if batch is None:
+                return
+            if tuple(batch.schema.names) != columns:
+                batch = batch.select(list(columns))
+            yield batch
+
+    def _materialise(self) -> pa.Table:
+        import pyarrow as pa
+
+        batches = list(self._read(self.columns, (), 65_536))
+        schema = self._schema
+        if not batches:
+            if schema is None:  # no types known: empty columns of type null
+                return pa.table({c: pa.array([], pa.null()) for c in self.columns})
+            return schema.empty_table()
+        table = pa.Table.from_batches(batches)
+        if schema is not None and not table.schema.equals(schema):
+            table = table.cast(schema)  # the stream's types, whichever engine read the rows
+        return table
 
     # --- state ---------------------------------------------------------------------------------
 
@@ -196,7 +361,10 @@ class Grant:
                 if self._ledger.reservation(self.reservation.id).state is ReservationState.OPEN:
                     raise
             self._closed = True
-            self._data = self._data.slice(0, 0)
+        with self._read_lock:  # the caches go with the grant
+            self._table = None
+            self._frame = None
+            self._rows = None
 
     def __enter__(self) -> Grant:
         return self
@@ -215,6 +383,22 @@ class Grant:
             f"Grant({self.reservation.id}, stream={self.stream!r}, context={self.context!r}, "
             f"blocks={len(self.blocks)}, reserved={self.reservation.cost}, {state})"
         )
+
+
+def _guard(step: Callable[[], _T]) -> _T:
+    """Run one read step; a low-level read error becomes :class:`DataError` (engines raise
+    DataError themselves for missing files; this catches what slips through)."""
+    import pyarrow as pa
+
+    try:
+        return step()
+    except BlockBudgetError:
+        raise
+    except (OSError, pa.ArrowException) as exc:
+        raise DataError(  # the reader's text is not repeated: it may quote the data
+            f"the granted blocks' part files could not be read ({type(exc).__name__}); the "
+            "store's files were changed outside blockbudget"
+        ) from None
 
 
 def group_cost(cost: Cost, k: int) -> Cost:

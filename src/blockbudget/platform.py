@@ -4,8 +4,9 @@ A :class:`Platform` lives in a home folder holding a SQLite database (the embedd
 SQLAlchemy URL, e.g. PostgreSQL, can be given instead) and the blocks' Parquet files (any
 pyarrow filesystem URI can be given instead). It wires the store (rows per block) to the ledger
 (budget per block and context): a new block gets its stream's global budget the moment it is
-created, a block's data leaves the store only inside a :class:`~blockbudget.grant.Grant`, and a
-block is sealed before its data first leaves, so a charged block never changes afterwards
+created, a block's data leaves the store only through a :class:`~blockbudget.grant.Grant` (which
+holds the blocks' part files and reads them through the platform's engine), and a block is
+sealed before a grant on it is handed out, so a charged block never changes afterwards
 (seed ``004_2b5d216070ae2ded.txt`` §3.2 and §4.3, Theorem 4.3).
 """
 
@@ -17,8 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-from pyarrow import array as pa_array
+from pyarrow import schema as pa_schema
 
 from blockbudget.accounting import Accounting, Filter, add_vectors, make_filter
 from blockbudget.budget import Budget, Cost
@@ -80,21 +80,6 @@ class BlockView:
     retired: bool
     remaining_fraction: dict[str, float]
     remaining: dict[str, str]
-
-
-def bound_contributions(data: pa.Table, *, column: str, k: int) -> pa.Table:
-    """Keep at most ``k`` rows per user id (the first ones in stored order): the contribution
-    bound that makes row-level mechanisms user-level DP under group privacy (Sage §4.4)."""
-    if data.num_rows == 0:
-        return data
-    ids = np.asarray(data.column(column).to_numpy())
-    order = np.argsort(ids, kind="stable")
-    sorted_ids = ids[order]
-    starts = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
-    lengths = np.diff(np.r_[starts, len(sorted_ids)])
-    rank = np.arange(len(sorted_ids)) - np.repeat(starts, lengths)
-    keep = np.sort(order[rank < k])
-    return data.take(pa_array(keep))
 
 
 class Platform:
@@ -355,7 +340,15 @@ class Platform:
         request_id: str | None = None,
         columns: Sequence[str] | None = None,
     ) -> Grant:
-        """Reserve ``budget`` on every chosen block, atomically, and hand over their data.
+        """Reserve ``budget`` on every chosen block, atomically, seal them, and hand over a grant.
+
+        No row is read here: the grant holds the blocks' part files and reads them through
+        :attr:`engine` when asked (:meth:`Grant.batches`, :attr:`Grant.data`,
+        :meth:`Grant.frame`). ``columns`` is the grant's projection (default: every column);
+        on a user-level stream the user column bounds contributions whether projected or not.
+        A request that fails before it returns releases its reservation; an error while
+        reading afterwards (a part file missing: :class:`~blockbudget.errors.DataError`)
+        releases nothing — close the grant, or it expires after ``ttl_seconds``.
 
         On a user-level stream with ``rows_per_user = k``, each draw is charged k times its
         row-level cost (group privacy): reserve ``group_cost(cost, k)`` for a draw of ``cost``.
@@ -376,10 +369,9 @@ class Platform:
         chosen = self.select(stream, blocks, context=context, cost=budget)
         if not chosen:
             raise InvalidRequestError("a request needs at least one block")
-        user_column = spec.blocking.column if spec.blocking.unit is Unit.USER else None
-        read_columns = wanted
-        if wanted is not None and user_column is not None and user_column not in wanted:
-            read_columns = [*wanted, user_column]  # needed to bound contributions, dropped after
+        group = (spec.blocking.rows_per_user or 1) if spec.blocking.unit is Unit.USER else 1
+        if wanted is not None and schema is not None:
+            schema = pa_schema([schema.field(c) for c in dict.fromkeys(wanted)])
         reservation = self.ledger.reserve(
             list(chosen),
             budget,
@@ -405,28 +397,21 @@ class Platform:
                 )
         try:
             self.store.seal(list(chosen))
-            source = self.store.source(list(chosen))
-            data = self.store.read(list(chosen), columns=read_columns)
-            group = 1
-            if user_column is not None:
-                group = spec.blocking.rows_per_user or 1
-                data = bound_contributions(data, column=user_column, k=group)
-                if wanted is not None:
-                    data = data.select(wanted)
+            return Grant(
+                ledger=self.ledger,
+                stream=stream,
+                reservation=reservation,
+                accounting=spec.accounting,
+                source=self.store.source(list(chosen)),
+                engine=lambda: self.engine,
+                columns=wanted,
+                schema=schema,
+                group_size=group,
+            )
         except BaseException:
             if not replay:  # never release a reservation another holder is using
                 self.ledger.release(reservation.id, request_id=f"{reservation.id}/release")
             raise
-        return Grant(
-            ledger=self.ledger,
-            stream=stream,
-            reservation=reservation,
-            accounting=spec.accounting,
-            data=data,
-            group_size=group,
-            source=source,
-            engine=lambda: self.engine,
-        )
 
     # --- lifecycle -----------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -26,8 +27,8 @@ def flight_days(days: int, *, first: int = 0) -> list[pd.DataFrame]:
     return [frame[day == d].reset_index(drop=True) for d in range(first, first + days)]
 
 
-def make_platform(home: Path, days: int) -> Platform:
-    platform = Platform(home)
+def make_platform(home: Path, days: int, **platform_args: Any) -> Platform:
+    platform = Platform(home, **platform_args)
     platform.add_context(CONTEXT)
     platform.create_stream(
         STREAM,

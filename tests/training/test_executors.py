@@ -3,6 +3,7 @@ draw a worker makes is a ledger charge on the driver's reservation, and the rest
 
 from __future__ import annotations
 
+import pickle
 import warnings
 from collections.abc import Iterator
 from decimal import Decimal
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from blockbudget.errors import InvalidRequestError
+from blockbudget.grant import Grant
 from blockbudget.platform import Platform
 from blockbudget.training import (
     AdaSSPPipeline,
@@ -21,14 +23,18 @@ from blockbudget.training import (
     PipelineJob,
     RayExecutor,
 )
+from blockbudget.training.executors import GrantHandle
 from blockbudget.training.tasks import Granularity
 
 from .conftest import CONTEXT, STREAM, make_platform
 
 
 @pytest.fixture(scope="module")
-def ray_executor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayExecutor]:
-    """One small local Ray for the module (starting Ray costs seconds)."""
+def ray_executor(
+    tmp_path_factory: pytest.TempPathFactory, s3_server: object
+) -> Iterator[RayExecutor]:
+    """One small local Ray for the module (starting Ray costs seconds); started after the
+    local S3 server, so that its workers inherit the server's dummy credentials."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         home = tmp_path_factory.mktemp("ray-platform")
@@ -52,6 +58,10 @@ JOBS = [
 
 
 def run_all(platform: Platform, executor: Executor) -> list[object]:
+    return run_all_jobs(platform, executor, JOBS)
+
+
+def run_all_jobs(platform: Platform, executor: Executor, jobs: list[PipelineJob]) -> list[object]:
     grants = [
         platform.request(
             STREAM,
@@ -59,10 +69,10 @@ def run_all(platform: Platform, executor: Executor) -> list[object]:
             budget=job_budget(job),
             context=CONTEXT,
         )
-        for job in JOBS
+        for job in jobs
     ]
     try:
-        runs = executor.run_many(list(zip(JOBS, grants, strict=True)))
+        runs = executor.run_many(list(zip(jobs, grants, strict=True)))
     finally:
         for g in grants:
             g.close()
@@ -127,3 +137,87 @@ def test_ray_refuses_a_grant_from_another_ledger(tmp_path: Path, ray_executor: R
         assert not any(any(s.charged) or any(s.reserved) for s in states)
     finally:
         other.close()
+
+
+def test_a_ray_worker_reads_the_part_files_itself(
+    tmp_path: Path, ray_executor: RayExecutor, s3_root: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver sends the worker the grant's part files on S3, not its rows: the handle is a
+    few hundred bytes and holds no filesystem object, the driver's grant never reads (its
+    reading methods raise here), and the worker's release is the in-process one."""
+    local = make_platform(tmp_path / "local", 3)
+    remote = make_platform(tmp_path / "s3", 3, data_root=s3_root)
+    executor = RayExecutor(database_url=remote.database_url)  # joins the module's Ray
+    try:
+        (expected,) = run_all_jobs(local, InProcessExecutor(), JOBS[1:])
+        grant = remote.request(
+            STREAM,
+            blocks=[b.block_id for b in remote.blocks(STREAM)],
+            budget=job_budget(JOBS[1]),
+            context=CONTEXT,
+        )
+        handle = GrantHandle.of(grant, database_url=remote.database_url)
+        assert handle.source.filesystem is None and handle.source.uri == s3_root
+        assert handle.source.rows > 2000 and len(pickle.dumps(handle)) < 4096
+
+        def no_rows_on_the_driver(*args: object, **kwargs: object) -> None:
+            raise AssertionError("the driver read the granted rows")
+
+        for name in ("frame", "batches", "data", "num_rows"):
+            monkeypatch.setattr(Grant, name, property(no_rows_on_the_driver))
+        with grant:
+            (run,) = executor.run_many([(JOBS[1], grant)])
+        monkeypatch.undo()
+        assert summary(run) == summary(expected)
+        states = remote.ledger.states(stream=STREAM, context=CONTEXT)
+        assert all(any(s.charged) and not any(s.reserved) for s in states)
+    finally:
+        executor.close()
+        local.close()
+        remote.close()
+
+
+def test_ray_refuses_blocks_on_an_in_memory_filesystem(
+    tmp_path: Path, ray_executor: RayExecutor
+) -> None:
+    home = tmp_path / "mock"
+    platform = make_platform(home, 1, data_root="mock://")
+    executor = RayExecutor(database_url=platform.database_url)
+    try:
+        with (
+            platform.request(
+                STREAM,
+                blocks=[b.block_id for b in platform.blocks(STREAM)],
+                budget=job_budget(JOBS[1]),
+                context=CONTEXT,
+            ) as grant,
+            pytest.raises(InvalidRequestError, match="in-memory filesystem"),
+        ):
+            executor.run_many([(JOBS[1], grant)])
+        states = platform.ledger.states(stream=STREAM, context=CONTEXT)
+        assert not any(any(s.charged) or any(s.reserved) for s in states)
+    finally:
+        executor.close()
+        platform.close()
+
+
+def test_a_handle_needs_an_engine_a_worker_can_create_by_name(tmp_path: Path) -> None:
+    from blockbudget.engine.arrow_engine import ArrowEngine
+
+    class Unregistered(ArrowEngine):
+        name = "unregistered"
+
+    platform = make_platform(tmp_path / "p", 1, engine=Unregistered())
+    try:
+        with (
+            platform.request(
+                STREAM,
+                blocks=[b.block_id for b in platform.blocks(STREAM)],
+                budget=job_budget(JOBS[1]),
+                context=CONTEXT,
+            ) as grant,
+            pytest.raises(InvalidRequestError, match="not registered"),
+        ):
+            GrantHandle.of(grant, database_url=platform.database_url)
+    finally:
+        platform.close()

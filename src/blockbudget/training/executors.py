@@ -5,12 +5,15 @@ pipeline plus the (ε, δ, η) and seed of one iteration; an executor runs it ag
 :class:`~blockbudget.grant.Grant`:
 
 * :class:`InProcessExecutor` (default) calls the pipeline on the grant itself.
-* :class:`RayExecutor` ships the job, the granted rows and a :class:`GrantHandle` to a Ray
-  worker. The worker opens its own :class:`~blockbudget.ledger.Ledger` on the platform's
-  database (SQLite file on one machine, PostgreSQL on a cluster) and rebuilds a grant on the same
-  reservation, so every draw it makes is the same durable ledger charge, made before the noise,
-  as in-process (no overspend and secure noise: invariants 1 and 7 in docs/architecture.md).
-  The driver keeps the original grant and closes it, releasing what the worker did not draw.
+* :class:`RayExecutor` ships the job and a :class:`GrantHandle` to a Ray worker — the grant's
+  part files (paths and the data root's URI), its projection and the engine's name, never its
+  rows. The worker opens its own :class:`~blockbudget.ledger.Ledger` on the platform's
+  database (SQLite file on one machine, PostgreSQL on a cluster), rebuilds a grant on the same
+  reservation and reads the part files itself (on S3, with a filesystem rebuilt from the URI
+  and the worker's own credentials), so every draw it makes is the same durable ledger charge,
+  made before the noise, as in-process (no overspend and secure noise: invariants 1 and 7 in
+  docs/architecture.md). The driver keeps the original grant and closes it, releasing what the
+  worker did not draw.
 
 With a seed, the same job gives the same release on either executor (tested); without one, each
 run draws fresh OS entropy wherever it runs, so no two releases share their noise.
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +37,7 @@ from blockbudget.mechanisms.noise import NoiseSource, SeededNoise
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
 
+    from blockbudget.engine import ScanSource
     from blockbudget.grant import Grant
     from blockbudget.mechanisms.source import BudgetSource
     from blockbudget.training.pipeline import Pipeline, PipelineRun
@@ -81,11 +85,17 @@ class PipelineJob:
 
 @dataclass(frozen=True)
 class GrantHandle:
-    """What a remote worker needs to draw on a driver's grant (no data, no connection).
+    """What a remote worker needs to draw on a driver's grant and read its blocks: no rows, no
+    connection, no filesystem object (so no credentials travel).
 
     Attributes:
         database_url: the platform's ledger database.
         stream, reservation_id, accounting, group_size: the grant's identity and rule.
+        source: the grant's part files with no filesystem object: the worker rebuilds it from
+            :attr:`ScanSource.uri` (local paths are absolute and need none).
+        columns: the grant's projection.
+        schema: the projection's Arrow types (so an empty read keeps them).
+        engine: the registry name of the engine the worker reads with.
     """
 
     database_url: str
@@ -93,40 +103,95 @@ class GrantHandle:
     reservation_id: str
     accounting: Accounting
     group_size: int
+    source: ScanSource
+    columns: tuple[str, ...]
+    schema: pa.Schema | None
+    engine: str
 
     @classmethod
     def of(cls, grant: Grant, *, database_url: str) -> GrantHandle:
+        """The handle of ``grant``.
+
+        Raises:
+            InvalidRequestError: the grant's files live on an in-memory filesystem
+                (``mock://``) that no other process can reach, or its engine is not one a
+                worker can create by name.
+        """
+        from blockbudget.engine import engine_names
+
+        source = grant.source
+        engine = worker_engine(grant.engine.name)
+        if engine not in engine_names():
+            raise InvalidRequestError(
+                f"a worker creates its engine by registry name, and {engine!r} is not "
+                f"registered (known: {engine_names()})"
+            )
+        if source.uri.startswith("mock:"):
+            raise InvalidRequestError(
+                f"Ray workers cannot read blocks on the in-memory filesystem {source.uri!r}; "
+                "use a local folder or an object store as the data root"
+            )
         return cls(
             database_url=database_url,
             stream=grant.stream,
             reservation_id=grant.reservation.id,
             accounting=grant.accounting,
             group_size=grant.group_size,
+            source=replace(source, filesystem=None),
+            columns=grant.columns,
+            schema=grant.schema,
+            engine=engine,
         )
 
 
-def run_remote(job: PipelineJob, handle: GrantHandle, data: pa.Table) -> PipelineRun:
-    """Worker side: rebuild a grant on the handle's reservation and run the job.
+def worker_engine(name: str) -> str:
+    """The engine a worker reads with: the grant's, except that a worker inside a Ray task
+    reads with the reference engine rather than start a Ray Data job of its own."""
+    return "arrow" if name == "ray" else name
+
+
+def attach_filesystem(source: ScanSource) -> ScanSource:
+    """``source`` with its filesystem rebuilt from its URI, in this process (a local data
+    root needs none: its base path is absolute)."""
+    if "://" not in source.uri:
+        return source
+    import pyarrow.fs as pafs
+
+    filesystem, base = pafs.FileSystem.from_uri(source.uri)
+    return replace(source, filesystem=filesystem, base=base.rstrip("/"))
+
+
+def run_remote(job: PipelineJob, handle: GrantHandle) -> PipelineRun:
+    """Worker side: rebuild a grant on the handle's reservation, read its part files here and
+    run the job.
 
     The rebuilt grant is never closed here (closing would release the driver's reservation);
-    only its ledger connection is disposed.
+    only its ledger connection and its engine are disposed.
     """
+    from blockbudget.engine import get_engine
     from blockbudget.grant import Grant
     from blockbudget.ledger import Ledger
 
-    ledger = Ledger(handle.database_url)
+    engine = get_engine(handle.engine)
     try:
-        grant = Grant(
-            ledger=ledger,
-            stream=handle.stream,
-            reservation=ledger.reservation(handle.reservation_id),
-            accounting=handle.accounting,
-            data=data,
-            group_size=handle.group_size,
-        )
-        return job.execute(grant, grant.frame())
+        ledger = Ledger(handle.database_url)
+        try:
+            grant = Grant(
+                ledger=ledger,
+                stream=handle.stream,
+                reservation=ledger.reservation(handle.reservation_id),
+                accounting=handle.accounting,
+                source=attach_filesystem(handle.source),
+                engine=engine,
+                columns=handle.columns,
+                schema=handle.schema,
+                group_size=handle.group_size,
+            )
+            return job.execute(grant, grant.frame())
+        finally:
+            ledger.dispose()
     finally:
-        ledger.dispose()
+        engine.close()
 
 
 class Executor(ABC):
@@ -188,7 +253,8 @@ class RayExecutor(Executor):
 
         Raises:
             InvalidRequestError: a grant is backed by another ledger database than the one this
-                executor's workers connect to (nothing is submitted, nothing charged).
+                executor's workers connect to, or its files by an in-memory filesystem
+                (nothing is submitted, nothing charged).
         """
         import ray
 
@@ -201,11 +267,9 @@ class RayExecutor(Executor):
                     f"{make_url(self.database_url).render_as_string(hide_password=True)}; "
                     "nothing was submitted"
                 )
+        handles = [GrantHandle.of(grant, database_url=self.database_url) for _, grant in work]
         refs = [
-            self._remote.remote(
-                job, GrantHandle.of(grant, database_url=self.database_url), grant.data
-            )
-            for job, grant in work
+            self._remote.remote(job, handle) for (job, _), handle in zip(work, handles, strict=True)
         ]
         return list(ray.get(refs))
 
