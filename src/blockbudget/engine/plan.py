@@ -27,6 +27,9 @@ Every engine implements the same semantics (checked by one contract test suite):
 * contribution bounding first (on a user-level source: the first ``rows_per_user`` rows of each
   user in stored order — block order, then part-file order, then row order), then the
   predicates, then grouping;
+* a NaN cell reads as null everywhere below (SQL engines order NaN above every number and
+  call it equal to itself; IEEE-754 does neither, so the contract removes NaN instead);
+* a predicate's comparison with a null cell is false (``IS_NULL`` is true for it);
 * a group key value outside its declared domain (or null) drops the row;
 * a value aggregate (SUM, SUM_SQUARES, BINS, COUNT with a column) reads only rows whose value
   is neither null nor NaN; COUNT without a column counts rows;
@@ -83,8 +86,9 @@ _UNARY_OPS = (Op.IS_NULL, Op.NOT_NULL)
 class Predicate:
     """One row filter ``column op value``; a plan keeps rows that pass all of them.
 
-    A comparison with a null cell is false (SQL semantics), so ``NE`` and ``NOT_IN`` drop
-    nulls too. Filters are stable transformations: they never increase any row's influence.
+    A comparison with a null (or NaN) cell is false (SQL semantics), so ``NE`` and ``NOT_IN``
+    drop nulls too, and ``IS_NULL`` holds for null and NaN cells. Filters are stable
+    transformations: they never increase any row's influence.
 
     Attributes:
         column: the column compared.
