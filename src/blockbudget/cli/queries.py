@@ -71,7 +71,10 @@ def _read_spec(spec: str) -> dict[str, Any]:
 
     from blockbudget.errors import InvalidRequestError
 
-    text = Path(spec[1:]).read_text() if spec.startswith("@") else spec
+    try:
+        text = Path(spec[1:]).read_text() if spec.startswith("@") else spec
+    except OSError as exc:
+        raise InvalidRequestError(f"cannot read --spec file {spec[1:]!r}: {exc.strerror}") from None
     try:
         form = json.loads(text)
     except ValueError as exc:
@@ -138,7 +141,10 @@ def print_answer(out: dict[str, Any], *, as_json: bool, dry_run: bool) -> None:
     statistic = out["query"]["statistic"]
     where = f"over {len(out['blocks'])} block(s) in context {out['context']!r}"
     cost = out["cost"]
-    cost_text = ", ".join(f"{k}={v}" for k, v in cost.items())
+    if "epsilon" in cost:
+        cost_text = f"ε={cost['epsilon']}, δ={cost['delta']}"
+    else:
+        cost_text = "RDP ε(α) = " + ", ".join(cost["rdp"])
     if dry_run:
         ok = "every block can afford it" if out["ok"] else "NOT every block can afford it"
         console.print(f"[bold]dry run: {statistic}[/] {where} — nothing reserved or charged")

@@ -45,8 +45,9 @@ def quantiles_from_histogram(
         target = p * total
         i = min(int(np.searchsorted(cdf, target, side="left")), len(c) - 1)
         before = float(cdf[i - 1]) if i > 0 else 0.0
-        inside = (target - before) / c[i] if c[i] > 0 else 0.0
-        out[p] = min(max(lower + (i + min(max(inside, 0.0), 1.0)) * width, lower), upper)
+        inside = (target - before) / float(c[i]) if c[i] > 0 else 0.0
+        point = lower + (i + min(max(inside, 0.0), 1.0)) * width
+        out[float(p)] = float(min(max(point, lower), upper))
     return out
 
 
