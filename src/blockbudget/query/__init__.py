@@ -11,7 +11,7 @@ form (:func:`from_dict`), so one validator and one implementation serve all thre
   stream, before anything is reserved or sealed;
 * :func:`price` — a dry run: blocks, cost per block, noise of every part, affordability;
   nothing reserved, sealed or charged;
-* :func:`run` (:mod:`~blockbudget.query.run`) — reserve (one grant), exact integer aggregates
+* :func:`run` (:mod:`~blockbudget.query.execute`) — reserve (one grant), exact integer aggregates
   by the grant's engine, the cost drawn durably, then secure noise; a :class:`QueryResult`.
 
 Sensitivities, fixed-point sums and budget splits: :mod:`blockbudget.query.parts`; the answer's
@@ -28,7 +28,7 @@ from blockbudget.engine.plan import GroupKey, Op, Predicate
 from blockbudget.query.checks import Pricing, check, check_schema
 from blockbudget.query.jsonform import from_dict, to_dict
 from blockbudget.query.result import CONFIDENCE, DryRun, GroupAnswer, QueryResult
-from blockbudget.query.run import aggregate, open_grant, price, release, run
+from blockbudget.query.execute import aggregate, open_grant, price, release, run
 from blockbudget.query.spec import Query, Statistic
 
 __all__ = [

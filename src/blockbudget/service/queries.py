@@ -65,10 +65,20 @@ def price_query(
     return price(platform, stream, query, blocks=selection, context=context)
 
 
+#: The fields of the legacy flat body each statistic reads (it ignored the others).
+_LEGACY_FIELDS = {
+    "count": (),
+    "sum": ("column", "lower", "upper"),
+    "mean": ("column", "lower", "upper"),
+    "histogram": ("column", "categories"),
+}
+
+
 def legacy_form(kind: str, body: sc.QueryIn) -> dict[str, Any]:
-    """The JSON form of a legacy ``/queries/{kind}`` body."""
+    """The JSON form of a legacy ``/queries/{kind}`` body (fields the statistic does not read
+    are ignored, as they always were on this route)."""
     form: dict[str, Any] = {"statistic": kind, "epsilon": body.epsilon}
-    for name in ("column", "lower", "upper", "categories"):
+    for name in _LEGACY_FIELDS[kind]:
         value = getattr(body, name)
         if value is not None:
             form[name] = value
