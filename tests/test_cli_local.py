@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -92,13 +93,14 @@ def test_the_python_query_path_checks_before_it_seals(tmp_path: Path) -> None:
     platform = Platform(tmp_path / "h")
     try:
         events = len(platform.ledger.events())
-        for build in (
+        builds: list[Callable[[], Query]] = [
             lambda: Query.sum("nosuch", epsilon=0.1, lower=0, upper=1),
             lambda: Query.mean("carrier", epsilon=0.1, lower=0, upper=1),
             lambda: Query.mean("delay", epsilon=0.1, lower=1, upper=0),
             lambda: Query.histogram("carrier", [], epsilon=0.1),
             lambda: Query.histogram("carrier", [3], epsilon=0.1),
-        ):
+        ]
+        for build in builds:
             with pytest.raises(InvalidRequestError):
                 run(platform, "s", build(), blocks=Last(1), context="a")
         with pytest.raises(InvalidRequestError, match="no column"):

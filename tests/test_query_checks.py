@@ -139,7 +139,13 @@ def test_bounds_whose_clipped_sum_could_overflow_are_refused_before_sealing(
         events = len(p.ledger.events())
         for build in (Query.sum, Query.mean):
             with pytest.raises(InvalidRequestError, match="overflow"):
-                run(p, "s", build("v", epsilon=1.0, lower=0, upper=1.7e308), blocks=Last(1), context="a")
+                run(
+                    p,
+                    "s",
+                    build("v", epsilon=1.0, lower=0, upper=1.7e308),
+                    blocks=Last(1),
+                    context="a",
+                )
         _unchanged(p, "s", events)
         # the largest allowed bound still answers (the sum of the clipped rows is finite)
         ok = Query.sum("v", epsilon=1.0, lower=0, upper=MAX_BOUND)

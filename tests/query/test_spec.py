@@ -67,8 +67,10 @@ def test_the_builder_is_fluent_and_frozen() -> None:
         (lambda: Query.count(epsilon=1).group_by("k", None), "declared domain"),  # type: ignore[arg-type]
         (lambda: Query.count(epsilon=1).group_by("k", []), "non-empty domain"),
         (lambda: Query.count(epsilon=1).group_by("k", [1]).group_by("k", [2]), "twice"),
-        (lambda: Query.count(epsilon=1).group_by("k", range(2000)).group_by("j", range(2000)),
-         "at most"),
+        (
+            lambda: Query.count(epsilon=1).group_by("k", range(2000)).group_by("j", range(2000)),
+            "at most",
+        ),
     ],
 )
 def test_malformed_queries_are_refused_on_construction(build: Any, match: str) -> None:
@@ -86,21 +88,57 @@ def test_malformed_queries_are_refused_on_construction(build: Any, match: str) -
         ({"statistic": "count", "epsilon": True}, "must be a number"),
         ({"statistic": "count", "epsilon": 1, "version": 2}, "version"),
         ({"statistic": "count", "epsilon": 1, "group_by": [{"column": "k"}]}, "declared domain"),
-        ({"statistic": "count", "epsilon": 1, "group_by": [{"column": "k", "domain": "ab"}]},
-         "domain is a list"),
-        ({"statistic": "count", "epsilon": 1, "where": [{"column": "k", "op": "in", "value": 1}]},
-         "list of values"),
-        ({"statistic": "count", "epsilon": 1, "where": [{"column": "k", "op": "==", "value": [1]}]},
-         "one value"),
-        ({"statistic": "count", "epsilon": 1, "where": [{"column": "k", "op": "==", "value": {}}]},
-         "literal object"),
-        ({"statistic": "count", "epsilon": 1, "where": [{"column": 3, "op": "==", "value": 1}]},
-         "name of 1 to 200"),
-        ({"statistic": "count", "epsilon": 1, "where": [{"column": "t", "op": "<",
-          "value": {"date": "yesterday"}}]}, "ISO 8601"),
+        (
+            {"statistic": "count", "epsilon": 1, "group_by": [{"column": "k", "domain": "ab"}]},
+            "domain is a list",
+        ),
+        (
+            {
+                "statistic": "count",
+                "epsilon": 1,
+                "where": [{"column": "k", "op": "in", "value": 1}],
+            },
+            "list of values",
+        ),
+        (
+            {
+                "statistic": "count",
+                "epsilon": 1,
+                "where": [{"column": "k", "op": "==", "value": [1]}],
+            },
+            "one value",
+        ),
+        (
+            {
+                "statistic": "count",
+                "epsilon": 1,
+                "where": [{"column": "k", "op": "==", "value": {}}],
+            },
+            "literal object",
+        ),
+        (
+            {"statistic": "count", "epsilon": 1, "where": [{"column": 3, "op": "==", "value": 1}]},
+            "name of 1 to 200",
+        ),
+        (
+            {
+                "statistic": "count",
+                "epsilon": 1,
+                "where": [{"column": "t", "op": "<", "value": {"date": "yesterday"}}],
+            },
+            "ISO 8601",
+        ),
         ({"statistic": "count", "epsilon": 1, "where": "v > 1"}, "must be a list"),
-        ({"statistic": "histogram", "epsilon": 1, "column": "c", "categories": ["a"],
-          "other": "yes"}, "boolean"),
+        (
+            {
+                "statistic": "histogram",
+                "epsilon": 1,
+                "column": "c",
+                "categories": ["a"],
+                "other": "yes",
+            },
+            "boolean",
+        ),
         ([1, 2], "JSON object"),
     ],
 )

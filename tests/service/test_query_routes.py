@@ -13,13 +13,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
+from mechanisms.fakes import NoNoise
 from typer.testing import CliRunner
 
 from blockbudget.cli import app as cli
 from blockbudget.platform import Last
 from blockbudget.query import Query, run, to_dict
 from blockbudget.service import create_app
-from mechanisms.fakes import NoNoise
 from service.support import Seeded, ledger_snapshot, thread_server
 
 QUERY = (
@@ -78,8 +78,20 @@ def test_python_cli_and_http_answer_identically(
     spec = tmp_path / "q.json"
     spec.write_text(json.dumps(to_dict(QUERY)))
     r3 = runner.invoke(
-        cli, ["query", "run", "flights", "--spec", f"@{spec}", "--last", "2", "--json", *home,
-              "--context", "team-a"]
+        cli,
+        [
+            "query",
+            "run",
+            "flights",
+            "--spec",
+            f"@{spec}",
+            "--last",
+            "2",
+            "--json",
+            *home,
+            "--context",
+            "team-a",
+        ],
     )
     assert r3.exit_code == 0, r3.output
     with thread_server(create_app(platform, keys=seeded.keys)) as url:
@@ -121,8 +133,15 @@ def test_the_price_route_charges_nothing_and_matches_the_run(
     after = ledger_snapshot(seeded.platform)
     out = CliRunner().invoke(
         cli,
-        ["query", *CLI_ARGS, "--dry-run", "--context", "team-a", "--home",
-         str(seeded.platform.home)],
+        [
+            "query",
+            *CLI_ARGS,
+            "--dry-run",
+            "--context",
+            "team-a",
+            "--home",
+            str(seeded.platform.home),
+        ],
     )
     assert out.exit_code == 0, out.output
     assert json.loads(out.output)["parts"] == quote["parts"]
@@ -132,12 +151,29 @@ def test_the_price_route_charges_nothing_and_matches_the_run(
 @pytest.mark.parametrize(
     "query, status, match",
     [
-        ({"statistic": "count", "epsilon": 0.1, "group_by": [{"column": "origin"}]}, 422,
-         "declared domain"),
-        ({"statistic": "count", "epsilon": 0.1, "where": [{"column": "nosuch", "op": "is null"}]},
-         422, "unknown column 'nosuch'"),
-        ({"statistic": "count", "epsilon": 0.1, "where": [{"column": "origin", "op": "==",
-          "value": 3}]}, 422, "does not match"),
+        (
+            {"statistic": "count", "epsilon": 0.1, "group_by": [{"column": "origin"}]},
+            422,
+            "declared domain",
+        ),
+        (
+            {
+                "statistic": "count",
+                "epsilon": 0.1,
+                "where": [{"column": "nosuch", "op": "is null"}],
+            },
+            422,
+            "unknown column 'nosuch'",
+        ),
+        (
+            {
+                "statistic": "count",
+                "epsilon": 0.1,
+                "where": [{"column": "origin", "op": "==", "value": 3}],
+            },
+            422,
+            "does not match",
+        ),
         ({"statistic": "count", "epsilon": 0.1, "nonsense": 1}, 422, "unknown query field"),
     ],
 )

@@ -26,9 +26,9 @@ Example:
 
 from blockbudget.engine.plan import GroupKey, Op, Predicate
 from blockbudget.query.checks import Pricing, check, check_schema
+from blockbudget.query.execute import aggregate, open_grant, price, release, run
 from blockbudget.query.jsonform import from_dict, to_dict
 from blockbudget.query.result import CONFIDENCE, DryRun, GroupAnswer, QueryResult
-from blockbudget.query.execute import aggregate, open_grant, price, release, run
 from blockbudget.query.spec import Query, Statistic
 
 __all__ = [

@@ -94,7 +94,7 @@ def answer(
         interval = _interval(value, parts[name], alpha)
     elif s is Statistic.HISTOGRAM:
         cats = list(query.categories or ())
-        labels: list[object] = [*cats, None] if query.other else cats
+        labels: list[object] = [*cats, None] if query.other else list(cats)
         value = {c: float(v) for c, v in zip(labels, noisy["counts"], strict=True)}
     elif s is Statistic.QUANTILES:
         b = quantile_bins(query)

@@ -147,4 +147,3 @@ def check(platform: Platform, stream: str, query: Query) -> Pricing:
     charged = group_cost(cost, k)
     reserve = group_cost(Budget(epsilon=query.epsilon), k)
     return Pricing(parts=parts, cost=cost, charged=charged, reserve=reserve)
-

@@ -106,7 +106,9 @@ def make_group_key(column: str, domain: Iterable[Any]) -> GroupKey:
             f"group-by key {column!r} needs a declared domain (a list of its public values): "
             "the groups released must not depend on the data"
         )
-    return GroupKey(column=_name(column, "group-by column"), domain=tuple(map(check_scalar, domain)))
+    return GroupKey(
+        column=_name(column, "group-by column"), domain=tuple(map(check_scalar, domain))
+    )
 
 
 def _name(column: Any, what: str) -> str:
@@ -253,7 +255,11 @@ class Query:
     def columns(self) -> tuple[str, ...]:
         """Every column the query reads (value, filters, keys), without repeats, in order."""
         seen: dict[str, None] = {}
-        for name in (self.column, *(p.column for p in self.filters), *(k.column for k in self.keys)):
+        for name in (
+            self.column,
+            *(p.column for p in self.filters),
+            *(k.column for k in self.keys),
+        ):
             if name is not None:
                 seen.setdefault(name, None)
         return tuple(seen)
@@ -268,7 +274,9 @@ class Query:
     @classmethod
     def sum(cls, column: str, *, epsilon: float, lower: float, upper: float) -> Query:
         """Σ clip(x, lower, upper) + Laplace noise (see :mod:`blockbudget.query.parts`)."""
-        return cls(statistic=Statistic.SUM, epsilon=epsilon, column=column, lower=lower, upper=upper)
+        return cls(
+            statistic=Statistic.SUM, epsilon=epsilon, column=column, lower=lower, upper=upper
+        )
 
     @classmethod
     def mean(cls, column: str, *, epsilon: float, lower: float, upper: float) -> Query:
