@@ -16,6 +16,7 @@ from typing import Any
 
 from blockbudget.budget import Cost
 from blockbudget.engine.plan import Scalar
+from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.noise import NoiseKind
 from blockbudget.mechanisms.results import Perturbation
 from blockbudget.query.jsonform import literal_to_json, to_dict
@@ -115,6 +116,21 @@ class QueryResult:
         if len(self.query.keys) == 1:
             return {g.key[0]: g.value for g in self.groups}
         return {g.key: g.value for g in self.groups}
+
+    @property
+    def number(self) -> float:
+        """The answer of an ungrouped count, sum, mean or variance, as a float.
+
+        Raises:
+            InvalidRequestError: the answer is not one number (group-by, histogram, quantiles).
+        """
+        value = self.value
+        if not isinstance(value, float):
+            raise InvalidRequestError(
+                f"a {self.query.statistic.value} query with {len(self.query.keys)} group-by "
+                "key(s) answers more than one number; read .value or .groups"
+            )
+        return value
 
     @property
     def interval(self) -> tuple[float, float] | None:
