@@ -62,6 +62,9 @@ Scalar = str | int | float | bool | date | datetime
 #: without overflow, and the quantisation error is at most 2**-21 of the radius per row.
 FIXED_POINT_BITS = 20
 
+#: The smallest positive double (a power of two): the least quantum.
+_SMALLEST_DOUBLE = math.ldexp(1.0, -1074)
+
 
 class Op(Enum):
     """A predicate's comparison."""
@@ -175,7 +178,8 @@ class FixedPoint:
         r = self.radius
         if r == 0.0:
             return 1.0
-        return math.ldexp(_power_of_two_at_least(r), -FIXED_POINT_BITS)
+        # never below the smallest subnormal 2**-1074 (a tiny radius would round q to 0)
+        return max(math.ldexp(_power_of_two_at_least(r), -FIXED_POINT_BITS), _SMALLEST_DOUBLE)
 
     @property
     def max_units(self) -> int:
