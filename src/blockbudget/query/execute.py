@@ -66,10 +66,20 @@ def price(
         UnknownBlockError / InvalidRequestError for a bad selection (or none affordable).
 
     Example:
-        >>> from blockbudget.query import Query, price  # doctest: +SKIP
-        >>> price(platform, "flights", Query.count(epsilon=0.1), blocks=Last(7),
-        ...       context="analytics").cost  # doctest: +SKIP
-        Budget(epsilon=Decimal('0.1'), delta=Decimal('0'))
+        >>> import tempfile, pandas as pd
+        >>> from blockbudget import Budget
+        >>> from blockbudget.platform import Platform, Last
+        >>> from blockbudget.query import Query, price
+        >>> from blockbudget.store import Blocking
+        >>> p = Platform(tempfile.mkdtemp(), engine="arrow")
+        >>> _ = p.create_stream("s", policy=Budget(epsilon=1), blocking=Blocking.by_time("t"))
+        >>> _ = p.add_context("team")
+        >>> hours = pd.date_range("2024-01-01", periods=3, freq="h")
+        >>> _ = p.ingest("s", pd.DataFrame({"t": hours, "v": [1.0, 2.0, 3.0]}))
+        >>> quote = price(p, "s", Query.count(epsilon=0.5), blocks=Last(1), context="team")
+        >>> quote.cost, quote.ok, quote.noise_summary
+        (Budget(epsilon='0.5', delta='0'), True, 'count: laplace b=2 (Δ=1)')
+        >>> p.close()
     """
     pricing = check(platform, stream, query)
     _known_context(platform, context)
@@ -205,10 +215,21 @@ def run(
         BudgetExceededError / ReservationError: the draw was refused (nothing released).
 
     Example:
-        >>> from blockbudget.query import Query, run  # doctest: +SKIP
-        >>> q = Query.mean("dep_delay", epsilon=0.5, lower=-60, upper=300)  # doctest: +SKIP
-        >>> run(platform, "flights", q, blocks=Last(7), context="analytics").value  # doctest: +SKIP
-        12.3
+        >>> import tempfile, pandas as pd
+        >>> from blockbudget import Budget
+        >>> from blockbudget.platform import Platform, Last
+        >>> from blockbudget.query import Query, run
+        >>> from blockbudget.store import Blocking
+        >>> p = Platform(tempfile.mkdtemp(), engine="arrow")
+        >>> _ = p.create_stream("s", policy=Budget(epsilon=1), blocking=Blocking.by_time("t"))
+        >>> _ = p.add_context("team")
+        >>> hours = pd.date_range("2024-01-01", periods=3, freq="h")
+        >>> _ = p.ingest("s", pd.DataFrame({"t": hours, "v": [1.0, 2.0, 3.0]}))
+        >>> q = Query.mean("v", epsilon=0.5, lower=0, upper=4)
+        >>> answer = run(p, "s", q, blocks=Last(1), context="team")
+        >>> 0.0 <= answer.number <= 4.0, answer.cost, answer.secure_noise
+        (True, Budget(epsilon='0.5', delta='0'), True)
+        >>> p.close()
     """
     grant, pricing = open_grant(platform, stream, query, blocks=blocks, context=context)
     with grant:
