@@ -181,3 +181,24 @@ def test_the_command_line_short_forms() -> None:
             parse_filter(bad)
     with pytest.raises(InvalidRequestError, match="declared public domain"):
         parse_group_by("origin")
+
+
+def test_quantiles_from_a_noisy_histogram_are_monotone_and_within_bounds() -> None:
+    import itertools
+
+    import numpy as np
+
+    from blockbudget.query.answers import quantiles_from_histogram
+
+    rng = np.random.default_rng(7)
+    probs = [i / 20 for i in range(21)]
+    for _ in range(200):
+        counts = rng.integers(0, 5, size=12) + rng.laplace(0.0, 2.0, size=12)  # some negative
+        out = quantiles_from_histogram(counts.tolist(), lower=-3, upper=9, probabilities=probs)
+        values = [out[p] for p in probs]
+        assert all(a <= b for a, b in itertools.pairwise(values))
+        assert all(-3 <= v <= 9 for v in values)
+    # all mass in one bin: every quantile inside that bin; no mass: the midpoint
+    one = quantiles_from_histogram([0, 0, 5, 0], lower=0, upper=4, probabilities=[0.1, 0.9])
+    assert 2.0 <= one[0.1] <= one[0.9] <= 3.0
+    assert quantiles_from_histogram([-1, -2], lower=0, upper=4, probabilities=[0.5]) == {0.5: 2.0}
