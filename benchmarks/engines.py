@@ -11,6 +11,8 @@ Each case runs in its own subprocess (time and peak RSS via ``getrusage(RUSAGE_C
   ``raw_duckdb_grouped`` a ``GROUP BY g``, still in floating point and without NaN handling;
 * ``dp_<engine>`` — the DP mean's work: an engine computes count and a clipped fixed-point sum of
   ``x`` (``FixedPoint(-4, 4)``) over the same files, then two Laplace draws (OpenDP's sampler);
+* ``agg_<engine>`` — the engine's aggregate alone (no noise: OpenDP's native library, loaded
+  by the noise sampler, adds about 100 MB to a process);
 * ``dp_<engine>_user`` — the same on a user-level source (``rows_per_user`` = 2), i.e. with
   contribution bounding (DuckDB: a ``row_number()`` window);
 * ``dp_<engine>_grouped`` — the same grouped by ``g`` (declared domain of 3 of the 4 values).
@@ -114,9 +116,9 @@ def run_case(case: str, root: Path, files: int, rows: int, repeat: int) -> tuple
             best_cpu = min(best_cpu, _cpu() - cpu)
         return best, best_cpu, 0
     from blockbudget.engine import AggKind, Aggregate, FixedPoint, GroupKey, Plan, get_engine
-    from blockbudget.mechanisms.noise import SecureNoise
 
-    engine_name, _, variant = case.removeprefix("dp_").partition("_")
+    noisy = case.startswith("dp_")
+    engine_name, _, variant = case.removeprefix("dp_").removeprefix("agg_").partition("_")
     engine = get_engine(engine_name)
     source = _source(root, files, rows, variant == "user")
     fixed = FixedPoint(-4.0, 4.0)
@@ -125,14 +127,18 @@ def run_case(case: str, root: Path, files: int, rows: int, repeat: int) -> tuple
         (Aggregate("n", AggKind.COUNT, "x"), Aggregate("s", AggKind.SUM, "x", fixed=fixed)),
         group_by=(GroupKey("g", ("a", "b", "c")),) if variant == "grouped" else (),
     )
-    noise = SecureNoise()
+    if noisy:
+        from blockbudget.mechanisms.noise import SecureNoise
+
+        noise = SecureNoise()
     for _ in range(repeat + 1):
         start, cpu = time.perf_counter(), _cpu()
         parts = engine.aggregate(plan)
-        counts = np.array(parts.of("n"), dtype=np.float64)
-        sums = np.array([fixed.decode(v) for v in parts.of("s")])
-        noise.add_laplace(counts, scale=1.0)
-        noise.add_laplace(sums, scale=8.0)
+        if noisy:
+            counts = np.array(parts.of("n"), dtype=np.float64)
+            sums = np.array([fixed.decode(v) for v in parts.of("s")])
+            noise.add_laplace(counts, scale=1.0)
+            noise.add_laplace(sums, scale=8.0)
         best = min(best, time.perf_counter() - start)
         best_cpu = min(best_cpu, _cpu() - cpu)
     engine.close()
@@ -186,7 +192,7 @@ def main() -> None:
     generate(root, args.files, args.rows)
     cases = list(RAW)
     for engine in args.engines.split(","):
-        cases += [f"dp_{engine}", f"dp_{engine}_grouped", f"dp_{engine}_user"]
+        cases += [f"agg_{engine}", f"dp_{engine}", f"dp_{engine}_grouped", f"dp_{engine}_user"]
     env = {"python": platform.python_version(), "cpus": os.cpu_count()}
     raw: dict[str, float] | None = None
     for case in cases:

@@ -24,6 +24,7 @@ def test_quick_benchmark_prints_json_lines(tmp_path: Path) -> None:
         "raw_duckdb",
         "raw_duckdb_clipped",
         "raw_duckdb_grouped",
+        "agg_duckdb",
         "dp_duckdb",
         "dp_duckdb_grouped",
         "dp_duckdb_user",
@@ -32,5 +33,6 @@ def test_quick_benchmark_prints_json_lines(tmp_path: Path) -> None:
         assert line["bench"] == "engines" and line["rows"] == 40_000
         assert line["seconds"] > 0 and line["peak_rss_mb"] > 0
     assert cases["dp_duckdb"]["ratio_seconds"] > 0
+    assert cases["agg_duckdb"]["sum_units"] == cases["dp_duckdb"]["sum_units"]
     # grouping keeps 3 of the 4 values of g: its sum of units differs from the ungrouped one
     assert cases["dp_duckdb_grouped"]["sum_units"] != cases["dp_duckdb"]["sum_units"]
