@@ -6,15 +6,21 @@ Data (generated once under ``--dir``): F part files × R rows × 6 columns (``us
 
 Each case runs in its own subprocess (time and peak RSS via ``getrusage(RUSAGE_CHILDREN)``):
 
-* ``raw_duckdb`` — ``SELECT count(*), sum(x) FROM read_parquet([...])``: no privacy;
+* ``raw_duckdb`` — ``SELECT count(*), sum(x) FROM read_parquet([...])``: no privacy (the
+  reference of every ratio); ``raw_duckdb_clipped`` adds the clipping (``least/greatest``) and
+  ``raw_duckdb_grouped`` a ``GROUP BY g``, still in floating point and without NaN handling;
 * ``dp_<engine>`` — the DP mean's work: an engine computes count and a clipped fixed-point sum of
   ``x`` (``FixedPoint(-4, 4)``) over the same files, then two Laplace draws (OpenDP's sampler);
+* ``agg_<engine>`` — the engine's aggregate alone (no noise: OpenDP's native library, loaded
+  by the noise sampler, adds about 100 MB to a process);
 * ``dp_<engine>_user`` — the same on a user-level source (``rows_per_user`` = 2), i.e. with
   contribution bounding (DuckDB: a ``row_number()`` window);
 * ``dp_<engine>_grouped`` — the same grouped by ``g`` (declared domain of 3 of the 4 values).
 
-Each line reports ``seconds`` (best of ``--repeat`` runs inside the subprocess, after one warm-up
-read), ``peak_rss_mb`` and, for DP cases, ``ratio_s``/``ratio_rss`` against ``raw_duckdb``.
+Each line reports ``seconds`` and ``cpu_s`` (best of ``--repeat`` runs inside the subprocess, after
+one warm-up run; CPU time sums all threads, a steadier figure on a shared machine),
+``peak_rss_mb`` (the case's process; for Ray the driver only) and ``ratio_*`` against
+``raw_duckdb``.
 
 Usage: ``python benchmarks/engines.py [--quick] [--dir D] [--files F] [--rows R]
 [--engines duckdb,arrow,ray]``.
@@ -79,29 +85,40 @@ def _source(root: Path, files: int, rows: int, user: bool) -> object:
     )
 
 
+#: The non-private baselines: plain DuckDB over the same files.
+RAW = {
+    "raw_duckdb": "SELECT count(*), sum(x) FROM read_parquet($f)",
+    "raw_duckdb_clipped": (
+        "SELECT count(x), sum(least(greatest(x, -4.0), 4.0)) FROM read_parquet($f)"
+    ),
+    "raw_duckdb_grouped": "SELECT g, count(*), sum(x) FROM read_parquet($f) GROUP BY g",
+}
+
+
 def _cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 
 
-def run_case(case: str, root: Path, files: int, rows: int, repeat: int) -> tuple[float, float]:
-    """One case, in this process; the best wall time and the best CPU time (all threads)."""
+def run_case(case: str, root: Path, files: int, rows: int, repeat: int) -> tuple[float, float, int]:
+    """One case, in this process: the best wall time, the best CPU time (all threads) and, for
+    a DP case, the exact sum of the fixed-point units (equal across engines)."""
     best, best_cpu = float("inf"), float("inf")
-    if case == "raw_duckdb":
+    if case in RAW:
         import duckdb
 
         con = duckdb.connect()
         paths = _source(root, files, rows, False).full_paths()  # type: ignore[attr-defined]
         for _ in range(repeat + 1):
             start, cpu = time.perf_counter(), _cpu()
-            con.execute("SELECT count(*), sum(x) FROM read_parquet($f)", {"f": paths}).fetchall()
+            con.execute(RAW[case], {"f": paths}).fetchall()
             best = min(best, time.perf_counter() - start)
             best_cpu = min(best_cpu, _cpu() - cpu)
-        return best, best_cpu
+        return best, best_cpu, 0
     from blockbudget.engine import AggKind, Aggregate, FixedPoint, GroupKey, Plan, get_engine
-    from blockbudget.mechanisms.noise import SecureNoise
 
-    engine_name, _, variant = case.removeprefix("dp_").partition("_")
+    noisy = case.startswith("dp_")
+    engine_name, _, variant = case.removeprefix("dp_").removeprefix("agg_").partition("_")
     engine = get_engine(engine_name)
     source = _source(root, files, rows, variant == "user")
     fixed = FixedPoint(-4.0, 4.0)
@@ -110,18 +127,22 @@ def run_case(case: str, root: Path, files: int, rows: int, repeat: int) -> tuple
         (Aggregate("n", AggKind.COUNT, "x"), Aggregate("s", AggKind.SUM, "x", fixed=fixed)),
         group_by=(GroupKey("g", ("a", "b", "c")),) if variant == "grouped" else (),
     )
-    noise = SecureNoise()
+    if noisy:
+        from blockbudget.mechanisms.noise import SecureNoise
+
+        noise = SecureNoise()
     for _ in range(repeat + 1):
         start, cpu = time.perf_counter(), _cpu()
         parts = engine.aggregate(plan)
-        counts = np.array(parts.of("n"), dtype=np.float64)
-        sums = np.array([fixed.decode(v) for v in parts.of("s")])
-        noise.add_laplace(counts, scale=1.0)
-        noise.add_laplace(sums, scale=8.0)
+        if noisy:
+            counts = np.array(parts.of("n"), dtype=np.float64)
+            sums = np.array([fixed.decode(v) for v in parts.of("s")])
+            noise.add_laplace(counts, scale=1.0)
+            noise.add_laplace(sums, scale=8.0)
         best = min(best, time.perf_counter() - start)
         best_cpu = min(best_cpu, _cpu() - cpu)
     engine.close()
-    return best, best_cpu
+    return best, best_cpu, sum(parts.of("s"))
 
 
 def measure(case: str, args: argparse.Namespace) -> dict[str, float]:
@@ -140,8 +161,10 @@ def wrap(case: str, args: argparse.Namespace) -> None:
     cmd += ["--files", str(args.files), "--rows", str(args.rows), "--repeat", str(args.repeat)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
     peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    seconds, cpu = json.loads(out.stdout.strip().splitlines()[-1])
+    seconds, cpu, units = json.loads(out.stdout.strip().splitlines()[-1])
     line = {"seconds": round(seconds, 4), "cpu_s": round(cpu, 4), "peak_rss_mb": peak_kb // 1024}
+    if units:
+        line["sum_units"] = units
     print(json.dumps(line))
 
 
@@ -167,9 +190,9 @@ def main() -> None:
         return
     root.mkdir(parents=True, exist_ok=True)
     generate(root, args.files, args.rows)
-    cases = ["raw_duckdb"]
+    cases = list(RAW)
     for engine in args.engines.split(","):
-        cases += [f"dp_{engine}", f"dp_{engine}_grouped", f"dp_{engine}_user"]
+        cases += [f"agg_{engine}", f"dp_{engine}", f"dp_{engine}_grouped", f"dp_{engine}_user"]
     env = {"python": platform.python_version(), "cpus": os.cpu_count()}
     raw: dict[str, float] | None = None
     for case in cases:

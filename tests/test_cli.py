@@ -172,7 +172,7 @@ def test_user_stream_queries_reserve_the_group_cost(tmp_path: Path) -> None:
     assert runner.invoke(app, ["ingest", "u", str(data), *home]).exit_code == 0
     r = runner.invoke(app, ["query", "count", "u", "--epsilon", "0.2", "--context", "a", *home])
     assert r.exit_code == 0, r.output
-    assert "(ε=0.2" in r.output  # the mechanism's row-level cost
+    assert "cost per block: (ε=0.6, δ=0)" in r.output  # the group cost of (ε=0.2), k = 3
     r = runner.invoke(app, ["blocks", "u", "--context", "a", *home])
     assert "40.0%" in r.output  # 1 − 3 × 0.2 left: the group cost was charged
 

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -20,7 +21,7 @@ from blockbudget.budget import Budget
 from blockbudget.cli import app
 from blockbudget.errors import InvalidRequestError
 from blockbudget.platform import Last, Platform
-from blockbudget.query import QueryKind, QuerySpec, run_query
+from blockbudget.query import Query, run
 
 runner = CliRunner()
 SRC = str(Path(blockbudget.__file__).resolve().parent.parent)
@@ -60,12 +61,16 @@ def test_a_query_over_a_bad_column_seals_and_charges_nothing(tmp_path: Path) -> 
     events = len(platform.ledger.events())
     platform.close()
     bounds = ["--lower", "0", "--upper", "10"]
-    for kind, column, error, why in (
-        ("sum", "nosuch", "UnknownColumnError", "no column(s) ['nosuch']"),
-        ("mean", "carrier", "InvalidRequestError", "needs a numeric column"),  # no traceback
-        ("histogram", "nosuch", "UnknownColumnError", "no column(s) ['nosuch']"),
+    cats = ["--categories", "AA"]
+    for kind, column, extra, error, why in (
+        ("sum", "nosuch", bounds, "UnknownColumnError", "no column(s) ['nosuch']"),
+        ("mean", "carrier", bounds, "InvalidRequestError", "needs a numeric column"),
+        ("histogram", "nosuch", cats, "UnknownColumnError", "no column(s) ['nosuch']"),
+        ("histogram", "carrier", [*cats, *bounds], "InvalidRequestError", "takes no clipping"),
+        ("count", "carrier", ["--where", "carrier == 3"], "InvalidRequestError", "not match"),
+        ("count", "carrier", ["--group-by", "carrier"], "InvalidRequestError", "domain"),
     ):
-        r = runner.invoke(app, [*_query(home, kind, column), *bounds, "--categories", "AA"])
+        r = runner.invoke(app, [*_query(home, kind, column), *extra])
         assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
         assert error in r.output and why in " ".join(r.output.split()), r.output
     r = runner.invoke(app, [*_query(home, "sum", "delay"), "--upper", "10"])
@@ -88,14 +93,16 @@ def test_the_python_query_path_checks_before_it_seals(tmp_path: Path) -> None:
     platform = Platform(tmp_path / "h")
     try:
         events = len(platform.ledger.events())
-        for spec in (
-            QuerySpec(kind=QueryKind.SUM, epsilon=0.1, column="nosuch", lower=0, upper=1),
-            QuerySpec(kind=QueryKind.MEAN, epsilon=0.1, column="carrier", lower=0, upper=1),
-            QuerySpec(kind=QueryKind.MEAN, epsilon=0.1, column="delay", lower=1, upper=0),
-            QuerySpec(kind=QueryKind.HISTOGRAM, epsilon=0.1, column="carrier"),
-        ):
+        builds: list[Callable[[], Query]] = [
+            lambda: Query.sum("nosuch", epsilon=0.1, lower=0, upper=1),
+            lambda: Query.mean("carrier", epsilon=0.1, lower=0, upper=1),
+            lambda: Query.mean("delay", epsilon=0.1, lower=1, upper=0),
+            lambda: Query.histogram("carrier", [], epsilon=0.1),
+            lambda: Query.histogram("carrier", [3], epsilon=0.1),
+        ]
+        for build in builds:
             with pytest.raises(InvalidRequestError):
-                run_query(platform, "s", spec, blocks=Last(1), context="a")
+                run(platform, "s", build(), blocks=Last(1), context="a")
         with pytest.raises(InvalidRequestError, match="no column"):
             platform.request(
                 "s", blocks=Last(1), budget=Budget(epsilon=0.1), context="a", columns=["nosuch"]

@@ -2,7 +2,7 @@
 
 Checking the schema is not enough: the mechanism itself refuses ε = 0, clipping bounds whose
 noise scale does not fit in a double, and a group-privacy cost its stream cannot account
-(RDP with ``rows_per_user > 1``). :func:`blockbudget.query.check_query` computes the release's
+(RDP with ``rows_per_user > 1``). :func:`blockbudget.query.check` computes the release's
 noise scales, their price and the group cost from public parameters first, so each of these
 is refused while the open block stays open (on a user-level stream a sealed block would drop
 the next rows of its users) and the ledger has no new event.
@@ -23,7 +23,7 @@ from blockbudget.cli import app
 from blockbudget.errors import BlockBudgetError, InvalidRequestError
 from blockbudget.mechanisms.inputs import MAX_BOUND
 from blockbudget.platform import Last, Platform
-from blockbudget.query import QueryKind, QuerySpec, check_query, run_query
+from blockbudget.query import Query, check, run
 from blockbudget.store import Blocking, LatePolicy, StreamSpec
 
 runner = CliRunner()
@@ -49,21 +49,21 @@ def _unchanged(p: Platform, stream: str, events: int) -> None:
     "spec",
     [
         # bounds within MAX_BOUND whose Laplace scale B/ε overflows a double
-        QuerySpec(kind=QueryKind.SUM, epsilon=1e-30, column="v", lower=-1e288, upper=1e288),
-        QuerySpec(kind=QueryKind.MEAN, epsilon=1e-90, column="v", lower=-1e250, upper=1e250),
+        Query.sum("v", epsilon=1e-30, lower=-1e288, upper=1e288),
+        Query.mean("v", epsilon=1e-90, lower=-1e250, upper=1e250),
     ],
     ids=["sum-huge-bounds", "mean-tiny-epsilon"],
 )
 def test_an_unrepresentable_noise_scale_is_refused_before_sealing(
-    tmp_path: Path, spec: QuerySpec
+    tmp_path: Path, spec: Query
 ) -> None:
     p = _platform(tmp_path)
     try:
         events = len(p.ledger.events())
         with pytest.raises(BlockBudgetError, match="does not fit in a double"):
-            check_query(p, "s", spec)
+            check(p, "s", spec)
         with pytest.raises(BlockBudgetError, match="does not fit in a double"):
-            run_query(p, "s", spec, blocks=Last(1), context="a")
+            run(p, "s", spec, blocks=Last(1), context="a")
         _unchanged(p, "s", events)
     finally:
         p.close()
@@ -71,7 +71,7 @@ def test_an_unrepresentable_noise_scale_is_refused_before_sealing(
 
 def test_a_zero_epsilon_query_is_refused_on_construction() -> None:
     with pytest.raises(InvalidRequestError, match="epsilon > 0"):
-        QuerySpec(kind=QueryKind.COUNT, epsilon=0.0)
+        Query.count(epsilon=0.0)
 
 
 def test_rdp_with_several_rows_per_user_is_refused_at_creation_and_never_seals(
@@ -97,11 +97,11 @@ def test_rdp_with_several_rows_per_user_is_refused_at_creation_and_never_seals(
         p.ingest("u", pd.DataFrame({"uid": [1, 2, 3], "v": [1.0, 2.0, 3.0]}))
         events = len(p.ledger.events())
         for spec in (
-            QuerySpec(kind=QueryKind.COUNT, epsilon=0.1),
-            QuerySpec(kind=QueryKind.SUM, epsilon=0.1, column="v", lower=0, upper=5),
+            Query.count(epsilon=0.1),
+            Query.sum("v", epsilon=0.1, lower=0, upper=5),
         ):
             with pytest.raises(BlockBudgetError, match="group privacy for RDP"):
-                run_query(p, "u", spec, blocks=Last(1), context="a")
+                run(p, "u", spec, blocks=Last(1), context="a")
         _unchanged(p, "u", events)
         # and the next rows of those users still land in their (open) block
         report = p.ingest("u", pd.DataFrame({"uid": [1, 2], "v": [4.0, 5.0]}))
@@ -137,14 +137,19 @@ def test_bounds_whose_clipped_sum_could_overflow_are_refused_before_sealing(
         day = pd.Timestamp("2024-01-01")
         p.ingest("s", pd.DataFrame({"time": [day, day], "v": [1e308, 1e308]}))
         events = len(p.ledger.events())
-        for kind in (QueryKind.SUM, QueryKind.MEAN):
-            spec = QuerySpec(kind=kind, epsilon=1.0, column="v", lower=0, upper=1.7e308)
+        for build in (Query.sum, Query.mean):
             with pytest.raises(InvalidRequestError, match="overflow"):
-                run_query(p, "s", spec, blocks=Last(1), context="a")
+                run(
+                    p,
+                    "s",
+                    build("v", epsilon=1.0, lower=0, upper=1.7e308),
+                    blocks=Last(1),
+                    context="a",
+                )
         _unchanged(p, "s", events)
         # the largest allowed bound still answers (the sum of the clipped rows is finite)
-        ok = QuerySpec(kind=QueryKind.SUM, epsilon=1.0, column="v", lower=0, upper=MAX_BOUND)
-        answer = run_query(p, "s", ok, blocks=Last(1), context="a")
-        assert math.isfinite(answer.result.value)
+        ok = Query.sum("v", epsilon=1.0, lower=0, upper=MAX_BOUND)
+        answer = run(p, "s", ok, blocks=Last(1), context="a")
+        assert isinstance(answer.value, float) and math.isfinite(answer.value)
     finally:
         p.close()

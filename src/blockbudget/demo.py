@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import shutil
 import time
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -29,8 +30,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from blockbudget.budget import Budget
 from blockbudget.data.flights import flights_by_day, load_airlines
 from blockbudget.errors import BlockBudgetError
-from blockbudget.mechanisms import statistics as stats
 from blockbudget.platform import Last, Platform
+from blockbudget.query import Query, run
 from blockbudget.store import Blocking, LatePolicy, Unit
 
 STREAM = "flights"
@@ -39,10 +40,53 @@ OPS_COUNT_EPS = Budget(epsilon=0.05)
 OPS_MEAN_EPS = Budget(epsilon=0.15)
 ML_HIST_EPS = Budget(epsilon=0.10)
 DELAY_BOUNDS = (-60.0, 300.0)
+OPS_COUNT = Query.count(epsilon=float(OPS_COUNT_EPS.epsilon))
+OPS_MEAN = Query.mean(
+    "dep_delay", epsilon=float(OPS_MEAN_EPS.epsilon), lower=DELAY_BOUNDS[0], upper=DELAY_BOUNDS[1]
+)
 
 
 def _fmt(x: float) -> str:
     return f"{x:,.1f}"
+
+
+def _span(blocks: tuple[str, ...]) -> str:
+    return f"{blocks[0].split('/')[-1]}..{blocks[-1].split('/')[-1]}"
+
+
+def _ops_answers(platform: Platform, day: str) -> list[dict[str, Any]]:
+    """The ops team's mean delay over the newest 7 affordable days, then the number of flights
+    on the same blocks — two queries, each one grant, each charged before its noise."""
+    mean = run(platform, STREAM, OPS_MEAN, blocks=Last(7), context="ops")
+    count = run(platform, STREAM, OPS_COUNT, blocks=list(mean.blocks), context="ops")
+    # The demo plays the data owner, who may read the rows to print the true values beside.
+    delays = platform.store.read_pandas(list(mean.blocks), ["dep_delay"])["dep_delay"]
+    true_mean = float(np.clip(delays.dropna().to_numpy(dtype=float), *DELAY_BOUNDS).mean())
+    row = dict(day=day, context="ops", blocks=len(mean.blocks), window=_span(mean.blocks))
+    return [
+        {**row, "query": "count", "dp": count.number, "true": float(len(delays))},
+        {**row, "query": "mean dep_delay", "dp": mean.number, "true": true_mean},
+    ]
+
+
+def _ml_answer(platform: Platform, day: str, carriers: list[str]) -> dict[str, Any]:
+    """The ML team's carrier histogram over the newest 14 affordable days (UA's bin shown)."""
+    query = Query.histogram("carrier", carriers, epsilon=float(ML_HIST_EPS.epsilon))
+    hist = run(platform, STREAM, query, blocks=Last(14), context="ml")
+    top = "UA" if "UA" in carriers else carriers[0]
+    data = platform.store.read_pandas(list(hist.blocks), ["carrier"])
+    (group,) = hist.groups
+    value = group.value
+    assert isinstance(value, Mapping)
+    return dict(
+        day=day,
+        context="ml",
+        query=f"histogram[{top}]",
+        blocks=len(hist.blocks),
+        window=_span(hist.blocks),
+        dp=float(value[top]),
+        true=float((data["carrier"] == top).sum()),
+    )
 
 
 def run_demo(*, home: Path, days: int = 365, console: Console | None = None) -> dict[str, Any]:
@@ -100,70 +144,11 @@ def run_demo(*, home: Path, days: int = 365, console: Console | None = None) -> 
             platform.ingest(STREAM, frame)
             day_rows: list[dict[str, Any]] = []
             try:
-                with platform.request(
-                    STREAM, blocks=Last(7), budget=OPS_COUNT_EPS + OPS_MEAN_EPS, context="ops"
-                ) as grant:
-                    data = grant.frame()
-                    count = stats.dp_count(grant, data, epsilon=OPS_COUNT_EPS.epsilon)
-                    delays = data["dep_delay"].dropna().to_numpy(dtype=float)
-                    mean = stats.dp_mean(
-                        grant,
-                        delays,
-                        epsilon=OPS_MEAN_EPS.epsilon,
-                        lower=DELAY_BOUNDS[0],
-                        upper=DELAY_BOUNDS[1],
-                    )
-                    true_mean = float(np.clip(delays, *DELAY_BOUNDS).mean())
-                    span = f"{grant.blocks[0].split('/')[-1]}..{grant.blocks[-1].split('/')[-1]}"
-                    day_rows.append(
-                        dict(
-                            day=str(day),
-                            context="ops",
-                            query="count",
-                            blocks=len(grant.blocks),
-                            window=span,
-                            dp=float(count.value),
-                            true=float(len(data)),
-                        )
-                    )
-                    day_rows.append(
-                        dict(
-                            day=str(day),
-                            context="ops",
-                            query="mean dep_delay",
-                            blocks=len(grant.blocks),
-                            window=span,
-                            dp=float(mean.value),
-                            true=true_mean,
-                        )
-                    )
+                day_rows.extend(_ops_answers(platform, str(day)))
             except BlockBudgetError:
                 refusals += 1
             try:
-                with platform.request(
-                    STREAM, blocks=Last(14), budget=ML_HIST_EPS, context="ml"
-                ) as grant:
-                    data = grant.frame()
-                    hist = stats.dp_histogram(
-                        grant,
-                        data["carrier"].astype(str).to_numpy(),
-                        categories=carriers,
-                        epsilon=ML_HIST_EPS.epsilon,
-                    )
-                    top = carriers.index("UA") if "UA" in carriers else 0
-                    true_top = float((data["carrier"] == carriers[top]).sum())
-                    span = f"{grant.blocks[0].split('/')[-1]}..{grant.blocks[-1].split('/')[-1]}"
-                    day_rows.append(
-                        dict(
-                            day=str(day),
-                            context="ml",
-                            query=f"histogram[{carriers[top]}]",
-                            blocks=len(grant.blocks),
-                            window=span,
-                            dp=float(hist.value[top]),
-                            true=true_top,
-                        )
-                    )
+                day_rows.append(_ml_answer(platform, str(day), carriers))
             except BlockBudgetError:
                 refusals += 1
             retired = platform.retire_exhausted(STREAM)  # every open context: ops and ml

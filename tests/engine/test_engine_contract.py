@@ -35,12 +35,20 @@ from blockbudget.engine import (
 from blockbudget.errors import DataError
 
 NAN = float("nan")
-ENGINES = [n for n in engine_names() if n != "ray"]  # ray follows
+ENGINES = engine_names()
 
 
 @pytest.fixture(scope="module", params=ENGINES)
 def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
-    eng = get_engine(request.param)
+    """Each registered engine, once per module (Ray: one local cluster of 2 CPUs, started after
+    the S3 server has set its credentials in the environment the workers inherit)."""
+    if request.param == "ray":
+        request.getfixturevalue("s3_server")
+        from blockbudget.engine.ray_engine import RayEngine
+
+        eng: Engine = RayEngine(num_cpus=2)
+    else:
+        eng = get_engine(request.param)
     yield eng
     eng.close()
 

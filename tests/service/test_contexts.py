@@ -120,7 +120,14 @@ def test_a_query_over_a_bad_column_seals_and_reserves_nothing(
         r = client.post(
             f"/v1/streams/flights/queries/{kind}",
             headers=h,
-            json={"last": 2, "epsilon": 0.1, "column": column, "lower": 0, "upper": 1},
+            json={
+                "last": 2,
+                "epsilon": 0.1,
+                "column": column,
+                "lower": 0,
+                "upper": 1,
+                "categories": ["AA"],
+            },
         )
         assert r.status_code == 422 and why in r.json()["detail"], r.text
     # bounds whose noise scale overflows a double: the mechanism's own check, run first too

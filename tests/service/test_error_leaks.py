@@ -124,7 +124,7 @@ def test_a_cell_value_in_a_failing_pipeline_or_query_reaches_no_response(
                 f"values must be numeric: could not convert string to float: {MARKER!r}"
             )
 
-        monkeypatch.setattr("blockbudget.mechanisms.statistics.dp_mean", choke)
+        monkeypatch.setattr("blockbudget.service.queries.aggregate", choke)
         for h in (ha, ho):
             r = call(
                 "POST",
@@ -145,7 +145,7 @@ def test_a_cell_value_in_a_failing_pipeline_or_query_reaches_no_response(
         def crash(*_: Any, **__: Any) -> Any:
             raise RuntimeError(f"broken near {MARKER}")
 
-        monkeypatch.setattr("blockbudget.mechanisms.statistics.dp_count", crash)
+        monkeypatch.setattr("blockbudget.service.queries.aggregate", crash)
         monkeypatch.setattr("blockbudget.platform.Platform.blocks", crash)
         for h in (ha, ho):
             r = call("GET", "/v1/streams/leaky/blocks", h)

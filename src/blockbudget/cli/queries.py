@@ -27,112 +27,253 @@ if TYPE_CHECKING:
     from blockbudget.service.client import ServiceClient
 
 # --- queries -------------------------------------------------------------------------------------
+# Every query command builds the query's JSON form and validates it once (Query.from_dict); a
+# local home runs it with blockbudget.query.run / price, a server with the same JSON form. The
+# answer is printed from its JSON form in both cases, so both print the same thing.
 
 
-def _run_remote(kind: str, stream: str, body: dict[str, Any], client: ServiceClient) -> None:
-    out = client.query(stream, kind, body)
-    cost = out["cost"]
-    console.print(
-        f"[bold]{kind}[/] over {len(out['blocks'])} block(s) in context {out['context']!r}:"
-    )
-    console.print(f"  DP answer: {out['value']}")
-    console.print(f"  cost: (ε={cost['epsilon']}, δ={cost['delta']})   noise: {out['noise']}")
+def _query_form(
+    statistic: str,
+    *,
+    epsilon: float,
+    column: str | None,
+    lower: float | None,
+    upper: float | None,
+    categories: str | None,
+    other: bool,
+    quantiles: str | None,
+    bins: int | None,
+    where: list[str] | None,
+    group_by: list[str] | None,
+) -> dict[str, Any]:
+    from blockbudget.query.text import parse_filter, parse_group_by, parse_list
+
+    form: dict[str, Any] = {"statistic": statistic, "epsilon": epsilon}
+    for name, value in (("column", column), ("lower", lower), ("upper", upper), ("bins", bins)):
+        if value is not None:
+            form[name] = value
+    if categories:
+        form["categories"] = parse_list(categories)
+    if other:
+        form["other"] = True
+    if quantiles:
+        form["quantiles"] = parse_list(quantiles)
+    if where:
+        form["where"] = [parse_filter(w) for w in where]
+    if group_by:
+        form["group_by"] = [parse_group_by(g) for g in group_by]
+    return form
 
 
-def _run_query(
-    kind: str,
+def _read_spec(spec: str) -> dict[str, Any]:
+    """A query's JSON form from ``--spec``: inline JSON, or ``@FILE``."""
+    import json
+
+    from blockbudget.errors import InvalidRequestError
+
+    try:
+        text = Path(spec[1:]).read_text() if spec.startswith("@") else spec
+    except OSError as exc:
+        raise InvalidRequestError(f"cannot read --spec file {spec[1:]!r}: {exc.strerror}") from None
+    try:
+        form = json.loads(text)
+    except ValueError as exc:
+        raise InvalidRequestError(f"--spec is not JSON: {exc}") from None
+    if not isinstance(form, dict):
+        raise InvalidRequestError("--spec must be a JSON object (the query's JSON form)")
+    return form
+
+
+def _execute(
+    form: dict[str, Any],
     stream: str,
     *,
     home: Path,
     context: str | None,
-    epsilon: float,
     last: int,
     block: list[str] | None,
-    column: str | None = None,
-    lower: float | None = None,
-    upper: float | None = None,
-    categories: str | None = None,
-    client: ServiceClient | None = None,
-) -> None:
-    cats = [c.strip() for c in categories.split(",") if c.strip()] if categories else None
+    dry_run: bool,
+    client: ServiceClient | None,
+) -> dict[str, Any]:
+    """Validate the JSON form (one validator), run or price it locally or on the server, and
+    return the answer's JSON form."""
+    from blockbudget.query import from_dict, price, run, to_dict
+
+    query = from_dict(form)  # refused here, before any request is made
     if client is not None:
-        body: dict[str, Any] = {"epsilon": epsilon}
+        body: dict[str, Any] = {"query": to_dict(query)}
         if context:
             body["context"] = context  # left out: the principal's only bound context
-        if block:
-            body["blocks"] = list(block)
-        else:
-            body["last"] = last
-        for name, value in (("column", column), ("lower", lower), ("upper", upper)):
-            if value is not None:
-                body[name] = value
-        if cats:
-            body["categories"] = cats
-        _run_remote(kind, stream, body, client)
-        return
+        body.update({"blocks": list(block)} if block else {"last": last})
+        return client.price(stream, body) if dry_run else client.run_query(stream, body)
     from blockbudget.platform import Last
-    from blockbudget.query import QueryKind, QuerySpec, run_query
 
-    spec = QuerySpec(
-        kind=QueryKind(kind),
-        epsilon=epsilon,
-        column=column,
-        lower=lower,
-        upper=upper,
-        categories=tuple(cats) if cats else None,
-    )
     platform = open_platform(home)
     try:
         ctx = local_context(platform, context)
         selection: list[str] | Last = list(block) if block else Last(last)
-        # Checked (column, type, bounds) before anything is reserved or sealed.
-        answer = run_query(platform, stream, spec, blocks=selection, context=ctx)
+        if dry_run:
+            return price(platform, stream, query, blocks=selection, context=ctx).to_dict()
+        # Checked (columns, types, bounds, price) before anything is reserved or sealed.
+        return run(platform, stream, query, blocks=selection, context=ctx).to_dict()
     finally:
         platform.close()
-    result = answer.result
-    console.print(f"[bold]{kind}[/] over {len(answer.blocks)} block(s) in context {ctx!r}:")
-    console.print(f"  DP answer: {result.value}")
-    console.print(f"  cost: {result.cost}   noise: {result.noise_summary}")
 
 
-def _query_command(kind: str) -> None:
+def _text(value: Any) -> str:
+    """A value of the JSON form as text: pairs ``[key, value]`` as ``key: value``."""
+    if isinstance(value, list):
+        return ", ".join(f"{_text(k)}: {v:.6g}" for k, v in value)
+    if isinstance(value, dict) and len(value) == 1:
+        return str(next(iter(value.values())))
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return "other" if value is None else str(value)
+
+
+def print_answer(out: dict[str, Any], *, as_json: bool, dry_run: bool) -> None:
+    """Print an answer's (or a dry run's) JSON form, as JSON or as text."""
+    if as_json:
+        import json
+
+        console.print_json(json.dumps(out))
+        return
+    statistic = out["query"]["statistic"]
+    where = f"over {len(out['blocks'])} block(s) in context {out['context']!r}"
+    cost = out["cost"]
+    if "epsilon" in cost:
+        cost_text = f"ε={cost['epsilon']}, δ={cost['delta']}"
+    else:
+        cost_text = "RDP ε(α) = " + ", ".join(cost["rdp"])
+    if dry_run:
+        ok = "every block can afford it" if out["ok"] else "NOT every block can afford it"
+        console.print(f"[bold]dry run: {statistic}[/] {where} — nothing reserved or charged")
+        console.print(f"  cost per block: ({cost_text})   {ok}")
+        console.print(f"  noise: {out['noise']}")
+        return
+    console.print(f"[bold]{statistic}[/] {where}:")
+    for g in out["groups"]:
+        label = "DP answer" if not g["key"] else "  ".join(_text(k) for k in g["key"])
+        interval = g["interval"]
+        ci = "" if interval is None else f"   95% CI [{interval[0]:.6g}, {interval[1]:.6g}]"
+        console.print(f"  {label}: {_text(g['value'])}{ci}")
+    console.print(f"  cost per block: ({cost_text})   noise: {out['noise']}")
+    if out.get("resolution") is not None:
+        console.print(f"  resolution (bin width): {out['resolution']:.6g}")
+    if not out["secure_noise"]:
+        console.print("  [bold yellow]noise is NOT secure (seeded): not fit for release[/]")
+
+
+WhereOpt = Annotated[
+    list[str] | None,
+    typer.Option("--where", help="Row filter 'COLUMN OP VALUE' (repeatable), e.g. 'dest == BOS'."),
+]
+GroupOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--group-by", help="Public key with its declared domain 'COLUMN=V1,V2,...' (repeatable)."
+    ),
+]
+DryRunOpt = Annotated[
+    bool, typer.Option("--dry-run", help="Price only: reserve, seal and charge nothing.")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the answer's JSON form.")]
+LastOpt = Annotated[int, typer.Option(help="Use the newest N affordable blocks.")]
+BlockOpt = Annotated[list[str] | None, typer.Option(help="Explicit block ids/keys.")]
+
+
+def _query_command(statistic: str, summary: str) -> None:
     def command(
         stream: str,
         epsilon: Annotated[float, typer.Option(help="ε to spend on every block read.")],
         context: ContextOpt = None,
-        last: Annotated[int, typer.Option(help="Use the newest N affordable blocks.")] = 7,
-        block: Annotated[list[str] | None, typer.Option(help="Explicit block ids/keys.")] = None,
+        last: LastOpt = 7,
+        block: BlockOpt = None,
         column: Annotated[str | None, typer.Option(help="Value column.")] = None,
         lower: Annotated[float | None, typer.Option(help="Clip values below.")] = None,
         upper: Annotated[float | None, typer.Option(help="Clip values above.")] = None,
         categories: Annotated[
             str | None, typer.Option(help="Comma-separated public bins (histogram).")
         ] = None,
+        other: Annotated[bool, typer.Option(help="Histogram: also count the rest.")] = False,
+        quantiles: Annotated[
+            str | None, typer.Option(help="Comma-separated probabilities (quantiles).")
+        ] = None,
+        bins: Annotated[int | None, typer.Option(help="Quantiles: equal-width bins.")] = None,
+        where: WhereOpt = None,
+        group_by: GroupOpt = None,
+        dry_run: DryRunOpt = False,
+        as_json: JsonOpt = False,
         home: HomeOpt = DEFAULT_HOME,
         server: ServerOpt = None,
         api_key: KeyOpt = None,
     ) -> None:
-        _run_query(
-            kind,
-            stream,
-            home=home,
-            context=context,
+        form = _query_form(
+            statistic,
             epsilon=epsilon,
-            last=last,
-            block=block,
             column=column,
             lower=lower,
             upper=upper,
             categories=categories,
+            other=other,
+            quantiles=quantiles,
+            bins=bins,
+            where=where,
+            group_by=group_by,
+        )
+        out = _execute(
+            form,
+            stream,
+            home=home,
+            context=context,
+            last=last,
+            block=block,
+            dry_run=dry_run,
             client=remote(server, api_key),
         )
+        print_answer(out, as_json=as_json, dry_run=dry_run)
 
-    command.__doc__ = f"DP {kind} over a window of blocks."
-    query_app.command(kind)(handle_errors(command))
+    command.__doc__ = summary
+    query_app.command(statistic)(handle_errors(command))
 
 
-for _kind in ("count", "sum", "mean", "histogram"):
-    _query_command(_kind)
+for _statistic, _summary in (
+    ("count", "DP count of rows (or of a column's non-null values)."),
+    ("sum", "DP sum of a clipped numeric column."),
+    ("mean", "DP mean of a clipped numeric column."),
+    ("variance", "DP variance of a clipped numeric column."),
+    ("quantiles", "DP quantiles from a noisy histogram between the bounds."),
+    ("histogram", "DP counts over declared categories."),
+):
+    _query_command(_statistic, _summary)
+
+
+@query_app.command("run")
+@handle_errors
+def query_run(
+    stream: str,
+    spec: Annotated[str, typer.Option(help="The query's JSON form, inline or @FILE.")],
+    context: ContextOpt = None,
+    last: LastOpt = 7,
+    block: BlockOpt = None,
+    dry_run: DryRunOpt = False,
+    as_json: JsonOpt = False,
+    home: HomeOpt = DEFAULT_HOME,
+    server: ServerOpt = None,
+    api_key: KeyOpt = None,
+) -> None:
+    """Run (or --dry-run) a query given in its JSON form (docs/queries.md)."""
+    out = _execute(
+        _read_spec(spec),
+        stream,
+        home=home,
+        context=context,
+        last=last,
+        block=block,
+        dry_run=dry_run,
+        client=remote(server, api_key),
+    )
+    print_answer(out, as_json=as_json, dry_run=dry_run)
 
 
 # --- audit ---------------------------------------------------------------------------------------

@@ -146,6 +146,22 @@ def block_batches(
                 raise _file_error(block, rel, exc) from None
 
 
+def find_damaged_file(source: ScanSource) -> DataError | None:
+    """The error naming the first part file whose footer cannot be read (None: all readable).
+
+    Engines that lose a failure's details (DuckDB's message text, a Ray worker's exception)
+    call it on their error path only, to report which file is missing or damaged.
+    """
+    fs = source.filesystem if source.filesystem is not None else pafs.LocalFileSystem()
+    for block in source.blocks:
+        for rel in block.paths:
+            try:
+                pq.read_metadata(f"{source.base}/{rel}" if source.base else rel, filesystem=fs)
+            except (OSError, pa.ArrowException) as exc:
+                return _file_error(block, rel, exc)
+    return None
+
+
 def _file_error(block: BlockFiles, rel: str, exc: BaseException) -> DataError:
     return DataError(
         f"part file {rel!r} of block {block.block_id!r} is missing or unreadable "

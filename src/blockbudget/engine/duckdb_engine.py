@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from blockbudget.engine.arrow_engine import find_damaged_file
 from blockbudget.engine.base import Engine
 from blockbudget.engine.duckdb_sql import Columns, batches_sql, plan_sql
 from blockbudget.engine.plan import AggKind, Partials, zero_partials
@@ -261,17 +262,9 @@ def _translate(exc: BaseException, source: ScanSource) -> Exception:
     """
     if isinstance(exc, DataError | InvalidRequestError):
         return exc
-    fs = source.filesystem if source.filesystem is not None else pafs.LocalFileSystem()
-    for block in source.blocks:
-        for rel in block.paths:
-            path = f"{source.base}/{rel}" if source.base else rel
-            try:
-                pq.read_metadata(path, filesystem=fs)
-            except (OSError, pa.ArrowException) as err:
-                return DataError(
-                    f"part file {rel!r} of block {block.block_id!r} is missing or unreadable "
-                    f"({type(err).__name__}); the store's files were changed outside blockbudget"
-                )
+    damaged = find_damaged_file(source)
+    if damaged is not None:
+        return damaged
     kind = type(exc).__name__
     if kind in ("ConversionException", "BinderException", "InvalidInputException"):
         return InvalidRequestError(

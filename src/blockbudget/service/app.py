@@ -450,22 +450,53 @@ def create_app(
 
     # --- DP queries ----------------------------------------------------------------------------
 
+    def query_place(
+        me: Principal, stream: str, body: sc.Selection, context: str | None
+    ) -> tuple[Naming, Last | list[str], str]:
+        """ACL and context checks, then the selection with opaque block names resolved."""
+        from blockbudget.service.queries import selection_of
+
+        require_stream(me, stream)
+        ctx = resolve_context(me, context)
+        naming = names.naming(me, stream)
+        if body.blocks is not None:
+            body = body.model_copy(update={"blocks": naming.resolve(body.blocks)})
+        return naming, selection_of(body), ctx
+
+    @app.post("/v1/streams/{stream}/query", tags=["queries"])
+    def query(me: Auth, stream: str, body: sc.QueryRunIn) -> sc.QueryResultOut:
+        from blockbudget.query import from_dict
+        from blockbudget.service.queries import run_query
+
+        naming, chosen, ctx = query_place(me, stream, body, body.context)
+        q = from_dict(body.query)
+        out = run_query(platform, stream, q, selection=chosen, context=ctx).to_dict()
+        return sc.QueryResultOut(**{**out, "blocks": naming.show_all(out["blocks"])})
+
+    @app.post("/v1/streams/{stream}/query/price", tags=["queries"])
+    def query_price(me: Auth, stream: str, body: sc.QueryRunIn) -> sc.DryRunOut:
+        from blockbudget.query import from_dict
+        from blockbudget.service.queries import price_query
+
+        naming, chosen, ctx = query_place(me, stream, body, body.context)
+        q = from_dict(body.query)
+        out = price_query(platform, stream, q, selection=chosen, context=ctx).to_dict()
+        return sc.DryRunOut(**{**out, "blocks": naming.show_all(out["blocks"])})
+
     @app.post("/v1/streams/{stream}/queries/{kind}", tags=["queries"])
-    def query(
+    def legacy_query(
         me: Auth,
         stream: str,
         kind: sc.QueryKind,
         body: Annotated[sc.QueryIn, Body()],
     ) -> sc.QueryOut:
-        require_stream(me, stream)
-        context = resolve_context(me, body.context)
-        from blockbudget.service.queries import run_query
+        from blockbudget.query import from_dict
+        from blockbudget.service.queries import legacy_form, legacy_out, run_query
 
-        naming = names.naming(me, stream)
-        update: dict[str, object] = {"context": context}
-        if body.blocks is not None:
-            update["blocks"] = naming.resolve(body.blocks)
-        out = run_query(platform, stream, kind.value, body.model_copy(update=update))
+        naming, chosen, ctx = query_place(me, stream, body, body.context)
+        q = from_dict(legacy_form(kind.value, body))
+        result = run_query(platform, stream, q, selection=chosen, context=ctx)
+        out = legacy_out(kind.value, result)
         return out.model_copy(update={"blocks": naming.show_all(out.blocks)})
 
     # --- pipelines ---------------------------------------------------------------------------

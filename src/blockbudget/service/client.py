@@ -105,7 +105,16 @@ class ServiceClient:
         return list(self.call("GET", f"/v1/streams/{stream}/blocks", params=params))
 
     def query(self, stream: str, kind: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The legacy flat-body query route (count, sum, mean, histogram)."""
         return dict(self.call("POST", f"/v1/streams/{stream}/queries/{kind}", json=body))
+
+    def run_query(self, stream: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Run a query given in its JSON form (``{"query": ..., "context", "blocks"|"last"}``)."""
+        return dict(self.call("POST", f"/v1/streams/{stream}/query", json=body))
+
+    def price(self, stream: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Price a query (a dry run; nothing reserved, sealed or charged)."""
+        return dict(self.call("POST", f"/v1/streams/{stream}/query/price", json=body))
 
     def charge(self, stream: str, body: dict[str, Any]) -> dict[str, Any]:
         return dict(self.call("POST", f"/v1/streams/{stream}/charges", json=body))

@@ -1,74 +1,101 @@
-"""The core's DP queries over HTTP: count, sum, mean and histogram on a window of blocks.
+"""DP queries over HTTP: the query's JSON form, run or priced by :mod:`blockbudget.query`.
 
-Each query is one grant, run by :func:`blockbudget.query.run_query`: every argument is checked
-from the stream's schema first (:func:`blockbudget.query.check_query`), so a malformed query
-reserves nothing and seals nothing; then :meth:`Platform.request` reserves the cost on the
-chosen blocks (on a user-level stream the group-privacy cost), the statistic draws it durably
-*before* computing noise (:class:`~blockbudget.grant.Grant`), and closing the grant releases
-nothing or the rest. Only the DP answer and its public metadata go back; histogram bins must be
-public (given by the caller). A failure while reading or processing rows is answered with a
+``POST /v1/streams/{stream}/query`` takes ``{"query": <JSON form>, "context", "blocks" |
+"last"}`` and answers the :class:`~blockbudget.query.QueryResult`'s JSON form;
+``POST /v1/streams/{stream}/query/price`` answers the :class:`~blockbudget.query.DryRun`'s,
+reserving, sealing and charging nothing. The legacy ``POST /v1/streams/{stream}/queries/{kind}``
+(count, sum, mean, histogram with flat fields) is translated to the same JSON form and run by the
+same code. The JSON form is validated once, by :func:`blockbudget.query.from_dict`.
+
+Each query is one grant: the query is checked from the stream's schema first, so a malformed one
+reserves and seals nothing; :meth:`Platform.request` reserves the cost on the chosen blocks (on a
+user-level stream the group-privacy cost), the grant's engine computes exact aggregates, the cost
+is drawn durably *before* any noise, and closing the grant releases the rest. Only the DP answer
+and its public metadata go back. A failure while reading or processing rows is answered with a
 stable code (``query_failed_data``) and our own message, never the exception's text, which may
 quote a cell (:mod:`blockbudget.service.failures`).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from blockbudget.errors import InvalidRequestError
-from blockbudget.mechanisms import Histogram
 from blockbudget.platform import Last, Platform
-from blockbudget.query import QueryKind, QuerySpec, compute, open_query
+from blockbudget.query import DryRun, Query, QueryResult, aggregate, open_grant, price, release
 from blockbudget.service import schemas as sc
 from blockbudget.service.failures import LEDGER_REFUSALS, concealing
 
 
-def spec_of(kind: str, body: sc.QueryIn) -> QuerySpec:
-    """The core query a request body asks for."""
-    return QuerySpec(
-        kind=QueryKind(kind),
-        epsilon=body.epsilon,
-        column=body.column,
-        lower=body.lower,
-        upper=body.upper,
-        categories=tuple(body.categories) if body.categories is not None else None,
-    )
-
-
-def run_query(platform: Platform, stream: str, kind: str, body: sc.QueryIn) -> sc.QueryOut:
-    """Run one DP query (see the module docstring) in ``body.context``, which the caller has
-    resolved (see :func:`blockbudget.service.access.resolve_context`).
+def selection_of(body: sc.Selection) -> list[str] | Last:
+    """The blocks a body selects: explicit ids (already resolved) or the newest ``last``.
 
     Raises:
-        InvalidRequestError: a bad selection or no context; a malformed query, refused by
-            :func:`blockbudget.query.check_query` before anything is reserved or sealed.
-        ConcealedError: a failure while reading or computing on rows (a stable code only).
+        InvalidRequestError: both or neither given.
     """
     if (body.blocks is None) == (body.last is None):
         raise InvalidRequestError("give exactly one of 'blocks' and 'last'")
-    if body.context is None:
-        raise InvalidRequestError("a query needs a context")
-    selection: list[str] | Last = list(body.blocks) if body.blocks else Last(body.last or 1)
-    spec = spec_of(kind, body)
-    # Checking and reserving (open_query checks the query first, once): our own validation and
-    # the ledger's refusals go out as they are; reading and computing: anything raised while
-    # touching rows is concealed (service.failures).
+    return list(body.blocks) if body.blocks else Last(body.last or 1)
+
+
+def run_query(
+    platform: Platform, stream: str, query: Query, *, selection: list[str] | Last, context: str
+) -> QueryResult:
+    """Run ``query`` in ``context``, which the caller has resolved
+    (:func:`blockbudget.service.access.resolve_context`).
+
+    Raises:
+        InvalidRequestError: a query that does not fit the stream, refused by
+            :func:`blockbudget.query.check` before anything is reserved or sealed.
+        ConcealedError: a failure while reading or computing on rows (a stable code only).
+    """
+    # Checking and reserving: our own validation and the ledger's refusals go out as they are;
+    # reading and computing: anything raised while touching rows is concealed.
     with concealing("query", passing=(*LEDGER_REFUSALS, InvalidRequestError)):
-        grant = open_query(platform, stream, spec, blocks=selection, context=body.context)
+        grant, pricing = open_grant(platform, stream, query, blocks=selection, context=context)
     with grant, concealing("query"):
-        result = compute(grant, spec)
-        blocks = list(grant.blocks)
-    value: float | list[float] | dict[str, float]
-    if isinstance(result.value, Histogram):
-        value = {str(c): float(v) for c, v in result.value.as_dict().items()}
-    elif isinstance(result.value, tuple):
-        value = [float(v) for v in result.value]
-    else:
-        value = float(result.value)
+        partials = aggregate(grant, query)
+        return release(grant, query, partials, pricing)
+
+
+def price_query(
+    platform: Platform, stream: str, query: Query, *, selection: list[str] | Last, context: str
+) -> DryRun:
+    """Price ``query`` (a dry run: no row read, nothing reserved, sealed or charged)."""
+    return price(platform, stream, query, blocks=selection, context=context)
+
+
+#: The fields of the legacy flat body each statistic reads (it ignored the others).
+_LEGACY_FIELDS = {
+    "count": (),
+    "sum": ("column", "lower", "upper"),
+    "mean": ("column", "lower", "upper"),
+    "histogram": ("column", "categories"),
+}
+
+
+def legacy_form(kind: str, body: sc.QueryIn) -> dict[str, Any]:
+    """The JSON form of a legacy ``/queries/{kind}`` body (fields the statistic does not read
+    are ignored, as they always were on this route)."""
+    form: dict[str, Any] = {"statistic": kind, "epsilon": body.epsilon}
+    for name in _LEGACY_FIELDS[kind]:
+        value = getattr(body, name)
+        if value is not None:
+            form[name] = value
+    return form
+
+
+def legacy_out(kind: str, result: QueryResult) -> sc.QueryOut:
+    """A result in the legacy answer's shape (histograms as ``{category: count}``)."""
+    value: Any = result.value
+    if isinstance(value, dict):
+        value = {str(c): float(v) for c, v in value.items()}
     return sc.QueryOut(
         kind=kind,
         value=value,
         cost=result.cost.to_json(),
-        blocks=blocks,
-        context=body.context,
+        blocks=list(result.blocks),
+        context=result.context,
         noise=result.noise_summary,
         secure_noise=result.secure_noise,
     )

@@ -197,7 +197,7 @@ class ChargeOut(BaseModel):
 
 
 class QueryKind(Enum):
-    """The core's DP statistics offered over HTTP."""
+    """The statistics of the legacy flat-body query route."""
 
     COUNT = "count"
     SUM = "sum"
@@ -206,6 +206,9 @@ class QueryKind(Enum):
 
 
 class QueryIn(Selection):
+    """The legacy flat body of ``POST /v1/streams/{s}/queries/{kind}`` (translated to the
+    query's JSON form and run by the same code as ``POST /v1/streams/{s}/query``)."""
+
     epsilon: float = Epsilon
     context: str | None = ContextName
     column: str | None = Field(default=None, min_length=1, max_length=200)
@@ -215,7 +218,7 @@ class QueryIn(Selection):
 
 
 class QueryOut(BaseModel):
-    """A DP answer with its public metadata: never a row, never an exact count."""
+    """A legacy DP answer with its public metadata: never a row, never an exact count."""
 
     kind: str
     value: float | list[float] | dict[str, float]
@@ -224,6 +227,72 @@ class QueryOut(BaseModel):
     context: str
     noise: str
     secure_noise: bool
+
+
+class QueryRunIn(Selection):
+    """A query in its JSON form (docs/queries.md; validated by ``blockbudget.query.from_dict``)
+    and where to run it."""
+
+    query: dict[str, Any] = Field(
+        description="the query's JSON form: statistic, epsilon, column, lower, upper, "
+        "categories, other, quantiles, bins, where, group_by (docs/queries.md)"
+    )
+    context: str | None = ContextName
+
+
+class PartOut(BaseModel):
+    """One noisy part: its Laplace scale, sensitivity, ε share, coordinates and the half-width
+    of each coordinate's 95% interval."""
+
+    name: str
+    noise: str
+    scale: float
+    sensitivity: float
+    epsilon: str | None
+    size: int
+    half_width: float
+
+
+class GroupOut(BaseModel):
+    """One declared group's answer (``key`` is empty without group-by)."""
+
+    key: list[Any]
+    value: Any
+    interval: list[float] | None
+
+
+class QueryResultOut(BaseModel):
+    """A DP answer and its public metadata (never a row, never an exact count)."""
+
+    query: dict[str, Any]
+    stream: str
+    context: str
+    blocks: list[str]
+    cost: dict[str, Any]
+    parts: list[PartOut]
+    noise: str
+    secure_noise: bool
+    resolution: float | None
+    confidence: float
+    groups: list[GroupOut]
+    value: Any = None
+    interval: list[float] | None = None
+
+
+class DryRunOut(BaseModel):
+    """A query's price: nothing was reserved, sealed or charged."""
+
+    query: dict[str, Any]
+    stream: str
+    context: str
+    blocks: list[str]
+    cost: dict[str, Any]
+    reserve: dict[str, Any]
+    parts: list[PartOut]
+    noise: str
+    affordable: list[bool]
+    ok: bool
+    resolution: float | None
 
 
 class RetireOut(BaseModel):

@@ -1,0 +1,54 @@
+"""DP queries: one declarative :class:`Query`, priced (a dry run) or run on a stream's blocks.
+
+The Python API, the command line (``blockbudget query``) and the HTTP API
+(``POST /v1/streams/{stream}/query``) all go through here, and the last two read the same JSON
+form (:func:`from_dict`), so one validator and one implementation serve all three:
+
+* :class:`Query` (:mod:`~blockbudget.query.spec`) — what to compute: filters, group-by over
+  declared public domains, one statistic (count, sum, mean, variance, quantiles, histogram),
+  its clipping bounds and its ε;
+* :func:`check` (:mod:`~blockbudget.query.checks`) — refuses a query that does not fit the
+  stream, before anything is reserved or sealed;
+* :func:`price` — a dry run: blocks, cost per block, noise of every part, affordability;
+  nothing reserved, sealed or charged;
+* :func:`run` (:mod:`~blockbudget.query.execute`) — reserve (one grant), exact integer aggregates
+  by the grant's engine, the cost drawn durably, then secure noise; a :class:`QueryResult`.
+
+Sensitivities, fixed-point sums and budget splits: :mod:`blockbudget.query.parts`; the answer's
+post-processing and intervals: :mod:`blockbudget.query.answers`. See docs/queries.md.
+
+Example:
+    >>> from blockbudget.query import Query, from_dict, to_dict
+    >>> q = Query.mean("dep_delay", epsilon=0.5, lower=-60, upper=300).where("dest", "==", "BOS")
+    >>> from_dict(to_dict(q)) == q
+    True
+"""
+
+from blockbudget.engine.plan import GroupKey, Op, Predicate
+from blockbudget.query.checks import Pricing, check, check_schema
+from blockbudget.query.execute import aggregate, open_grant, price, release, run
+from blockbudget.query.jsonform import from_dict, to_dict
+from blockbudget.query.result import CONFIDENCE, DryRun, GroupAnswer, QueryResult
+from blockbudget.query.spec import Query, Statistic
+
+__all__ = [
+    "CONFIDENCE",
+    "DryRun",
+    "GroupAnswer",
+    "GroupKey",
+    "Op",
+    "Predicate",
+    "Pricing",
+    "Query",
+    "QueryResult",
+    "Statistic",
+    "aggregate",
+    "check",
+    "check_schema",
+    "from_dict",
+    "open_grant",
+    "price",
+    "release",
+    "run",
+    "to_dict",
+]

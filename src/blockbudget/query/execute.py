@@ -1,0 +1,237 @@
+"""Pricing (a dry run) and running a query on a stream's blocks.
+
+:func:`run` checks the query (:func:`~blockbudget.query.checks.check`), reserves its cost on
+the chosen blocks with one :meth:`Platform.request`, has the grant's engine compute the plan's
+exact integer aggregates over the granted part files, then draws the cost durably *before* any
+noise is sampled (:func:`~blockbudget.mechanisms.source.draw_then_perturb`: priced per the
+stream's accounting rule, so an RDP stream is charged the parts' Laplace curves), then adds
+noise from OpenDP's secure samplers unless the caller passes another
+:class:`~blockbudget.mechanisms.NoiseSource`. Closing the grant releases what was not drawn.
+
+:func:`price` runs the same check and resolves the same selection, and reports what a run
+would charge and whether each block can afford it — reserving, sealing and charging nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from blockbudget.errors import InternalError, UnknownContextError
+from blockbudget.ledger import validate_context_name
+from blockbudget.mechanisms.noise import NoiseSource, resolve_noise
+from blockbudget.mechanisms.source import draw_then_perturb
+from blockbudget.query.answers import answer
+from blockbudget.query.checks import Pricing, check
+from blockbudget.query.parts import bins, fixed_point, plan
+from blockbudget.query.result import CONFIDENCE, DryRun, GroupAnswer, QueryResult
+from blockbudget.query.spec import Query
+
+if TYPE_CHECKING:
+    from blockbudget.engine.plan import Partials
+    from blockbudget.grant import Grant
+    from blockbudget.platform import Last, Platform
+
+
+def _resolution(query: Query) -> float | None:
+    b = bins(query)
+    return None if b is None else b.width
+
+
+def _known_context(platform: Platform, context: str) -> None:
+    validate_context_name(context)
+    if context not in platform.contexts():
+        raise UnknownContextError(f"unknown or closed context {context!r}")
+
+
+def price(
+    platform: Platform,
+    stream: str,
+    query: Query,
+    *,
+    blocks: Sequence[str] | Last,
+    context: str,
+) -> DryRun:
+    """What running ``query`` on ``blocks`` in ``context`` would charge — a dry run.
+
+    Returns:
+        The blocks the selection resolves to, the cost per block, the noise of every part and
+        whether each block can afford the reservation now. Nothing is reserved, sealed or
+        charged, and no row is read.
+
+    Raises:
+        As :func:`check`; UnknownContextError for an unknown or closed context;
+        UnknownBlockError / InvalidRequestError for a bad selection (or none affordable).
+
+    Example:
+        >>> import tempfile, pandas as pd
+        >>> from blockbudget import Budget
+        >>> from blockbudget.platform import Platform, Last
+        >>> from blockbudget.query import Query, price
+        >>> from blockbudget.store import Blocking
+        >>> p = Platform(tempfile.mkdtemp(), engine="arrow")
+        >>> _ = p.create_stream("s", policy=Budget(epsilon=1), blocking=Blocking.by_time("t"))
+        >>> _ = p.add_context("team")
+        >>> hours = pd.date_range("2024-01-01", periods=3, freq="h")
+        >>> _ = p.ingest("s", pd.DataFrame({"t": hours, "v": [1.0, 2.0, 3.0]}))
+        >>> quote = price(p, "s", Query.count(epsilon=0.5), blocks=Last(1), context="team")
+        >>> quote.cost, quote.ok, quote.noise_summary
+        (Budget(epsilon='0.5', delta='0'), True, 'count: laplace b=2 (Δ=1)')
+        >>> p.close()
+    """
+    pricing = check(platform, stream, query)
+    _known_context(platform, context)
+    chosen = platform.select(stream, blocks, context=context, cost=pricing.reserve)
+    ok = platform.can_afford(chosen, pricing.reserve, context=context, stream=stream)
+    return DryRun(
+        query=query,
+        stream=stream,
+        context=context,
+        blocks=tuple(chosen),
+        cost=pricing.charged,
+        reserve=pricing.reserve,
+        parts=pricing.parts,
+        affordable=tuple(ok),
+        resolution=_resolution(query),
+    )
+
+
+def open_grant(
+    platform: Platform,
+    stream: str,
+    query: Query,
+    *,
+    blocks: Sequence[str] | Last,
+    context: str,
+) -> tuple[Grant, Pricing]:
+    """Check the query, then reserve its cost on the chosen blocks (one grant).
+
+    Raises:
+        As :func:`check` (nothing reserved or sealed); BudgetExceededError /
+        UnknownContextError / UnknownBlockError / RetiredBlockError as for
+        :meth:`Platform.request` (nothing reserved or sealed).
+    """
+    pricing = check(platform, stream, query)
+    grant = platform.request(
+        stream, blocks=blocks, budget=pricing.reserve, context=context, columns=query.columns()
+    )
+    return grant, pricing
+
+
+def aggregate(grant: Grant, query: Query) -> Partials:
+    """The query's exact aggregates over the grant's part files, by the grant's engine."""
+    if grant.source is None:
+        raise InternalError(f"grant {grant.reservation.id} holds no part files to read")
+    return grant.engine.aggregate(plan(query, grant.source))
+
+
+def release(
+    grant: Grant,
+    query: Query,
+    partials: Partials,
+    pricing: Pricing,
+    *,
+    noise: NoiseSource | None = None,
+    confidence: float = CONFIDENCE,
+) -> QueryResult:
+    """Draw the query's cost from the grant durably, then add noise and post-process.
+
+    Raises:
+        BudgetExceededError / ReservationError: the draw was refused; nothing is released.
+    """
+    sampler = resolve_noise(noise)
+    fixed = fixed_point(query)
+    jobs = []
+    for part in pricing.parts:
+        ints = partials.of(part.name)
+        unit = 1.0
+        if fixed is not None and part.name in ("sum", "sum_squares"):
+            unit = fixed.quantum * (fixed.quantum if part.name == "sum_squares" else 1.0)
+        jobs.append((part, np.array([float(v) * unit for v in ints], dtype=np.float64)))
+    # pricing.cost: the parts priced under the stream's rule (Laplace curves on RDP streams);
+    # the grant charges its group-privacy cost on a user-level stream.
+    outs = draw_then_perturb(
+        grant, cost=pricing.cost, label=f"query:{query.statistic.value}", noise=sampler, jobs=jobs
+    )
+    return QueryResult(
+        query=query,
+        stream=grant.stream,
+        context=grant.context,
+        blocks=tuple(grant.blocks),
+        cost=grant.draws[-1][1],
+        parts=pricing.parts,
+        groups=_groups(query, pricing, outs, confidence),
+        secure_noise=sampler.secure,
+        resolution=_resolution(query),
+        confidence=confidence,
+    )
+
+
+def _groups(
+    query: Query, pricing: Pricing, outs: Sequence[np.ndarray], confidence: float
+) -> tuple[GroupAnswer, ...]:
+    """Split each part's noisy vector by group (row-major over the keys' domains) and answer
+    each group."""
+    import itertools
+
+    keys = list(itertools.product(*(k.domain for k in query.keys))) or [()]
+    by_name = {p.name: p for p in pricing.parts}
+    vectors = {p.name: out for p, out in zip(pricing.parts, outs, strict=True)}
+    answers = []
+    for g, key in enumerate(keys):
+        noisy = {}
+        for name, vec in vectors.items():
+            width = by_name[name].size // len(keys)
+            noisy[name] = vec[g * width : (g + 1) * width]
+        answers.append(answer(query, key, noisy, by_name, confidence=confidence))
+    return tuple(answers)
+
+
+def run(
+    platform: Platform,
+    stream: str,
+    query: Query,
+    *,
+    blocks: Sequence[str] | Last,
+    context: str,
+    noise: NoiseSource | None = None,
+) -> QueryResult:
+    """Run ``query`` on ``blocks`` in ``context`` (see the module docstring).
+
+    Args:
+        platform: the platform.
+        stream: the stream.
+        query: the query.
+        blocks: block ids or keys, or :class:`~blockbudget.platform.Last`.
+        context: the context that pays.
+        noise: None (the default) means OpenDP's secure samplers; a seeded source makes the
+            result say ``secure_noise=False``.
+
+    Raises:
+        As :func:`check` and :meth:`Platform.request` (nothing reserved or sealed);
+        DataError: a part file is missing or unreadable (nothing drawn);
+        BudgetExceededError / ReservationError: the draw was refused (nothing released).
+
+    Example:
+        >>> import tempfile, pandas as pd
+        >>> from blockbudget import Budget
+        >>> from blockbudget.platform import Platform, Last
+        >>> from blockbudget.query import Query, run
+        >>> from blockbudget.store import Blocking
+        >>> p = Platform(tempfile.mkdtemp(), engine="arrow")
+        >>> _ = p.create_stream("s", policy=Budget(epsilon=1), blocking=Blocking.by_time("t"))
+        >>> _ = p.add_context("team")
+        >>> hours = pd.date_range("2024-01-01", periods=3, freq="h")
+        >>> _ = p.ingest("s", pd.DataFrame({"t": hours, "v": [1.0, 2.0, 3.0]}))
+        >>> q = Query.mean("v", epsilon=0.5, lower=0, upper=4)
+        >>> answer = run(p, "s", q, blocks=Last(1), context="team")
+        >>> 0.0 <= answer.number <= 4.0, answer.cost, answer.secure_noise
+        (True, Budget(epsilon='0.5', delta='0'), True)
+        >>> p.close()
+    """
+    grant, pricing = open_grant(platform, stream, query, blocks=blocks, context=context)
+    with grant:
+        partials = aggregate(grant, query)
+        return release(grant, query, partials, pricing, noise=noise)

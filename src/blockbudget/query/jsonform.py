@@ -1,0 +1,234 @@
+"""The query's JSON form: the one schema that the Python API, the CLI and the HTTP API share.
+
+:func:`to_dict` writes a :class:`~blockbudget.query.spec.Query` as plain JSON values and
+:func:`from_dict` reads it back, refusing anything else (unknown or misspelt fields, wrong
+types) with an :class:`~blockbudget.errors.InvalidRequestError` — the CLI's ``--json`` and the
+HTTP body go through here, then through :class:`Query`'s own validation, so there is one
+validator. ``from_dict(to_dict(q)) == q`` for every query.
+
+Form (version 1)::
+
+    {"version": 1, "statistic": "mean", "epsilon": 0.5, "column": "dep_delay",
+     "lower": -60, "upper": 300,
+     "where": [{"column": "dest", "op": "==", "value": "BOS"}],
+     "group_by": [{"column": "origin", "domain": ["EWR", "JFK", "LGA"]}]}
+
+plus ``categories`` and ``other`` (histogram), ``quantiles`` and ``bins`` (quantiles). Literals
+are JSON strings, numbers and booleans; a date is ``{"date": "2024-01-31"}`` and a timestamp
+``{"datetime": "2024-01-31T08:00:00"}`` (ISO 8601), so that a literal's type survives the
+round trip and is checked against the column's type.
+
+Example:
+    >>> from blockbudget.query import Query
+    >>> q = Query.count(epsilon=0.1).where("dest", "==", "BOS")
+    >>> to_dict(q)["where"]
+    [{'column': 'dest', 'op': '==', 'value': 'BOS'}]
+    >>> from_dict(to_dict(q)) == q
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import date, datetime
+from typing import Any
+
+from blockbudget.engine.plan import GroupKey, Op, Predicate, Scalar
+from blockbudget.errors import InvalidRequestError
+from blockbudget.query.spec import Query, Statistic, make_group_key, make_predicate, parse_op
+
+VERSION = 1
+
+_FIELDS = {
+    "version",
+    "statistic",
+    "epsilon",
+    "column",
+    "lower",
+    "upper",
+    "categories",
+    "other",
+    "quantiles",
+    "bins",
+    "where",
+    "group_by",
+}
+
+
+def literal_to_json(value: Scalar) -> Any:
+    """A literal as JSON: itself, or a tagged ISO string for dates and timestamps."""
+    if isinstance(value, datetime):
+        return {"datetime": value.isoformat()}
+    if isinstance(value, date):
+        return {"date": value.isoformat()}
+    return value
+
+
+def literal_from_json(value: Any) -> Scalar:
+    """The literal a JSON value stands for (see the module docstring).
+
+    Raises:
+        InvalidRequestError: anything but a string, number, boolean or tagged date/timestamp.
+    """
+    if isinstance(value, Mapping):
+        if len(value) == 1 and isinstance(next(iter(value.values())), str):
+            ((tag, text),) = value.items()
+            try:
+                if tag == "date":
+                    return date.fromisoformat(text)
+                if tag == "datetime":
+                    return datetime.fromisoformat(text)
+            except ValueError:
+                raise InvalidRequestError(f"{tag} literal must be ISO 8601, got {text!r}") from None
+        raise InvalidRequestError(
+            f"a literal object is {{'date': ISO}} or {{'datetime': ISO}}, got {dict(value)!r}"
+        )
+    if isinstance(value, str | bool | int | float):
+        return value
+    raise InvalidRequestError(f"a literal is a string, number or boolean, got {value!r}")
+
+
+def _predicate_json(p: Predicate) -> dict[str, Any]:
+    out: dict[str, Any] = {"column": p.column, "op": p.op.value}
+    if isinstance(p.value, tuple):
+        out["value"] = [literal_to_json(v) for v in p.value]
+    elif p.value is not None:
+        out["value"] = literal_to_json(p.value)
+    return out
+
+
+def _key_json(k: GroupKey) -> dict[str, Any]:
+    return {"column": k.column, "domain": [literal_to_json(v) for v in k.domain]}
+
+
+def to_dict(query: Query) -> dict[str, Any]:
+    """The JSON form of ``query`` (fields at their defaults are left out)."""
+    out: dict[str, Any] = {
+        "version": VERSION,
+        "statistic": query.statistic.value,
+        "epsilon": query.epsilon,
+    }
+    optional: dict[str, Any] = {
+        "column": query.column,
+        "lower": query.lower,
+        "upper": query.upper,
+        "categories": None
+        if query.categories is None
+        else [literal_to_json(c) for c in query.categories],
+        "other": query.other or None,
+        "quantiles": None if query.probabilities is None else list(query.probabilities),
+        "bins": query.bins,
+        "where": [_predicate_json(p) for p in query.filters] or None,
+        "group_by": [_key_json(k) for k in query.keys] or None,
+    }
+    out.update({k: v for k, v in optional.items() if v is not None})
+    return out
+
+
+def _list(body: Mapping[str, Any], name: str) -> list[Any]:
+    value = body.get(name)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InvalidRequestError(f"{name!r} must be a list, got {type(value).__name__}")
+    return value
+
+
+def _number(body: Mapping[str, Any], name: str) -> float | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidRequestError(f"{name!r} must be a number, got {value!r}")
+    return value
+
+
+def _object(item: Any, fields: set[str], what: str) -> Mapping[str, Any]:
+    if not isinstance(item, Mapping):
+        raise InvalidRequestError(f"each {what} is an object, got {item!r}")
+    extra = sorted(set(map(str, item)) - fields)
+    if extra:
+        raise InvalidRequestError(f"a {what} takes only {sorted(fields)}; unknown {extra}")
+    return item
+
+
+def _where(items: list[Any]) -> tuple[Predicate, ...]:
+    out = []
+    for item in items:
+        obj = _object(item, {"column", "op", "value"}, "filter")
+        op, raw = obj.get("op"), obj.get("value")
+        if not isinstance(op, str):
+            raise InvalidRequestError(f"a filter's op is a string, got {op!r}")
+        if isinstance(raw, list):
+            value: Any = [literal_from_json(v) for v in raw]
+        else:
+            value = None if raw is None else literal_from_json(raw)
+        if (parse_op(op) in (Op.IN, Op.NOT_IN)) != isinstance(raw, list):
+            raise InvalidRequestError(
+                f"{op!r} takes a list of values for 'in' and 'not in' and one value otherwise, "
+                f"got {raw!r}"
+            )
+        out.append(make_predicate(obj.get("column"), op, value))  # type: ignore[arg-type]
+    return tuple(out)
+
+
+def _group_by(items: list[Any]) -> tuple[GroupKey, ...]:
+    out = []
+    for item in items:
+        obj = _object(item, {"column", "domain"}, "group-by key")
+        domain = obj.get("domain")
+        if domain is not None and not isinstance(domain, list):
+            raise InvalidRequestError(f"a group-by domain is a list, got {domain!r}")
+        values = None if domain is None else [literal_from_json(v) for v in domain]
+        out.append(make_group_key(obj.get("column"), values))  # type: ignore[arg-type]
+    return tuple(out)
+
+
+def from_dict(body: Mapping[str, Any]) -> Query:
+    """The query a JSON form describes (see the module docstring).
+
+    Raises:
+        InvalidRequestError: an unknown field or version, a value of the wrong type, or a
+            query :class:`Query` refuses.
+    """
+    if not isinstance(body, Mapping):
+        raise InvalidRequestError(f"a query is a JSON object, got {type(body).__name__}")
+    unknown = sorted(set(map(str, body)) - _FIELDS)
+    if unknown:
+        raise InvalidRequestError(f"unknown query field(s) {unknown}; known: {sorted(_FIELDS)}")
+    version = body.get("version", VERSION)
+    if version != VERSION or isinstance(version, bool):
+        raise InvalidRequestError(f"query version {version!r} is not supported (only {VERSION})")
+    try:
+        statistic = Statistic(body.get("statistic"))
+    except ValueError:
+        known = [s.value for s in Statistic]
+        raise InvalidRequestError(
+            f"statistic must be one of {known}, got {body.get('statistic')!r}"
+        ) from None
+    epsilon = _number(body, "epsilon")
+    if epsilon is None:
+        raise InvalidRequestError("a query needs 'epsilon'")
+    column = body.get("column")
+    other, bins = body.get("other", False), body.get("bins")
+    if not isinstance(other, bool):
+        raise InvalidRequestError(f"'other' must be a boolean, got {other!r}")
+    if bins is not None and (isinstance(bins, bool) or not isinstance(bins, int)):
+        raise InvalidRequestError(f"'bins' must be an integer, got {bins!r}")
+    cats = body.get("categories")
+    probs = body.get("quantiles")
+    return Query(
+        statistic=statistic,
+        epsilon=epsilon,
+        column=column,
+        lower=_number(body, "lower"),
+        upper=_number(body, "upper"),
+        categories=None
+        if cats is None
+        else tuple(literal_from_json(c) for c in _list(body, "categories")),
+        other=other,
+        probabilities=None if probs is None else tuple(_list(body, "quantiles")),
+        bins=bins,
+        filters=_where(_list(body, "where")),
+        keys=_group_by(_list(body, "group_by")),
+    )

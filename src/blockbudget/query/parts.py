@@ -1,0 +1,160 @@
+"""From a query to what an engine computes and what the noise is calibrated to.
+
+Everything here is a function of the query's public parameters alone: the exact aggregates of
+the engine :class:`~blockbudget.engine.Plan` (:func:`aggregates`), and the Laplace
+perturbations that will be added to them (:func:`perturbations`) — so a query is priced and
+checked before any row is read.
+
+Sensitivities (add/remove one row; Dwork & Roth 2014 §2.3). Value aggregates are exact integer
+sums of fixed-point units (:class:`~blockbudget.engine.FixedPoint`: a clipped, centred value
+``x`` becomes ``v = round((clip(x) − c)/q)`` with ``|v| ≤ max_units`` and q a power of two),
+so one row moves the integer sum ``S = Σv`` by at most ``max_units`` and ``S₂ = Σv²`` by at
+most ``max_units²`` — whatever order an engine sums in (Casacuberta, Shoemate, Vadhan &
+Wagaman, "Widespread underestimation of sensitivity in differentially private libraries",
+CCS 2022, §3 shows how float sums in arbitrary order break the textbook bound). The released
+sum is ``float(S)·q``: multiplying by a power of two is exact, and the one rounding of
+``float(S)`` moves a neighbouring pair of sums by at most two half-ulps, i.e. a relative
+2⁻⁵³·(|S| + |S'|); the sensitivities ``max_units·q`` and ``max_units²·q²`` are therefore
+inflated by :data:`~blockbudget.mechanisms.statistics.FLOAT_SUM_SLACK` (1e-6), which covers
+that rounding whenever ``|S| ≤ 4.5·10⁹·max_units`` (e.g. fewer than 4.5 billion rows). Counts
+are exact integers below 2⁵³ and have sensitivity 1; so do the cells of a histogram or of the
+quantiles' bins (one row falls in one cell).
+
+Budget splits (basic composition, Dwork & Roth 2014 Thm 3.16), as in
+:mod:`blockbudget.mechanisms.statistics`:
+
+=========== =========================================== ===========================
+statistic   parts                                       ε per part
+=========== =========================================== ===========================
+count       n                                           ε
+sum         S·q (centre 0)                              ε
+mean        n; S·q (centred at the bounds' midpoint)    ε/2, ε/2
+variance    n; S·q; S₂·q² (centred)                     ε/3 each
+histogram   one count per category (+ other)            ε (parallel over cells)
+quantiles   one count per equal-width bin               ε (parallel over bins)
+=========== =========================================== ===========================
+
+Group-by costs the same as one group: every row is in at most one group (its key's value, or
+none), so the vectors of all groups together have the same L1 sensitivity as one group's
+(parallel composition, McSherry 2009 Thm 4); every declared group gets noise.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from decimal import Decimal
+
+from blockbudget.engine.plan import AggKind, Aggregate, Bins, FixedPoint, Plan, ScanSource
+from blockbudget.errors import InvalidRequestError
+from blockbudget.mechanisms.calibration import exact_epsilon, laplace_scale, split_epsilon
+from blockbudget.mechanisms.noise import NoiseKind
+from blockbudget.mechanisms.results import Perturbation
+from blockbudget.mechanisms.statistics import sum_sensitivity
+from blockbudget.query.spec import Query, Statistic
+
+
+def fixed_point(query: Query) -> FixedPoint | None:
+    """The value encoding of a sum, mean or variance (None for the other statistics): centre 0
+    for a sum, the bounds' midpoint for mean and variance (which halves the sensitivity)."""
+    s = query.statistic
+    if s not in (Statistic.SUM, Statistic.MEAN, Statistic.VARIANCE):
+        return None
+    assert query.lower is not None and query.upper is not None
+    lo, hi = float(query.lower), float(query.upper)
+    centre = 0.0 if s is Statistic.SUM else lo / 2.0 + hi / 2.0
+    return FixedPoint(lo, hi, centre)
+
+
+def bins(query: Query) -> Bins | None:
+    """The public bins of a quantile query (None otherwise)."""
+    if query.statistic is not Statistic.QUANTILES:
+        return None
+    assert query.lower is not None and query.upper is not None
+    return Bins(float(query.lower), float(query.upper), query.quantile_bins)
+
+
+def aggregates(query: Query) -> tuple[Aggregate, ...]:
+    """The exact aggregates the engine computes for ``query`` (named as their parts)."""
+    s, col = query.statistic, query.column
+    fixed = fixed_point(query)
+    count = Aggregate("count", AggKind.COUNT, column=col)
+    if s is Statistic.COUNT:
+        return (count,)
+    if s is Statistic.HISTOGRAM:
+        cats = query.categories
+        return (Aggregate("counts", AggKind.CATEGORIES, col, categories=cats, other=query.other),)
+    if s is Statistic.QUANTILES:
+        return (Aggregate("bins", AggKind.BINS, col, bins=bins(query)),)
+    total = Aggregate("sum", AggKind.SUM, col, fixed=fixed)
+    if s is Statistic.SUM:
+        return (total,)
+    if s is Statistic.MEAN:
+        return (count, total)
+    return (count, total, Aggregate("sum_squares", AggKind.SUM_SQUARES, col, fixed=fixed))
+
+
+def plan(query: Query, source: ScanSource) -> Plan:
+    """The engine plan of ``query`` over the granted blocks' part files."""
+    return Plan(
+        source=source, aggregates=aggregates(query), predicates=query.filters, group_by=query.keys
+    )
+
+
+def sensitivities(query: Query) -> dict[str, float]:
+    """Each part's L1 sensitivity, by aggregate name (see the module docstring).
+
+    Raises:
+        InvalidRequestError: bounds so close that q (or q² for a variance) is not a normal
+            double — the released sums would underflow.
+    """
+    out: dict[str, float] = {}
+    fixed = fixed_point(query)
+    for agg in aggregates(query):
+        if agg.kind is AggKind.SUM or agg.kind is AggKind.SUM_SQUARES:
+            assert fixed is not None
+            q, units = fixed.quantum, fixed.max_units
+            scale = q * q if agg.kind is AggKind.SUM_SQUARES else q
+            if scale < sys.float_info.min:
+                raise InvalidRequestError(
+                    f"clipping bounds [{fixed.lower}, {fixed.upper}] are too close for a "
+                    f"{query.statistic.value}: its fixed-point unit underflows"
+                )
+            power = 2 if agg.kind is AggKind.SUM_SQUARES else 1
+            out[agg.name] = sum_sensitivity(float(units**power) * scale)
+        else:
+            out[agg.name] = 1.0
+    return out
+
+
+def part_epsilon(query: Query) -> Decimal:
+    """The ε share each part is calibrated to (the whole ε, or ε/2, ε/3)."""
+    eps = exact_epsilon(query.epsilon)
+    split = {Statistic.MEAN: 2, Statistic.VARIANCE: 3}.get(query.statistic, 1)
+    return eps if split == 1 else split_epsilon(eps, split)
+
+
+def perturbations(query: Query) -> tuple[Perturbation, ...]:
+    """The Laplace perturbations the query's release makes, from its public parameters alone.
+
+    Raises:
+        InvalidBudgetError: a noise scale that does not fit in a double.
+        InvalidRequestError: bounds whose fixed-point unit underflows.
+    """
+    eps = part_epsilon(query)
+    sens = sensitivities(query)
+    out = []
+    for agg in aggregates(query):
+        delta = sens[agg.name]
+        scale = laplace_scale(sensitivity=delta, epsilon=eps)
+        size = query.groups * agg.width
+        out.append(Perturbation(agg.name, NoiseKind.LAPLACE, scale, delta, size, eps))
+    return tuple(out)
+
+
+#: Two-sided Laplace tail: P(|Lap(b)| > b·ln(1/α)) = α.
+def laplace_half_width(scale: float, *, alpha: float) -> float:
+    """The half-width t with P(|Laplace(scale)| > t) = ``alpha``: ``scale · ln(1/alpha)``."""
+    if not 0.0 < alpha < 1.0:
+        raise InvalidRequestError(f"alpha is in (0, 1), got {alpha!r}")
+    return scale * math.log(1.0 / alpha)
