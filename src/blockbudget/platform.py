@@ -41,7 +41,6 @@ from blockbudget.store import (
 )
 
 if TYPE_CHECKING:
-    import pyarrow as pa
 
     from blockbudget.engine import Engine
     from blockbudget.store.inputs import IngestData
