@@ -124,7 +124,7 @@ def alibaba_schedulers(arrivals: Arrivals) -> list[Scheduler]:
     ]
 
 
-def bench_alibaba(*, offline_blocks: int, online_blocks: int, per_block: float) -> None:
+def bench_alibaba(*, offline_blocks: int, online_blocks: int, per_block: float, seed: int) -> None:
     """Alibaba-DP, offline and online: NAMED schedulers, then Alg. 2 on the OPEN variant."""
     sizes = {
         Arrivals.OFFLINE: dict(n_blocks=offline_blocks, initial_blocks=0),
@@ -132,7 +132,7 @@ def bench_alibaba(*, offline_blocks: int, online_blocks: int, per_block: float) 
     }
     for arrivals, size in sizes.items():
         t0 = time.perf_counter()
-        w = alibaba_dp(arrivals=arrivals, tasks_per_block=per_block, seed=2, **size)
+        w = alibaba_dp(arrivals=arrivals, tasks_per_block=per_block, seed=seed, **size)
         gen = time.perf_counter() - t0
         results = {s.name: run(s, w) for s in alibaba_schedulers(arrivals)}
         _emit_allocations(w, results, gen)
@@ -145,8 +145,8 @@ def bench_alibaba(*, offline_blocks: int, online_blocks: int, per_block: float) 
             lower=wo.lower,
             comparison_epsilon=0.01,
             sensitivity=0.01,
-            seed=2,
-            noise=SeededNoise(2),
+            seed=seed,
+            noise=SeededNoise(seed),
         )
         _emit_allocations(wo, {"fcfs": run(Fcfs(), wo), alg2.name: run(alg2, wo)}, gen)
 
@@ -224,6 +224,8 @@ def main() -> None:
     parser.add_argument("--offline-blocks", type=int, default=None, help="Alibaba-DP offline")
     parser.add_argument("--online-blocks", type=int, default=None, help="after 100 initial ones")
     parser.add_argument("--tasks-per-block", type=float, default=None, help="Alibaba-DP")
+    parser.add_argument("--seed", type=int, default=2, help="Alibaba-DP workload seed")
+    parser.add_argument("--scale-sizes", default="", help="e.g. 10000x1000,100000x10000")
     args = parser.parse_args()
     emit(
         bench="machine",
@@ -238,6 +240,10 @@ def main() -> None:
             if args.quick
             else [(1000, 100), (10_000, 1000), (100_000, 10_000), (100_000, 1000), (10_000, 10_000)]
         )
+        if args.scale_sizes:
+            sizes = [
+                (int(t), int(b)) for t, b in (x.split("x") for x in args.scale_sizes.split(","))
+            ]
         bench_scale(sizes)
     if "allocations" in sections:
         bench_allocations(args.quick)
@@ -246,6 +252,7 @@ def main() -> None:
             offline_blocks=args.offline_blocks or (10 if args.quick else 30),
             online_blocks=args.online_blocks or (5 if args.quick else 30),
             per_block=args.tasks_per_block or (20.0 if args.quick else 100.0),
+            seed=args.seed,
         )
     if "optimum" in sections:
         bench_optimum(args.quick)

@@ -45,7 +45,9 @@ def _by_hand_normalized(curve: RdpCurve) -> float:
     return best
 
 
-def test_five_mechanisms_by_machine_type(generated: tuple[list[AlibabaTask], GenerationStats]):
+def test_five_mechanisms_by_machine_type(
+    generated: tuple[list[AlibabaTask], GenerationStats],
+) -> None:
     tasks, stats = generated
     assert {t.mechanism for t in tasks} == set(Mechanism)
     for t in tasks:
@@ -55,7 +57,7 @@ def test_five_mechanisms_by_machine_type(generated: tuple[list[AlibabaTask], Gen
 
 def test_epsilon_is_affine_in_memory_times_runtime(
     generated: tuple[list[AlibabaTask], GenerationStats],
-):
+) -> None:
     tasks, _ = generated
     rt = TRACE["runtime_hours"]
     for t in tasks:
@@ -72,7 +74,7 @@ def test_epsilon_is_affine_in_memory_times_runtime(
 
 def test_filter_keeps_best_order_normalized_demand_in_range(
     generated: tuple[list[AlibabaTask], GenerationStats],
-):
+) -> None:
     tasks, stats = generated
     for t in tasks:
         by_hand = _by_hand_normalized(t.curve)
@@ -84,7 +86,9 @@ def test_filter_keeps_best_order_normalized_demand_in_range(
     assert stats.records == stats.kept + dropped
 
 
-def test_blocks_from_bytes_read_cut_at_100(generated: tuple[list[AlibabaTask], GenerationStats]):
+def test_blocks_from_bytes_read_cut_at_100(
+    generated: tuple[list[AlibabaTask], GenerationStats],
+) -> None:
     tasks, _ = generated
     read = TRACE["read_bytes"]
     for t in tasks:
@@ -95,7 +99,7 @@ def test_blocks_from_bytes_read_cut_at_100(generated: tuple[list[AlibabaTask], G
     assert np.mean(counts == 1) > 0.5 and counts.max() > 10  # most few, a heavy tail
 
 
-def test_noise_calibrated_to_epsilon(generated: tuple[list[AlibabaTask], GenerationStats]):
+def test_noise_calibrated_to_epsilon(generated: tuple[list[AlibabaTask], GenerationStats]) -> None:
     tasks, _ = generated
     for t in tasks:
         curve = np.array(t.curve.as_floats())
@@ -117,7 +121,7 @@ def test_noise_calibrated_to_epsilon(generated: tuple[list[AlibabaTask], Generat
         assert t.delta == pytest.approx(1 / (1000 * t.n_blocks))
 
 
-def test_online_arrivals_about_100_tasks_per_block():
+def test_online_arrivals_about_100_tasks_per_block() -> None:
     w = alibaba_dp(n_blocks=104, initial_blocks=100, tasks_per_block=100, seed=3)
     assert len(w.blocks) == 104 and len(w.tasks) == 400
     arrivals = np.array([t.arrival for t in w.tasks])
@@ -134,14 +138,14 @@ def test_online_arrivals_about_100_tasks_per_block():
         assert task.demand == src.curve and task.profit == 1.0
 
 
-def test_offline_is_one_batch():
+def test_offline_is_one_batch() -> None:
     w = alibaba_dp(n_blocks=20, arrivals=Arrivals.OFFLINE, tasks_per_block=5, seed=4)
     assert len(w.tasks) == 100 and w.name == "alibaba-dp-offline"
     assert all(t.arrival == 0 for t in w.tasks) and all(b.arrival == 0 for b in w.blocks)
     assert all(t.blocks is not None and t.blocks[-1] == "b19" for t in w.tasks)
 
 
-def test_seeded_and_deterministic():
+def test_seeded_and_deterministic() -> None:
     a = alibaba_dp(n_blocks=102, tasks_per_block=30, seed=5)
     b = alibaba_dp(n_blocks=102, tasks_per_block=30, seed=5)
     c = alibaba_dp(n_blocks=102, tasks_per_block=30, seed=6)
@@ -156,7 +160,7 @@ def test_seeded_and_deterministic():
         assert np.all((x >= dist.low) & (x <= dist.high))
 
 
-def test_open_variant_for_alg2():
+def test_open_variant_for_alg2() -> None:
     w = alibaba_dp(n_blocks=102, tasks_per_block=20, seed=7)
     o = open_variant(w)
     assert o.upper is not None and o.lower is not None and 0 < o.lower <= o.upper
@@ -166,11 +170,12 @@ def test_open_variant_for_alg2():
         assert t.shape is TaskShape.OPEN and t.max_blocks == k and t.min_blocks == k
         assert t.demand == named.demand and t.arrival == named.arrival
         assert t.significance_of("b0") == pytest.approx(1 / k)
+        assert isinstance(t.demand, RdpCurve)
         share = best_normalized_demand(t.demand, epsilon_g=EPS_G, delta_g=DELTA_G)
         assert o.lower <= (1 / k) / (share * EPS_G) <= o.upper
 
 
-def test_bad_arguments():
+def test_bad_arguments() -> None:
     with pytest.raises(InvalidRequestError, match="online"):
         alibaba_dp(n_blocks=10, initial_blocks=10)
     with pytest.raises(InvalidRequestError, match="no task"):
