@@ -56,9 +56,12 @@ infinite at an order never occur here (the published one writes 10^6 there).
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from types import MappingProxyType
 
 import numpy as np
 import numpy.typing as npt
@@ -280,7 +283,7 @@ class GenerationStats:
     too_small: int = 0
     too_large: int = 0
     too_many_blocks: int = 0
-    by_mechanism: dict[str, int] = field(default_factory=dict)
+    by_mechanism: Mapping[str, int] = field(default_factory=dict)
 
 
 def _record_task(rec: MachineRecords, i: int, mech: Mechanism) -> AlibabaTask:
@@ -372,6 +375,16 @@ def alibaba_dp_tasks(
         raise InvalidRequestError(f"need at least one task, got n_tasks={n_tasks}")
     if not (epsilon_g > 0 and 0 < delta_g < 1):
         raise InvalidRequestError(f"need ε_g > 0 and 0 < δ_g < 1, got {epsilon_g}, {delta_g}")
+    kept, stats = _generate(n_tasks, float(epsilon_g), float(delta_g), seed)
+    return list(kept), stats
+
+
+@functools.lru_cache(maxsize=4)
+def _generate(
+    n_tasks: int, epsilon_g: float, delta_g: float, seed: int
+) -> tuple[tuple[AlibabaTask, ...], GenerationStats]:
+    """:func:`alibaba_dp_tasks`, memoized (values are frozen): a benchmark that builds several
+    workloads from the same tasks generates them once."""
     low, high = NORMALIZED_DEMAND_RANGE
     rng = np.random.default_rng(seed)
     kept: list[AlibabaTask] = []
@@ -403,8 +416,8 @@ def alibaba_dp_tasks(
                 continue
             by_mech[mech.value] += 1
             kept.append(replace(task, index=counts["records"] - 1, normalized=norm))
-    stats = GenerationStats(kept=len(kept), by_mechanism=by_mech, **counts)
-    return kept, stats
+    stats = GenerationStats(kept=len(kept), by_mechanism=MappingProxyType(by_mech), **counts)
+    return tuple(kept), stats
 
 
 def alibaba_dp(
