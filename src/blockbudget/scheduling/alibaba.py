@@ -39,7 +39,7 @@ RDP curves (orders :data:`~blockbudget.budget.ALPHAS`, the generator's own list)
   Learning without Sampling or Shuffling", ICML'21, App. D; dp-accounting's
   ``SingleEpochTreeAggregationDpEvent``), per-node σ as for the Gaussian;
 * subsampled Gaussian (DP-SGD) and subsampled Laplace: Poisson rate q = batch/rows, steps =
-  epochs·rows/batch, the noise multiplier bisected until the (ε, δ) of the composed curve lies in
+  epochs·rows/batch, the noise multiplier searched until the (ε, δ) of the composed curve lies in
   [0.9ε, ε], as the published generator does. Curves at integer orders: Mironov, Talwar & Zhang,
   "Rényi Differential Privacy of the Sampled Gaussian Mechanism" (2019), §3.3 (exact); Zhu &
   Wang, "Poisson Subsampled Rényi Differential Privacy" (ICML'19), Thm. 6 (an upper bound for

@@ -12,7 +12,7 @@ of calibrated tasks is generated in seconds:
 * a fractional order takes the next integer order's value — an upper bound, since Rényi
   divergence grows with the order (van Erven & Harremoës 2014, Thm. 3);
 * :func:`rdp_to_epsilon` — Canonne, Kamath & Steinke 2020, Prop. 12 (dp-accounting's
-  ``compute_epsilon``); :func:`calibrate_noise` — the DPack generator's bisection to [0.9ε, ε];
+  ``compute_epsilon``); :func:`calibrate_noise` — the DPack generator's search for [0.9ε, ε];
 * :func:`best_normalized_demand` — the Alibaba-DP filter's quantity.
 """
 
