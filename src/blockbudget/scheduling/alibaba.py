@@ -379,7 +379,7 @@ def alibaba_dp_tasks(
     return list(kept), stats
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=2)
 def _generate(
     n_tasks: int, epsilon_g: float, delta_g: float, seed: int
 ) -> tuple[tuple[AlibabaTask, ...], GenerationStats]:
