@@ -6,12 +6,18 @@ and the gap to the offline optimum where it can be computed. Prints JSON lines.
 
 Sections (the "bench" field):
 
-* ``scale`` — Alibaba-like RDP workload (12 orders), tasks = 10 × blocks, from 1k tasks over 100
-  blocks to 100k over 10k; scheduler wall time (inside callbacks) and allocations for FCFS,
-  DPF (N-unlocking), DPack, with ratios to FCFS measured in the same run.
-* ``allocations`` — tasks allocated per workload (PrivateKube microbenchmark under basic and RDP
-  accounting; Alibaba-like) for FCFS, round robin, DPF-N, DPF-T, DPack; ``vs_dpf`` and
-  ``vs_dpack`` ratios.
+* ``scale`` — Alibaba-DP workload (12 RDP orders, online, no initial blocks), tasks = 10 ×
+  blocks, from 1k tasks over 100 blocks to 100k over 10k; scheduler wall time (inside
+  callbacks) and allocations for FCFS, DPF (N-unlocking), DPack, with ratios to FCFS measured in
+  the same run.
+* ``allocations`` — tasks allocated per workload for FCFS, round robin, DPF-N, DPF-T, DPack:
+  PrivateKube's microbenchmark (basic and RDP accounting) and the faithful Alibaba-DP workload
+  (``scheduling/alibaba.py``), offline (one batch) and online (DPack's runs: 100 initial blocks,
+  ~100 tasks per online block, T-unlocking over 30 blocks, batches every 10, metric recomputed
+  every 50 grants). On Alibaba-DP, seed 000's Alg. 2 (``online-threshold``) runs on the OPEN
+  variant of the same tasks (any k blocks instead of the latest k), beside FCFS on that variant.
+  Every row has ``vs_fcfs`` (allocated and profit over FCFS on the same workload and shape, same
+  run), and NAMED rows ``vs_dpf`` (over DPF-N) and ``vs_dpack``.
 * ``optimum`` — small instances where the offline optimum (HiGHS MILP) is computable:
   allocated / optimum for each heuristic.
 * ``seed000`` — seed 000's online algorithms vs Sage random choice and the offline optimum on
@@ -29,6 +35,7 @@ from typing import Any
 
 from blockbudget.accounting import Accounting
 from blockbudget.mechanisms.noise import SeededNoise
+from blockbudget.scheduling.alibaba import Arrivals, alibaba_dp, open_variant
 from blockbudget.scheduling.base import Scheduler
 from blockbudget.scheduling.baselines import Fcfs, RandomBlocks, RoundRobin
 from blockbudget.scheduling.dpack import DPack
@@ -36,12 +43,8 @@ from blockbudget.scheduling.dpf import DpfN, DpfT
 from blockbudget.scheduling.offline import OfflineOptimum
 from blockbudget.scheduling.simulator import SimulationResult, simulate
 from blockbudget.scheduling.threshold import MixedThreshold, OnlineThreshold
-from blockbudget.scheduling.workloads import (
-    Workload,
-    alibaba_like,
-    privatekube_micro,
-    seed000_queries,
-)
+from blockbudget.scheduling.unlocking import UnlockMode
+from blockbudget.scheduling.workloads import Workload, privatekube_micro, seed000_queries
 
 
 def emit(**fields: Any) -> None:
@@ -55,7 +58,9 @@ def run(scheduler: Scheduler, workload: Workload) -> SimulationResult:
 def bench_scale(sizes: list[tuple[int, int]]) -> None:
     for n_tasks, n_blocks in sizes:
         t0 = time.perf_counter()
-        w = alibaba_like(n_blocks=n_blocks, n_tasks=n_tasks, seed=1)
+        w = alibaba_dp(
+            n_blocks=n_blocks, initial_blocks=0, tasks_per_block=n_tasks / n_blocks, seed=1
+        )
         gen = time.perf_counter() - t0
         base: SimulationResult | None = None
         for sched in (Fcfs(), DpfN(n=100), DPack(tick=max(1.0, n_blocks / 1000))):
@@ -78,35 +83,93 @@ def bench_scale(sizes: list[tuple[int, int]]) -> None:
             )
 
 
+def _emit_allocations(w: Workload, results: dict[str, SimulationResult], gen: float) -> None:
+    """One JSON line per scheduler, with ratios against FCFS (and DPF-N, DPack if present)."""
+    base = results["fcfs"]
+    for name, r in results.items():
+        row: dict[str, Any] = {
+            "bench": "allocations",
+            "workload": w.name,
+            "accounting": w.accounting.value,
+            "scheduler": name,
+            "config": r.scheduler,
+            "tasks": len(w.tasks),
+            "blocks": len(w.blocks),
+            "allocated": r.allocated,
+            "profit": round(r.profit, 3),
+            "vs_fcfs": round(r.allocated / max(1, base.allocated), 3),
+            "profit_vs_fcfs": round(r.profit / max(1e-12, base.profit), 3),
+            "scheduler_seconds": round(r.scheduler_seconds, 3),
+            "workload_seconds": round(gen, 3),
+        }
+        for ref, key in (("dpf-n", "vs_dpf"), ("dpack", "vs_dpack")):
+            if ref in results:
+                row[key] = round(r.allocated / max(1, results[ref].allocated), 3)
+        emit(**row)
+
+
+def alibaba_schedulers(arrivals: Arrivals) -> list[Scheduler]:
+    """FCFS, RR, DPF-N, DPF-T and DPack with DPack's Alibaba settings (online: T-unlocking over
+    30 blocks, a batch every 10, efficiencies recomputed every 50 grants; offline: one batch)."""
+    if arrivals is Arrivals.OFFLINE:
+        dpack = DPack(unlock=UnlockMode.NONE, recompute_every=50)
+    else:
+        dpack = DPack(unlock=UnlockMode.T, lifetime=30.0, tick=10.0, recompute_every=50)
+    return [
+        Fcfs(),
+        RoundRobin(),
+        DpfN(n=100),
+        DpfT(n=100, lifetime=30.0, tick=10.0),
+        dpack,
+    ]
+
+
+def bench_alibaba(*, offline_blocks: int, online_blocks: int, per_block: float, seed: int) -> None:
+    """Alibaba-DP, offline and online: NAMED schedulers, then Alg. 2 on the OPEN variant."""
+    sizes = {
+        Arrivals.OFFLINE: dict(n_blocks=offline_blocks, initial_blocks=0),
+        Arrivals.ONLINE: dict(n_blocks=100 + online_blocks, initial_blocks=100),
+    }
+    for arrivals, size in sizes.items():
+        t0 = time.perf_counter()
+        w = alibaba_dp(arrivals=arrivals, tasks_per_block=per_block, seed=seed, **size)
+        gen = time.perf_counter() - t0
+        results = {s.name: run(s, w) for s in alibaba_schedulers(arrivals)}
+        _emit_allocations(w, results, gen)
+        t0 = time.perf_counter()
+        wo = open_variant(w)
+        gen = time.perf_counter() - t0
+        assert wo.upper is not None and wo.lower is not None
+        alg2 = OnlineThreshold(
+            upper=wo.upper,
+            lower=wo.lower,
+            comparison_epsilon=0.01,
+            sensitivity=0.01,
+            seed=seed,
+            noise=SeededNoise(seed),
+        )
+        _emit_allocations(wo, {"fcfs": run(Fcfs(), wo), alg2.name: run(alg2, wo)}, gen)
+
+
 def bench_allocations(quick: bool) -> None:
     n_blocks = 10 if quick else 50
     workloads = [
         privatekube_micro(n_blocks=n_blocks, tasks_per_block=50, seed=2),
         privatekube_micro(n_blocks=n_blocks, tasks_per_block=50, seed=2, accounting=Accounting.RDP),
-        alibaba_like(n_blocks=n_blocks, n_tasks=n_blocks * 20, seed=2),
     ]
     for w in workloads:
         results = {}
         for sched in (Fcfs(), RoundRobin(), DpfN(n=100), DpfT(n=100), DPack()):
             results[sched.name] = run(sched, w)
-        for name, r in results.items():
-            emit(
-                bench="allocations",
-                workload=w.name,
-                accounting=w.accounting.value,
-                scheduler=name,
-                tasks=len(w.tasks),
-                allocated=r.allocated,
-                vs_dpf=round(r.allocated / max(1, results["dpf-n"].allocated), 3),
-                vs_dpack=round(r.allocated / max(1, results["dpack"].allocated), 3),
-                scheduler_seconds=round(r.scheduler_seconds, 3),
-            )
+        _emit_allocations(w, results, 0.0)
 
 
 def bench_optimum(quick: bool) -> None:
     cases = [
         privatekube_micro(n_blocks=5, tasks_per_block=30, seed=3),
-        alibaba_like(n_blocks=10, n_tasks=40 if quick else 120, seed=3),
+        alibaba_dp(
+            n_blocks=10, arrivals=Arrivals.OFFLINE, tasks_per_block=4 if quick else 12, seed=3
+        ),
     ]
     for w in cases:
         opt_sched = OfflineOptimum(time_limit=120.0, node_limit=200_000)
@@ -157,7 +220,12 @@ def bench_seed000(quick: bool) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds)")
-    parser.add_argument("--sections", default="scale,allocations,optimum,seed000")
+    parser.add_argument("--sections", default="scale,allocations,alibaba,optimum,seed000")
+    parser.add_argument("--offline-blocks", type=int, default=None, help="Alibaba-DP offline")
+    parser.add_argument("--online-blocks", type=int, default=None, help="after 100 initial ones")
+    parser.add_argument("--tasks-per-block", type=float, default=None, help="Alibaba-DP")
+    parser.add_argument("--seed", type=int, default=2, help="Alibaba-DP workload seed")
+    parser.add_argument("--scale-sizes", default="", help="e.g. 10000x1000,100000x10000")
     args = parser.parse_args()
     emit(
         bench="machine",
@@ -172,9 +240,20 @@ def main() -> None:
             if args.quick
             else [(1000, 100), (10_000, 1000), (100_000, 10_000), (100_000, 1000), (10_000, 10_000)]
         )
+        if args.scale_sizes:
+            sizes = [
+                (int(t), int(b)) for t, b in (x.split("x") for x in args.scale_sizes.split(","))
+            ]
         bench_scale(sizes)
     if "allocations" in sections:
         bench_allocations(args.quick)
+    if "alibaba" in sections:
+        bench_alibaba(
+            offline_blocks=args.offline_blocks or (10 if args.quick else 30),
+            online_blocks=args.online_blocks or (5 if args.quick else 30),
+            per_block=args.tasks_per_block or (20.0 if args.quick else 100.0),
+            seed=args.seed,
+        )
     if "optimum" in sections:
         bench_optimum(args.quick)
     if "seed000" in sections:

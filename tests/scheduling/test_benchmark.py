@@ -33,8 +33,18 @@ def test_benchmark_quick() -> None:
             alloc[("privatekube-micro", acc, "dpf-n")]["allocated"]
             >= alloc[("privatekube-micro", acc, "fcfs")]["allocated"]
         )
-    # DPack at least matches DPF on the heterogeneous RDP workload
-    assert alloc[("alibaba-like", "rdp", "dpack")]["vs_dpf"] >= 1.0
+    # DPack at least matches DPF on Alibaba-DP, offline and online (EuroSys'25 Fig. 6's
+    # direction), and every scheduler there is compared with FCFS of the same run
+    for name in ("alibaba-dp-offline", "alibaba-dp-online"):
+        assert alloc[(name, "rdp", "dpack")]["vs_dpf"] >= 1.0
+        assert alloc[(name, "rdp", "fcfs")]["vs_fcfs"] == 1.0
+        for sched in ("round-robin", "dpf-n", "dpf-t", "dpack"):
+            row = alloc[(name, "rdp", sched)]
+            assert row["vs_fcfs"] == round(
+                row["allocated"] / alloc[(name, "rdp", "fcfs")]["allocated"], 3
+            )
+        # seed 000's Alg. 2 runs on the OPEN variant of the same tasks
+        assert (f"{name}-open", "rdp", "online-threshold") in alloc
     for x in lines:
         if x["bench"] == "optimum":
             assert x["allocated"] <= x["optimum"]  # nothing beats the optimum

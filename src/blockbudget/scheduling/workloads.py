@@ -1,5 +1,5 @@
-"""Seeded workloads for the simulator: seed 000's queries, PrivateKube's microbenchmark, and an
-Alibaba-DP-like heterogeneous RDP workload.
+"""Seeded workloads for the simulator: seed 000's queries and PrivateKube's microbenchmark
+(DPack's Alibaba-DP workload is in :mod:`blockbudget.scheduling.alibaba`).
 
 * :func:`seed000_queries` — seed ``000_de3e86489c8646aa.txt`` §VII-C/D: OPEN queries over a pool
   of blocks, each with an access limit c_j and significance p_ij; *small-cost* queries demand
@@ -8,13 +8,8 @@ Alibaba-DP-like heterogeneous RDP workload.
 * :func:`privatekube_micro` — PrivateKube OSDI'21 §6.2 microbenchmark: a block per time unit;
   75% mice demanding 0.01·ε_G and 25% elephants demanding 0.1·ε_G, each asking for the last
   block with probability 0.75 or the last 10 blocks with probability 0.25 (NAMED tasks).
-* :func:`alibaba_like` — the shape of DPack's Alibaba-DP workload (EuroSys'25 §6.1): RDP curves of
-  Laplace, Gaussian and subsampled-Gaussian (DP-SGD) mechanisms with heterogeneous parameters,
-  1–100 blocks per task (most tasks few, a heavy tail many), the latest blocks, unit profits
-  or heavy-tailed profits. Not the real trace (it is not bundled here); a seeded look-alike.
+* :func:`subsampled_gaussian_curve` — the RDP curve of DP-SGD from dp-accounting.
 
-Curves are drawn from a fixed library of task types per workload (as the Alibaba-DP trace has a
-finite set of mechanisms), which also keeps the pool's per-cost cache small.
 """
 
 from __future__ import annotations
@@ -31,7 +26,6 @@ from blockbudget.scheduling.base import BlockSpec, TaskSpec
 
 __all__ = [
     "Workload",
-    "alibaba_like",
     "privatekube_micro",
     "seed000_queries",
     "subsampled_gaussian_curve",
@@ -165,71 +159,3 @@ def subsampled_gaussian_curve(*, sample_rate: float, sigma: float, steps: int) -
         return float(accountant._rdp[0])
 
     return RdpCurve.from_function(at)
-
-
-def _curve_library(rng: np.random.Generator, size: int) -> list[RdpCurve]:
-    """Heterogeneous task types: a third Laplace, a third Gaussian, a third DP-SGD."""
-    out: list[RdpCurve] = []
-    for k in range(size):
-        kind = k % 3
-        if kind == 0:
-            eps = float(np.exp(rng.uniform(math.log(0.05), math.log(1.0))))
-            out.append(RdpCurve.laplace(scale=1.0 / eps))
-        elif kind == 1:
-            sigma = float(np.exp(rng.uniform(math.log(1.0), math.log(10.0))))
-            out.append(RdpCurve.gaussian(sigma=sigma))
-        else:
-            q = float(np.exp(rng.uniform(math.log(0.001), math.log(0.05))))
-            sigma = float(rng.uniform(0.7, 2.0))
-            steps = int(rng.integers(100, 5000))
-            out.append(subsampled_gaussian_curve(sample_rate=q, sigma=sigma, steps=steps))
-    return out
-
-
-def alibaba_like(
-    *,
-    n_blocks: int = 100,
-    n_tasks: int = 1000,
-    epsilon_g: float = 10.0,
-    delta_g: float = 1e-7,
-    n_types: int = 60,
-    profits: bool = False,
-    timeout: float | None = None,
-    seed: int = 0,
-) -> Workload:
-    """An Alibaba-DP-like heterogeneous RDP workload (see the module docstring).
-
-    Tasks arrive uniformly over the blocks' span; each asks for its ``k`` latest blocks, with
-    ``k`` = ⌈exp(U(0, ln 100))⌉ clipped to 1..100 (log-uniform: most tasks need few blocks);
-    curves are drawn from ``n_types`` task types; a type's demand is too large for a block at
-    some orders and small at others, so the best order differs between tasks.
-
-    Raises:
-        InvalidRequestError: non-positive sizes.
-    """
-    if n_blocks < 1 or n_tasks < 1 or n_types < 1:
-        raise InvalidRequestError("need at least one block, task and task type")
-    rng = np.random.default_rng(seed)
-    cap = Budget(epsilon=epsilon_g, delta=delta_g)
-    blocks = tuple(BlockSpec(f"b{i}", float(i), cap) for i in range(n_blocks))
-    library = _curve_library(np.random.default_rng(seed + 7919), n_types)
-    arrivals = np.sort(rng.uniform(0, n_blocks, n_tasks))
-    ks = np.clip(np.ceil(np.exp(rng.uniform(0, math.log(100), n_tasks))), 1, 100).astype(int)
-    types = rng.integers(0, n_types, n_tasks)
-    weights = rng.pareto(2.0, n_tasks) + 1.0 if profits else np.ones(n_tasks)
-    tasks = []
-    for j in range(n_tasks):
-        last = int(arrivals[j])
-        first = max(0, last - int(ks[j]) + 1)
-        names = tuple(blocks[i].block_id for i in range(first, last + 1))
-        tasks.append(
-            TaskSpec(
-                f"t{j}",
-                float(arrivals[j]),
-                library[int(types[j])],
-                blocks=names,
-                profit=float(weights[j]),
-                timeout=timeout,
-            )
-        )
-    return Workload("alibaba-like", blocks, tuple(tasks), Accounting.RDP)
