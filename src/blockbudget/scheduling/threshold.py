@@ -8,7 +8,8 @@ query's *total* privacy cost on the block):
   T(z) = L for 0 ≤ z ≤ z0, (Ue/L)^z · L/e for z0 < z ≤ 1 (:func:`threshold`);
 * Alg. 1 (filtering by threshold): while block i's consumed proportion z_i < z0 it takes any
   query that fits, with no comparison; above z0 it admits query j only if
-  p_ij/(ε_j+ε0) + Lap(4Δ/ε0) ≥ T(z_i) + Lap(2Δ/ε0) and ε_j fits in what is left;
+  p_ij/(ε_j+ε0) + Lap(4Δ/ε0) ≥ T(z_i) + Lap(2Δ/ε0) (≥ as in Dwork & Roth; the seed writes >)
+  and ε_j fits in what is left;
 * Alg. 2 (:class:`OnlineThreshold`): each arriving query visits the pool's blocks in random
   order and takes those that pass Alg. 1, until it has c_j blocks, the blocks run out, or its
   model passes validation (*Flag*); Thm. 4: competitive ratio 1 + ln(U/L) under Assumptions 1–2;
@@ -62,8 +63,8 @@ comparisons, i.e. zero noise, and the offline optimum of Eq. (5) by HiGHS):
   density-L queries is refused entirely and OPT/ALG = ∞. The default η is therefore 0, and even
   then ε0 must be small: ε_j ≥ κ·(T/L − 1) for every query.
 
-Neither theorem holds with private comparisons at a sensitivity that noise can resolve only
-with large ε0: the Laplace noise of scale 4Δ/ε0 makes the filter close to random
+With private comparisons neither bound is guaranteed: the Laplace noise of scale 4Δ/ε0 must be
+small against the compared ratios, and at Δ = 1, ε0 = 0.01 the filter is close to random
 (docs/results.md, competitive ratio).
 
 Units: ε_j of a demand on a block is its ε-equivalent share, the fraction of an empty block's
