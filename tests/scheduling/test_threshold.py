@@ -12,6 +12,7 @@ from scipy.integrate import quad
 from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget
 from blockbudget.errors import InvalidRequestError
+from blockbudget.mechanisms.noise import FloatArray
 from blockbudget.scheduling import BlockSpec, DecisionKind, Pool, TaskSpec, TaskStatus
 from blockbudget.scheduling.threshold import (
     MixedThreshold,
@@ -68,26 +69,81 @@ def test_alg1_takes_anything_below_z0_without_a_comparison() -> None:
 
 
 @pytest.mark.parametrize(("significance", "granted"), [(0.5, False), (40.0, True)])
-def test_alg1_compares_above_z0_and_always_charges_epsilon0(
-    significance: float, granted: bool
-) -> None:
+def test_alg1_above_z0_opens_a_run_paying_epsilon0_once(significance: float, granted: bool) -> None:
     eps0 = 0.01
     noise = ZeroNoise()
     sched = OnlineThreshold(upper=U, lower=L, comparison_epsilon=eps0, noise=noise)
     pool = _pool(0.6)  # z = 0.6 > z0 ≈ 0.24
-    bar = threshold(0.6, upper=U, lower=L)
     task = TaskSpec("q", 1.0, Budget(epsilon=0.05), significance={"b0": significance})
     ratio = significance / (0.05 + eps0)
-    assert (ratio > bar) is granted  # the zero-noise decision is the exact comparison
+    bar = threshold(0.6 + eps0, upper=U, lower=L)  # T(z) after the run's ε0
+    assert (ratio >= bar) is granted  # the zero-noise decision is the exact comparison
     pool.submit(task)
     sched.on_task(pool, task)
     assert (pool.status["q"] is TaskStatus.GRANTED) is granted
     over = [d for d in pool.decisions if d.kind is DecisionKind.OVERHEAD]
     assert len(over) == 1 and over[0].cost == Budget(epsilon=eps0)
-    # Lap(4/ε0) on the value and Lap(2/ε0) on the threshold (sensitivity 1)
-    assert noise.scales == [pytest.approx(4 / eps0), pytest.approx(2 / eps0)]
+    # the run's threshold noise Lap(2/ε0), then the comparison's Lap(4/ε0) (sensitivity 1)
+    assert noise.scales == [pytest.approx(2 / eps0), pytest.approx(4 / eps0)]
+    assert sched.has_open_run(pool, "b0") is not granted  # a pass halts the run
     used = float(pool.used_fraction()[0])
     assert used == pytest.approx(0.6 + eps0 + (0.05 if granted else 0.0), rel=1e-6)
+
+
+class _ScriptedNoise(ZeroNoise):
+    """Returns scripted Laplace draws in order (tests only); records scales like ZeroNoise."""
+
+    def __init__(self, draws: list[float]) -> None:
+        super().__init__()
+        self.draws = list(draws)
+
+    def _laplace(self, values: FloatArray, scale: float) -> FloatArray:
+        self.scales.append(scale)
+        out: FloatArray = values + np.array([self.draws.pop(0) for _ in values])
+        return out
+
+
+def test_refused_comparisons_share_one_run_its_threshold_noise_and_its_epsilon0() -> None:
+    """Dwork & Roth Alg. 1 per block: one threshold noise ρ until the first pass, ε0 paid once
+    when the run starts, nothing per refused comparison; a pass halts the run and the next
+    comparison opens a new one (new ε0, new ρ)."""
+    eps0 = 0.01
+    # run 1: ρ = +5 kept for every comparison; run 2: ρ = 0
+    noise = _ScriptedNoise([5.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    sched = OnlineThreshold(upper=U, lower=L, comparison_epsilon=eps0, noise=noise)
+    pool = _pool(0.6)
+    bar = threshold(0.6 + eps0, upper=U, lower=L)
+    # excess over T(z): +1, +3 (refused only because of ρ = 5), +10 (passes), then +1 again
+    for j, excess in enumerate((1.0, 3.0, 10.0, 1.0)):
+        task = TaskSpec(
+            f"q{j}", 1.0, Budget(epsilon=0.001), significance={"b0": (bar + excess) * 0.011}
+        )
+        pool.submit(task)
+        sched.on_task(pool, task)
+    status = [pool.status[f"q{j}"] for j in range(4)]
+    granted, rejected = TaskStatus.GRANTED, TaskStatus.REJECTED
+    assert status == [rejected, rejected, granted, granted]
+    over = [d.task_id for d in pool.decisions if d.kind is DecisionKind.OVERHEAD]
+    assert over == ["q0", "q3"]  # run 1 opened by q0 (covers q0–q2), run 2 by q3
+    two, four = pytest.approx(2 / eps0), pytest.approx(4 / eps0)
+    assert noise.scales == [two, four, four, four, two, four]
+    assert sched.runs_started == 2 and sched.comparisons == 4
+
+
+def test_a_run_that_never_passes_is_paid_once_before_its_noise() -> None:
+    """An unfinished run released its refusals: its ε0 was charged when it started."""
+    eps0 = 0.01
+    noise = ZeroNoise()
+    sched = OnlineThreshold(upper=U, lower=L, comparison_epsilon=eps0, noise=noise)
+    pool = _pool(0.6)
+    for j in range(300):  # 300 × ε0 = 3 blocks' worth under per-comparison charging
+        task = TaskSpec(f"q{j}", 1.0, Budget(epsilon=0.001), significance={"b0": 1e-4})
+        pool.submit(task)
+        sched.on_task(pool, task)
+        assert pool.status[f"q{j}"] is TaskStatus.REJECTED
+    over = [d for d in pool.decisions if d.kind is DecisionKind.OVERHEAD]
+    assert len(over) == 1 and sched.comparisons == 300 and sched.has_open_run(pool, "b0")
+    assert float(pool.used_fraction()[0]) == pytest.approx(0.6 + eps0, rel=1e-6)
 
 
 def test_alg2_stops_at_the_access_limit_and_at_the_validation_flag() -> None:
@@ -116,8 +172,8 @@ def test_alg3_grants_the_partial_amount_of_eq_18() -> None:
     sched = MixedThreshold(upper=U, lower=L, comparison_epsilon=eps0, eta=eta, noise=ZeroNoise())
     pool = _pool(0.0)
     constant = U / (1 + math.log(U / L))
-    # ε* = p/T − ε0 = 0.1 while ε_j = 0.4 → a partial grant of 0.1 (ε* ≥ η ε_j = 0.08)
-    p = (0.1 + eps0) * constant
+    # ε* = p/T − κ with κ = 2ε0 (run + release) = 0.1 while ε_j = 0.4 → a partial grant of 0.1
+    p = (0.1 + 2 * eps0) * constant
     task = TaskSpec("q", 0.0, Budget(epsilon=0.4), significance={"b0": p})
     pool.submit(task)
     sched.on_task(pool, task)
@@ -125,15 +181,19 @@ def test_alg3_grants_the_partial_amount_of_eq_18() -> None:
     assert len(charge) == 1
     assert charge[0].cost is not None
     assert float(charge[0].cost.epsilon) == pytest.approx(0.1, rel=1e-6)  # type: ignore[union-attr]
-    # ε0 for the comparison and ε0 for releasing ε*
+    # ε0 for the run (opened, passed, halted) and ε0 for releasing ε*
     over = [d for d in pool.decisions if d.kind is DecisionKind.OVERHEAD]
     assert [d.cost for d in over] == [Budget(epsilon=eps0)] * 2
-    # below η ε_j: refused, only the comparison is paid
-    low = TaskSpec("r", 0.0, Budget(epsilon=0.4), significance={"b0": 0.05 * constant})
-    pool.submit(low)
-    sched.on_task(pool, low)
-    assert pool.status["r"] is TaskStatus.REJECTED
-    assert len([d for d in pool.decisions if d.kind is DecisionKind.OVERHEAD]) == 3
+    assert [d.note for d in over] == ["above-threshold run", "release ε*"]
+    # every admission is worth T per unit of budget it consumed (Thm. 5's Eq. (20))
+    assert p == pytest.approx(constant * float(pool.used_fraction()[0]), rel=1e-6)
+    # below η ε_j: refused; the new run's ε0 is paid once, the next refusal costs nothing
+    for name in ("r", "s"):
+        low = TaskSpec(name, 0.0, Budget(epsilon=0.4), significance={"b0": 0.05 * constant})
+        pool.submit(low)
+        sched.on_task(pool, low)
+        assert pool.status[name] is TaskStatus.REJECTED
+        assert len([d for d in pool.decisions if d.kind is DecisionKind.OVERHEAD]) == 3
 
 
 def test_adaptive_composition_variant_runs_on_strong_accounting() -> None:
@@ -151,40 +211,38 @@ def test_adaptive_composition_variant_runs_on_strong_accounting() -> None:
 
 
 class _OrderNoise(ZeroNoise):
-    """Zero noise that records, at every draw, how many ε0 charges the pool had logged."""
+    """Zero noise that records, at every draw, its scale and how many ε0 the pool had charged."""
 
     def __init__(self, pool: Pool) -> None:
         super().__init__()
         self.pool = pool
-        self.overheads_at_draw: list[int] = []
+        self.overheads_at_draw: list[tuple[float, int]] = []
 
-    def _laplace(self, values: np.ndarray, scale: float) -> np.ndarray:  # type: ignore[type-arg]
+    def _laplace(self, values: FloatArray, scale: float) -> FloatArray:
         n = sum(d.kind is DecisionKind.OVERHEAD for d in self.pool.decisions)
-        self.overheads_at_draw.append(n)
+        self.overheads_at_draw.append((scale, n))
         return super()._laplace(values, scale)
 
 
 @pytest.mark.parametrize("cls", [OnlineThreshold, MixedThreshold])
-def test_epsilon0_is_charged_before_every_noise_draw(cls: type[OnlineThreshold]) -> None:
+def test_epsilon0_is_charged_before_every_paid_noise_draw(cls: type[OnlineThreshold]) -> None:
+    """A run's threshold draw Lap(2/ε0) and Alg. 3's release draw Lap(1/ε0) each follow their
+    own ε0; the comparisons' Lap(4/ε0) draws inside a run are covered by the run's ε0."""
+    eps0 = 0.01
     pool = _pool(0.6)  # above z0: Alg. 2 compares too
     noise = _OrderNoise(pool)
-    sched = cls(upper=U, lower=L, comparison_epsilon=0.01, noise=noise)
-    for j, sig in enumerate((0.5, 40.0, 3.0)):
+    sched = cls(upper=U, lower=L, comparison_epsilon=eps0, noise=noise)
+    for j, sig in enumerate((0.5, 0.7, 40.0, 3.0, 0.2)):
         task = TaskSpec(f"q{j}", 1.0, Budget(epsilon=0.05), significance={"b0": sig})
         pool.submit(task)
         sched.on_task(pool, task)
     draws = noise.overheads_at_draw
-    assert draws, "no comparison was made"
-    # Alg. 1/3's two comparison draws come after their ε0; Alg. 3's release of ε* after a
-    # second ε0: the k-th paid ε0 always precedes the draws it pays for.
-    paid = 0
-    k = 0
-    while k < len(draws):
-        assert draws[k] > paid, f"draw {k} happened before its ε0 was charged"
-        paid = draws[k]
-        k += 2 if k + 1 < len(draws) and draws[k + 1] == draws[k] else 1
+    paid = [n for scale, n in draws if scale != pytest.approx(4 / eps0)]
+    assert len(paid) >= 2, "the stream should open two runs"
+    assert paid == list(range(1, len(paid) + 1))  # the k-th paid draw follows the k-th ε0
     total_over = sum(d.kind is DecisionKind.OVERHEAD for d in pool.decisions)
-    assert total_over == paid
+    assert total_over == len(paid)
+    assert sched.comparisons == len(draws) - len(paid)  # one Lap(4/ε0) per comparison
 
 
 @pytest.mark.parametrize(

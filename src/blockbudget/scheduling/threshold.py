@@ -1,36 +1,76 @@
 """Seed 000's online budgeting: filtering by threshold (Alg. 1), online budgeting (Alg. 2) and
 online budgeting with mixed (large) queries (Alg. 3).
 
-Seed ``000_de3e86489c8646aa.txt`` §VI. Under Assumption 2 (L ≤ p_ij/ε ≤ U, Eq. (8)):
+Seed ``000_de3e86489c8646aa.txt`` §VI. Under Assumption 2 (L ≤ p_ij/ε ≤ U, Eq. (8), ε the
+query's *total* privacy cost on the block):
 
 * z0 = 1 / (1 + ln(U/L)) and the threshold of Eq. (9):
   T(z) = L for 0 ≤ z ≤ z0, (Ue/L)^z · L/e for z0 < z ≤ 1 (:func:`threshold`);
 * Alg. 1 (filtering by threshold): while block i's consumed proportion z_i < z0 it takes any
-  query that fits; above z0 it admits query j only if
-  p_ij/(ε_j+ε0) + Lap(4Δ/ε0) > T(z_i) + Lap(2Δ/ε0) and ε_j + ε0 fits in what is left
-  (an AboveThreshold comparison, Dwork & Roth Alg. 1; Thm. 3: ε0-DP);
+  query that fits, with no comparison; above z0 it admits query j only if
+  p_ij/(ε_j+ε0) + Lap(4Δ/ε0) ≥ T(z_i) + Lap(2Δ/ε0) (≥ as in Dwork & Roth; the seed writes >)
+  and ε_j fits in what is left;
 * Alg. 2 (:class:`OnlineThreshold`): each arriving query visits the pool's blocks in random
   order and takes those that pass Alg. 1, until it has c_j blocks, the blocks run out, or its
   model passes validation (*Flag*); Thm. 4: competitive ratio 1 + ln(U/L) under Assumptions 1–2;
 * Alg. 3 (:class:`MixedThreshold`): constant threshold T = U/(1+ln(U/L)); ε* solves
-  p_ij/(ε*+ε0) = T (Eq. (17)); the block admits the query if ε* + Lap(4Δ/ε0) ≥ η·ε_j + Lap(2Δ/ε0)
-  and grants ε_ij = min{ε*, ε_j, ε^r_gi − ε0} (Eq. (18)) — a *partial* grant when ε* < ε_j;
-  Thm. 5: competitive ratio 1 + ln(U/L) under Assumption 2 alone.
+  p_ij/(ε*+κ) = T (Eq. (17), κ the privacy overhead of one admission, see below); the block
+  admits the query if ε* + Lap(4Δ/ε0) ≥ η·ε_j + Lap(2Δ/ε0) and grants
+  ε_ij = min{ε*, ε_j, what is left} (Eq. (18)) — a *partial* grant when ε* < ε_j;
+  Thm. 5: competitive ratio 1 + ln(U/L) under Assumption 2 — only under the conditions below.
+
+Privacy accounting of the comparisons (one AboveThreshold per block). Each block keeps at most
+one open *run* of AboveThreshold (Dwork & Roth 2014, "The Algorithmic Foundations of
+Differential Privacy", §3.6, Algorithm 1; :class:`~blockbudget.mechanisms.sparse_vector.\
+AboveThreshold`): one threshold noise ρ ~ Lap(2Δ/ε0), drawn when the run starts and kept across
+every refused comparison, fresh ν ~ Lap(4Δ/ε0) per comparison, and the run halts at its first
+pass. By Dwork & Roth Thm 3.23 the whole run — any number of refusals and the one pass — is
+ε0-DP for the block's data, for adaptively chosen queries of sensitivity Δ. The public
+threshold T(z_i) (Alg. 1) or η·ε_j (Alg. 3) is moved into the query (value − bar ≥ ρ), which
+keeps the sensitivity Δ; z_i and ε_j depend only on public demands and earlier outputs.
+
+*When ε0 is charged.* The seed adds ε0 to z_i on a pass only (Alg. 1 line 8, Alg. 3 line 10),
+which would be Dwork & Roth's price if every run ended in a pass. A run may instead end
+unfinished — the stream stops, or the block can fit no further query — and its refusals were
+released all the same, so charging at the pass would leave up to ε0 per block unaccounted. We
+therefore charge ε0 when a run *starts*, before its threshold noise is drawn, and nothing for
+the comparisons inside it, pass or fail: every run, finished or not, is paid exactly once, and
+the block's total is (its queries' charges) + ε0 × (runs started), which composes sequentially
+(seed Thm. 1; the pool's filter under BASIC, RDP via ``RdpCurve.from_pure_dp``, or STRONG).
+Compared with the seed's charging this costs at most one extra ε0 per block (its open run);
+compared with charging ε0 per comparison it no longer lets a stream of refused queries drain a
+block (about 1/ε0 refusals used to exhaust it, breaking Thm. 4). A comparison is made only
+when the public state lets the block fit the query's demand on top of the run's ε0.
+
+Alg. 3's granted amount min{ε*, ...} is a function of p_ij that the comparison does not cover:
+after a pass we charge a second ε0 and release ε* with fresh Lap(Δ/ε0) noise (Numeric Sparse,
+Dwork & Roth §3.6; the seed uses the exact ε*). One admission therefore costs κ = 2ε0 of
+overhead (the run's ε0 and the release's ε0), and Eq. (17) uses that κ so that every admitted
+query is worth T per unit of budget it consumes — the step Thm. 5's proof (Eq. (20)) rests on.
+
+When the theorems hold (tested in ``tests/scheduling/test_competitive_ratio.py`` with exact
+comparisons, i.e. zero noise, and the offline optimum of Eq. (5) by HiGHS):
+
+* Thm. 4 (Alg. 2): with queries small against a block (Assumption 1, steps δ ≤ max ε_j + ε0)
+  and the offline optimum paying the same ε_j + ε0 per access, OPT/ALG ≤ r·e^{r(2δ+ε0)} with
+  r = 1 + ln(U/L) on one block — the theorem's r up to the Assumption-1 discretisation factor;
+  against an optimum that pays only ε_j, up to a further factor 1 + ε0/min ε_j.
+* Thm. 5 (Alg. 3) holds — OPT/ALG ≤ r/Z, Z the block's final consumed fraction — only if (a) a
+  partial grant earns the query's full p_ij (the paper's accounting; pro rata credit breaks it),
+  and (b) every query within Assumption 2 passes the exact comparison:
+  L·(ε_j + κ) ≥ T·(κ + η·ε_j), i.e. η ≤ :meth:`MixedThreshold.eta_limit` (ε_j) =
+  L/T − (1 − L/T)·κ/ε_j. For κ → 0 this is η ≤ L(1 + ln(U/L))/U. With a larger η a stream of
+  density-L queries is refused entirely and OPT/ALG = ∞. The default η is therefore 0, and even
+  then ε0 must be small: ε_j ≥ κ·(T/L − 1) for every query.
+
+With private comparisons neither bound is guaranteed: the Laplace noise of scale 4Δ/ε0 must be
+small against the compared ratios, and at Δ = 1, ε0 = 0.01 the filter is close to random
+(docs/results.md, competitive ratio).
 
 Units: ε_j of a demand on a block is its ε-equivalent share, the fraction of an empty block's
 capacity it uses (BASIC: the largest of ε/ε_g, δ/δ_g; RDP: the smallest over usable orders)
-times ε_g, so z_i grows by ε_j/ε_gi as in Alg. 1 line 3.
-
-Deviations, each on the side of privacy:
-
-1. The comparison cost ε0 is charged to the block *before* the noise is drawn and whether or
-   not the query passes (the seed adds ε0 to z_i only on success, Alg. 1 line 8; but the
-   comparison reveals information either way). Comparisons are skipped (and cost nothing) when
-   the public budget state already rules the block out.
-2. Alg. 3's granted amount min{ε*, ...} is a function of p_ij, which the comparison alone does
-   not cover; we release ε* with fresh Laplace noise of scale Δ/ε0 and charge a second ε0 for it
-   (Numeric Sparse, Dwork & Roth §3.6). The seed uses the exact ε*.
-3. The AboveThreshold sensitivity Δ of the compared quantity is a parameter (the seed takes 1).
+times ε_g, so z_i grows by ε_j/ε_gi as in Alg. 1 line 3. The AboveThreshold sensitivity Δ of
+the compared quantity is a parameter (the seed takes 1).
 
 Randomness. The comparisons read private data (p_ij): their Laplace noise comes from
 ``self.noise`` — OpenDP's secure sampler unless a test or experiment passes a SeededNoise, and
@@ -47,14 +87,16 @@ adaptive strong-composition filter, and z_i comes from it.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import weakref
 
 import numpy as np
 
 from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget, Cost, RdpCurve
-from blockbudget.errors import InvalidRequestError
+from blockbudget.errors import InternalError, InvalidRequestError
+from blockbudget.mechanisms.calibration import laplace_scale
 from blockbudget.mechanisms.noise import NoiseSource
+from blockbudget.mechanisms.sparse_vector import AboveThreshold
 from blockbudget.scheduling.base import Scheduler, TaskShape, TaskSpec, check_positive
 from blockbudget.scheduling.pool import FloatArray, Pool
 
@@ -131,8 +173,31 @@ def _largest_fraction(pool: Pool, vec: FloatArray, index: int) -> float:
     return min(1.0, best) * (1 - 1e-6)
 
 
+class _BlockSource:
+    """One block of a pool as a :class:`~blockbudget.mechanisms.source.BudgetSource`: a draw
+    is an OVERHEAD charge on the block on behalf of the task that opens the run."""
+
+    def __init__(self, pool: Pool, task_id: str, block_id: str) -> None:
+        self.pool = pool
+        self.task_id = task_id
+        self.block_id = block_id
+
+    @property
+    def accounting(self) -> Accounting:
+        """The pool's accounting rule."""
+        return self.pool.accounting
+
+    def draw(self, cost: Cost, *, label: str) -> None:
+        """Charge ``cost`` to the block; the caller checked that it fits."""
+        if not self.pool.charge_overhead(self.task_id, self.block_id, cost, note=label):
+            raise InternalError(
+                f"block {self.block_id!r} was checked to fit an AboveThreshold run's ε0 but "
+                f"refused it"
+            )
+
+
 class _ThresholdBase(Scheduler):
-    """Shared parameters and the AboveThreshold comparison of Alg. 1 and Alg. 3."""
+    """Shared parameters and the per-block AboveThreshold runs of Alg. 1 and Alg. 3."""
 
     shapes = frozenset({TaskShape.OPEN})
     accountings = frozenset({Accounting.BASIC, Accounting.RDP, Accounting.STRONG})
@@ -156,21 +221,47 @@ class _ThresholdBase(Scheduler):
         self.epsilon0 = check_positive(comparison_epsilon, name="comparison ε0")
         self.sensitivity = check_positive(sensitivity, name="comparison sensitivity Δ")
         self.comparisons = 0
+        self.runs_started = 0
+        # per pool, the open AboveThreshold run of each block (at most one; none after a pass)
+        self._runs: weakref.WeakKeyDictionary[Pool, dict[str, AboveThreshold]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def _overhead(self, pool: Pool, epsilon: float) -> Cost:
         if pool.accounting is Accounting.RDP:
             return RdpCurve.from_pure_dp(epsilon)
         return Budget(epsilon=epsilon)
 
-    def _above(self, pool: Pool, task: TaskSpec, block_id: str, value: float, bar: float) -> bool:
-        """Charge ε0, then the noisy comparison value + Lap(4Δ/ε0) > bar + Lap(2Δ/ε0)."""
-        cost = self._overhead(pool, self.epsilon0)
-        if not pool.charge_overhead(task.task_id, block_id, cost, note="above-threshold"):
-            return False
+    def has_open_run(self, pool: Pool, block_id: str) -> bool:
+        """Whether the block has an AboveThreshold run whose ε0 is paid and which has not yet
+        passed (its next comparison costs nothing more)."""
+        return block_id in self._runs.get(pool, {})
+
+    def _run(self, pool: Pool, task: TaskSpec, block_id: str) -> AboveThreshold:
+        """The block's open run, or a new one: ε0 charged, then its threshold noise drawn."""
+        runs = self._runs.setdefault(pool, {})
+        run = runs.get(block_id)
+        if run is None:
+            run = AboveThreshold(
+                _BlockSource(pool, task.task_id, block_id),
+                epsilon=self.epsilon0,
+                threshold=0.0,
+                sensitivity=self.sensitivity,
+                noise=self.noise,
+                label="above-threshold run",
+            )
+            runs[block_id] = run
+            self.runs_started += 1
+        return run
+
+    def _compare(self, pool: Pool, block_id: str, run: AboveThreshold, excess: float) -> bool:
+        """One comparison of the run: excess (value − public bar) + ν ≥ ρ. A pass halts the
+        run; the block's next comparison opens a new one."""
         self.comparisons += 1
-        noise = self.noise.laplace_samples(1, scale=4 * self.sensitivity / self.epsilon0)[0]
-        bar_noise = self.noise.laplace_samples(1, scale=2 * self.sensitivity / self.epsilon0)[0]
-        return bool(value + noise > bar + bar_noise)
+        if run.query(excess):
+            del self._runs[pool][block_id]
+            return True
+        return False
 
     def _finish(self, pool: Pool, task: TaskSpec) -> None:
         if len(pool.charged_blocks[task.task_id]) >= task.min_blocks:
@@ -185,13 +276,27 @@ class _ThresholdBase(Scheduler):
 class OnlineThreshold(_ThresholdBase):
     """Seed 000 Alg. 2 (online budgeting) with Alg. 1 (filtering by threshold) per block.
 
+    Above z0 a block compares p_ij/(ε_j+ε0) with T(z_i) in its open AboveThreshold run (see the
+    module docstring): ε0 is paid when a run starts, never per refused comparison.
+
     Args:
         seed: seed of the (public) block order; None (default) for OS entropy.
         noise: the comparisons' noise; None (default) for SecureNoise.
         upper: U of Assumption 2 (Eq. (8)).
         lower: L of Assumption 2.
-        comparison_epsilon: ε0, the AboveThreshold cost charged to a block per comparison.
+        comparison_epsilon: ε0, the price of one AboveThreshold run on a block.
         sensitivity: Δ of p_ij/(ε_j+ε0) for the Laplace scales 4Δ/ε0 and 2Δ/ε0.
+
+    Example:
+        >>> from blockbudget.accounting import Accounting
+        >>> from blockbudget.budget import Budget
+        >>> from blockbudget.scheduling import BlockSpec, TaskSpec
+        >>> from blockbudget.scheduling.simulator import simulate
+        >>> blocks = [BlockSpec("b0", 0.0, Budget(epsilon=1.0))]
+        >>> tasks = [TaskSpec("q", 1.0, Budget(epsilon=0.1), significance={"b0": 5.0})]
+        >>> sched = OnlineThreshold(upper=100.0, lower=1.0, seed=0)
+        >>> simulate(sched, blocks, tasks, accounting=Accounting.BASIC).allocated
+        1
     """
 
     name = "online-threshold"
@@ -208,20 +313,11 @@ class OnlineThreshold(_ThresholdBase):
             if taken >= limit:
                 break
             block_id = pool.blocks[i].block_id
-            z = float(pool.used_fraction([i])[0])
-            if z < z0:  # Alg. 1 lines 1–3
+            if float(pool.used_fraction([i])[0]) < z0:  # Alg. 1 lines 1–3
                 if not pool.charge(task.task_id, {block_id: task.demand}, note="z < z0"):
                     continue
-            else:  # Alg. 1 lines 5–10
-                if not pool.fits_many([i], vec + over)[0]:
-                    continue
-                eps_j = demand_share(pool, vec, i) * float(pool.blocks[i].capacity.epsilon)
-                ratio = task.significance_of(block_id) / (eps_j + self.epsilon0)
-                bar = threshold(z, upper=self.upper, lower=self.lower)
-                if not self._above(pool, task, block_id, ratio, bar):
-                    continue
-                if not pool.charge(task.task_id, {block_id: task.demand}, note="above T(z)"):
-                    continue
+            elif not self._filter(pool, task, i, vec, over):  # Alg. 1 lines 5–10
+                continue
             taken += 1
             if task.validator is not None and task.validator(
                 tuple(pool.charged_blocks[task.task_id])
@@ -229,13 +325,37 @@ class OnlineThreshold(_ThresholdBase):
                 break  # Flag = True
         self._finish(pool, task)
 
+    def _filter(
+        self, pool: Pool, task: TaskSpec, i: int, vec: FloatArray, over: FloatArray
+    ) -> bool:
+        """Alg. 1 above z0: compare in the block's run, charge the demand on a pass."""
+        block_id = pool.blocks[i].block_id
+        need = vec if self.has_open_run(pool, block_id) else vec + over
+        if not pool.fits_many([i], need)[0]:
+            return False  # public: the block cannot take the query; no comparison, no cost
+        eps_j = demand_share(pool, vec, i) * float(pool.blocks[i].capacity.epsilon)
+        ratio = task.significance_of(block_id) / (eps_j + self.epsilon0)
+        run = self._run(pool, task, block_id)
+        bar = threshold(float(pool.used_fraction([i])[0]), upper=self.upper, lower=self.lower)
+        if not self._compare(pool, block_id, run, ratio - bar):
+            return False
+        return pool.charge(task.task_id, {block_id: task.demand}, note="above T(z)")
+
 
 class MixedThreshold(_ThresholdBase):
     """Seed 000 Alg. 3 (online budgeting with large queries), with partial grants (Eq. (18)).
 
+    Thm. 5 holds only with full credit for partial grants and η ≤ :meth:`eta_limit` for every
+    query (module docstring); the default η = 0 is the only value safe for every demand.
+
     Args:
-        eta: η ∈ [0, 1]: a block ignores a query whose ε* is below η·ε_j.
+        eta: η ∈ [0, 1]: a block refuses a query whose ε* is below η·ε_j. Default 0.
         upper, lower, comparison_epsilon, sensitivity: as for :class:`OnlineThreshold`.
+
+    Example:
+        >>> sched = MixedThreshold(upper=100.0, lower=1.0, comparison_epsilon=1e-4)
+        >>> round(sched.eta_limit(0.5), 4)  # the largest η for Thm. 5 at ε_j = 0.5
+        0.0557
     """
 
     name = "mixed-threshold"
@@ -249,7 +369,7 @@ class MixedThreshold(_ThresholdBase):
         lower: float = 1.0,
         comparison_epsilon: float = 0.01,
         sensitivity: float = 1.0,
-        eta: float = 0.5,
+        eta: float = 0.0,
     ) -> None:
         super().__init__(
             seed=seed,
@@ -265,37 +385,35 @@ class MixedThreshold(_ThresholdBase):
         self.eta = eta
         self.constant = upper / (1.0 + math.log(upper / lower))
 
+    @property
+    def overhead(self) -> float:
+        """κ = 2ε0: the privacy overhead of one admission (its run's ε0 and the release of ε*)."""
+        return 2.0 * self.epsilon0
+
+    def eta_limit(self, epsilon: float) -> float:
+        """The largest η with which every query of demand share ``epsilon`` within
+        Assumption 2 passes the exact comparison: L/T − (1 − L/T)·κ/ε_j (negative when even
+        η = 0 refuses density-L queries). Thm. 5 needs η ≤ this for every query.
+
+        Raises:
+            InvalidRequestError: unless ``epsilon`` > 0.
+        """
+        eps = check_positive(epsilon, name="ε_j")
+        ratio = self.lower / self.constant
+        return ratio - (1.0 - ratio) * self.overhead / eps
+
     def on_task(self, pool: Pool, task: TaskSpec) -> None:
         vec = pool.vector(task.demand)
         over = pool.vector(self._overhead(pool, self.epsilon0))
         limit = task.access_limit or pool.n_blocks
         order = self.rng.permutation(pool.n_blocks)
-        # a block is worth a comparison only if it can take two ε0 and some of the demand
-        candidates = order[pool.fits_many(order, 2 * over + vec * 1e-3)] if len(order) else order
-        grants: Mapping[str, Cost]
+        # worth a comparison only if the block can take the release's ε0 and some demand
+        candidates = order[pool.fits_many(order, over + vec * 1e-3)] if len(order) else order
         taken = 0
         for i in (int(k) for k in candidates):
             if taken >= limit:
                 break
-            block_id = pool.blocks[i].block_id
-            eps_g = float(pool.blocks[i].capacity.epsilon)
-            eps_j = demand_share(pool, vec, i) * eps_g
-            eps_star = task.significance_of(block_id) / self.constant - self.epsilon0  # Eq. (17)
-            if not self._above(pool, task, block_id, eps_star, self.eta * eps_j):
-                continue
-            # Numeric release of ε* (deviation 2): a second ε0, then fresh noise.
-            release = self._overhead(pool, self.epsilon0)
-            if not pool.charge_overhead(task.task_id, block_id, release, note="release ε*"):
-                continue
-            noisy = eps_star + float(
-                self.noise.laplace_samples(1, scale=self.sensitivity / self.epsilon0)[0]
-            )
-            fraction = min(max(noisy, 0.0) / eps_j, 1.0, _largest_fraction(pool, vec, i))
-            if fraction <= 1e-6:
-                continue
-            cost = task.demand if fraction >= 1.0 else task.demand.scaled(round(fraction, 9))
-            grants = {block_id: cost}
-            if not pool.charge(task.task_id, grants, note=f"partial {fraction:.3f}"):
+            if not self._admit(pool, task, i, vec, over):
                 continue
             taken += 1
             if task.validator is not None and task.validator(
@@ -303,6 +421,28 @@ class MixedThreshold(_ThresholdBase):
             ):
                 break
         self._finish(pool, task)
+
+    def _admit(self, pool: Pool, task: TaskSpec, i: int, vec: FloatArray, over: FloatArray) -> bool:
+        """Alg. 3 lines 7–12 on block ``i``: compare, release ε*, charge the partial grant."""
+        block_id = pool.blocks[i].block_id
+        runs = 1 if self.has_open_run(pool, block_id) else 2
+        if not pool.fits_many([i], over * runs + vec * 1e-3)[0]:
+            return False
+        eps_j = demand_share(pool, vec, i) * float(pool.blocks[i].capacity.epsilon)
+        eps_star = task.significance_of(block_id) / self.constant - self.overhead  # Eq. (17)
+        run = self._run(pool, task, block_id)
+        if not self._compare(pool, block_id, run, eps_star - self.eta * eps_j):
+            return False
+        release = self._overhead(pool, self.epsilon0)
+        if not pool.charge_overhead(task.task_id, block_id, release, note="release ε*"):
+            return False
+        scale = laplace_scale(sensitivity=self.sensitivity, epsilon=self.epsilon0)
+        noisy = eps_star + float(self.noise.laplace_samples(1, scale=scale)[0])
+        fraction = min(max(noisy, 0.0) / eps_j, 1.0, _largest_fraction(pool, vec, i))
+        if fraction <= 1e-6:
+            return False
+        cost = task.demand if fraction >= 1.0 else task.demand.scaled(round(fraction, 9))
+        return pool.charge(task.task_id, {block_id: cost}, note=f"partial {fraction:.3f}")
 
     def describe(self) -> str:
         return f"{super().describe()[:-1]}, η={self.eta:g})"
