@@ -16,8 +16,6 @@ reserves and charges nothing; failures while reading rows go out as a stable cod
 no opaque block names to hide).
 """
 
-from __future__ import annotations
-
 import math
 import re
 from typing import Annotated, Any, Literal

@@ -200,7 +200,7 @@ class PlatformStreamRelease:
         self._spec = spec
         self._noise = noise
         self._seed = seed
-        self._fingerprint = _fingerprint(stream, source, config)
+        self._fingerprint = json.loads(json.dumps(_fingerprint(stream, source, config)))
         self._path = Path(platform.home) / "releases" / stream / f"{name}.json"
         self._hist = self._fresh()
         self._log: list[dict[str, Any]] = []
