@@ -22,8 +22,8 @@ from blockbudget.streaming import (
     project_to_simplex,
     zcdp_rho,
 )
-from blockbudget.streaming.series import DPISeries
 from blockbudget.streaming.config import DPIConfig
+from blockbudget.streaming.series import DPISeries
 
 SLOTS = 200_000
 
@@ -96,7 +96,9 @@ def test_huge_budget_is_exact_against_a_hand_computation() -> None:
     expected = sum(wi * m for wi, m in zip(w, means, strict=True)) / w.sum()
     np.testing.assert_allclose(out[5].pdf, expected, atol=1e-9)
     # the warm-up windows share the first window's term by length: ε₁/2 each
-    first = float(InfiniteBudgetSequence(epsilon=Decimal("1e12"), series=InverseSquareSeries()).term(1))
+    first = float(
+        InfiniteBudgetSequence(epsilon=Decimal("1e12"), series=InverseSquareSeries()).term(1)
+    )
     assert eps[0] == pytest.approx(first / 2) and eps[1] == pytest.approx(first / 2)
 
 

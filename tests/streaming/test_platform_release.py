@@ -44,7 +44,9 @@ def _rows(days: list[int], *, users: int = 40, seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["ts", "page", "user"])
 
 
-def _platform(tmp_path: Path, *, epsilon: float = 10.0, accounting: Accounting = Accounting.BASIC) -> Platform:
+def _platform(
+    tmp_path: Path, *, epsilon: float = 10.0, accounting: Accounting = Accounting.BASIC
+) -> Platform:
     p = Platform(tmp_path / "home")
     p.create_stream("visits", policy=Budget(epsilon=epsilon), blocking=DAY, accounting=accounting)
     p.add_context("dash")
@@ -69,13 +71,18 @@ def test_each_slot_is_read_and_charged_on_exactly_its_blocks(tmp_path: Path) -> 
     rel = PlatformStreamRelease(p, "visits", context="dash", source=SOURCE, config=config, seed=1)
     slots = rel.slots()
     assert [s.key[:10] for s in slots] == [
-        "2024-01-01", "2024-01-02", "2024-01-03", "2024-01-04", "2024-01-05", "2024-01-06"
+        "2024-01-01",
+        "2024-01-02",
+        "2024-01-03",
+        "2024-01-04",
+        "2024-01-05",
+        "2024-01-06",
     ]
     assert slots[2].blocks == ()  # the missing day
     out = rel.run()
     # warm-up windows of 1 and 1 slot, then windows of 2: all six slots answered
     assert [r.release.released for r in out] == [True, True, False, True, False, True]
-    budgets = [rel._hist.window_budget(j) for j in (1, 2, 3, 4)]  # noqa: SLF001
+    budgets = [rel._hist.window_budget(j) for j in (1, 2, 3, 4)]
     window_of = {s.slot.key: s.release.window for s in out}
     charged = {st.block: st.charged[0] for st in p.ledger.states(stream="visits", context="dash")}
     for s in slots:
@@ -114,8 +121,12 @@ def test_a_later_call_continues_and_a_refusal_charges_nothing(tmp_path: Path) ->
     assert after == before
     with pytest.raises(InvalidRequestError, match="other parameters"):
         PlatformStreamRelease(
-            p, "visits", context="dash", source=SOURCE,
-            config=HistogramConfig(epsilon=2.0, window=2), seed=1,
+            p,
+            "visits",
+            context="dash",
+            source=SOURCE,
+            config=HistogramConfig(epsilon=2.0, window=2),
+            seed=1,
         )
     p.close()
 
@@ -152,9 +163,27 @@ def test_cli_runs_and_shows_a_release(tmp_path: Path) -> None:
     home = str(tmp_path / "home")
     runner = CliRunner()
     args = [
-        "release", "run", "visits", "--item-column", "page", "--user-column", "user",
-        "--domain", "a,b,c", "--min-users", "20", "--epsilon", "1", "--window", "2",
-        "--context", "dash", "--home", home, "--name", "pages",
+        "release",
+        "run",
+        "visits",
+        "--item-column",
+        "page",
+        "--user-column",
+        "user",
+        "--domain",
+        "a,b,c",
+        "--min-users",
+        "20",
+        "--epsilon",
+        "1",
+        "--window",
+        "2",
+        "--context",
+        "dash",
+        "--home",
+        home,
+        "--name",
+        "pages",
     ]
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output
@@ -163,5 +192,5 @@ def test_cli_runs_and_shows_a_release(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output and "2024-01-06" in r.output
     saved = json.loads((Path(home) / "releases" / "visits" / "pages.json").read_text())
     assert all(e["secure_noise"] for e in saved["log"])  # the CLI uses OpenDP's samplers
-    r = runner.invoke(app, args[:-2] + ["--name", "pages", "--epsilon", "2"])
+    r = runner.invoke(app, [*args[:-2], "--name", "pages", "--epsilon", "2"])
     assert r.exit_code == 2 and "other parameters" in r.output

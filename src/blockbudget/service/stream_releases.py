@@ -44,15 +44,15 @@ class ReleaseIn(BaseModel):
     item_column: str = Field(min_length=1)
     user_column: str = Field(min_length=1)
     domain: list[str] = Field(min_length=1, max_length=100_000)
-    min_users: int = Field(ge=1)
-    epsilon: float = Field(gt=0)
+    min_users: int = Field(ge=1, le=10**12)
+    epsilon: float = Field(gt=0, le=1e15)
     delta: float = Field(default=0.0, ge=0, lt=1)
     mode: Literal["windowed", "per-slot"] = "windowed"
     noise: Literal["laplace", "gaussian"] = "laplace"
     window: int = Field(default=30, ge=1, le=100_000)
     warmup: bool = True
     horizon: Literal["accumulative", "instantaneous"] = "accumulative"
-    expected_slots: int | None = Field(default=365, ge=2)
+    expected_slots: int | None = Field(default=365, ge=2, le=10_000_000)
     max_windows: int | None = Field(default=None, ge=1)
 
 
@@ -86,10 +86,10 @@ class RecommendIn(BaseModel):
     """Public stream parameters for :func:`~blockbudget.streaming.recommend.recommend`."""
 
     domain_size: int = Field(ge=1, le=10_000_000)
-    min_users: int = Field(ge=1)
-    epsilon: float = Field(gt=0)
-    horizon: int | None = Field(default=None, ge=2, le=10_000_000)
-    window: int = Field(default=30, ge=1)
+    min_users: int = Field(ge=1, le=10**12)
+    epsilon: float = Field(gt=0, le=1e15)
+    horizon: int | None = Field(default=None, ge=2, le=1_000_000)
+    window: int = Field(default=30, ge=1, le=100_000)
     delta: float = Field(default=0.0, ge=0, lt=1)
 
 

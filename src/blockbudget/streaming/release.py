@@ -393,6 +393,21 @@ class DPIStream:
         pdf = (c.astype(np.float64) + pad / k) / float(n + pad) if n + pad else np.full(k, 1.0 / k)
         return self._step_pdf(np.asarray(pdf / pdf.sum(), dtype=np.float64))
 
+    def step_pdf(self, pdf: npt.ArrayLike) -> SlotRelease:
+        """One slot given its compressed PDF (built with this stream's :class:`Compression`, so
+        that Δ_P holds; experiments that compare methods on the same PDFs use it).
+
+        Raises:
+            InvalidRequestError: not a finite non-negative vector of k entries summing to 1.
+        """
+        arr = np.asarray(pdf, dtype=np.float64)
+        k = self.compression.domain_size
+        if arr.shape != (k,) or not np.all(np.isfinite(arr)) or arr.min() < 0:
+            raise InvalidRequestError(f"a slot PDF must be {k} finite non-negative floats")
+        if abs(float(arr.sum()) - 1.0) > 1e-9:
+            raise InvalidRequestError(f"a slot PDF must sum to 1, got {float(arr.sum())!r}")
+        return self._step_pdf(arr)
+
     def _step_pdf(self, pdf: FloatArray) -> SlotRelease:
         self._t += 1
         t = self._t
