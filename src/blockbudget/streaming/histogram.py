@@ -508,14 +508,15 @@ def grid_noise(
 ) -> tuple[FloatArray, float]:
     """Secure noise for a vector in [0, 1]^k on a power-of-two grid, with OpenDP's exact samplers.
 
-    The vector is rounded to the grid g = 2^−q (q chosen so that g ≈ b·2⁻⁴⁰ for the noise scale b,
-    at most 2⁻⁶¹ fine so that integers stay in i64) and the integers X = round(x/g) get OpenDP's
-    discrete Laplace (``make_laplace`` on an i64 vector, ℓ₁) or discrete Gaussian (``make_gaussian``,
-    ℓ₂; ρ = Δ²/(2σ²)-zCDP, Canonne, Kamath & Steinke, "The discrete Gaussian for differential
-    privacy", NeurIPS 2020, Thm. 14) — exact sampling of integers, so no floating-point leak
-    (Mironov, CCS 2012), and 2.5–3× faster than OpenDP's float samplers at k = 10⁴. Rounding adds
-    less than 1 per coordinate, so the integer sensitivity is Δ/g + k (ℓ₁) or Δ/g + √k (ℓ₂), and
-    the scale is set from that: ε-DP (ρ-zCDP) exactly, at a relative noise overhead of
+    The vector is rounded to the grid g = 2^−q (q chosen so that g ≈ b·2⁻⁴⁰ for the noise scale
+    b, at most 2⁻⁶¹ fine so that integers stay in i64) and the integers X = round(x/g) get
+    OpenDP's discrete Laplace (``make_laplace`` on an i64 vector, ℓ₁) or discrete Gaussian
+    (``make_gaussian``, ℓ₂; ρ = Δ²/(2σ²)-zCDP, Canonne, Kamath & Steinke, "The discrete
+    Gaussian for differential privacy", NeurIPS 2020, Thm. 14) — exact sampling of integers, so
+    no floating-point leak (Mironov, CCS 2012), and 2.5–3× faster than OpenDP's float samplers
+    at k = 10⁴. Rounding adds less than 1 per coordinate, so the integer sensitivity is at most
+    ⌈Δ/g⌉ + 1 + k (ℓ₁) or ⌈Δ/g⌉ + 1 + ⌈√k⌉ (ℓ₂; the + 1 covers the float rounding of Δ = 2/n_min),
+    and the scale is set from that: ε-DP (ρ-zCDP) exactly, at a relative noise overhead of
     k·g/Δ ≈ k·2⁻⁴⁰/ε (10⁻⁶ for k = 10⁴, ε = 0.01). Returns the noisy vector (X + Z)·g and the
     noise scale in the vector's units.
     """
@@ -527,7 +528,7 @@ def grid_noise(
     q = min(61, max(0, GRID_BITS - math.floor(math.log2(nominal))))
     step = math.ldexp(1.0, -q)
     extra = math.sqrt(k) if gaussian else float(k)
-    int_sensitivity = math.ceil(math.ldexp(sensitivity, q)) + math.ceil(extra)
+    int_sensitivity = math.ceil(math.ldexp(sensitivity, q)) + 1 + math.ceil(extra)
     if gaussian:
         int_scale = _nudge_up(int_sensitivity / math.sqrt(2.0 * budget))
         metric = dp.l2_distance(T=dp.i64)

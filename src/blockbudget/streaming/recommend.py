@@ -36,8 +36,12 @@ __all__ = ["ModeForecast", "Recommendation", "recommend"]
 #: Horizon assumed for a stream without end: the forecast is for its first year of daily slots.
 OPEN_HORIZON = 365
 
-#: DPI's draws are treated as uninformative when e^{2α} is below this.
+#: DPI's draws are treated as uninformative when e^{2α} is below this …
 _DPI_CONTRAST_FLOOR = 1.1
+#: … and as too weak to be sure of beating the uniform PDF below e^{1/2} (measured: DPI was no
+#: better than uniform on flights and COVID-19 wherever its contrast was below 1.2; see
+#: docs/streaming.md).
+_DPI_CONTRAST_COARSE = math.exp(0.5)
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,9 @@ class ModeForecast:
         resolution: accumulative noise in units of the uniform bin mass (noise·k); DPI: the
             contrast e^{2α} of its draws at the horizon.
         only_uniform: the mode can only release (close to) the uniform PDF here.
+        coarse: the noise per bin exceeds the uniform bin mass 1/k (resolution > 1), so the
+            answer may be no closer to the truth than the uniform PDF (whose squared error per
+            bin is the PDF's spread around 1/k).
         note: one line on what to expect.
     """
 
@@ -59,7 +66,13 @@ class ModeForecast:
     instantaneous_noise: float
     resolution: float
     only_uniform: bool
+    coarse: bool
     note: str
+
+    @property
+    def warned(self) -> bool:
+        """Whether :func:`recommend` warns about this mode."""
+        return self.only_uniform or self.coarse
 
 
 @dataclass(frozen=True)
@@ -69,7 +82,8 @@ class Recommendation:
     Attributes:
         best: the mode to use (the smallest accumulative noise).
         forecasts: one :class:`ModeForecast` per mode.
-        warnings: configurations that can only release the uniform PDF, and why.
+        warnings: modes that can only release the uniform PDF, or may do no better than it,
+            and why.
         horizon: the horizon the forecast is for (slots).
     """
 
@@ -96,7 +110,7 @@ def _histogram_forecast(
         note = f"coarse: only bins above ~{acc:.2g} of the mass stand out (uniform bin {1 / k:.2g})"
     else:
         note = f"resolves bins of uniform mass 1/k = {1 / k:.2g} (noise {acc:.2g})"
-    return ModeForecast(mode, acc, inst, acc * k, only_uniform, note)
+    return ModeForecast(mode, acc, inst, acc * k, only_uniform, acc * k > 1.0, note)
 
 
 def recommend(
@@ -179,15 +193,21 @@ def recommend(
             math.nan,
             contrast,
             dpi_uniform,
+            contrast < _DPI_CONTRAST_COARSE,
             f"draws at the horizon favour the best candidate by e^(2α) = {contrast:.3g}",
         )
     )
     warnings = []
     for f in forecasts:
+        setting = f"{f.mode}: with k={k}, n_min={min_users}, epsilon={epsilon} over {slots} slots"
         if f.only_uniform:
             warnings.append(
-                f"{f.mode}: with k={k}, n_min={min_users}, epsilon={epsilon} over {slots} "
-                f"slots this mode can only release (close to) the uniform PDF — {f.note}"
+                f"{setting} this mode can only release (close to) the uniform PDF — {f.note}"
+            )
+        elif f.coarse:
+            warnings.append(
+                f"{setting} the noise per bin exceeds the uniform bin mass 1/k, so the answer "
+                f"may be no better than the uniform PDF — {f.note}"
             )
     best = min(forecasts[:2], key=lambda f: f.accumulative_noise)
     return Recommendation(best.mode, tuple(forecasts), tuple(warnings), slots)
