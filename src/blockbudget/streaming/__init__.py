@@ -15,7 +15,7 @@ See ``docs/dpi.md``. Public API:
 * :class:`HistogramStream`, :class:`HistogramConfig`, :class:`ReleaseMode`, :class:`Combine` —
   windowed and per-slot Laplace/Gaussian histogram releases (docs/streaming.md);
   :class:`PlatformStreamRelease`, :class:`SlotSource` — the same, reading and charging a
-  platform stream's blocks.
+  platform stream's blocks; :func:`recommend` — which mode a configuration supports.
 * :class:`SecureSelector` (default), :class:`SeededSelector` (tests/experiments only).
 """
 
@@ -46,6 +46,7 @@ from blockbudget.streaming.platform_release import (
     StreamSlot,
 )
 from blockbudget.streaming.queries import QueryPool
+from blockbudget.streaming.recommend import ModeForecast, Recommendation, recommend
 from blockbudget.streaming.release import (
     DPIStream,
     SlotRelease,
@@ -79,11 +80,13 @@ __all__ = [
     "HistogramState",
     "HistogramStream",
     "Horizon",
+    "ModeForecast",
     "PlatformStreamRelease",
     "PoolDesign",
     "QueryPool",
     "RandomBudgetAllocation",
     "RangeBudgetAllocation",
+    "Recommendation",
     "ReleaseMode",
     "ReleasedSlot",
     "SecureSelector",
@@ -104,6 +107,7 @@ __all__ = [
     "direction_cost",
     "eta_from_alpha",
     "project_to_simplex",
+    "recommend",
     "tilt_towards",
     "zcdp_rho",
     "zeta_for_horizon",
