@@ -1,5 +1,6 @@
-"""Honest comparison of user-level stream releases: DPI, the uniform PDF, per-slot Laplace with
-DPI's budgets, windowed Laplace and windowed Gaussian, on real and synthetic streams.
+"""Honest comparison of user-level stream releases: DPI (its default Dirichlet synopsis pool, and
+the spiked pool that can express a heavy item), the uniform PDF, per-slot Laplace with DPI's
+budgets, windowed Laplace and windowed Gaussian, on real and synthetic streams.
 
 Every method answers the *accumulative* query (the mean PDF of slots 1…t) at every slot, for the
 same total user-level ε, and gets the same post-processing: 1% of the uniform PDF mixed into its
@@ -36,12 +37,21 @@ from blockbudget.streaming.evaluation import Setup, build_stream
 from blockbudget.streaming.histogram import HistogramConfig, HistogramStream, ReleaseMode
 from blockbudget.streaming.recommend import recommend
 from blockbudget.streaming.streams import covid_stream, flights_stream
+from blockbudget.streaming.synopses import PoolDesign
 
-METHODS = ("dpi", "uniform", "per-slot-laplace", "windowed-laplace", "windowed-gaussian")
+METHODS = (
+    "dpi",
+    "dpi-spiked",
+    "uniform",
+    "per-slot-laplace",
+    "windowed-laplace",
+    "windowed-gaussian",
+)
 DELTA = 1e-6
 SMOOTHING = 0.01
 _FORECAST = {
     "dpi": "dpi",
+    "dpi-spiked": "dpi",
     "per-slot-laplace": "per-slot",
     "windowed-laplace": "windowed",
     "windowed-gaussian": "windowed",
@@ -95,11 +105,12 @@ def _run(method: str, stream: _Stream, eps: float, seed: int) -> list[np.ndarray
     k, n = stream.k, len(stream.pdfs)
     if method == "uniform":
         return [np.full(k, 1.0 / k)] * n
-    if method == "dpi":
+    if method.startswith("dpi"):
         config = DPIConfig.for_horizon(
             epsilon=eps, slots=n, horizon=Horizon.ACCUMULATIVE, smoothing=SMOOTHING
         )
-        dpi = build_stream(k, config, Setup(min_users=stream.n_min), seed=seed)
+        design = PoolDesign.SPIKED if method == "dpi-spiked" else PoolDesign.DIRICHLET
+        dpi = build_stream(k, config, Setup(min_users=stream.n_min, design=design), seed=seed)
         return [dpi.step_pdf(p).pdf for p in stream.pdfs]
     mode = ReleaseMode.PER_SLOT if method.startswith("per-slot") else ReleaseMode.WINDOWED
     gaussian = method.endswith("gaussian")

@@ -28,7 +28,7 @@ from blockbudget.streaming.allocation import (
     SequenceTerms,
 )
 from blockbudget.streaming.compression import Compression
-from blockbudget.streaming.config import AllocationKind, DPIConfig, Horizon
+from blockbudget.streaming.config import AllocationKind, DPIConfig, Estimator, Horizon
 from blockbudget.streaming.histogram import (
     Combine,
     HistogramConfig,
@@ -75,6 +75,7 @@ __all__ = [
     "DPIConfig",
     "DPISeries",
     "DPIStream",
+    "Estimator",
     "HistogramConfig",
     "HistogramRelease",
     "HistogramState",
