@@ -38,10 +38,10 @@ OPEN_HORIZON = 365
 
 #: DPI's draws are treated as uninformative when e^{2α} is below this …
 _DPI_CONTRAST_FLOOR = 1.1
-#: … and as too weak to be sure of beating the uniform PDF below e^{1/2} (measured: DPI was no
-#: better than uniform on flights and COVID-19 wherever its contrast was below 1.2; see
-#: docs/streaming.md).
-_DPI_CONTRAST_COARSE = math.exp(0.5)
+#: … and as too weak to be sure of beating the uniform PDF below 2. Set from the measurements of
+#: ``streams-compare`` (docs/results.md): DPI (either pool) was no better than, or within 10% of,
+#: the uniform PDF wherever its contrast was below 1.9, and clearly better on zipf-1e5 (2.2 and up).
+_DPI_CONTRAST_COARSE = 2.0
 
 
 @dataclass(frozen=True)
