@@ -194,3 +194,28 @@ def test_cli_runs_and_shows_a_release(tmp_path: Path) -> None:
     assert all(e["secure_noise"] for e in saved["log"])  # the CLI uses OpenDP's samplers
     r = runner.invoke(app, [*args[:-2], "--name", "pages", "--epsilon", "2"])
     assert r.exit_code == 2 and "other parameters" in r.output
+
+
+def test_one_run_at_a_time_and_a_stale_object_continues_from_the_saved_state(
+    tmp_path: Path,
+) -> None:
+    import fcntl
+
+    p = _platform(tmp_path)
+    config = HistogramConfig(epsilon=1.0, window=2)
+    a = PlatformStreamRelease(p, "visits", context="dash", source=SOURCE, config=config, seed=1)
+    b = PlatformStreamRelease(p, "visits", context="dash", source=SOURCE, config=config, seed=1)
+    lock_path = tmp_path / "home" / "releases" / "visits" / "default.json.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    before = [(s.block, s.charged) for s in p.ledger.states(stream="visits")]
+    with open(lock_path, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(InvalidRequestError, match="running in another call"):
+            a.run()
+        fcntl.flock(held, fcntl.LOCK_UN)
+    assert [(s.block, s.charged) for s in p.ledger.states(stream="visits")] == before
+    assert len(a.run(max_windows=2)) == 2  # slots 1 and 2
+    # b was made before a ran: it re-reads the saved state and goes on from slot 3
+    out = b.run()
+    assert [r.slot.t for r in out] == [3, 4, 5, 6] and b.spent != a.spent
+    p.close()

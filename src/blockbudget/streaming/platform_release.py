@@ -310,11 +310,36 @@ class PlatformStreamRelease:
         Returns:
             the slots answered by this call, in order.
 
+        One run at a time per release: an exclusive lock on ``<name>.json.lock`` is held for the
+        whole call and the saved state is re-read under it, so two concurrent calls (two server
+        threads or processes) never release, or charge, the same window twice.
+
         Raises:
             BudgetExceededError and the other refusals of :meth:`Platform.request`: a window's
                 blocks cannot pay (nothing of that window is released or charged; earlier
                 windows of this call stay released).
+            InvalidRequestError: another call is running this release right now.
         """
+        import fcntl
+
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self._path.with_suffix(".json.lock"), "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise InvalidRequestError(
+                    f"release {self.name!r} of stream {self.stream!r} is running in another "
+                    "call; try again when it is done"
+                ) from None
+            try:
+                saved = self._load()  # what another call saved since this object was made
+                if saved is not None:
+                    self._hist.resume(saved)
+                return self._run_locked(max_windows)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _run_locked(self, max_windows: int | None) -> list[ReleasedSlot]:
         slots = self.slots()
         out: list[ReleasedSlot] = []
         done = 0

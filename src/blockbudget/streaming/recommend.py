@@ -113,6 +113,21 @@ def _histogram_forecast(
     return ModeForecast(mode, acc, inst, acc * k, only_uniform, acc * k > 1.0, note)
 
 
+def _check(
+    domain_size: int, min_users: int, epsilon: float, horizon: int | None, window: int
+) -> None:
+    """Refuse parameters :func:`recommend` cannot forecast (InvalidRequestError)."""
+    for name, value in (("domain_size", domain_size), ("min_users", min_users)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidRequestError(f"{name} must be an int >= 1, got {value!r}")
+    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
+        raise InvalidRequestError(f"epsilon must be finite and > 0, got {epsilon!r}")
+    if horizon is not None and (not isinstance(horizon, int) or not 2 <= horizon <= 10**6):
+        raise InvalidRequestError(f"horizon must be None or an int in [2, 1e6], got {horizon!r}")
+    if not isinstance(window, int) or window < 1:
+        raise InvalidRequestError(f"window must be an int >= 1, got {window!r}")
+
+
 def recommend(
     *,
     domain_size: int,
@@ -144,15 +159,7 @@ def recommend(
     """
     from blockbudget.streaming.histogram import zcdp_rho
 
-    for name, value in (("domain_size", domain_size), ("min_users", min_users)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InvalidRequestError(f"{name} must be an int >= 1, got {value!r}")
-    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
-        raise InvalidRequestError(f"epsilon must be finite and > 0, got {epsilon!r}")
-    if horizon is not None and (not isinstance(horizon, int) or not 2 <= horizon <= 10**6):
-        raise InvalidRequestError(f"horizon must be None or an int in [2, 1e6], got {horizon!r}")
-    if not isinstance(window, int) or window < 1:
-        raise InvalidRequestError(f"window must be an int >= 1, got {window!r}")
+    _check(domain_size, min_users, epsilon, horizon, window)
     k, slots = domain_size, horizon or OPEN_HORIZON
     gaussian = delta > 0
     total = zcdp_rho(epsilon=epsilon, delta=delta) if gaussian else float(epsilon)
