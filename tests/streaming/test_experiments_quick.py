@@ -109,3 +109,20 @@ def test_horizon_experiment_spends_more_of_epsilon(tmp_path: Path) -> None:
             2 * (2 / aware["min_users"]) / (aware["median_epsilon_t"] / 2)
         )
         assert aware["kl_ratio"] <= 1.05  # never much worse than uniform
+
+
+def test_streams_compare_ranks_windowed_above_dpi_and_warns_where_it_loses(
+    tmp_path: Path,
+) -> None:
+    rows = _run("streams-compare", tmp_path)
+    by = {(r["stream"], r["method"]): r for r in rows}
+    assert {r["stream"] for r in rows} == {"flights", "covid", "skewed"}
+    for stream in ("flights", "covid", "skewed"):
+        assert by[(stream, "windowed-laplace")]["mse"] < by[(stream, "dpi")]["mse"]
+    # the skewed stream's heavy item is found: far below the uniform PDF's KL
+    assert by[("skewed", "windowed-laplace")]["kl"] < 0.1 * by[("skewed", "uniform")]["kl"]
+    # a method that does worse than the uniform PDF was warned about by the recommender
+    for r in rows:
+        if r["method"] != "uniform" and r["mse"] > by[(r["stream"], "uniform")]["mse"]:
+            assert r["warned"], r
+    assert all(r["seeds"] == 2 and r["kl_se"] >= 0 and not r["secure"] for r in rows)

@@ -13,11 +13,12 @@ commands need no service extra (``--server`` and ``serve`` say to install it).
 
 Modules by concern: :mod:`.common` (apps, options, helpers), :mod:`.data` (streams, contexts,
 ingest, blocks), :mod:`.queries` (DP queries, audit), :mod:`.server` (``serve``, principals,
-demo), :mod:`.tasks` (the scheduler queue, server mode), :mod:`.experiments`. Importing this
+demo), :mod:`.tasks` (the scheduler queue, server mode), :mod:`.experiments`, :mod:`.releases` (live
+stream releases). Importing this
 package registers every command on :data:`app` (the console entry ``blockbudget.cli:app``).
 """
 
-from blockbudget.cli import data, experiments, queries, server, tasks
+from blockbudget.cli import data, experiments, queries, releases, server, tasks
 from blockbudget.cli.common import app
 from blockbudget.cli.data import render_blocks
 from blockbudget.cli.queries import print_verify
@@ -29,6 +30,7 @@ __all__ = [
     "main",
     "print_verify",
     "queries",
+    "releases",
     "render_blocks",
     "server",
     "tasks",

@@ -54,6 +54,7 @@ from blockbudget.series.sequence import (
     FiniteBudgetSequence,
     GeometricSeries,
     InfiniteBudgetSequence,
+    InverseSquareSeries,
     ProportionSeries,
     TaylorSeries,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "Flip",
     "GeometricSeries",
     "InfiniteBudgetSequence",
+    "InverseSquareSeries",
     "NoiseBoundInterval",
     "NoisyN",
     "NoisySign",

@@ -10,7 +10,8 @@ Two value types implement :class:`BudgetSequence`:
 * :class:`FiniteBudgetSequence` — n explicit terms (average, calibrated, flipped, compounded,
   protected sequences);
 * :class:`InfiniteBudgetSequence` — ε times a convergent :class:`ProportionSeries`
-  (:class:`GeometricSeries`, Eq. 6–7; :class:`TaylorSeries`, Eq. 11–12), computed term by term.
+  (:class:`GeometricSeries`, Eq. 6–7; :class:`TaylorSeries`, Eq. 11–12;
+  :class:`InverseSquareSeries`, p_i = 1/i² in Theorem 4), computed term by term.
 
 Exactness (the guarantee every caller relies on). Terms are :class:`~decimal.Decimal` multiples
 of 10**-18 (the ledger's unit), rounded **down**. For an infinite series the proportion k_i is a
@@ -30,7 +31,7 @@ from decimal import ROUND_FLOOR, Decimal, InvalidOperation
 
 from blockbudget.budget import Budget, Number, to_decimal
 from blockbudget.errors import InvalidBudgetError, InvalidRequestError
-from blockbudget.series._exact import FLOOR, GRID, exact_sum, grid_floor
+from blockbudget.series._exact import CEIL, FLOOR, GRID, exact_sum, grid_floor
 
 #: Digits kept of a series parameter (r, t): the parameter actually used is this decimal.
 PARAMETER_DIGITS = 40
@@ -336,6 +337,32 @@ class TaylorSeries(ProportionSeries):
 
     def label(self) -> str:
         return "Ty"
+
+
+#: π truncated to 80 decimals (a lower bound) and that plus 1e-80 (an upper bound).
+_PI_LOW = Decimal(
+    "3.14159265358979323846264338327950288419716939937510582097494459230781640628620899"
+)
+_PI_HIGH = CEIL.add(_PI_LOW, Decimal("1e-80"))
+_SIX_OVER_PI2 = FLOOR.divide(Decimal(6), CEIL.multiply(_PI_HIGH, _PI_HIGH))
+
+
+@dataclass(frozen=True)
+class InverseSquareSeries(ProportionSeries):
+    """k_i = 6/(π²·i²): Theorem 4 of seed 003 (§4.1, Eq. 5) with p_i = 1/i² and c = π²/6.
+
+    Its terms decay polynomially, not geometrically, so window j of a stream that never ends
+    still gets a useful share ε·0.61/j² (the geometric series' share vanishes exponentially).
+    π² is bounded from above (π < 3.14159…899 + 10⁻⁸⁰) and every operation rounds down, so each
+    k_i returned is ≤ 6/(π²i²) and any prefix sums to at most 1.
+    """
+
+    def proportion(self, i: int) -> Decimal:
+        check_index(i)
+        return FLOOR.divide(_SIX_OVER_PI2, i * i)
+
+    def label(self) -> str:
+        return "InvSq"
 
 
 @dataclass(frozen=True)

@@ -574,6 +574,10 @@ def create_app(
         app, platform=platform, queue=tasks, authenticate=authenticate, names=names
     )
 
+    from blockbudget.service.stream_releases import register_stream_release_routes
+
+    register_stream_release_routes(app, platform=platform, authenticate=authenticate)
+
     register_dashboard_routes(
         app,
         platform=platform,

@@ -12,6 +12,10 @@ See ``docs/dpi.md``. Public API:
 * :class:`RandomBudgetAllocation`, :class:`RangeBudgetAllocation` — Alg. 3 and Alg. 4;
   :class:`SequenceTerms` lets Alg. 3 draw from a seed-003 sequence (:mod:`blockbudget.series`).
 * :class:`StreamAccountant`, :func:`charge_stream_total` — Thm 5.1 accounting, ledger path.
+* :class:`HistogramStream`, :class:`HistogramConfig`, :class:`ReleaseMode`, :class:`Combine` —
+  windowed and per-slot Laplace/Gaussian histogram releases (docs/streaming.md);
+  :class:`PlatformStreamRelease`, :class:`SlotSource` — the same, reading and charging a
+  platform stream's blocks; :func:`recommend` — which mode a configuration supports.
 * :class:`SecureSelector` (default), :class:`SeededSelector` (tests/experiments only).
 """
 
@@ -24,8 +28,25 @@ from blockbudget.streaming.allocation import (
     SequenceTerms,
 )
 from blockbudget.streaming.compression import Compression
-from blockbudget.streaming.config import AllocationKind, DPIConfig, Horizon
+from blockbudget.streaming.config import AllocationKind, DPIConfig, Estimator, Horizon
+from blockbudget.streaming.histogram import (
+    Combine,
+    HistogramConfig,
+    HistogramRelease,
+    HistogramState,
+    HistogramStream,
+    ReleaseMode,
+    project_to_simplex,
+    zcdp_rho,
+)
+from blockbudget.streaming.platform_release import (
+    PlatformStreamRelease,
+    ReleasedSlot,
+    SlotSource,
+    StreamSlot,
+)
 from blockbudget.streaming.queries import QueryPool
+from blockbudget.streaming.recommend import ModeForecast, Recommendation, recommend
 from blockbudget.streaming.release import (
     DPIStream,
     SlotRelease,
@@ -49,21 +70,34 @@ __all__ = [
     "Allocation",
     "AllocationKind",
     "BudgetAllocator",
+    "Combine",
     "Compression",
     "DPIConfig",
     "DPISeries",
     "DPIStream",
+    "Estimator",
+    "HistogramConfig",
+    "HistogramRelease",
+    "HistogramState",
+    "HistogramStream",
     "Horizon",
+    "ModeForecast",
+    "PlatformStreamRelease",
     "PoolDesign",
     "QueryPool",
     "RandomBudgetAllocation",
     "RangeBudgetAllocation",
+    "Recommendation",
+    "ReleaseMode",
+    "ReleasedSlot",
     "SecureSelector",
     "SeededSelector",
     "Selector",
     "SequenceTerms",
     "SlotRelease",
+    "SlotSource",
     "StreamAccountant",
+    "StreamSlot",
     "SynopsisPool",
     "alpha_for_cost",
     "alpha_from_eta",
@@ -73,6 +107,9 @@ __all__ = [
     "dilog_inverse",
     "direction_cost",
     "eta_from_alpha",
+    "project_to_simplex",
+    "recommend",
     "tilt_towards",
+    "zcdp_rho",
     "zeta_for_horizon",
 ]

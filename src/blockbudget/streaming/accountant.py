@@ -96,6 +96,23 @@ class StreamAccountant:
             return False
         return True
 
+    def restore(self, spent_units: int) -> None:
+        """Resume a fresh accountant at a total saved earlier (:attr:`spent_units`).
+
+        Raises:
+            InvalidRequestError: this accountant already charged, or the total is not an int in
+                ``[0, capacity]``.
+        """
+        if self._spent or self._slots:
+            raise InvalidRequestError("only a fresh accountant can be restored")
+        if isinstance(spent_units, bool) or not isinstance(spent_units, int):
+            raise InvalidRequestError(f"spent_units must be an int, got {spent_units!r}")
+        if not 0 <= spent_units <= self._capacity:
+            raise InvalidRequestError(
+                f"a saved total must lie in [0, {self._capacity}] units, got {spent_units}"
+            )
+        self._spent = spent_units
+
     @property
     def spent(self) -> Decimal:
         """The exact total charged (≥ the true total of the charged floats)."""

@@ -31,6 +31,16 @@ class AllocationKind(Enum):
     RANGES = "ranges"
 
 
+class Estimator(Enum):
+    """Where a measurement moves the release (post-processing of the released draw): to the
+    nearest edge of its plausible interval (``INTERVAL``, conservative; the default) or to the
+    likelihood's peak (``PEAK``, within half a pool quantum), see
+    :func:`~blockbudget.streaming.release.plausible_region`."""
+
+    INTERVAL = "interval"
+    PEAK = "peak"
+
+
 @dataclass(frozen=True, kw_only=True)
 class DPIConfig:
     """A DPI stream's parameters (keyword-only).
@@ -53,6 +63,7 @@ class DPIConfig:
         candidates: queries sampled from P_Q per slot (data-independent, Alg. 1 line 6) among
             which the query draw chooses.
         smoothing: ρ ∈ [0, 1), the uniform share mixed into each release (keeps KL finite).
+        estimator: how a measurement moves the release (post-processing; no privacy effect).
     """
 
     epsilon: float
@@ -68,6 +79,7 @@ class DPIConfig:
     replay: int = 128
     candidates: int = 256
     smoothing: float = 0.01
+    estimator: Estimator = Estimator.INTERVAL
 
     def __post_init__(self) -> None:
         for name in ("epsilon", "mu", "zeta", "rate"):
@@ -77,6 +89,8 @@ class DPIConfig:
             if not math.isfinite(value) or value <= 0:
                 raise InvalidRequestError(f"{name} must be finite and > 0, got {value!r}")
         series_constant(sensitivity=2.0, mu=self.mu, zeta=self.zeta)  # DPISeries' C = 2/(μζ)
+        if not isinstance(self.estimator, Estimator):
+            raise InvalidRequestError(f"estimator must be an Estimator, got {self.estimator!r}")
         if not isinstance(self.horizon, Horizon):
             raise InvalidRequestError(f"horizon must be a Horizon, got {self.horizon!r}")
         if not isinstance(self.allocation, AllocationKind):

@@ -5,8 +5,8 @@
 returns per-slot rows: ε_t, spent, remaining, KL and MSE of the release against the true
 instantaneous or accumulative PDF, the same for the uniform PDF, and — as a reference mechanism
 spending the *same* ε_t per slot — the Laplace mechanism on the PDF (ℓ₁-sensitivity Δ_P, noise
-scale Δ_P/ε_t, clipped at 0 and renormalised). Seeded randomness only: the rows say
-``secure=False``.
+scale Δ_P/ε_t, clipped at 0, renormalised and mixed with the same uniform share as DPI's
+release). Seeded randomness only: the rows say ``secure=False``.
 """
 
 from __future__ import annotations
@@ -69,16 +69,24 @@ def build_stream(k: int, config: DPIConfig, setup: Setup, *, seed: int) -> DPISt
 
 
 def laplace_release(
-    pdf: FloatArray, *, epsilon: float, sensitivity: float, noise: SeededNoise
+    pdf: FloatArray,
+    *,
+    epsilon: float,
+    sensitivity: float,
+    noise: SeededNoise,
+    smoothing: float = 0.01,
 ) -> FloatArray:
     """The Laplace mechanism on a PDF (scale Δ/ε), clipped at 0 and renormalised (uniform if
-    nothing is left)."""
+    nothing is left), then mixed with ``smoothing`` of the uniform PDF — the same post-processing
+    DPI's release gets (``DPIConfig.smoothing``), so that KL compares the mechanisms and not a
+    floor on zeros."""
     k = pdf.size
     if epsilon <= 0:
         return np.full(k, 1.0 / k)
     noisy = np.maximum(noise.add_laplace(pdf, scale=sensitivity / epsilon), 0.0)
     total = float(noisy.sum())
-    return noisy / total if total > 0 else np.full(k, 1.0 / k)
+    clipped = noisy / total if total > 0 else np.full(k, 1.0 / k)
+    return np.asarray((1.0 - smoothing) * clipped + smoothing / k, dtype=np.float64)
 
 
 def run_dpi(
@@ -131,6 +139,7 @@ def run_dpi(
                 epsilon=release.epsilon,
                 sensitivity=stream.compression.sensitivity,
                 noise=noise,
+                smoothing=config.smoothing,
             )
             row["kl_laplace"] = kl_divergence(target, lap)
             row["mse_laplace"] = mse(target, lap)

@@ -49,7 +49,7 @@ from blockbudget.streaming.allocation import (
     RangeBudgetAllocation,
 )
 from blockbudget.streaming.compression import Compression
-from blockbudget.streaming.config import AllocationKind, DPIConfig, Horizon
+from blockbudget.streaming.config import AllocationKind, DPIConfig, Estimator, Horizon
 from blockbudget.streaming.queries import QueryPool
 from blockbudget.streaming.selection import SecureSelector, Selector
 from blockbudget.streaming.series import DPISeries, eta_from_alpha
@@ -62,10 +62,12 @@ __all__ = [
     "AllocationKind",
     "DPIConfig",
     "DPIStream",
+    "Estimator",
     "Horizon",
     "SlotRelease",
     "clipped_score",
     "plausible_interval",
+    "plausible_region",
     "tilt_towards",
 ]
 
@@ -195,6 +197,34 @@ def plausible_interval(
     interval; a draw at a tiny budget, or whose candidates all clip at −1, gives a wide one (and
     the release hardly moves).
     """
+    lo, hi, _ = plausible_region(
+        pool_answers,
+        base_log_weights,
+        measurement,
+        alpha=alpha,
+        lam=lam,
+        mu=mu,
+        quantum=quantum,
+        points=points,
+        drop=drop,
+    )
+    return lo, hi
+
+
+def plausible_region(
+    pool_answers: FloatArray,
+    base_log_weights: FloatArray,
+    measurement: float,
+    *,
+    alpha: float,
+    lam: float,
+    mu: float,
+    quantum: float = 0.0,
+    points: int = 201,
+    drop: float = 3.0,
+) -> tuple[float, float, float]:
+    """:func:`plausible_interval` and the likelihood's peak: ``(lo, hi, argmax ℓ)`` (the peak is
+    the centre of the grid points that reach the maximum). Public values only."""
     values, inverse = np.unique(pool_answers, return_inverse=True)
     weights = np.full(values.size, -np.inf)
     np.logaddexp.at(weights, inverse, base_log_weights)
@@ -206,8 +236,11 @@ def plausible_interval(
     top = z.max(axis=1, keepdims=True)
     log_z = top[:, 0] + np.log(np.exp(z - top).sum(axis=1))
     ll = alpha * clipped_score(measurement - grid, lam=lam, mu=mu) - log_z
-    keep = grid[ll >= ll.max() - drop]
-    return float(keep.min()) - quantum, float(keep.max()) + quantum
+    best = float(ll.max())
+    keep = grid[ll >= best - drop]
+    at_peak = grid[ll >= best - 1e-12]
+    peak = 0.5 * (float(at_peak.min()) + float(at_peak.max()))
+    return float(keep.min()) - quantum, float(keep.max()) + quantum, peak
 
 
 class DPIStream:
@@ -393,6 +426,21 @@ class DPIStream:
         pdf = (c.astype(np.float64) + pad / k) / float(n + pad) if n + pad else np.full(k, 1.0 / k)
         return self._step_pdf(np.asarray(pdf / pdf.sum(), dtype=np.float64))
 
+    def step_pdf(self, pdf: npt.ArrayLike) -> SlotRelease:
+        """One slot given its compressed PDF (built with this stream's :class:`Compression`, so
+        that Δ_P holds; experiments that compare methods on the same PDFs use it).
+
+        Raises:
+            InvalidRequestError: not a finite non-negative vector of k entries summing to 1.
+        """
+        arr = np.asarray(pdf, dtype=np.float64)
+        k = self.compression.domain_size
+        if arr.shape != (k,) or not np.all(np.isfinite(arr)) or arr.min() < 0:
+            raise InvalidRequestError(f"a slot PDF must be {k} finite non-negative floats")
+        if abs(float(arr.sum()) - 1.0) > 1e-9:
+            raise InvalidRequestError(f"a slot PDF must sum to 1, got {float(arr.sum())!r}")
+        return self._step_pdf(arr)
+
     def _step_pdf(self, pdf: FloatArray) -> SlotRelease:
         self._t += 1
         t = self._t
@@ -452,9 +500,11 @@ class DPIStream:
         # that constraint; γ_t → 1 when the draw is sharp, → 0 when the budget is tiny).
         quantum = 0.5 / self.pool.n_units
         for j, m, pool_answers in zip(chosen, measurements, answers_of_pool, strict=True):
-            lo, hi = plausible_interval(
+            lo, hi, peak = plausible_region(
                 pool_answers, base_a, m, alpha=alpha, lam=cfg.lam, mu=cfg.mu, quantum=quantum
             )
+            if cfg.estimator is Estimator.PEAK:  # post-processing either way (public values)
+                lo, hi = max(lo, peak - quantum), min(hi, peak + quantum)
             self._log_pa = tilt_towards(
                 self._log_pa, pool_answers, 0.5 * (lo + hi), gamma=1.0, tolerance=0.5 * (hi - lo)
             )

@@ -1,0 +1,178 @@
+"""Live stream releases: ``blockbudget release run|show|recommend`` — locally or on a server.
+
+``run`` releases every complete window of a time-blocked stream not yet released (each slot read
+through its own grant on exactly its blocks and charged the window's budget; see
+:mod:`blockbudget.streaming.platform_release`), ``show`` prints a release's latest answer, and
+``recommend`` forecasts each mode's resolution from public parameters and warns when a
+configuration can only release the uniform PDF.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from blockbudget.cli.common import (
+    DEFAULT_HOME,
+    ContextOpt,
+    HomeOpt,
+    KeyOpt,
+    ServerOpt,
+    app,
+    console,
+    handle_errors,
+    local_context,
+    open_platform,
+    remote,
+)
+
+release_app = typer.Typer(
+    help="Live user-level histogram releases of time-blocked streams (windowed or per slot).",
+    no_args_is_help=True,
+)
+app.add_typer(release_app, name="release")
+
+_DomainOpt = Annotated[
+    str, typer.Option(help="Comma-separated declared categories (the public domain).")
+]
+
+
+def _print_answer(answer: dict[str, float], top: int) -> None:
+    table = Table("category", "share")
+    for cat, share in sorted(answer.items(), key=lambda kv: -kv[1])[:top]:
+        table.add_row(cat, f"{share:.4f}")
+    console.print(table)
+
+
+@release_app.command("run")
+@handle_errors
+def release_run(
+    stream: str,
+    item_column: Annotated[str, typer.Option(help="The categorical column released.")],
+    user_column: Annotated[str, typer.Option(help="The column naming the protected user.")],
+    domain: _DomainOpt,
+    min_users: Annotated[int, typer.Option(help="Public floor n_min of users per slot.")],
+    epsilon: Annotated[float, typer.Option(help="Total user-level ε, for all slots ever.")],
+    name: Annotated[str, typer.Option(help="The release's name (its state is kept).")] = "default",
+    context: ContextOpt = None,
+    mode: Annotated[str, typer.Option(help="windowed or per-slot.")] = "windowed",
+    noise: Annotated[str, typer.Option(help="laplace or gaussian (needs --delta).")] = "laplace",
+    delta: Annotated[float, typer.Option(help="δ of a Gaussian release.")] = 0.0,
+    window: Annotated[int, typer.Option(help="Slots per release window.")] = 30,
+    horizon: Annotated[str, typer.Option(help="accumulative or instantaneous.")] = "accumulative",
+    max_windows: Annotated[int | None, typer.Option(help="Release at most N windows.")] = None,
+    top: Annotated[int, typer.Option(help="Categories to print.")] = 10,
+    home: HomeOpt = DEFAULT_HOME,
+    server: ServerOpt = None,
+    api_key: KeyOpt = None,
+) -> None:
+    """Release every complete window of STREAM not yet released."""
+    body: dict[str, Any] = {
+        "item_column": item_column,
+        "user_column": user_column,
+        "domain": [d.strip() for d in domain.split(",") if d.strip()],
+        "min_users": min_users,
+        "epsilon": epsilon,
+        "delta": delta,
+        "mode": mode,
+        "noise": noise,
+        "window": window,
+        "horizon": horizon,
+        "max_windows": max_windows,
+    }
+    client = remote(server, api_key)
+    if client is not None:
+        if context:
+            body["context"] = context
+        out = client.call("POST", f"/v1/streams/{stream}/releases/{name}", json=body)
+        slots, answer = out["slots"], out["answer"]
+        spent = f"{out['spent']} {out['unit']}"
+    else:
+        from blockbudget.streaming.platform_release import open_release
+
+        platform = open_platform(home)
+        try:
+            ctx = local_context(platform, context)
+            options = {k: v for k, v in body.items() if k != "max_windows"}
+            release = open_release(platform, stream, name=name, context=ctx, **options)
+            done = release.run(max_windows=max_windows)
+            slots = release.log[-len(done) :] if done else []
+            answer, spent = release.answer, f"{release.spent} {release.config.unit}"
+        finally:
+            platform.close()
+    released = sum(1 for s in slots if s["released"])
+    console.print(
+        f"[bold]{stream}[/] release {name!r}: {len(slots)} slot(s) answered, "
+        f"{released} window(s) released; spent {spent} of {epsilon}"
+    )
+    _print_answer(answer, top)
+
+
+@release_app.command("show")
+@handle_errors
+def release_show(
+    stream: str,
+    name: Annotated[str, typer.Option(help="The release's name.")] = "default",
+    top: Annotated[int, typer.Option(help="Categories to print.")] = 10,
+    home: HomeOpt = DEFAULT_HOME,
+    server: ServerOpt = None,
+    api_key: KeyOpt = None,
+) -> None:
+    """Print a release's latest public answer (reads no data, spends nothing)."""
+    client = remote(server, api_key)
+    if client is not None:
+        out = client.call("GET", f"/v1/streams/{stream}/releases/{name}")
+        answer, log = out["answer"], out["log"]
+    else:
+        import json
+
+        path = Path(home) / "releases" / stream / f"{name}.json"
+        if not path.exists():
+            from blockbudget.errors import InvalidRequestError
+
+            raise InvalidRequestError(f"no release {name!r} of stream {stream!r} in {home}")
+        data = json.loads(path.read_text())
+        answer = dict(zip(data["fingerprint"]["source"]["domain"], data["answer"], strict=True))
+        log = data["log"]
+    last = log[-1]["key"] if log else "none"
+    console.print(f"[bold]{stream}[/] release {name!r}: {len(log)} slot(s), latest {last}")
+    _print_answer(answer, top)
+
+
+@release_app.command("recommend")
+@handle_errors
+def release_recommend(
+    domain_size: Annotated[int, typer.Option(help="k, the number of categories.")],
+    min_users: Annotated[int, typer.Option(help="Public floor n_min of users per slot.")],
+    epsilon: Annotated[float, typer.Option(help="Total user-level ε.")],
+    horizon: Annotated[int | None, typer.Option(help="Expected slots (none: no end).")] = None,
+    window: Annotated[int, typer.Option(help="Windowed mode's window length.")] = 30,
+    delta: Annotated[float, typer.Option(help="> 0 to forecast Gaussian noise.")] = 0.0,
+) -> None:
+    """Forecast each mode's resolution from public parameters (reads nothing)."""
+    from blockbudget.streaming.recommend import recommend
+
+    r = recommend(
+        domain_size=domain_size,
+        min_users=min_users,
+        epsilon=epsilon,
+        horizon=horizon,
+        window=window,
+        delta=delta,
+    )
+    table = Table("mode", "noise/bin (accumulative)", "noise/bin (latest)", "resolution", "note")
+    for f in r.forecasts:
+        table.add_row(
+            f.mode,
+            f"{f.accumulative_noise:.3g}",
+            f"{f.instantaneous_noise:.3g}",
+            f"{f.resolution:.3g}",
+            f.note,
+        )
+    console.print(table)
+    console.print(f"recommended: [bold]{r.best}[/] (forecast over {r.horizon} slots)")
+    for w in r.warnings:
+        console.print(f"[yellow]warning:[/] {w}")
