@@ -32,7 +32,7 @@ from blockbudget.engine import (
     get_engine,
     zero_partials,
 )
-from blockbudget.errors import DataError
+from blockbudget.errors import DataError, InvalidRequestError
 
 NAN = float("nan")
 ENGINES = engine_names()
@@ -239,6 +239,27 @@ def test_batches_bounded_filtered_projected_in_order(engine: Engine, tmp_path: P
     every = pa.Table.from_batches(list(engine.batches(source)))
     assert every.column_names == ["u", "x"]
     assert every.num_rows == 8
+
+
+@pytest.mark.parametrize(
+    ("columns", "predicates", "batch_rows"),
+    [
+        ([], (), 10),
+        (["x", "x"], (), 10),
+        (["nope"], (), 10),
+        (["x"], (Predicate("zz", Op.EQ, 1),), 10),
+        (["x"], (), 0),
+    ],
+)
+def test_bad_batches_arguments_are_refused_at_the_call(
+    engine: Engine,
+    src: ScanSource,
+    columns: list[str],
+    predicates: tuple[Predicate, ...],
+    batch_rows: int,
+) -> None:
+    with pytest.raises(InvalidRequestError):
+        engine.batches(src, columns=columns, predicates=predicates, batch_rows=batch_rows)
 
 
 def test_agrees_with_a_row_by_row_reference(engine: Engine, tmp_path: Path) -> None:

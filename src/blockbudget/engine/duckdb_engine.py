@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from blockbudget.engine.arrow_engine import find_damaged_file
 from blockbudget.engine.base import Engine
 from blockbudget.engine.duckdb_sql import Columns, batches_sql, plan_sql
+from blockbudget.engine.kernels import output_columns
 from blockbudget.engine.plan import AggKind, Partials, zero_partials
 from blockbudget.errors import DataError, InvalidRequestError
 
@@ -135,15 +136,8 @@ class DuckDBEngine(Engine):
         predicates: Sequence[Predicate] = (),
         batch_rows: int = 65_536,
     ) -> Iterator[pa.RecordBatch]:
-        out = list(source.columns) if columns is None else list(columns)
-        if batch_rows < 1:
-            raise InvalidRequestError(f"batch_rows must be at least 1, got {batch_rows}")
-        if len(set(out)) != len(out):
-            raise InvalidRequestError(f"a column is asked for twice: {out}")
+        out = output_columns(source, columns, predicates, batch_rows)
         needed = set(out) | {p.column for p in predicates}
-        unknown = sorted(needed - set(source.columns))
-        if unknown:
-            raise InvalidRequestError(f"unknown column(s) {unknown}")
         return self._stream(source, out, needed, tuple(predicates), batch_rows)
 
     def _stream(
