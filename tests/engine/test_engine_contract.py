@@ -335,3 +335,8 @@ def test_s3_source(engine: Engine, s3_root: str) -> None:
     assert got.of("s") == ((1 + 2) * 2**18,)
     rows = pa.Table.from_batches(list(engine.batches(source, columns=["n"])))
     assert rows.column("n").to_pylist() == [1, 2, 3, 4, None, 6]
+    fs.delete_file(f"{base}/b0/part-1.parquet")
+    with pytest.raises(DataError, match="part-1"):
+        engine.aggregate(plan)
+    with pytest.raises(DataError, match="part-1"):
+        list(engine.batches(source, columns=["n"]))
