@@ -32,7 +32,7 @@ from blockbudget.engine import (
     get_engine,
     zero_partials,
 )
-from blockbudget.errors import DataError
+from blockbudget.errors import DataError, InvalidRequestError
 
 NAN = float("nan")
 ENGINES = engine_names()
@@ -241,7 +241,29 @@ def test_batches_bounded_filtered_projected_in_order(engine: Engine, tmp_path: P
     assert every.num_rows == 8
 
 
-def test_agrees_with_a_row_by_row_reference(engine: Engine, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("columns", "predicates", "batch_rows"),
+    [
+        ([], (), 10),
+        (["x", "x"], (), 10),
+        (["nope"], (), 10),
+        (["x"], (Predicate("zz", Op.EQ, 1),), 10),
+        (["x"], (), 0),
+    ],
+)
+def test_bad_batches_arguments_are_refused_at_the_call(
+    engine: Engine,
+    src: ScanSource,
+    columns: list[str],
+    predicates: tuple[Predicate, ...],
+    batch_rows: int,
+) -> None:
+    with pytest.raises(InvalidRequestError):
+        engine.batches(src, columns=columns, predicates=predicates, batch_rows=batch_rows)
+
+
+def _random_blocks() -> list[list[pa.Table]]:
+    """Three blocks of three part files of 300 random rows (nulls, NaN, 40 users a block)."""
     rng = np.random.default_rng(20261123)
 
     def random_table(rows: int, first_user: int) -> pa.Table:
@@ -256,23 +278,47 @@ def test_agrees_with_a_row_by_row_reference(engine: Engine, tmp_path: Path) -> N
             }
         )
 
-    tables = [[random_table(300, 100 * b) for _ in range(3)] for b in range(3)]
-    source = write_source(str(tmp_path), tables, user="u", rows_per_user=3)
-    plan = Plan(
+    return [[random_table(300, 100 * b) for _ in range(3)] for b in range(3)]
+
+
+def _random_plan(source: ScanSource) -> Plan:
+    fixed = FixedPoint(-2.5, 7.0, centre=2.25)
+    return Plan(
         source,
         (
             Aggregate("c", AggKind.COUNT),
-            Aggregate("s", AggKind.SUM, "x", fixed=FixedPoint(-2.5, 7.0, centre=2.25)),
-            Aggregate("q", AggKind.SUM_SQUARES, "x", fixed=FixedPoint(-2.5, 7.0, centre=2.25)),
+            Aggregate("s", AggKind.SUM, "x", fixed=fixed),
+            Aggregate("q", AggKind.SUM_SQUARES, "x", fixed=fixed),
             Aggregate("ns", AggKind.SUM, "n", fixed=FixedPoint(0.0, 30.0)),
             Aggregate("b", AggKind.BINS, "x", bins=Bins(-5.0, 5.0, 7)),
             Aggregate("cat", AggKind.CATEGORIES, "n", categories=(1, 2, 3), other=True),
         ),
-        predicates=(Predicate("n", Op.NE, 7), Predicate("x", Op.LT, 6.0)),
-        group_by=(GroupKey("g", ("s", "p", "zz")),),
+        predicates=(
+            Predicate("n", Op.NE, 7),
+            Predicate("x", Op.LT, 6.0),
+            Predicate("g", Op.NOT_IN, ("q",)),
+            Predicate("n", Op.GE, -3.5),
+        ),
+        group_by=(GroupKey("g", ("s", "p", "q", "zz")),),
     )
+
+
+def test_agrees_with_a_row_by_row_reference(engine: Engine, tmp_path: Path) -> None:
+    tables = _random_blocks()
+    source = write_source(str(tmp_path), tables, user="u", rows_per_user=3)
+    plan = _random_plan(source)
     expected = reference_aggregate(plan, reference_rows(source, tables))
     assert dict(engine.aggregate(plan).values) == expected
+
+
+def test_agrees_with_the_reference_on_s3(engine: Engine, s3_root: str) -> None:
+    fs, base = pafs.FileSystem.from_uri(s3_root)
+    tables = _random_blocks()
+    for user, k in ((None, None), ("u", 2)):
+        source = write_source(base, tables, filesystem=fs, uri=s3_root, user=user, rows_per_user=k)
+        plan = _random_plan(source)
+        expected = reference_aggregate(plan, reference_rows(source, tables))
+        assert dict(engine.aggregate(plan).values) == expected
 
 
 def test_missing_or_damaged_part_file_is_a_data_error(engine: Engine, tmp_path: Path) -> None:
@@ -314,3 +360,8 @@ def test_s3_source(engine: Engine, s3_root: str) -> None:
     assert got.of("s") == ((1 + 2) * 2**18,)
     rows = pa.Table.from_batches(list(engine.batches(source, columns=["n"])))
     assert rows.column("n").to_pylist() == [1, 2, 3, 4, None, 6]
+    fs.delete_file(f"{base}/b0/part-1.parquet")
+    with pytest.raises(DataError, match="part-1"):
+        engine.aggregate(plan)
+    with pytest.raises(DataError, match="part-1"):
+        list(engine.batches(source, columns=["n"]))

@@ -21,7 +21,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from blockbudget.engine.base import Engine
-from blockbudget.engine.kernels import Accumulator, filter_batch
+from blockbudget.engine.kernels import Accumulator, filter_batch, output_columns
 from blockbudget.errors import DataError, InvalidRequestError
 
 if TYPE_CHECKING:
@@ -68,29 +68,21 @@ class ArrowEngine(Engine):
         predicates: Sequence[Predicate] = (),
         batch_rows: int = 65_536,
     ) -> Iterator[pa.RecordBatch]:
-        out = _output_columns(source, columns)
-        if batch_rows < 1:
-            raise InvalidRequestError(f"batch_rows must be at least 1, got {batch_rows}")
-        needed = set(out) | {p.column for p in predicates}
-        unknown = sorted(needed - set(source.columns))
-        if unknown:
-            raise InvalidRequestError(f"unknown column(s) {unknown}")
-        if source.user_column is not None:
-            needed.add(source.user_column)
-        read = [c for c in source.columns if c in needed]
-        for batch in _bounded_batches(source, read, batch_rows):
-            kept = filter_batch(batch, tuple(predicates))
-            if kept.num_rows:
-                yield kept.select(out)
+        out = output_columns(source, columns, predicates, batch_rows)  # checked at the call
+        return _filtered(source, out, tuple(predicates), batch_rows)
 
 
-def _output_columns(source: ScanSource, columns: Sequence[str] | None) -> list[str]:
-    if columns is None:
-        return list(source.columns)
-    out = list(columns)
-    if len(set(out)) != len(out):
-        raise InvalidRequestError(f"a column is asked for twice: {out}")
-    return out
+def _filtered(
+    source: ScanSource, out: list[str], predicates: tuple[Predicate, ...], batch_rows: int
+) -> Iterator[pa.RecordBatch]:
+    needed = set(out) | {p.column for p in predicates}
+    if source.user_column is not None:
+        needed.add(source.user_column)
+    read = [c for c in source.columns if c in needed]
+    for batch in _bounded_batches(source, read, batch_rows):
+        kept = filter_batch(batch, predicates)
+        if kept.num_rows:
+            yield kept.select(out)
 
 
 def _bounded_batches(

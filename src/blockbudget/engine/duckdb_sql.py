@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blockbudget.engine.plan import AggKind, Aggregate, FixedPoint, Op, Plan, Predicate
-from blockbudget.errors import InvalidRequestError
+from blockbudget.errors import InternalError, InvalidRequestError
 
 #: The names of the stored-order columns read_parquet exposes (virtual columns).
 FILE_INDEX = "file_index"
@@ -83,16 +83,22 @@ def rows_sql(
     user: str | None,
     rows_per_user: int | None,
     keep_order: bool = False,
+    dataset: str | None = None,
 ) -> str:
     """The source's rows after contribution bounding (a subquery), projected to ``columns``.
 
     On a user-level source a window keeps each user's first ``rows_per_user`` rows in stored
     order (file position in the list, then row number in the file); user ids are disjoint across
     blocks, so one partition per user suffices. With ``keep_order`` the stored-order position is
-    kept as an extra column (:data:`ORDER_ALIAS`).
+    kept as an extra column (:data:`ORDER_ALIAS`). With ``dataset`` the rows come from that
+    registered Arrow dataset instead (no stored order: only for a source without bounding).
     """
-    scan = f"read_parquet({params.add(list(files))})"
     cols = ", ".join(quote(c) for c in columns) or "1"
+    if dataset is not None:
+        if (user is not None and rows_per_user is not None) or keep_order:
+            raise InternalError("an Arrow dataset scan has no stored order to bound or keep")
+        return f"SELECT {cols} FROM {quote(dataset)}"
+    scan = f"read_parquet({params.add(list(files))})"
     if user is None or rows_per_user is None:
         return f"SELECT {cols} FROM {scan}"
     if len(files) >= 1 << (63 - ROW_BITS):
@@ -176,8 +182,11 @@ def aggregate_sql(params: Params, agg: Aggregate, kinds: Columns) -> str:
     return f"histogram({code}) FILTER (WHERE {code} IS NOT NULL)"
 
 
-def plan_sql(plan: Plan, files: Sequence[str], kinds: Columns) -> tuple[str, Mapping[str, Any]]:
-    """The plan as one statement: group columns first, then one column per aggregate."""
+def plan_sql(
+    plan: Plan, files: Sequence[str], kinds: Columns, *, dataset: str | None = None
+) -> tuple[str, Mapping[str, Any]]:
+    """The plan as one statement: group columns first, then one column per aggregate (rows
+    from ``files``, or from the registered Arrow dataset named ``dataset``)."""
     params = Params()
     source = plan.source
     rows = rows_sql(
@@ -186,6 +195,7 @@ def plan_sql(plan: Plan, files: Sequence[str], kinds: Columns) -> tuple[str, Map
         plan.columns(),
         user=source.user_column,
         rows_per_user=source.rows_per_user,
+        dataset=dataset,
     )
     keys = [quote(g.column) for g in plan.group_by]
     select = keys + [aggregate_sql(params, a, kinds) for a in plan.aggregates]

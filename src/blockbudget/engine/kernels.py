@@ -27,7 +27,7 @@ from blockbudget.engine.plan import FIXED_POINT_BITS, AggKind, Op, Partials, fla
 from blockbudget.errors import InvalidRequestError
 
 if TYPE_CHECKING:
-    from blockbudget.engine.plan import Aggregate, Plan, Predicate, Scalar
+    from blockbudget.engine.plan import Aggregate, Plan, Predicate, Scalar, ScanSource
 
 #: Rows summed in int64 before the sums move to Python ints: 2**22 · (2**20)² < 2**63.
 FLUSH_ROWS = 1 << (62 - 2 * FIXED_POINT_BITS)
@@ -101,6 +101,31 @@ def filter_batch(batch: pa.RecordBatch, predicates: Sequence[Predicate]) -> pa.R
     for predicate in predicates[1:]:
         mask = pc.and_(mask, predicate_mask(batch, predicate))
     return batch.filter(mask)
+
+
+def output_columns(
+    source: ScanSource,
+    columns: Sequence[str] | None,
+    predicates: Sequence[Predicate],
+    batch_rows: int,
+) -> list[str]:
+    """Check the arguments of :meth:`~blockbudget.engine.base.Engine.batches`; the columns
+    to return (default: every column of the source, in schema order).
+
+    Raises:
+        InvalidRequestError: no column, a column twice, an unknown column or ``batch_rows < 1``.
+    """
+    out = list(source.columns) if columns is None else list(columns)
+    if not out:
+        raise InvalidRequestError("batches need at least one column")
+    if len(set(out)) != len(out):
+        raise InvalidRequestError(f"a column is asked for twice: {out}")
+    unknown = sorted((set(out) | {p.column for p in predicates}) - set(source.columns))
+    if unknown:
+        raise InvalidRequestError(f"unknown column(s) {unknown}")
+    if batch_rows < 1:
+        raise InvalidRequestError(f"batch_rows must be at least 1, got {batch_rows}")
+    return out
 
 
 def _codes(column: pa.Array, value_set: pa.Array) -> pa.Array:
@@ -236,9 +261,16 @@ class Accumulator:
 
 
 def _group_sum(group: NDArray[np.int64], units: NDArray[np.int64], size: int) -> NDArray[np.int64]:
-    """Exact per-group int64 sums (bincount's float weights would round)."""
+    """Exact per-group sums of int64 units (``|u| ≤ 2**40``) over at most :data:`FLUSH_ROWS`
+    rows.
+
+    ``np.bincount`` adds float64 weights; a float sum is exact while every partial sum is an
+    integer below 2**53. Each unit is therefore split into 20-bit limbs (``u = hi·2**20 + lo``,
+    ``|lo| < 2**20``, ``|hi| ≤ 2**20``), whose sums over 2**22 rows stay below 2**42.
+    """
     if size == 1:
         return np.array([int(units.sum())], dtype=np.int64)
-    out = np.zeros(size, dtype=np.int64)
-    np.add.at(out, group, units)
-    return out
+    hi, lo = np.divmod(units, 1 << FIXED_POINT_BITS)
+    high = np.bincount(group, weights=hi.astype(np.float64), minlength=size)
+    low = np.bincount(group, weights=lo.astype(np.float64), minlength=size)
+    return (high.astype(np.int64) << FIXED_POINT_BITS) + low.astype(np.int64)

@@ -25,8 +25,9 @@ import pyarrow.fs as pafs
 from blockbudget import errors
 from blockbudget.engine.arrow_engine import find_damaged_file
 from blockbudget.engine.base import Engine
+from blockbudget.engine.kernels import output_columns
 from blockbudget.engine.plan import Partials, zero_partials
-from blockbudget.errors import BlockBudgetError, DataError, InvalidRequestError
+from blockbudget.errors import BlockBudgetError, DataError
 
 if TYPE_CHECKING:
     from blockbudget.engine.plan import Plan, Predicate, ScanSource
@@ -96,12 +97,7 @@ class RayEngine(Engine):
         predicates: Sequence[Predicate] = (),
         batch_rows: int = 65_536,
     ) -> Iterator[pa.RecordBatch]:
-        out = list(source.columns) if columns is None else list(columns)
-        if batch_rows < 1:
-            raise InvalidRequestError(f"batch_rows must be at least 1, got {batch_rows}")
-        unknown = sorted((set(out) | {p.column for p in predicates}) - set(source.columns))
-        if unknown:
-            raise InvalidRequestError(f"unknown column(s) {unknown}")
+        out = output_columns(source, columns, predicates, batch_rows)
         return self._stream(source, out, tuple(predicates), batch_rows)
 
     def _stream(
