@@ -493,10 +493,19 @@ class Ledger(RetireWrites):
         context = validate_context_name(context)
         return self._run(lambda c: reads.state(c, self._catalog, block, context), write=False)
 
-    def states(self, stream: str | None = None, context: str | None = None) -> list[BlockState]:
+    def states(
+        self,
+        stream: str | None = None,
+        context: str | None = None,
+        *,
+        blocks: Iterable[str] | None = None,
+    ) -> list[BlockState]:
         """Block states, sorted by (block, context): for ``context`` given, one per block of
         ``stream`` (or of every stream); otherwise one per block and registered context (closed
         ones included).
+
+        With ``blocks``, only those blocks (of any stream; ids that are not registered are left
+        out): primary-key reads whose cost does not grow with the size of their streams.
 
         Raises:
             UnknownContextError: ``context`` is not registered.
@@ -504,6 +513,12 @@ class Ledger(RetireWrites):
         """
         if context is not None:
             context = validate_context_name(context)
+        if blocks is not None:
+            ids = [name_of(b, what="block id") for b in blocks]
+            found = self._run(
+                lambda c: reads.states_of(c, self._catalog, ids, context), write=False
+            )
+            return [s for s in found if stream is None or s.stream == stream]
         return self._run(
             lambda c: reads.states(c, self._catalog, stream=stream, context=context), write=False
         )
