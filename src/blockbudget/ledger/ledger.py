@@ -140,7 +140,8 @@ class Ledger(RetireWrites):
                 f"the database holds ledger schema version {version}; this blockbudget reads "
                 f"version {SCHEMA_VERSION} and migrates version(s) "
                 f"{', '.join(map(str, MIGRATABLE_VERSIONS))} in place (version 2 added "
-                "registered contexts, version 3 closed ones)"
+                "registered contexts, version 3 closed ones, version 4 retirement sweeps and "
+                "verified checkpoints)"
             )
 
     @property
