@@ -528,6 +528,28 @@ class Ledger(RetireWrites):
         """Registered blocks (of one stream, or all), sorted by id."""
         return self._run(lambda c: reads.block_infos(c, stream=stream), write=False)
 
+    def audit_seq(self) -> int:
+        """The seq of the last audit event (0 for an empty log): one read of the log's key."""
+        return self._run(lambda c: reads.added_blocks(c, 2**62)[1], write=False)
+
+    def added_blocks(self, after_seq: int = 0) -> tuple[list[tuple[str, str]], int]:
+        """The blocks registered by events after audit seq ``after_seq``, as (block, stream)
+        in registration order, and the seq they are current to (pass it back next time): a
+        range of the audit log's key, so a caller that keeps its seq pays for what is new only.
+
+        Example:
+            >>> ledger = Ledger("sqlite://")
+            >>> _ = ledger.add_blocks(["s/1"], stream="s", capacity=Budget(epsilon=1),
+            ...                       accounting=Accounting.BASIC)
+            >>> ledger.added_blocks()
+            ([('s/1', 's')], 1)
+            >>> ledger.added_blocks(1)
+            ([], 1)
+        """
+        if isinstance(after_seq, bool) or not isinstance(after_seq, int) or after_seq < 0:
+            raise InvalidRequestError(f"after_seq must be an int >= 0, got {after_seq!r}")
+        return self._run(lambda c: reads.added_blocks(c, after_seq), write=False)
+
     def contexts(self, *, include_closed: bool = False) -> list[str]:
         """The names of the registered contexts that are open (touched a block or not), sorted;
         with ``include_closed``, the closed ones too."""

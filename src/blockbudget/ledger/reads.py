@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from sqlalchemy import Connection, RowMapping, bindparam, select
+from sqlalchemy import Connection, RowMapping, bindparam, func, select
 
 from blockbudget.accounting import Filter, add_vectors
 from blockbudget.budget import cost_from_json
@@ -28,6 +28,7 @@ from blockbudget.ledger.types import (
     BlockInfo,
     BlockState,
     ContextInfo,
+    EventKind,
     Operation,
     RequestRecord,
     Reservation,
@@ -261,3 +262,18 @@ def events(conn: Connection, after_seq: int, limit: int | None) -> list[AuditEve
     if limit is not None:
         q = q.limit(limit)
     return [row_to_event(r._mapping) for r in conn.execute(q)]
+
+
+def added_blocks(conn: Connection, after_seq: int) -> tuple[list[tuple[str, str]], int]:
+    """See :meth:`Ledger.added_blocks`."""
+    tip = conn.execute(select(func.max(audit.c.seq))).scalar()
+    q = (
+        select(audit.c.payload)
+        .where(audit.c.seq > after_seq, audit.c.kind == EventKind.BLOCK_ADDED.value)
+        .order_by(audit.c.seq)
+    )
+    out = []
+    for (payload,) in conn.execute(q):
+        p = json.loads(payload)
+        out.append((str(p["block"]), str(p["stream"])))
+    return out, int(tip or 0)
