@@ -30,7 +30,6 @@ from blockbudget.errors import (
 )
 from blockbudget.grant import Grant
 from blockbudget.ledger import Ledger, ReservationState, VerifyReport, validate_context_name
-from blockbudget.store import catalog as store_catalog
 from blockbudget.store import (
     Blocking,
     BlockStore,
@@ -39,6 +38,7 @@ from blockbudget.store import (
     StreamSpec,
     Unit,
 )
+from blockbudget.store import catalog as store_catalog
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -509,9 +509,10 @@ class Platform:
         """Release every reservation past its time-to-live (never charged)."""
         return self.ledger.expire_reservations()
 
-    def verify(self) -> VerifyReport:
-        """Replay the audit log and check the ledger and every filter."""
-        return self.ledger.verify()
+    def verify(self, *, full: bool = False) -> VerifyReport:
+        """Replay the audit log (after the last verified checkpoint, or all of it with
+        ``full``) and check the ledger and every filter (see :meth:`Ledger.verify`)."""
+        return self.ledger.verify(full=full)
 
     def close(self) -> None:
         self.ledger.dispose()

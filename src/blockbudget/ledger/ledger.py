@@ -17,18 +17,22 @@ created before schema version 3 registered it automatically, and keep it).
 
 Every write is one serialized database transaction over any number of blocks (atomic, safe
 across threads and processes), idempotent by request id, and appends hash-chained audit events
-in the same transaction; :meth:`Ledger.verify` replays the log from scratch.
+in the same transaction; :meth:`Ledger.verify` replays the log (from its last verified
+checkpoint, or from scratch with ``full=True``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import IntegrityError
 
 from blockbudget.accounting import Accounting, make_filter
 from blockbudget.budget import Budget, Cost
@@ -38,8 +42,8 @@ from blockbudget.errors import (
     InvalidBudgetError,
     InvalidRequestError,
 )
+from blockbudget.ledger import checkpoint, reads
 from blockbudget.ledger import operations as ops
-from blockbudget.ledger import reads
 from blockbudget.ledger.catalog import BlockCatalog
 from blockbudget.ledger.db import AfterCommit, open_engine, run_committed
 from blockbudget.ledger.group import GroupCommitter
@@ -599,14 +603,32 @@ class Ledger(RetireWrites):
             raise InvalidRequestError(f"limit must be >= 0, got {limit!r}")
         return self._run(lambda c: reads.events(c, after_seq, limit), write=False)
 
-    def verify(self) -> VerifyReport:
-        """Replay the audit log from scratch and compare it with the tables (see
-        :mod:`blockbudget.ledger.verify`)."""
-        return self._run(verify_ledger, write=False)
+    def verify(self, *, full: bool = False) -> VerifyReport:
+        """Replay the audit log and compare it with the tables (see
+        :mod:`blockbudget.ledger.verify`): the events after the last verified checkpoint, or
+        every event with ``full``. The tables are compared in full either way.
 
-    def verify_or_raise(self) -> VerifyReport:
+        A clean verification then stores the state it reached as the next checkpoint, in a
+        transaction of its own (:mod:`blockbudget.ledger.checkpoint`). Tampering with events
+        before the checkpoint (and the checkpoint to match) is found only with ``full=True``.
+        """
+        report, state = self._run(lambda c: verify_ledger(c, full=full), write=False)
+        if state is not None:
+            self._store_checkpoint(state)
+        return report
+
+    def _store_checkpoint(self, state: dict[str, Any]) -> None:
+        def fn(conn: Connection) -> bool:
+            return checkpoint.store(
+                conn, seq=int(state["seq"]), hash_=str(state["hash"]), state=state, now=self._now()
+            )
+
+        with contextlib.suppress(IntegrityError):  # a concurrent verify stored this very one
+            self._run(fn, write=True)
+
+    def verify_or_raise(self, *, full: bool = False) -> VerifyReport:
         """:meth:`verify`, raising AuditError listing the problems when there are any."""
-        report = self.verify()
+        report = self.verify(full=full)
         if not report.ok:
             shown = "; ".join(report.problems[:10])
             more = f" (and {len(report.problems) - 10} more)" if len(report.problems) > 10 else ""
