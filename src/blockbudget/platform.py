@@ -326,9 +326,7 @@ class Platform:
 
     def _newest_ids(self, stream: str, *, offset: int, limit: int) -> list[str]:
         with self.store.engine.connect() as conn:
-            return store_catalog.select_newest_block_ids(
-                conn, stream, offset=offset, limit=limit
-            )
+            return store_catalog.select_newest_block_ids(conn, stream, offset=offset, limit=limit)
 
     def _last(self, stream: str, selection: Last, *, context: str, cost: Cost) -> list[str]:
         """The newest ``n`` live (and, if asked, affordable) blocks, oldest first: walks the
@@ -344,8 +342,7 @@ class Platform:
                 break
             offset += len(ids)
             states = {
-                s.block: s
-                for s in self.ledger.states(stream=stream, context=context, blocks=ids)
+                s.block: s for s in self.ledger.states(stream=stream, context=context, blocks=ids)
             }
             for block in ids:
                 s = states.get(block)

@@ -79,9 +79,7 @@ def test_a_closed_reservation_changed_in_the_table_is_found(
     assert ledger.verify().ok
     with ledger.engine.begin() as conn:  # the released one now claims to have expired
         conn.execute(
-            update(reservations)
-            .where(reservations.c.request_id == "r1")
-            .values(state="expired")
+            update(reservations).where(reservations.c.request_id == "r1").values(state="expired")
         )
     problems = ledger.verify().problems
     assert any("closed reservations differ" in p for p in problems)

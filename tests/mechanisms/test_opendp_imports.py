@@ -22,7 +22,7 @@ SCRIPT = textwrap.dedent(
     from blockbudget.platform import Last, Platform
     from blockbudget.store import Blocking, Unit
 
-    p = Platform(sys.argv[1], engine="arrow")
+    p = Platform(sys.argv[1])
     p.add_context("c")
     p.create_stream("s", policy=Budget(epsilon=1),
                     blocking=Blocking(unit=Unit.TIME, column="t", window=timedelta(days=1)))

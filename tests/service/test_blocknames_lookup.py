@@ -3,6 +3,7 @@ the stream once, later ones read only the blocks the ledger registered since."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -18,7 +19,7 @@ from blockbudget.store import Blocking, LatePolicy, Unit
 def test_new_blocks_resolve_without_relisting_the_stream(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    p = Platform(tmp_path / "home", engine="arrow")
+    p = Platform(tmp_path / "home")
     p.create_stream(
         "u",
         policy=Budget(epsilon=1),
@@ -30,8 +31,16 @@ def test_new_blocks_resolve_without_relisting_the_stream(
     first, second = (m.block_id for m in p.store.blocks("u"))
     assert names.resolve("u", names.opaque(first)) == first  # lists the stream once
     listings: list[str] = []
-    monkeypatch.setattr(p.store, "blocks", lambda *a, **k: listings.append("store") or [])
-    monkeypatch.setattr(p.ledger, "blocks", lambda *a, **k: listings.append("ledger") or [])
+
+    def listing(what: str) -> Callable[..., list[object]]:
+        def record(*args: object, **kwargs: object) -> list[object]:
+            listings.append(what)
+            return []
+
+        return record
+
+    monkeypatch.setattr(p.store, "blocks", listing("store"))
+    monkeypatch.setattr(p.ledger, "blocks", listing("ledger"))
     assert names.resolve("u", names.opaque(second).partition("/")[2]) == second
     p.ingest("u", pd.DataFrame({"uid": [25]}))  # a new block after the listing
     (third,) = (b for b, _ in p.ledger.added_blocks(0)[0] if b not in (first, second))

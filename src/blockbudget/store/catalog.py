@@ -340,9 +340,7 @@ def registered(conn: Connection, paths: Sequence[str]) -> set[str]:
     return out
 
 
-def select_newest_block_ids(
-    conn: Connection, stream: str, *, offset: int, limit: int
-) -> list[str]:
+def select_newest_block_ids(conn: Connection, stream: str, *, offset: int, limit: int) -> list[str]:
     """One page of a stream's block ids, newest first: the reverse of :func:`select_blocks`'s
     order (ordinal, key, seq — reversed exactly on SQLite and PostgreSQL, NULL ordinals
     included), skipping the ``offset`` newest. Reads the page's rows of
@@ -382,4 +380,3 @@ def select_named_blocks(
         for key, block_id in rows:
             by_key.setdefault(key, []).append(block_id)
     return ids, by_key
-
