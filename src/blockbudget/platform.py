@@ -53,7 +53,11 @@ DEFAULT_MIN_EPSILON = Budget(epsilon="0.001")
 
 @dataclass(frozen=True)
 class Last:
-    """Select the newest ``n`` blocks of a stream.
+    """Select the newest ``n`` blocks of a stream that have not retired.
+
+    Resolved by walking the stream from its newest block (an index of the store's catalog)
+    and reading the ledger rows of the blocks walked past only, so the cost does not grow with
+    the stream's length.
 
     Args:
         n: how many blocks.
