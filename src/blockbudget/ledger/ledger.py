@@ -534,7 +534,7 @@ class Ledger(RetireWrites):
 
     def audit_seq(self) -> int:
         """The seq of the last audit event (0 for an empty log): one read of the log's key."""
-        return self._run(lambda c: reads.added_blocks(c, 2**62)[1], write=False)
+        return self._run(reads.audit_tip, write=False)
 
     def added_blocks(self, after_seq: int = 0) -> tuple[list[tuple[str, str]], int]:
         """The blocks registered by events after audit seq ``after_seq``, as (block, stream)

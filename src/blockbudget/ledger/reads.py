@@ -264,9 +264,14 @@ def events(conn: Connection, after_seq: int, limit: int | None) -> list[AuditEve
     return [row_to_event(r._mapping) for r in conn.execute(q)]
 
 
+def audit_tip(conn: Connection) -> int:
+    """The seq of the last audit event (0 for an empty log)."""
+    return int(conn.execute(select(func.max(audit.c.seq))).scalar() or 0)
+
+
 def added_blocks(conn: Connection, after_seq: int) -> tuple[list[tuple[str, str]], int]:
     """See :meth:`Ledger.added_blocks`."""
-    tip = conn.execute(select(func.max(audit.c.seq))).scalar()
+    tip = audit_tip(conn)
     q = (
         select(audit.c.payload)
         .where(audit.c.seq > after_seq, audit.c.kind == EventKind.BLOCK_ADDED.value)
@@ -276,4 +281,4 @@ def added_blocks(conn: Connection, after_seq: int) -> tuple[list[tuple[str, str]
     for (payload,) in conn.execute(q):
         p = json.loads(payload)
         out.append((str(p["block"]), str(p["stream"])))
-    return out, int(tip or 0)
+    return out, tip
