@@ -339,7 +339,7 @@ class Platform:
         chosen: list[str] = []
         offset, page = 0, max(2 * selection.n, 16)
         f = self.filter(stream)
-        need = f.features(cost)
+        need = f.features(cost) if selection.affordable else f.zero()
         while len(chosen) < selection.n:
             ids = self._newest_ids(stream, offset=offset, limit=page)
             if not ids:
