@@ -117,6 +117,10 @@ def test_stream_ingest_blocks_query_and_verify(tmp_path: Path) -> None:
     assert "BudgetExceededError" in r.output and "Nothing was charged" in r.output
     r = runner.invoke(app, ["audit", "verify", *home])
     assert r.exit_code == 0 and "audit verify: OK" in r.output
+    r = runner.invoke(app, ["audit", "verify", *home])  # nothing new since the checkpoint
+    assert r.exit_code == 0 and "(0 replayed after the checkpoint at seq" in r.output
+    r = runner.invoke(app, ["audit", "verify", "--full", *home])
+    assert r.exit_code == 0 and "events replayed over" in r.output
 
 
 def test_bad_input_gives_clear_errors(tmp_path: Path) -> None:
@@ -287,6 +291,8 @@ def test_cli_as_a_client_of_a_running_server(tmp_path: Path) -> None:
         assert r.exit_code == 0, r.output
         r = as_(seeded.admin, "audit", "verify")
         assert r.exit_code == 0 and "audit verify: OK" in r.output
+        r = as_(seeded.admin, "audit", "verify", "--full")
+        assert r.exit_code == 0 and "events replayed over" in r.output
         r = as_(seeded.admin, "audit", "log", "--limit", "5")
         assert r.exit_code == 0 and "charged" in r.output
         # Environment variables instead of options.

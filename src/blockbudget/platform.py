@@ -32,13 +32,13 @@ from blockbudget.grant import Grant
 from blockbudget.ledger import Ledger, ReservationState, VerifyReport, validate_context_name
 from blockbudget.store import (
     Blocking,
-    BlockMeta,
     BlockStore,
     IngestReport,
     LatePolicy,
     StreamSpec,
     Unit,
 )
+from blockbudget.store import catalog as store_catalog
 
 if TYPE_CHECKING:
 
@@ -52,7 +52,11 @@ DEFAULT_MIN_EPSILON = Budget(epsilon="0.001")
 
 @dataclass(frozen=True)
 class Last:
-    """Select the newest ``n`` blocks of a stream.
+    """Select the newest ``n`` blocks of a stream that have not retired.
+
+    Resolved by walking the stream from its newest block (an index of the store's catalog)
+    and reading the ledger rows of the blocks walked past only, so the cost does not grow with
+    the stream's length.
 
     Args:
         n: how many blocks.
@@ -244,14 +248,29 @@ class Platform:
 
     # --- blocks and budgets --------------------------------------------------------------------
 
-    def blocks(self, stream: str, *, contexts: Sequence[str] | None = None) -> list[BlockView]:
-        """Every block of a stream with its remaining budget in each context (default: every
-        open context)."""
-        metas = self.store.blocks(stream)
+    def blocks(
+        self, stream: str, *, contexts: Sequence[str] | None = None, last: int | None = None
+    ) -> list[BlockView]:
+        """Every block of a stream (or only its ``last`` newest ones, which costs what those
+        blocks cost) with its remaining budget in each context (default: every open
+        context), oldest first."""
+        if last is not None and last <= 0:
+            raise InvalidRequestError(f"last must be >= 1, got {last}")
+        if last is None:
+            metas = self.store.blocks(stream)
+        else:
+            newest = self._newest_ids(stream, offset=0, limit=last)
+            with self.store.engine.connect() as conn:
+                found = store_catalog.select_blocks_by_id(conn, newest)
+            metas = [found[b] for b in reversed(newest) if b in found]
         ctxs = list(contexts) if contexts is not None else self.ledger.contexts()
         f = self.filter(stream)
-        retired = {b.block_id for b in self.ledger.blocks(stream=stream) if b.retired}
-        states = {(s.block, s.context): s for s in self.ledger.states(stream=stream)}
+        states = {
+            (s.block, s.context): s
+            for s in self.ledger.states(blocks=[m.block_id for m in metas])
+            if s.stream == stream
+        }
+        retired = {s.block for s in states.values() if s.retired}
         views = []
         for m in metas:
             fractions: dict[str, float] = {}
@@ -278,32 +297,68 @@ class Platform:
         self, block_ids: Sequence[str], cost: Cost, *, context: str, stream: str | None = None
     ) -> list[bool]:
         """For each block, whether ``cost`` fits its filter in ``context`` right now (advisory:
-        the ledger re-checks atomically when reserving). ``stream`` narrows the lookup."""
-        infos = {b.block_id: b for b in self.ledger.blocks(stream=stream)}
-        states = {s.block: s for s in self.ledger.states(stream=stream, context=context)}
+        the ledger re-checks atomically when reserving). ``stream`` narrows the lookup. Reads
+        the named blocks' ledger rows only."""
+        states = {
+            s.block: s for s in self.ledger.states(stream=stream, context=context, blocks=block_ids)
+        }
         out = []
         for block in block_ids:
-            info = infos.get(block)
-            if info is None or info.retired:
+            s = states.get(block)
+            if s is None or s.retired:
                 out.append(False)
                 continue
-            f = self.filter(info.stream)
-            s = states.get(block)
-            used = add_vectors(s.charged, s.reserved) if s is not None else f.zero()
+            f = self.filter(s.stream)
+            used = add_vectors(s.charged, s.reserved)
             out.append(f.fits_with(used, f.features(cost)))
         return out
+
+    def _newest_ids(self, stream: str, *, offset: int, limit: int) -> list[str]:
+        with self.store.engine.connect() as conn:
+            return store_catalog.select_newest_block_ids(conn, stream, offset=offset, limit=limit)
+
+    def _last(self, stream: str, selection: Last, *, context: str, cost: Cost) -> list[str]:
+        """The newest ``n`` live (and, if asked, affordable) blocks, oldest first: walks the
+        stream from its newest block in pages and reads the ledger rows of the blocks examined
+        only, so the cost is that of the blocks walked past, not of the stream."""
+        chosen: list[str] = []
+        offset, page = 0, max(2 * selection.n, 16)
+        f = self.filter(stream)
+        need = f.features(cost) if selection.affordable else f.zero()
+        while len(chosen) < selection.n:
+            ids = self._newest_ids(stream, offset=offset, limit=page)
+            if not ids:
+                break
+            offset += len(ids)
+            states = {
+                s.block: s for s in self.ledger.states(stream=stream, context=context, blocks=ids)
+            }
+            for block in ids:
+                s = states.get(block)
+                if s is not None and s.retired:
+                    continue  # a retired block never serves again
+                if selection.affordable and (
+                    s is None or not f.fits_with(add_vectors(s.charged, s.reserved), need)
+                ):
+                    continue
+                chosen.append(block)
+                if len(chosen) == selection.n:
+                    break
+            page = min(page * 2, 4096)
+        return chosen[::-1]
 
     def select(
         self, stream: str, selection: Sequence[str] | Last, *, context: str, cost: Cost
     ) -> tuple[str, ...]:
-        """Resolve a selection (block ids, block keys, or :class:`Last`) to block ids."""
-        metas: list[BlockMeta] = self.store.blocks(stream)
+        """Resolve a selection (block ids, block keys, or :class:`Last`) to block ids.
+
+        Costs what the chosen blocks cost, not what the stream holds: named blocks are looked
+        up by id or key; ``Last(n)`` walks the stream from its newest block (see
+        :meth:`_last`), skipping retired blocks (and, with ``affordable``, blocks that cannot
+        afford ``cost`` in ``context``).
+        """
         if isinstance(selection, Last):
-            candidates = [m.block_id for m in metas]
-            if selection.affordable:
-                ok = self.can_afford(candidates, cost, context=context, stream=stream)
-                candidates = [b for b, good in zip(candidates, ok, strict=True) if good]
-            chosen = candidates[-selection.n :]
+            chosen = self._last(stream, selection, context=context, cost=cost)
             if not chosen:
                 raise InvalidRequestError(
                     f"no block of stream {stream!r} can afford {cost} in context {context!r}"
@@ -311,12 +366,11 @@ class Platform:
             return tuple(chosen)
         if isinstance(selection, str):
             raise InvalidRequestError("blocks must be a sequence of ids or keys, not one string")
-        by_key: dict[str, list[str]] = {}
-        for m in metas:  # a key names its window's first block and any late (#2, #3…) ones
-            by_key.setdefault(m.key, []).append(m.block_id)
-        ids = {m.block_id for m in metas}
+        names = list(selection)
+        with self.store.engine.connect() as conn:
+            ids, by_key = store_catalog.select_named_blocks(conn, stream, names)
         out: list[str] = []
-        for item in selection:
+        for item in names:  # a key names its window's first block and any late (#2, #3…) ones
             if item in ids:
                 out.append(item)
             elif item in by_key:
@@ -441,9 +495,10 @@ class Platform:
         """Release every reservation past its time-to-live (never charged)."""
         return self.ledger.expire_reservations()
 
-    def verify(self) -> VerifyReport:
-        """Replay the audit log and check the ledger and every filter."""
-        return self.ledger.verify()
+    def verify(self, *, full: bool = False) -> VerifyReport:
+        """Replay the audit log (after the last verified checkpoint, or all of it with
+        ``full``) and check the ledger and every filter (see :meth:`Ledger.verify`)."""
+        return self.ledger.verify(full=full)
 
     def close(self) -> None:
         self.ledger.dispose()

@@ -136,5 +136,5 @@ def test_a_version_2_ledger_opens_migrates_verifies_and_serves(tmp_path: Path) -
     finally:
         platform.close()
     con = sqlite3.connect(home / "platform.db")
-    assert con.execute("SELECT schema_version FROM ledger_head").fetchone() == (3,)
+    assert con.execute("SELECT schema_version FROM ledger_head").fetchone() == (4,)
     con.close()

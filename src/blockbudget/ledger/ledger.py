@@ -17,18 +17,22 @@ created before schema version 3 registered it automatically, and keep it).
 
 Every write is one serialized database transaction over any number of blocks (atomic, safe
 across threads and processes), idempotent by request id, and appends hash-chained audit events
-in the same transaction; :meth:`Ledger.verify` replays the log from scratch.
+in the same transaction; :meth:`Ledger.verify` replays the log (from its last verified
+checkpoint, or from scratch with ``full=True``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import IntegrityError
 
 from blockbudget.accounting import Accounting, make_filter
 from blockbudget.budget import Budget, Cost
@@ -38,8 +42,8 @@ from blockbudget.errors import (
     InvalidBudgetError,
     InvalidRequestError,
 )
+from blockbudget.ledger import checkpoint, reads
 from blockbudget.ledger import operations as ops
-from blockbudget.ledger import reads
 from blockbudget.ledger.catalog import BlockCatalog
 from blockbudget.ledger.db import AfterCommit, open_engine, run_committed
 from blockbudget.ledger.group import GroupCommitter
@@ -140,7 +144,8 @@ class Ledger(RetireWrites):
                 f"the database holds ledger schema version {version}; this blockbudget reads "
                 f"version {SCHEMA_VERSION} and migrates version(s) "
                 f"{', '.join(map(str, MIGRATABLE_VERSIONS))} in place (version 2 added "
-                "registered contexts, version 3 closed ones)"
+                "registered contexts, version 3 closed ones, version 4 retirement sweeps and "
+                "verified checkpoints)"
             )
 
     @property
@@ -493,10 +498,19 @@ class Ledger(RetireWrites):
         context = validate_context_name(context)
         return self._run(lambda c: reads.state(c, self._catalog, block, context), write=False)
 
-    def states(self, stream: str | None = None, context: str | None = None) -> list[BlockState]:
+    def states(
+        self,
+        stream: str | None = None,
+        context: str | None = None,
+        *,
+        blocks: Iterable[str] | None = None,
+    ) -> list[BlockState]:
         """Block states, sorted by (block, context): for ``context`` given, one per block of
         ``stream`` (or of every stream); otherwise one per block and registered context (closed
         ones included).
+
+        With ``blocks``, only those blocks (of any stream; ids that are not registered are left
+        out): primary-key reads whose cost does not grow with the size of their streams.
 
         Raises:
             UnknownContextError: ``context`` is not registered.
@@ -504,6 +518,12 @@ class Ledger(RetireWrites):
         """
         if context is not None:
             context = validate_context_name(context)
+        if blocks is not None:
+            ids = [name_of(b, what="block id") for b in blocks]
+            found = self._run(
+                lambda c: reads.states_of(c, self._catalog, ids, context), write=False
+            )
+            return [s for s in found if stream is None or s.stream == stream]
         return self._run(
             lambda c: reads.states(c, self._catalog, stream=stream, context=context), write=False
         )
@@ -511,6 +531,28 @@ class Ledger(RetireWrites):
     def blocks(self, stream: str | None = None) -> list[BlockInfo]:
         """Registered blocks (of one stream, or all), sorted by id."""
         return self._run(lambda c: reads.block_infos(c, stream=stream), write=False)
+
+    def audit_seq(self) -> int:
+        """The seq of the last audit event (0 for an empty log): one read of the log's key."""
+        return self._run(reads.audit_tip, write=False)
+
+    def added_blocks(self, after_seq: int = 0) -> tuple[list[tuple[str, str]], int]:
+        """The blocks registered by events after audit seq ``after_seq``, as (block, stream)
+        in registration order, and the seq they are current to (pass it back next time): a
+        range of the audit log's key, so a caller that keeps its seq pays for what is new only.
+
+        Example:
+            >>> ledger = Ledger("sqlite://")
+            >>> _ = ledger.add_blocks(["s/1"], stream="s", capacity=Budget(epsilon=1),
+            ...                       accounting=Accounting.BASIC)
+            >>> ledger.added_blocks()
+            ([('s/1', 's')], 1)
+            >>> ledger.added_blocks(1)
+            ([], 1)
+        """
+        if isinstance(after_seq, bool) or not isinstance(after_seq, int) or after_seq < 0:
+            raise InvalidRequestError(f"after_seq must be an int >= 0, got {after_seq!r}")
+        return self._run(lambda c: reads.added_blocks(c, after_seq), write=False)
 
     def contexts(self, *, include_closed: bool = False) -> list[str]:
         """The names of the registered contexts that are open (touched a block or not), sorted;
@@ -561,14 +603,32 @@ class Ledger(RetireWrites):
             raise InvalidRequestError(f"limit must be >= 0, got {limit!r}")
         return self._run(lambda c: reads.events(c, after_seq, limit), write=False)
 
-    def verify(self) -> VerifyReport:
-        """Replay the audit log from scratch and compare it with the tables (see
-        :mod:`blockbudget.ledger.verify`)."""
-        return self._run(verify_ledger, write=False)
+    def verify(self, *, full: bool = False) -> VerifyReport:
+        """Replay the audit log and compare it with the tables (see
+        :mod:`blockbudget.ledger.verify`): the events after the last verified checkpoint, or
+        every event with ``full``. The tables are compared in full either way.
 
-    def verify_or_raise(self) -> VerifyReport:
+        A clean verification then stores the state it reached as the next checkpoint, in a
+        transaction of its own (:mod:`blockbudget.ledger.checkpoint`). Tampering with events
+        before the checkpoint (and the checkpoint to match) is found only with ``full=True``.
+        """
+        report, state = self._run(lambda c: verify_ledger(c, full=full), write=False)
+        if state is not None:
+            self._store_checkpoint(state)
+        return report
+
+    def _store_checkpoint(self, state: dict[str, Any]) -> None:
+        def fn(conn: Connection) -> bool:
+            return checkpoint.store(
+                conn, seq=int(state["seq"]), hash_=str(state["hash"]), state=state, now=self._now()
+            )
+
+        with contextlib.suppress(IntegrityError):  # a concurrent verify stored this very one
+            self._run(fn, write=True)
+
+    def verify_or_raise(self, *, full: bool = False) -> VerifyReport:
         """:meth:`verify`, raising AuditError listing the problems when there are any."""
-        report = self.verify()
+        report = self.verify(full=full)
         if not report.ok:
             shown = "; ".join(report.problems[:10])
             more = f" (and {len(report.problems) - 10} more)" if len(report.problems) > 10 else ""

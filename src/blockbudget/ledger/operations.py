@@ -16,7 +16,6 @@ from sqlalchemy import bindparam, insert, select, update
 
 from blockbudget.budget import Cost, cost_from_json
 from blockbudget.errors import InvalidRequestError, ReservationError
-from blockbudget.ledger import reads
 from blockbudget.ledger import statements as st
 from blockbudget.ledger.fastsql import chunks
 from blockbudget.ledger.schema import blocks
@@ -385,54 +384,3 @@ def retire(tx: WriteTx, block_ids: Sequence[str], *, reason: str) -> tuple[Block
             )
         out.append(i)
     return tuple(out)
-
-
-def retire_exhausted(
-    tx: WriteTx,
-    stream: str,
-    *,
-    contexts: Sequence[str] | None,
-    min_cost: Cost,
-    reason: str,
-) -> tuple[BlockInfo, ...]:
-    """Retire, in this one transaction, every live block of ``stream`` that no context of
-    ``contexts`` (default: every open one) can fit ``min_cost`` on any more, counting charges
-    only; a block with an open reservation in any context is kept (a running grant is never
-    cut off) — after reservations past their TTL were expired in this same transaction.
-    Reading the rows and retiring happen under the same writer lock, so no reservation can
-    slip in between.
-
-    Retirement is global: with an explicit ``contexts`` subset, a block is retired for every
-    context once the listed ones are exhausted, even if an unlisted open context could still
-    use it. Pass ``None`` unless that is what you mean.
-
-    Raises:
-        UnknownContextError: a context named in ``contexts`` is not registered.
-        InvalidBudgetError: ``min_cost`` is of a kind a block's filter cannot account.
-    """
-    if contexts is None:
-        ctxs = reads.contexts(tx.conn)
-    else:
-        ctxs = list(contexts)
-        for c in ctxs:
-            if tx.read_context(c) is None:
-                raise unknown_context(c)
-    live = [i for i in reads.block_infos(tx.conn, stream=stream) if not i.retired]
-    if not ctxs or not live:
-        return ()
-    ids = [i.block_id for i in live]
-    for info in live:
-        tx.remember(info)
-    every = sorted(set(ctxs) | set(reads.contexts(tx.conn, include_closed=True)))
-    for c in every:
-        tx.load(ids, c)
-    for c in every:  # a reservation past its TTL holds nothing: expire it here, audited
-        tx.expire_stale(ids, c)
-    dead = []
-    for b in ids:
-        if any(any(tx.budget(b, c)[1]) for c in every):
-            continue  # a running grant holds budget here: keep the block
-        f, need = tx.filter(b), tx.features(b, min_cost)
-        if not any(f.fits_with(tx.budget(b, c)[0], need) for c in ctxs):
-            dead.append(b)
-    return retire(tx, dead, reason=reason) if dead else ()

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
-from sqlalchemy import Connection, RowMapping, bindparam, select
+from sqlalchemy import Connection, RowMapping, bindparam, func, select
 
 from blockbudget.accounting import Filter, add_vectors
 from blockbudget.budget import cost_from_json
 from blockbudget.errors import UnknownBlockError
 from blockbudget.ledger.audit import row_to_event
 from blockbudget.ledger.catalog import BlockCatalog, info_from_row
+from blockbudget.ledger.fastsql import chunks
 from blockbudget.ledger.schema import (
     audit,
     blocks,
@@ -26,6 +28,7 @@ from blockbudget.ledger.types import (
     BlockInfo,
     BlockState,
     ContextInfo,
+    EventKind,
     Operation,
     RequestRecord,
     Reservation,
@@ -138,6 +141,38 @@ def states(
         q = q.where(budgets.c.context == context)
     rows = {(r.block_id, r.context): (r.charged, r.reserved) for r in conn.execute(q)}
     ctxs = [context] if context is not None else contexts(conn, include_closed=True)
+    return _assemble(catalog, infos, ctxs, rows)
+
+
+def states_of(
+    conn: Connection, catalog: BlockCatalog, block_ids: Sequence[str], context: str | None
+) -> list[BlockState]:
+    """See :meth:`Ledger.states` with ``blocks``: primary-key reads of the named blocks only
+    (their registrations, then their budget rows), whatever the size of their streams."""
+    if context is not None:
+        require_context(conn, context)
+    wanted = sorted(set(block_ids))
+    infos: list[BlockInfo] = []
+    rows: dict[tuple[str, str], tuple[str, str]] = {}
+    budget_q = select(budgets.c.block_id, budgets.c.context, budgets.c.charged, budgets.c.reserved)
+    if context is not None:
+        budget_q = budget_q.where(budgets.c.context == context)
+    for part in chunks(wanted):
+        ids = list(part)
+        q = select(blocks).where(blocks.c.block_id.in_(ids)).order_by(blocks.c.block_id)
+        infos.extend(info_from_row(r._mapping) for r in conn.execute(q))
+        for r in conn.execute(budget_q.where(budgets.c.block_id.in_(ids))):
+            rows[(r.block_id, r.context)] = (r.charged, r.reserved)
+    ctxs = [context] if context is not None else contexts(conn, include_closed=True)
+    return _assemble(catalog, infos, ctxs, rows)
+
+
+def _assemble(
+    catalog: BlockCatalog,
+    infos: list[BlockInfo],
+    ctxs: list[str],
+    rows: dict[tuple[str, str], tuple[str, str]],
+) -> list[BlockState]:
     out: list[BlockState] = []
     for info in infos:
         f = catalog.remember(info)
@@ -227,3 +262,23 @@ def events(conn: Connection, after_seq: int, limit: int | None) -> list[AuditEve
     if limit is not None:
         q = q.limit(limit)
     return [row_to_event(r._mapping) for r in conn.execute(q)]
+
+
+def audit_tip(conn: Connection) -> int:
+    """The seq of the last audit event (0 for an empty log)."""
+    return int(conn.execute(select(func.max(audit.c.seq))).scalar() or 0)
+
+
+def added_blocks(conn: Connection, after_seq: int) -> tuple[list[tuple[str, str]], int]:
+    """See :meth:`Ledger.added_blocks`."""
+    tip = audit_tip(conn)
+    q = (
+        select(audit.c.payload)
+        .where(audit.c.seq > after_seq, audit.c.kind == EventKind.BLOCK_ADDED.value)
+        .order_by(audit.c.seq)
+    )
+    out = []
+    for (payload,) in conn.execute(q):
+        p = json.loads(payload)
+        out.append((str(p["block"]), str(p["stream"])))
+    return out, tip

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from blockbudget.budget import Cost
 from blockbudget.errors import InvalidRequestError
 from blockbudget.ledger import operations as ops
+from blockbudget.ledger import sweeping
 from blockbudget.ledger.requests import block_ids, check_cost, cost_key, fingerprint_of, name_of
 from blockbudget.ledger.txn import WriteTx
 from blockbudget.ledger.types import BlockInfo, Operation, validate_context_name
@@ -59,6 +60,10 @@ class RetireWrites(WriteRunner):
         writer lock, so a running grant is never cut off. Audited as ``retired``. Retirement
         is global: with a ``contexts`` subset, a block is retired for every context.
 
+        Costs what changed since the stream's previous sweep, not what the stream holds: only
+        blocks that events touched since then (and new ones) are examined, unless the contexts
+        or ``min_cost`` differ from that sweep's (see :mod:`blockbudget.ledger.sweeping`).
+
         Returns:
             The registrations of the blocks retired now (none: an empty tuple).
 
@@ -77,7 +82,9 @@ class RetireWrites(WriteRunner):
         )  # fmt: skip
 
         def body(tx: WriteTx) -> tuple[tuple[BlockInfo, ...], str]:
-            out = ops.retire_exhausted(tx, stream, contexts=ctxs, min_cost=min_cost, reason=reason)
+            out = sweeping.retire_exhausted(
+                tx, stream, contexts=ctxs, min_cost=min_cost, reason=reason
+            )
             return out, json.dumps([i.to_json() for i in out])
 
         return self._write(Operation.RETIRE, request_id, fp, body)

@@ -22,6 +22,13 @@ Tables (all prefixed ``ledger_`` so that other modules may share the database):
 * ``ledger_requests`` — idempotency: request id, operation, argument fingerprint, result.
 * ``ledger_audit`` — the append-only, hash-chained event log. Triggers refuse UPDATE and DELETE
   (and TRUNCATE on PostgreSQL); the DDL is emitted per dialect.
+* ``ledger_sweeps`` — per stream, the audit seq up to which ``retire_exhausted`` has examined
+  every block (and the fingerprint of its contexts and minimum cost): the next sweep examines
+  only the blocks that events after it touched. Derived data: it decides which blocks are
+  examined for early retirement, never what a block may spend.
+* ``ledger_checkpoints`` — the last verified state of the whole ledger (audit seq and hash, a
+  SHA-256 digest and the state itself, compressed): ``verify`` replays only the events after
+  it unless asked for a full replay.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -53,11 +61,12 @@ from sqlalchemy import (
 )
 
 #: Bumped when the table layout changes. 2: registered contexts (``ledger_contexts``).
-#: 3: ``ledger_contexts.closed_at`` (closed contexts); a version 2 database is migrated in place.
-SCHEMA_VERSION = 3
+#: 3: ``ledger_contexts.closed_at`` (closed contexts). 4: ``ledger_sweeps`` and
+#: ``ledger_checkpoints``. Versions 2 and 3 are migrated in place.
+SCHEMA_VERSION = 4
 
 #: The versions :func:`create_schema` migrates to :data:`SCHEMA_VERSION` when it opens them.
-MIGRATABLE_VERSIONS = (2,)
+MIGRATABLE_VERSIONS = (2, 3)
 
 metadata = MetaData()
 
@@ -166,6 +175,25 @@ audit = Table(
     Column("hash", String(64), nullable=False),
 )
 
+sweeps = Table(
+    "ledger_sweeps",
+    metadata,
+    Column("stream", String, primary_key=True),
+    Column("fingerprint", String(64), nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    sqlite_with_rowid=False,
+)
+
+checkpoints = Table(
+    "ledger_checkpoints",
+    metadata,
+    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("hash", String(64), nullable=False),
+    Column("digest", String(64), nullable=False),
+    Column("state", LargeBinary, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
 # --- append-only triggers, one dialect at a time ---------------------------------------------
 
 _SQLITE_TRIGGERS = (
@@ -212,13 +240,18 @@ def _migrate(conn: Connection, version: int) -> int:
     :data:`SCHEMA_VERSION`, in the caller's transaction (which holds the writers' lock).
 
     2 → 3 adds the nullable ``ledger_contexts.closed_at`` column: every existing context stays
-    open, and the audit log is not touched (its events keep their hashes).
+    open. 3 → 4 adds the empty ``ledger_sweeps`` and ``ledger_checkpoints`` tables (the first
+    sweep and the first verify after it see everything). The audit log is not touched (its
+    events keep their hashes).
     """
+    if version not in MIGRATABLE_VERSIONS:
+        return version
     if version == 2:
         conn.execute(text("ALTER TABLE ledger_contexts ADD COLUMN closed_at FLOAT"))
-        conn.execute(update(head).where(head.c.id == 1).values(schema_version=SCHEMA_VERSION))
-        return SCHEMA_VERSION
-    return version
+    sweeps.create(conn, checkfirst=True)
+    checkpoints.create(conn, checkfirst=True)
+    conn.execute(update(head).where(head.c.id == 1).values(schema_version=SCHEMA_VERSION))
+    return SCHEMA_VERSION
 
 
 def create_schema(engine: Engine, *, on_create: Callable[[Connection], None] | None = None) -> int:

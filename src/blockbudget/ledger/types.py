@@ -469,10 +469,15 @@ class VerifyReport:
 
     Attributes:
         ok: True when no problem was found.
-        events: how many events were replayed.
+        events: how many events the verification covers (replayed now, or verified when its
+            checkpoint was taken).
         blocks: how many blocks the log registers.
         contexts: how many contexts the log registers (``context_added`` events).
         problems: one sentence per problem found, in log order.
+        replayed: how many events this verification replayed (``events`` less those its
+            checkpoint had verified).
+        checkpoint_seq: the seq of the verified checkpoint the replay started after (0: a
+            full replay from the first event).
     """
 
     ok: bool
@@ -480,6 +485,8 @@ class VerifyReport:
     blocks: int
     contexts: int
     problems: tuple[str, ...]
+    replayed: int = 0
+    checkpoint_seq: int = 0
 
 
 def decimal_text(value: Decimal) -> str:

@@ -1,7 +1,11 @@
-"""Replay the audit log from scratch and compare it with the ledger's tables (invariant 5
-in docs/architecture.md).
+"""Replay the audit log and compare it with the ledger's tables (invariant 5 in
+docs/architecture.md).
 
-:func:`verify_ledger` reads every event in seq order and
+:func:`verify_ledger` replays from the last verified checkpoint
+(:mod:`blockbudget.ledger.checkpoint`) when there is one — after checking that the log's event
+at the checkpoint still has the hash the checkpoint recorded — or from scratch (``full``). It
+streams the events in seq order, keeping only the state (contexts, blocks, vectors, the open
+reservations and a multiset hash of the closed ones), and
 
 1. checks the chain: seq 1, 2, 3, … without gaps, each ``prev_hash`` equal to the previous
    event's hash, each ``hash`` equal to the recomputed SHA-256 (:mod:`blockbudget.ledger.audit`);
@@ -16,7 +20,8 @@ in docs/architecture.md).
    event registered (a context minted outside :meth:`Ledger.add_context` would be fresh budget),
    and no reservation or charge may name a context after its ``context_closed`` event;
 4. compares the rebuilt state with the tables (contexts, blocks, budgets, reservations,
-   requests).
+   requests) — all of them, whatever the checkpoint, so a table row changed after the
+   checkpoint is found without a full replay.
 
 Problems are collected, not raised; :meth:`Ledger.verify_or_raise` raises AuditError.
 """
@@ -24,6 +29,7 @@ Problems are collected, not raised; :meth:`Ledger.verify_or_raise` raises AuditE
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -33,6 +39,7 @@ from sqlalchemy import Connection, select
 from blockbudget.accounting import Accounting, Filter, add_vectors, make_filter, sub_vectors
 from blockbudget.budget import Budget, cost_from_json
 from blockbudget.errors import BlockBudgetError
+from blockbudget.ledger import checkpoint as ck
 from blockbudget.ledger.audit import EVENT_VERSION, GENESIS_HASH, event_hash
 from blockbudget.ledger.schema import (
     audit,
@@ -81,7 +88,11 @@ class _Replay:
     regs: dict[str, _Reg] = field(default_factory=dict)
     charged: dict[tuple[str, str], Vector] = field(default_factory=dict)
     reserved: dict[tuple[str, str], Vector] = field(default_factory=dict)
+    #: Open reservations only; closed ones are folded into ``closed_res``.
     res: dict[str, _Res] = field(default_factory=dict)
+    closed_res: ck.MultisetHash = field(default_factory=ck.MultisetHash)
+    #: Events verified by the checkpoint the replay started from.
+    before: int = 0
     _features: dict[tuple[int, str], Vector] = field(default_factory=dict)
 
     def problem(self, seq: int | None, text: str) -> None:
@@ -228,11 +239,20 @@ def _apply(rp: _Replay, seq: int, ts: float, kind: EventKind, ctx: str | None, p
         res.remaining[b] = (0,) * len(vec)
     is_expiry = kind is EventKind.EXPIRED
     res.state = ReservationState.EXPIRED if is_expiry else ReservationState.CLOSED
+    del rp.res[rid]
+    rp.closed_res.add(ck.closed_element(rid, res.state.value, list(res.remaining)))
 
 
-def _replay_log(conn: Connection, rp: _Replay) -> tuple[int, int]:
-    prev, expected, count = GENESIS_HASH, 1, 0
-    q = select(audit).order_by(audit.c.seq).execution_options(yield_per=2000)
+def _replay_log(conn: Connection, rp: _Replay, after: int, prev: str) -> tuple[int, int, str]:
+    """Replay the events after seq ``after`` (whose hash is ``prev``); returns how many were
+    replayed, the last seq and the last hash."""
+    expected, count = after + 1, 0
+    q = (
+        select(audit)
+        .where(audit.c.seq > after)
+        .order_by(audit.c.seq)
+        .execution_options(yield_per=2000)
+    )
     for row in conn.execute(q):
         count += 1
         m = row._mapping
@@ -262,7 +282,7 @@ def _replay_log(conn: Connection, rp: _Replay) -> tuple[int, int]:
             _apply(rp, seq, float(m["ts"]), kind, m["context"], json.loads(m["payload"]))
         except (_Bad, KeyError, ValueError, TypeError, BlockBudgetError) as exc:
             rp.problem(seq, f"cannot replay ({type(exc).__name__}: {exc})")
-    return count, expected - 1
+    return count, expected - 1, prev
 
 
 def _compare_contexts(conn: Connection, rp: _Replay) -> None:
@@ -331,41 +351,160 @@ def _compare_tables(conn: Connection, rp: _Replay, tip: int) -> None:
         if any(rp.charged.get(key, ())) or any(rp.reserved.get(key, ())):
             rp.problem(None, f"{key[0]!r}/{key[1]!r} has budget in the log but no table row")
 
-    table_res: dict[str, dict[str, Vector]] = {}
-    for r in conn.execute(select(reservation_blocks)):
-        table_res.setdefault(r.reservation_id, {})[r.block_id] = decode_vector(r.remaining)
-    seen_res: set[str] = set()
-    for r in conn.execute(select(reservations)):
-        seen_res.add(r.reservation_id)
-        res = rp.res.get(r.reservation_id)
-        if res is None:
-            rp.problem(None, f"reservation {r.reservation_id!r} has no reserved event")
-            continue
-        if r.state != res.state.value:
-            rp.problem(
-                None,
-                f"reservation {r.reservation_id!r}: table state {r.state}, "
-                f"replayed {res.state.value}",
-            )
-        if table_res.get(r.reservation_id, {}) != res.remaining:
-            rp.problem(None, f"reservation {r.reservation_id!r}: remaining differs from replay")
-    for rid in sorted(rp.res.keys() - seen_res):
-        rp.problem(None, f"reservation {rid!r} is in the log but missing from the table")
+    _compare_reservations(conn, rp)
 
     for r in conn.execute(select(requests.c.request_id, requests.c.seq)):
         if int(r.seq) > tip:
             rp.problem(None, f"request {r.request_id!r} points past the end of the log")
 
 
-def verify_ledger(conn: Connection) -> VerifyReport:
-    """Replay the log and compare (see the module docstring)."""
+def _remaining_rows(conn: Connection) -> Iterator[tuple[str, dict[str, Vector]]]:
+    """Per reservation, in id order, the remaining vector of each of its blocks (streamed)."""
+    q = (
+        select(reservation_blocks)
+        .order_by(reservation_blocks.c.reservation_id, reservation_blocks.c.block_id)
+        .execution_options(yield_per=2000)
+    )
+    current: str | None = None
+    held: dict[str, Vector] = {}
+    for r in conn.execute(q):
+        if r.reservation_id != current:
+            if current is not None:
+                yield current, held
+            current, held = r.reservation_id, {}
+        held[r.block_id] = decode_vector(r.remaining)
+    if current is not None:
+        yield current, held
+
+
+def _compare_reservations(conn: Connection, rp: _Replay) -> None:
+    """Open reservations one by one; closed ones through their multiset hashes (both sides
+    streamed in id order, so memory holds only the open ones)."""
+    rows = _remaining_rows(conn)
+    pending = next(rows, None)
+    table_closed = ck.MultisetHash()
+    open_seen: set[str] = set()
+    q = (
+        select(reservations.c.reservation_id, reservations.c.state)
+        .order_by(reservations.c.reservation_id)
+        .execution_options(yield_per=2000)
+    )
+    for rid, state in conn.execute(q):
+        while pending is not None and pending[0] < rid:
+            rp.problem(None, f"reservation {pending[0]!r} has blocks but no reservation row")
+            pending = next(rows, None)
+        held: dict[str, Vector] = {}
+        if pending is not None and pending[0] == rid:
+            held, pending = pending[1], next(rows, None)
+        if state == ReservationState.OPEN.value:
+            open_seen.add(rid)
+            res = rp.res.get(rid)
+            if res is None:
+                rp.problem(None, f"reservation {rid!r}: table state open, the log closed it or "
+                           "never reserved it")  # fmt: skip
+            elif held != res.remaining:
+                rp.problem(None, f"reservation {rid!r}: remaining differs from replay")
+            continue
+        if rid in rp.res:
+            rp.problem(None, f"reservation {rid!r}: table state {state}, replayed open")
+        if any(any(v) for v in held.values()):
+            rp.problem(None, f"reservation {rid!r} is {state} but still holds budget")
+        table_closed.add(ck.closed_element(rid, state, list(held)))
+    for rid in sorted(rp.res.keys() - open_seen):
+        rp.problem(None, f"reservation {rid!r} is open in the log but not in the table")
+    if table_closed != rp.closed_res:
+        rp.problem(
+            None,
+            f"the closed reservations differ: the log closed {rp.closed_res.count}, the table "
+            f"holds {table_closed.count} (ids, final states or blocks differ)",
+        )
+
+
+def verify_ledger(
+    conn: Connection, *, full: bool = True
+) -> tuple[VerifyReport, dict[str, Any] | None]:
+    """Replay the log (from the last checkpoint unless ``full``) and compare (see the module
+    docstring). Returns the report and, when it is clean and covers new events, the state to
+    store as the next checkpoint."""
     rp = _Replay()
-    count, tip = _replay_log(conn, rp)
+    after, prev = 0, GENESIS_HASH
+    if not full:
+        found, why = ck.load_latest(conn)
+        if why is not None:
+            rp.problem(None, f"{why}; run a full verification")
+        elif found is not None:
+            row = conn.execute(select(audit.c.hash).where(audit.c.seq == found.seq)).first()
+            if row is None or row.hash != found.hash:
+                rp.problem(
+                    None,
+                    f"the log's event {found.seq} is not the one the checkpoint verified (the "
+                    "log before the checkpoint was changed); run a full verification",
+                )
+            else:
+                restore(rp, found.state)
+                after, prev = found.seq, found.hash
+    count, tip, tip_hash = _replay_log(conn, rp, after, prev)
     _compare_tables(conn, rp, tip)
-    return VerifyReport(
+    report = VerifyReport(
         ok=not rp.problems,
-        events=count,
+        events=rp.before + count,
         blocks=len(rp.regs),
         contexts=len(rp.added),
         problems=tuple(rp.problems),
+        replayed=count,
+        checkpoint_seq=after,
     )
+    if not report.ok or tip == 0 or (tip == after and not full):
+        return report, None
+    return report, snapshot(rp, seq=tip, hash_=tip_hash, events=rp.before + count)
+
+
+def snapshot(rp: _Replay, *, seq: int, hash_: str, events: int) -> dict[str, Any]:
+    """The replayed state as a checkpoint's JSON (see :mod:`blockbudget.ledger.checkpoint`)."""
+    params: dict[str, int] = {}
+    regs = []
+    for block, r in sorted(rp.regs.items()):
+        key = json.dumps([r.stream, r.accounting.value, r.capacity.to_json(), r.slack_delta])
+        regs.append([block, params.setdefault(key, len(params)), r.retired])
+    keys = sorted(rp.charged.keys() | rp.reserved.keys())
+    return {
+        "version": ck.STATE_VERSION,
+        "seq": seq,
+        "hash": hash_,
+        "events": events,
+        "added": {k: list(v) for k, v in sorted(rp.added.items())},
+        "closed": dict(sorted(rp.closed.items())),
+        "params": [json.loads(k) for k in params],
+        "blocks": regs,
+        "budgets": [[b, c, *([str(v) for v in vec] for vec in rp.vectors(b, c))] for b, c in keys],
+        "open": [_open_json(rid, r) for rid, r in sorted(rp.res.items())],
+        "closed_reservations": [rp.closed_res.count, rp.closed_res.hex()],
+    }
+
+
+def _open_json(rid: str, r: _Res) -> list[Any]:
+    held = {b: [str(v) for v in vec] for b, vec in r.remaining.items()}
+    return [rid, r.context, list(r.blocks), r.expires_at, held]
+
+
+def restore(rp: _Replay, state: dict[str, Any]) -> None:
+    """Load a checkpoint's state (see :func:`snapshot`) into an empty replay."""
+    rp.before = int(state["events"])
+    rp.added = {k: (str(v[0]), float(v[1])) for k, v in state["added"].items()}
+    rp.closed = {k: float(v) for k, v in state["closed"].items()}
+    shared = []
+    for stream, acc, cap, slack in state["params"]:
+        accounting, capacity = Accounting(acc), Budget.from_json(cap)
+        f = make_filter(accounting, capacity=capacity, slack_delta=slack)
+        shared.append((stream, accounting, capacity, slack, f))
+    for block, i, retired in state["blocks"]:
+        stream, accounting, capacity, slack, f = shared[i]
+        rp.regs[block] = _Reg(stream, accounting, capacity, slack, f, retired=bool(retired))
+    for block, ctx, charged, reserved in state["budgets"]:
+        rp.charged[(block, ctx)] = tuple(int(v) for v in charged)
+        rp.reserved[(block, ctx)] = tuple(int(v) for v in reserved)
+    for rid, ctx, blocks_, expires_at, remaining in state["open"]:
+        held = {b: tuple(int(v) for v in vec) for b, vec in remaining.items()}
+        rp.res[rid] = _Res(ctx, tuple(blocks_), float(expires_at), held)
+    count, lanes = state["closed_reservations"]
+    rp.closed_res = ck.MultisetHash(bytes.fromhex(lanes), int(count))

@@ -559,9 +559,9 @@ def create_app(
         ]
 
     @app.get("/v1/audit/verify", tags=["audit"])
-    def audit_verify(me: Auth) -> sc.VerifyOut:
+    def audit_verify(me: Auth, full: bool = False) -> sc.VerifyOut:
         require_role(me)
-        r = platform.verify()
+        r = platform.verify(full=full)
         return sc.VerifyOut(
             ok=r.ok,
             events=r.events,

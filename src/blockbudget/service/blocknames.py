@@ -106,9 +106,11 @@ def _load_secret(engine: sa.Engine) -> bytes:
 
 @dataclass
 class _StreamIds:
-    """Opaque token ↔ block id for one stream (grows as blocks appear; ids never change)."""
+    """Opaque token ↔ block id for one stream (grows as blocks appear; ids never change),
+    current up to audit seq ``seq`` of the ledger (every block registered by then is in)."""
 
     by_token: dict[str, str] = field(default_factory=dict)
+    seq: int = 0
 
 
 @dataclass(frozen=True)
@@ -220,7 +222,8 @@ class BlockNames:
         """The block id of an opaque name on ``stream`` (see :meth:`Naming.resolve`)."""
         token = name[len(stream) + 1 :] if name.startswith(f"{stream}/") else name
         if _TOKEN.fullmatch(token):
-            found = self._ids.get(stream, _StreamIds()).by_token.get(token)
+            known = self._ids.get(stream)
+            found = None if known is None else known.by_token.get(token)
             if found is None:
                 found = self._refresh(stream).by_token.get(token)
             if found is not None:
@@ -293,9 +296,25 @@ class BlockNames:
         return unit
 
     def _refresh(self, stream: str) -> _StreamIds:
-        ids = {m.block_id for m in self._platform.store.blocks(stream)}
-        ids.update(b.block_id for b in self._platform.ledger.blocks(stream=stream))
-        fresh = _StreamIds({self.opaque(b).partition("/")[2]: b for b in ids})
+        """The stream's tokens, brought up to date: the first time, from a listing of its
+        blocks (once per process and stream); then from the blocks the ledger registered
+        since (:meth:`Ledger.added_blocks`, a range of the audit log's key), so an unknown
+        token costs what is new, not what the stream holds. A block exists for analysts once
+        the ledger registered it (it cannot serve before)."""
+        ledger = self._platform.ledger
+        known = self._ids.get(stream)
+        if known is None:
+            seq = ledger.audit_seq()  # before listing: what registers later is read next time
+            ids = {m.block_id for m in self._platform.store.blocks(stream)}
+            ids.update(b.block_id for b in ledger.blocks(stream=stream))
+            fresh = _StreamIds({self.opaque(b).partition("/")[2]: b for b in ids}, seq)
+        else:
+            added, seq = ledger.added_blocks(known.seq)
+            new = {self.opaque(b).partition("/")[2]: b for b, s in added if s == stream}
+            with self._lock:  # grows in place: a token, once known, always means its block
+                known.by_token.update(new)
+                known.seq = max(known.seq, seq)
+            return known
         with self._lock:
             self._ids[stream] = fresh
         return fresh

@@ -133,8 +133,8 @@ class ServiceClient:
             )
         )
 
-    def verify(self) -> dict[str, Any]:
-        return dict(self.call("GET", "/v1/audit/verify"))
+    def verify(self, *, full: bool = False) -> dict[str, Any]:
+        return dict(self.call("GET", "/v1/audit/verify" + ("?full=true" if full else "")))
 
     def events(self, after_seq: int = 0, limit: int = 100) -> list[dict[str, Any]]:
         return list(

@@ -61,6 +61,17 @@ blocks_table = sa.Table(
     sa.Index("ix_store_blocks_stream_sealed", "stream", "sealed"),
 )
 
+#: The order :func:`select_blocks` lists a stream's blocks in, as an index, so that a walk from
+#: the newest block (:func:`select_newest_block_ids`) reads only the rows it returns. Added to
+#: existing databases by :func:`create_tables`.
+order_index = sa.Index(
+    "ix_store_blocks_order",
+    blocks_table.c.stream,
+    blocks_table.c.ordinal,
+    blocks_table.c.block_key,
+    blocks_table.c.seq,
+)
+
 parts_table = sa.Table(
     "store_parts",
     metadata,
@@ -82,6 +93,7 @@ def create_tables(engine: Engine) -> None:
     for attempt in range(5):
         try:
             metadata.create_all(engine, checkfirst=True)
+            order_index.create(engine, checkfirst=True)  # catalogs made before it existed
             return
         except (OperationalError, ProgrammingError):
             if attempt == 4:
@@ -326,3 +338,45 @@ def registered(conn: Connection, paths: Sequence[str]) -> set[str]:
     for part in chunks(list(paths)):
         out.update(r[0] for r in conn.execute(sa.select(p.c.path).where(p.c.path.in_(part))))
     return out
+
+
+def select_newest_block_ids(conn: Connection, stream: str, *, offset: int, limit: int) -> list[str]:
+    """One page of a stream's block ids, newest first: the reverse of :func:`select_blocks`'s
+    order (ordinal, key, seq — reversed exactly on SQLite and PostgreSQL, NULL ordinals
+    included), skipping the ``offset`` newest. Reads the page's rows of
+    :data:`order_index` only."""
+    b = blocks_table
+    query = (
+        sa.select(b.c.block_id)
+        .where(b.c.stream == stream)
+        .order_by(b.c.ordinal.desc(), b.c.block_key.desc(), b.c.seq.desc())
+        .limit(limit)
+        .offset(offset)
+    )
+    return [r[0] for r in conn.execute(query)]
+
+
+def select_named_blocks(
+    conn: Connection, stream: str, names: Sequence[str]
+) -> tuple[set[str], dict[str, list[str]]]:
+    """Which of ``names`` are ids of the stream's blocks, and the block ids each of the others
+    names as a key (its window's first block and any late ones, in seq order). Index look-ups
+    of the names only."""
+    b = blocks_table
+    ids: set[str] = set()
+    by_key: dict[str, list[str]] = {}
+    for part in chunks(list(dict.fromkeys(names))):
+        ids.update(
+            r[0]
+            for r in conn.execute(
+                sa.select(b.c.block_id).where(b.c.stream == stream, b.c.block_id.in_(part))
+            )
+        )
+        rows = conn.execute(
+            sa.select(b.c.block_key, b.c.block_id)
+            .where(b.c.stream == stream, b.c.block_key.in_(part))
+            .order_by(b.c.block_key, b.c.seq)
+        )
+        for key, block_id in rows:
+            by_key.setdefault(key, []).append(block_id)
+    return ids, by_key

@@ -61,9 +61,9 @@ class SecureSelector(Selector):
     secure = True
 
     def __init__(self) -> None:
-        import opendp.prelude as dp
+        from blockbudget.mechanisms.noise import opendp_modules
 
-        dp.enable_features("contrib")
+        dp = opendp_modules()
         self._dp: Any = dp
         self._space: Any = (
             dp.vector_domain(dp.atom_domain(T=float, nan=False)),
