@@ -41,7 +41,6 @@ from blockbudget.store import (
 from blockbudget.store import catalog as store_catalog
 
 if TYPE_CHECKING:
-
     from blockbudget.engine import Engine
     from blockbudget.store.inputs import IngestData
 
