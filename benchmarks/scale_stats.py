@@ -15,8 +15,11 @@ lines::
     {"op", "rows", "blocks", "seconds", "baseline_seconds", "ratio", "rss_mb",
      "baseline_rss_mb", "rss_ratio", "engine", "rounds"}
 
-``seconds`` is the child's wall time from opening the platform (or the DuckDB connection) to
-the answer, without interpreter start-up and imports.
+``seconds`` is the median wall time of three warm runs in the child (after one untimed warm-up
+run): for the DP side :func:`blockbudget.query.run` on an open platform — block selection,
+reservation, sealing, the engine's aggregate, the durable charge, noise and the release of what
+was not spent; for the baseline the SQL statement on an open DuckDB connection. Peak RSS is the
+child's whole life.
 
     python benchmarks/scale_stats.py                       # 1M, 10M and 100M rows, 3 rounds
     python benchmarks/scale_stats.py --rows 10000000       # one size
@@ -40,6 +43,8 @@ CONTEXT = "bench"
 LOWER, UPPER = -50.0, 150.0
 REGIONS = ["north", "south", "east", "west"]
 CATEGORIES = [f"c{i}" for i in range(8)]
+#: Timed runs per measurement (after one untimed warm-up run).
+REPEATS = 3
 OPS = ("count", "sum", "mean", "variance", "quantiles", "histogram", "filtered", "grouped")
 
 
@@ -134,38 +139,41 @@ def baseline_sql(op: str) -> str:
 
 
 def measure(kind: str, op: str, home: Path, engine: str | None) -> dict[str, Any]:
-    """One measurement, in this (child) process."""
+    """One measurement, in this (child) process: the median of ``REPEATS`` warm runs after one
+    untimed warm-up run (a server answers from a warm process; the first run of a process also
+    pays for imports, compiled statements and opening DuckDB, which are not per query)."""
     from blockbudget.platform import Last, Platform
 
+    times: list[float] = []
     if kind == "dp":
-        from blockbudget.engine import get_engine
-        from blockbudget.mechanisms.noise import resolve_noise
         from blockbudget.query import run
 
         query = dp_query(op)
-        resolve_noise(None)  # imports OpenDP (an import, not part of the query's time)
-        get_engine(engine or "duckdb").close()  # imports the engine's library
-        t0 = time.perf_counter()
         platform = Platform(home) if engine is None else Platform(home, engine=engine)
         n = len(platform.store.blocks(STREAM))
-        result = run(platform, STREAM, query, blocks=Last(n), context=CONTEXT)
-        _ = result.value
-        seconds = time.perf_counter() - t0
+        for i in range(REPEATS + 1):
+            t0 = time.perf_counter()
+            result = run(platform, STREAM, query, blocks=Last(n), context=CONTEXT)
+            _ = result.value
+            if i:
+                times.append(time.perf_counter() - t0)
         platform.close()
-        return {"seconds": seconds}
+        return {"seconds": statistics.median(times)}
     import duckdb
 
-    t0 = time.perf_counter()
     platform = Platform(home)
     ids = [m.block_id for m in platform.store.blocks(STREAM)]
     paths = platform.store.source(ids).full_paths()
+    platform.close()
     con = duckdb.connect()
     con.execute(f"CREATE VIEW t AS SELECT * FROM read_parquet({paths!r})")
-    con.execute(baseline_sql(op)).fetchall()
-    seconds = time.perf_counter() - t0
+    for i in range(REPEATS + 1):
+        t0 = time.perf_counter()
+        con.execute(baseline_sql(op)).fetchall()
+        if i:
+            times.append(time.perf_counter() - t0)
     con.close()
-    platform.close()
-    return {"seconds": seconds}
+    return {"seconds": statistics.median(times)}
 
 
 def child(kind: str, op: str, home: Path, engine: str | None) -> tuple[float, float]:
