@@ -304,24 +304,38 @@ def _partials(plan: Plan, rows: list[tuple[Any, ...]]) -> Partials:
     out = {a.name: [0] * (plan.groups * a.width) for a in plan.aggregates}
     indexes = [{v: i for i, v in enumerate(g.domain)} for g in plan.group_by]
     sizes = [len(g.domain) for g in plan.group_by]
+    by_value = {
+        a.name: {v: i for i, v in enumerate(a.categories)}
+        for a in plan.aggregates
+        if a.kind is AggKind.CATEGORIES and not a.other and a.categories is not None
+    }
     nkeys = len(indexes)
     for row in rows:
         group = 0
         for value, index, size in zip(row[:nkeys], indexes, sizes, strict=True):
-            code = index.get(value)
-            if code is None:
-                raise InvalidRequestError(
-                    f"a group key value of type {type(value).__name__} matched the declared "
-                    "domain only after a type conversion; declare the domain in the column's type"
-                )
-            group = group * size + code
+            group = group * size + _code(index, value, "a group key")
         for agg, value in zip(plan.aggregates, row[nkeys:], strict=True):
             if value is None:
                 continue
             target = out[agg.name]
-            if agg.kind in (AggKind.BINS, AggKind.CATEGORIES):
+            if agg.name in by_value:  # keyed by the category values themselves
+                for cell, count in value.items():
+                    code = _code(by_value[agg.name], cell, "a category")
+                    target[group * agg.width + code] += int(count)
+            elif agg.kind in (AggKind.BINS, AggKind.CATEGORIES):
                 for cell, count in value.items():
                     target[group * agg.width + int(cell)] += int(count)
             else:
                 target[group] += int(value)
     return Partials({k: tuple(v) for k, v in out.items()})
+
+
+def _code(index: dict[Any, int], value: Any, what: str) -> int:
+    """The position of a value DuckDB matched against a declared domain."""
+    code = index.get(value)
+    if code is None:
+        raise InvalidRequestError(
+            f"{what} value of type {type(value).__name__} matched the declared domain only "
+            "after a type conversion; declare the domain in the column's type"
+        )
+    return code

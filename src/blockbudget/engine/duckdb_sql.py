@@ -175,6 +175,10 @@ def aggregate_sql(params: Params, agg: Aggregate, kinds: Columns) -> str:
         raw = f"CAST(floor(({clipped} - {lo}) / {params.add(float(b.width))}) AS BIGINT)"
         return f"histogram(least({raw}, {params.add(b.count - 1)})){where}"
     assert agg.categories is not None
+    if not agg.other:
+        # DuckDB's own hash histogram of the declared values (the result's keys are mapped back
+        # to the categories by equality, as group keys are): about 3x faster than a CASE.
+        return f"histogram({c}) FILTER (WHERE {c} IN {params.many(agg.categories)})"
     whens = " ".join(f"WHEN {c} = {params.add(v)} THEN {i}" for i, v in enumerate(agg.categories))
     if agg.other:
         whens += f" WHEN {_and(f'{c} IS NOT NULL', guard)} THEN {agg.width - 1}"
@@ -200,9 +204,14 @@ def plan_sql(
     keys = [quote(g.column) for g in plan.group_by]
     select = keys + [aggregate_sql(params, a, kinds) for a in plan.aggregates]
     where = [predicate_sql(params, p, kinds) for p in plan.predicates]
-    for g in plan.group_by:
-        where.append(_and(f"{quote(g.column)} IN {params.many(g.domain)}", kinds.not_nan(g.column)))
-    text = f"SELECT {', '.join(select)} FROM ({rows}) AS src WHERE {_and(*where)}"
+    # A row whose key is outside the declared domain is dropped by a semi join with the domain
+    # (a hash join: at 10M rows about 1.6x faster than ``key IN (...)`` on a string key).
+    joins = ""
+    for i, g in enumerate(plan.group_by):
+        values = ", ".join(f"({params.add(v)})" for v in g.domain)
+        joins += f" SEMI JOIN (VALUES {values}) AS d{i}(k) ON src.{quote(g.column)} = d{i}.k"
+        where.append(kinds.not_nan(g.column))
+    text = f"SELECT {', '.join(select)} FROM ({rows}) AS src{joins} WHERE {_and(*where)}"
     if keys:
         text += f" GROUP BY {', '.join(keys)}"
     return text, params.values
