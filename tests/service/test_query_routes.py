@@ -52,8 +52,10 @@ CLI_ARGS = [
 
 
 @pytest.fixture
-def zero_noise(monkeypatch: pytest.MonkeyPatch) -> None:
+def zero_noise(monkeypatch: pytest.MonkeyPatch, seeded: Seeded) -> None:
     monkeypatch.setattr("blockbudget.query.execute.resolve_noise", lambda _: NoNoise())
+    # The local CLI opens the same ledger as the server (SQLite in the home, or PostgreSQL).
+    monkeypatch.setenv("BLOCKBUDGET_DATABASE", seeded.platform.database_url)
 
 
 def _answer(out: dict[str, object]) -> tuple[object, ...]:

@@ -112,10 +112,16 @@ def remote(server: str | None, api_key: str | None) -> ServiceClient | None:
 
 def open_platform(home: Path) -> Platform:
     """The platform in the home folder (imported here: the platform's libraries are heavy),
-    with its block files under ``$BLOCKBUDGET_DATA_ROOT`` when that is set (as ``serve``)."""
+    with its ledger in ``$BLOCKBUDGET_DATABASE`` and its block files under
+    ``$BLOCKBUDGET_DATA_ROOT`` when they are set (as for ``serve``), so the local commands see
+    what a server sees."""
     from blockbudget.platform import Platform
 
-    return Platform(home, data_root=os.environ.get("BLOCKBUDGET_DATA_ROOT") or None)
+    return Platform(
+        home,
+        database_url=os.environ.get("BLOCKBUDGET_DATABASE") or None,
+        data_root=os.environ.get("BLOCKBUDGET_DATA_ROOT") or None,
+    )
 
 
 def local_context(platform: Platform, context: str | None) -> str:
