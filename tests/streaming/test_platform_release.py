@@ -115,8 +115,8 @@ def test_a_later_call_continues_and_a_refusal_charges_nothing(tmp_path: Path) ->
     before = [(s.block, s.charged, s.reserved) for s in p.ledger.states(stream="visits")]
     again = PlatformStreamRelease(p, "visits", context="dash", source=SOURCE, config=config, seed=1)
     assert again.slots_done == 2 and again.spent == first.spent
-    with pytest.raises(BudgetExceededError):
-        _overspend(p)
+    greedy = _overspend(p)  # no block can pay: every slot is released as an empty one
+    assert all(e["read"] == [] and e["blocks"] for e in greedy.log)
     after = [(s.block, s.charged, s.reserved) for s in p.ledger.states(stream="visits")]
     assert after == before
     with pytest.raises(InvalidRequestError, match="other parameters"):
@@ -131,12 +131,14 @@ def test_a_later_call_continues_and_a_refusal_charges_nothing(tmp_path: Path) ->
     p.close()
 
 
-def _overspend(p: Platform) -> None:
-    """A release whose first window (ε·0.61 = 0.61) exceeds the blocks' 0.5: refused."""
+def _overspend(p: Platform) -> PlatformStreamRelease:
+    """A release whose windows (ε·0.61/j²; 0.61 for the first) no block with 0.5 left can pay."""
     config = HistogramConfig(epsilon=1.0, window=1, warmup=False)
-    PlatformStreamRelease(
+    rel = PlatformStreamRelease(
         p, "visits", context="dash", source=SOURCE, config=config, seed=1, name="greedy"
-    ).run()
+    )
+    rel.run(max_windows=1)
+    return rel
 
 
 def test_gaussian_needs_an_rdp_stream_and_is_charged_as_a_curve(tmp_path: Path) -> None:

@@ -28,11 +28,13 @@ user's change still moves at most that user's records).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +42,7 @@ import numpy as np
 
 from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget, Cost, RdpCurve
-from blockbudget.errors import InvalidRequestError
+from blockbudget.errors import BudgetExceededError, InvalidRequestError, RetiredBlockError
 from blockbudget.grant import Grant
 from blockbudget.mechanisms.noise import NoiseKind, NoiseSource
 from blockbudget.store import Unit
@@ -62,6 +64,8 @@ __all__ = [
     "StreamSlot",
     "open_release",
 ]
+
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,6 +141,8 @@ class PlatformStreamRelease:
         noise / seed: as for :class:`~blockbudget.streaming.HistogramStream` (a seed gives
             ``secure_noise=False``).
         holder: recorded on every reservation.
+        grace: how long after its window ends a slot is closed (default: one window); rows of
+            a slot arriving after it was released are never read by this release.
 
     Raises:
         InvalidRequestError: the stream is not time-blocked, a Gaussian release on a stream
@@ -176,6 +182,7 @@ class PlatformStreamRelease:
         noise: NoiseSource | None = None,
         seed: int | None = None,
         holder: str = "",
+        grace: timedelta | None = None,
     ) -> None:
         spec = platform.stream(stream)
         if spec.blocking.unit is not Unit.TIME or spec.blocking.window is None:
@@ -188,8 +195,10 @@ class PlatformStreamRelease:
                 "a Gaussian (zCDP) release is charged as an RDP curve: stream "
                 f"{stream!r} uses {spec.accounting.value} accounting; use Laplace or an RDP stream"
             )
-        if not name or "/" in name or name.startswith("."):
-            raise InvalidRequestError(f"a release name is a plain file name, got {name!r}")
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise InvalidRequestError(
+                f"a release name has 1-200 letters, digits, '-' or '_', got {name!r}"
+            )
         self.platform = platform
         self.stream = stream
         self.context = context
@@ -197,11 +206,17 @@ class PlatformStreamRelease:
         self.config = config
         self.name = name
         self.holder = holder
+        self.grace = spec.blocking.window if grace is None else grace
+        if self.grace < timedelta(0):
+            raise InvalidRequestError(f"grace must be >= 0, got {self.grace}")
         self._spec = spec
         self._noise = noise
         self._seed = seed
         self._fingerprint = json.loads(json.dumps(_fingerprint(stream, source, config)))
         self._path = Path(platform.home) / "releases" / stream / f"{name}.json"
+        ident = json.dumps([stream, context, name])
+        self._charge_prefix = f"stream-release/{hashlib.sha256(ident.encode()).hexdigest()[:40]}"
+        self._origin: datetime | None = None
         self._hist = self._fresh()
         self._log: list[dict[str, Any]] = []
         self._answer: list[float] = list(self._hist.release)
@@ -235,9 +250,10 @@ class PlatformStreamRelease:
             )
         self._log = list(data["log"])
         self._answer = [float(x) for x in data["answer"]]
+        self._origin = None if data.get("origin") is None else datetime.fromisoformat(data["origin"])
         self._hist = self._fresh()
         st = data["state"]
-        return HistogramState(
+        state = HistogramState(
             t=int(st["t"]),
             window=int(st["window"]),
             numerator=tuple(st["numerator"]),
@@ -245,6 +261,42 @@ class PlatformStreamRelease:
             latest=None if st["latest"] is None else tuple(st["latest"]),
             spent_units=int(st["spent_units"]),
         )
+        self._verify(state)
+        return state
+
+    def _charge_id(self, block: str) -> str:
+        """The ledger request id of this release's one charge on the slot whose first block is
+        ``block`` (per stream, context and release name: a block pays this release once)."""
+        return f"{self._charge_prefix}/{block}"
+
+    def _verify(self, state: HistogramState) -> None:
+        """Refuse a saved state the ledger and the configuration do not bear out.
+
+        The ledger is the source of truth: the slots and totals follow from the window number
+        (t = the windows' lengths, spent = their budgets), the last slot the log says was read
+        must have its charge in the ledger, and the next slot's must not (a rolled-back or
+        edited file would otherwise read and charge slots again).
+        """
+        j = state.window
+        bad = not 1 <= j <= state.t + 1 or len(self._log) != state.t
+        if not bad:
+            probe = self._fresh()
+            for i in range(1, j):  # replay the accountant: refusals included
+                budget = probe.budget_of(i)
+                if budget > 0.0:
+                    probe.accountant.try_charge(budget)
+            lengths = sum(self.config.window_length(i) for i in range(1, j))
+            bad = state.t != lengths or state.spent_units != probe.accountant.spent_units
+        reads = [e for e in self._log if e.get("read")]
+        last = reads[-1]["read"][0] if reads else None
+        if not bad and last is not None:
+            bad = self.platform.ledger.request(self._charge_id(last)) is None
+        if bad:
+            raise InvalidRequestError(
+                f"the saved state of release {self.name!r} of stream {self.stream!r} does not "
+                f"match the ledger (window {j}, slot {state.t}); it was edited or lost — the "
+                "ledger keeps every slot this release charged, so it cannot be replayed"
+            )
 
     def _save(self) -> None:
         """Write the public state atomically (a temporary file renamed over the old one)."""
@@ -252,6 +304,7 @@ class PlatformStreamRelease:
         state = asdict(self._hist.state())
         body = {
             "fingerprint": self._fingerprint,
+            "origin": None if self._origin is None else self._origin.isoformat(),
             "state": state,
             "answer": self._answer,
             "log": self._log,
@@ -282,30 +335,46 @@ class PlatformStreamRelease:
 
     # --- slots ----------------------------------------------------------------------------------
 
-    def slots(self) -> list[StreamSlot]:
-        """Every slot from the stream's first window to its newest one."""
+    def slots(self, *, now: datetime | None = None) -> list[StreamSlot]:
+        """The closed slots, from the release's origin to the newest closed one.
+
+        The origin is the earliest window present at the release's first run, saved with its
+        state: blocks of earlier windows arriving later are never read (slot numbers never
+        move). A slot is closed once its window ended at least ``grace`` ago (UTC wall clock,
+        ``now`` by default the current time; the release's ``grace`` defaults to one window):
+        the newest closed slot is the last one whose window ended by ``now − grace``, and empty
+        slots up to it are empty slots.
+        """
         metas = [m for m in self.platform.store.blocks(self.stream) if m.window_start is not None]
         if not metas:
             return []
         window = self._spec.blocking.window
         assert window is not None
-        by_start: dict[datetime, list[str]] = {}
+        origin = self._origin or min(m.window_start for m in metas if m.window_start)
+        by_start: dict[datetime, list[tuple[str, bool]]] = {}  # (block, sealed)
         for m in metas:
-            assert m.window_start is not None
-            by_start.setdefault(m.window_start, []).append(m.block_id)
-        origin = min(by_start)
-        last = max(by_start)
-        count = int((last - origin) / window) + 1
-        out = []
+            if m.window_start is not None and m.window_start >= origin:
+                by_start.setdefault(m.window_start, []).append((m.block_id, m.sealed))
+        if not by_start:
+            return []
+        if now is None:
+            now = datetime.now(UTC).replace(tzinfo=None)  # window starts are naive UTC
+        count = int((max(by_start) - origin) / window) + 1
+        out: list[StreamSlot] = []
         for i in range(count):
             start = origin + i * window
-            out.append(
-                StreamSlot(t=i + 1, key=start.isoformat(), blocks=tuple(by_start.get(start, ())))
-            )
+            if start + window > now - self.grace:
+                break  # this window (and every later one) may still be filling
+            blocks = sorted(b for b, _ in by_start.get(start, []))
+            out.append(StreamSlot(t=i + 1, key=start.isoformat(), blocks=tuple(blocks)))
+        self._origin = origin
         return out
 
-    def run(self, *, max_windows: int | None = None) -> list[ReleasedSlot]:
-        """Release every complete window not yet released (at most ``max_windows``).
+    def run(
+        self, *, max_windows: int | None = None, now: datetime | None = None
+    ) -> list[ReleasedSlot]:
+        """Release every complete window of closed slots (:meth:`slots`) not yet released (at
+        most ``max_windows``); ``now`` as for :meth:`slots`.
 
         Returns:
             the slots answered by this call, in order.
@@ -335,12 +404,12 @@ class PlatformStreamRelease:
                 saved = self._load()  # what another call saved since this object was made
                 if saved is not None:
                     self._hist.resume(saved)
-                return self._run_locked(max_windows)
+                return self._run_locked(max_windows, now)
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def _run_locked(self, max_windows: int | None) -> list[ReleasedSlot]:
-        slots = self.slots()
+    def _run_locked(self, max_windows: int | None, now: datetime | None) -> list[ReleasedSlot]:
+        slots = self.slots(now=now)
         out: list[ReleasedSlot] = []
         done = 0
         while max_windows is None or done < max_windows:
@@ -366,25 +435,24 @@ class PlatformStreamRelease:
         before = self._hist.state()
         budget = self._hist.window_budget(before.window)
         cost = self._cost(budget)
+        self._check_unread(chunk)
         by_slot: dict[int, Grant] = {}
         grants: list[Grant] = []
         try:
             for slot in chunk:
                 if slot.blocks:  # exactly this slot's blocks, reserving the window's budget
-                    grant = self.platform.request(
-                        self.stream,
-                        blocks=list(slot.blocks),
-                        budget=cost,
-                        context=self.context,
-                        holder=self.holder,
-                        columns=[self.source.item_column, self.source.user_column],
-                    )
-                    grants.append(grant)
-                    by_slot[slot.t] = grant
+                    grant = self._request(slot, cost)
+                    if grant is not None:
+                        grants.append(grant)
+                        by_slot[slot.t] = grant
             releases = [self._hist.step_pdf(self._slot_pdf(by_slot.get(s.t))) for s in chunk]
             if releases[-1].released:
-                for g in grants:
-                    g.draw(cost, label=f"stream release {self.name!r}, window {before.window}")
+                for t, g in by_slot.items():
+                    g.draw(
+                        cost,
+                        label=f"stream release {self.name!r}, window {before.window}",
+                        request_id=self._charge_id(chunk[t - chunk[0].t].blocks[0]),
+                    )
         except BaseException:
             self._hist = self._fresh()
             self._hist.resume(before)  # nothing in memory changes unless the draws committed
@@ -392,7 +460,8 @@ class PlatformStreamRelease:
         finally:
             for g in grants:
                 g.close()
-        if releases[-1].released:
+        charged = releases[-1].released
+        if charged:
             self._answer = [float(x) for x in releases[-1].pdf]
         for slot, rel in zip(chunk, releases, strict=True):
             self._log.append(
@@ -405,11 +474,40 @@ class PlatformStreamRelease:
                     "cost": rel.cost,
                     "unit": rel.unit,
                     "blocks": list(slot.blocks),
+                    "read": list(slot.blocks) if slot.t in by_slot and charged else [],
                     "secure_noise": rel.secure_noise,
                 }
             )
         self._save()
         return [ReleasedSlot(slot=s, release=r) for s, r in zip(chunk, releases, strict=True)]
+
+    def _check_unread(self, chunk: Sequence[StreamSlot]) -> None:
+        """Refuse (before reading anything) a window with a block the ledger says this release
+        already charged: its saved state was rolled back, edited or deleted."""
+        for slot in chunk:
+            for block in slot.blocks:
+                if self.platform.ledger.request(self._charge_id(block)) is not None:
+                    raise InvalidRequestError(
+                        f"the ledger records that release {self.name!r} of stream "
+                        f"{self.stream!r} already read and charged block {block!r} in context "
+                        f"{self.context!r}; its saved state was edited or lost, so it cannot go on"
+                    )
+
+    def _request(self, slot: StreamSlot, cost: Cost) -> Grant | None:
+        """A grant on exactly the slot's blocks, or None when one of them is retired or cannot
+        afford ``cost`` in this context (public ledger metadata: the slot is then released as
+        an empty one, so one spent block never stalls the release)."""
+        try:
+            return self.platform.request(
+                self.stream,
+                blocks=list(slot.blocks),
+                budget=cost,
+                context=self.context,
+                holder=self.holder,
+                columns=[self.source.item_column, self.source.user_column],
+            )
+        except (BudgetExceededError, RetiredBlockError):
+            return None
 
     def _slot_pdf(self, grant: Grant | None) -> np.ndarray:
         """The slot's compressed PDF from its grant's rows (the padded uniform PDF if none)."""
@@ -426,7 +524,8 @@ class PlatformStreamRelease:
         _, user_codes = np.unique(
             np.asarray([str(u) for u in users], dtype=object), return_inverse=True
         )
-        keep = item_arr >= 0
+        # rows outside the domain, and rows with no user id (no user to bound), are dropped
+        keep = (item_arr >= 0) & np.asarray([u is not None for u in users], dtype=bool)
         return comp.pdf(np.asarray(user_codes, dtype=np.int64)[keep], item_arr[keep])
 
 
