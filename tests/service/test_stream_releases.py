@@ -81,3 +81,24 @@ def test_recommend_warns_when_only_the_uniform_pdf_can_come_out(
     assert r.status_code == 200, r.text
     out = r.json()
     assert len(out["warnings"]) == 3 and all(f["only_uniform"] for f in out["forecasts"])
+
+
+def test_principals_whose_names_collide_after_sanitising_never_share_a_release(
+    client: TestClient, seeded: Seeded
+) -> None:
+    from blockbudget.service import Permission, Role
+
+    # before: 'ana--x' + release 'r' and 'ana' + release 'x--r' were the same saved file
+    seeded.keys.add_principal("ana--x", Role.ANALYST, contexts=("team-a",))
+    seeded.keys.grant("ana--x", "flights", Permission.READ)
+    h_x = seeded.headers(seeded.keys.create_key("ana--x"))
+    h_ana = seeded.headers(seeded.analyst)
+    r = client.post("/v1/streams/flights/releases/r", headers=h_x, json=BODY)
+    assert r.status_code == 200 and r.json()["slots"], r.text
+    g = client.get("/v1/streams/flights/releases/x--r", headers=h_ana)
+    assert g.status_code == 422  # ana has no release 'x--r'
+    before = ledger_snapshot(seeded.platform)
+    p = client.post("/v1/streams/flights/releases/x--r", headers=h_ana, json=BODY)
+    # ana's own release 'x--r' starts at slot 1 (it does not continue ana--x's)
+    assert p.status_code == 200 and p.json()["slots"][0]["t"] == 1
+    assert ledger_snapshot(seeded.platform) != before

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget, units_up
 from blockbudget.cli import app
-from blockbudget.errors import BudgetExceededError, InvalidRequestError
+from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.noise import NoiseKind
 from blockbudget.platform import Platform
 from blockbudget.store import Blocking, Unit
@@ -221,3 +221,36 @@ def test_one_run_at_a_time_and_a_stale_object_continues_from_the_saved_state(
     out = b.run()
     assert [r.slot.t for r in out] == [3, 4, 5, 6] and b.spent != a.spent
     p.close()
+
+
+def test_cli_run_warns_when_the_instantaneous_answer_is_noise(tmp_path: Path) -> None:
+    p = _platform(tmp_path)
+    p.close()
+    home = str(tmp_path / "home")
+    args = ["release", "run", "visits", "--item-column", "page", "--user-column", "user"]
+    args += ["--domain", "a,b,c", "--min-users", "20", "--epsilon", "1", "--window", "2"]
+    args += ["--context", "dash", "--home", home, "--max-windows", "1"]
+    runner = CliRunner()
+    r = runner.invoke(app, [*args, "--horizon", "instantaneous", "--name", "inst"])
+    assert r.exit_code == 0, r.output
+    assert "warning" in r.output and "instantaneous noise per bin" in r.output
+    r = runner.invoke(app, [*args, "--name", "acc"])
+    assert r.exit_code == 0 and "warning" not in r.output, r.output
+    r = runner.invoke(
+        app,
+        [
+            "release",
+            "recommend",
+            "--domain-size",
+            "3",
+            "--min-users",
+            "20",
+            "--epsilon",
+            "1",
+            "--window",
+            "2",
+            "--answer",
+            "instantaneous",
+        ],
+    )
+    assert r.exit_code == 0 and "windowed: " in r.output, r.output

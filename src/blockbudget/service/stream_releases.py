@@ -9,11 +9,11 @@ stream, read its latest public answer, and ask which mode a configuration suppor
   (:func:`~blockbudget.streaming.recommend.recommend`); it reads nothing and needs only a key.
 
 Same rules as every route (:mod:`blockbudget.service.access`): the caller must read the stream
-and be bound to the context; a release is the caller's own (its saved state is kept under a SHA-256
-digest of the principal's name, so two principals never read or continue each other's release); a refused request
-reserves and charges nothing; failures while reading rows go out as a stable code only
-(:mod:`blockbudget.service.failures`). Slots are named by their window start (time streams have
-no opaque block names to hide).
+and be bound to the context; a release is the caller's own (its saved state is kept under a
+SHA-256 digest of the principal's name, so two principals never read or continue each other's
+release); a refused request reserves and charges nothing; failures while reading rows go out
+as a stable code only (:mod:`blockbudget.service.failures`). Slots are named by their window
+start (time streams have no opaque block names to hide).
 """
 
 import hashlib
@@ -93,6 +93,8 @@ class RecommendIn(BaseModel):
     horizon: int | None = Field(default=None, ge=2, le=1_000_000)
     window: int = Field(default=30, ge=1, le=100_000)
     delta: float = Field(default=0.0, ge=0, lt=1)
+    answer: Literal["accumulative", "instantaneous"] = "accumulative"
+    warmup: bool = True
 
 
 def principal_part(principal: str) -> str:
@@ -171,9 +173,10 @@ def register_stream_release_routes(
     def recommend_release(me: Auth, body: RecommendIn) -> dict[str, Any]:
         from dataclasses import asdict
 
+        from blockbudget.streaming.config import Horizon
         from blockbudget.streaming.recommend import recommend
 
-        r = recommend(**body.model_dump())
+        r = recommend(**body.model_dump(exclude={"answer"}), answer=Horizon(body.answer))
         return {
             "best": r.best,
             "horizon": r.horizon,

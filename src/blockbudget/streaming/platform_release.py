@@ -250,7 +250,9 @@ class PlatformStreamRelease:
             )
         self._log = list(data["log"])
         self._answer = [float(x) for x in data["answer"]]
-        self._origin = None if data.get("origin") is None else datetime.fromisoformat(data["origin"])
+        self._origin = (
+            None if data.get("origin") is None else datetime.fromisoformat(data["origin"])
+        )
         self._hist = self._fresh()
         st = data["state"]
         state = HistogramState(
