@@ -1,19 +1,26 @@
 """A histogram stream released from a platform stream's blocks, charged to those blocks.
 
 A time-blocked platform stream (``Blocking(unit=TIME, window=…)``) is a sequence of slots: slot t
-is the time window ``origin + (t − 1)·window``, where ``origin`` is the first block's window, and
-its rows are the rows of the blocks with that window (the window's first block and any late ones
-present when the slot is read). A window with no block is an empty slot (its PDF is the padded
-uniform one; which windows have blocks is public block metadata).
+is the time window ``origin + (t − 1)·window``, where ``origin`` is the earliest window present at
+the release's first run (saved; earlier blocks arriving later are never read). A slot is read
+once, when it is closed — its window ended ``grace`` ago (one window by default) — and its rows
+are then the rows of every block with that window start. A window with no block, or whose blocks
+are retired or cannot pay in the release's context (public ledger state), is an empty slot (its
+PDF is the padded uniform one; which windows have blocks is public block metadata). Rows with a
+null user id are dropped.
 
 :class:`PlatformStreamRelease` runs a :class:`~blockbudget.streaming.HistogramStream` over those
 slots. When a release window closes it reads every slot of the window through its own grant —
 :meth:`Platform.request` on exactly that slot's blocks, in the release's context, reserving the
 window's budget — computes the slots' compressed PDFs (seed ``002_e6d4c77f2abb3a16.txt`` §4.1),
 releases the window, and then draws the window's ε_j (or ρ_j) on every grant, so each block's
-ledger records what the releases that read it spent. If any request is refused, every grant
-opened for the window is closed unspent and nothing is released or charged. The slots between
-releases are answered by post-processing and read nothing.
+ledger records what the releases that read it spent. If anything fails, every grant opened for
+the window is closed unspent and nothing is released or charged. Each draw carries a ledger
+request id derived from (stream, context, release name, the slot's first block), so the ledger —
+not the saved file — says which slots a release has read: a window with a block already charged
+by this release is refused before anything is read, and a saved state the ledger does not bear
+out is refused on resume (an edited, rolled-back or deleted file cannot replay slots). The slots
+between releases are answered by post-processing and read nothing.
 
 The user-level guarantee of the whole stream (Σ_j ε_j ≤ ε over all windows, for ever) is kept by
 the stream's :class:`~blockbudget.streaming.StreamAccountant`; the per-block ledger additionally
