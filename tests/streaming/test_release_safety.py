@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
@@ -121,32 +122,52 @@ def _tamper(path: Path, **state: int) -> None:
     path.write_text(json.dumps(data))
 
 
-def test_an_edited_or_deleted_state_cannot_release_the_same_blocks_again(tmp_path: Path) -> None:
+def test_an_edited_or_deleted_state_cannot_read_the_same_blocks_again(tmp_path: Path) -> None:
     p = _platform(tmp_path, [0, 1, 2, 3, 4, 5])
     config = HistogramConfig(epsilon=1.0, window=2)
     rel = PlatformStreamRelease(p, "v", context="dash", source=SOURCE, config=config, seed=1)
     rel.run()
-    charged = _charged(p)
+    charged, spent = _charged(p), rel.spent
     path = Path(p.home) / "releases" / "v" / "default.json"
     saved = path.read_text()
 
-    def attempt() -> None:
-        PlatformStreamRelease(p, "v", context="dash", source=SOURCE, config=config).run()
+    def again() -> PlatformStreamRelease:
+        r = PlatformStreamRelease(p, "v", context="dash", source=SOURCE, config=config)
+        out = r.run()
+        # every window is one the ledger says was charged: skipped, nothing read or published
+        assert out and not any(x.release.released for x in out)
+        assert all(e["lost"] for e in r.log) and r.spent == spent
+        return r
 
-    _tamper(path, spent_units=0, t=0, window=1)  # a consistent fresh state: the ledger refuses
-    with pytest.raises(InvalidRequestError, match="already read and charged"):
-        attempt()
+    _tamper(path, spent_units=0, t=0, window=1)  # a consistent fresh state
+    again()
     path.unlink()  # a lost state: the same
-    with pytest.raises(InvalidRequestError, match="already read and charged"):
-        attempt()
+    again()
     for edit in ({"spent_units": 0}, {"window": 10**9, "t": 0}, {"window": 2}):
         path.write_text(saved)
         _tamper(path, **edit)
         with pytest.raises(InvalidRequestError, match="does not match the ledger"):
-            attempt()
+            PlatformStreamRelease(p, "v", context="dash", source=SOURCE, config=config)
     assert _charged(p) == charged  # nothing read or charged again
-    path.write_text(saved)
-    assert PlatformStreamRelease(p, "v", context="dash", source=SOURCE, config=config).run() == []
+    p.close()
+
+
+def test_a_crash_between_the_draws_and_the_save_loses_that_window_only(tmp_path: Path) -> None:
+    p = _platform(tmp_path, [0, 1, 2, 3])
+    rel = PlatformStreamRelease(p, "v", context="dash", source=SOURCE, config=ONE, seed=1)
+    rel.run(max_windows=1)
+    path = Path(p.home) / "releases" / "v" / "default.json"
+    before_crash = path.read_text()
+    rel.run(max_windows=1)  # window 2 charged and saved …
+    path.write_text(before_crash)  # … but as if the save never happened
+    charged = _charged(p)
+    again = PlatformStreamRelease(p, "v", context="dash", source=SOURCE, config=ONE, seed=2)
+    out = again.run()
+    assert [(r.slot.t, r.release.released) for r in out] == [(2, False), (3, True), (4, True)]
+    assert again.log[1]["lost"] and again.log[1]["read"] == ["v/2024-01-11"]
+    assert _charged(p)["v/2024-01-11"] == charged["v/2024-01-11"]  # not charged twice
+    budgets = [Decimal(repr(again._hist.window_budget(j))) for j in (1, 2, 3, 4)]
+    assert Decimal(again.spent) == sum(budgets)  # the lost window counts
     p.close()
 
 

@@ -466,6 +466,27 @@ class HistogramStream:
         self._publish(mean, budget=budget, length=length)
         return self._slot(window, released=True, cost=budget, refused=False)
 
+    def skip_window(self) -> list[HistogramRelease]:
+        """Close the next window unreleased but charged: a window whose release was charged and
+        then lost (it counts against ε; nothing new is published, no data is needed).
+
+        Raises:
+            InvalidRequestError: a window is open.
+        """
+        if self._len:
+            raise InvalidRequestError("skip_window() needs no open window")
+        window = self._j
+        length = self.config.window_length(window)
+        budget = self.budget_of(window)
+        charged = budget > 0.0 and self.accountant.try_charge(budget)
+        self._j += 1
+        out = []
+        for i in range(length):
+            self._t += 1
+            cost = budget if charged and i == length - 1 else 0.0
+            out.append(self._slot(window, released=False, cost=cost, refused=False))
+        return out
+
     def _publish(self, mean: FloatArray, *, budget: float, length: int) -> None:
         """Add noise to one window's mean PDF and update the answers (post-processing after)."""
         gaussian = self.config.noise is NoiseKind.GAUSSIAN

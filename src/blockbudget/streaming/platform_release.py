@@ -18,8 +18,9 @@ ledger records what the releases that read it spent. If anything fails, every gr
 the window is closed unspent and nothing is released or charged. Each draw carries a ledger
 request id derived from (stream, context, release name, the slot's first block), so the ledger —
 not the saved file — says which slots a release has read: a window with a block already charged
-by this release is refused before anything is read, and a saved state the ledger does not bear
-out is refused on resume (an edited, rolled-back or deleted file cannot replay slots). The slots
+by this release is closed unread (its budget counted again, nothing published: a crash after the
+draws, or a rolled-back or deleted file), and a saved state the ledger and the configuration do
+not bear out is refused on resume. The slots
 between releases are answered by post-processing and read nothing.
 
 The user-level guarantee of the whole stream (Σ_j ε_j ≤ ε over all windows, for ever) is kept by
@@ -427,7 +428,8 @@ class PlatformStreamRelease:
             chunk = slots[start : start + length]
             if len(chunk) < length:
                 break
-            out.extend(self._release_window(chunk))
+            lost = self._charged_before(chunk)
+            out.extend(self._skip_lost(chunk, lost) if lost else self._release_window(chunk))
             done += 1
         return out
 
@@ -444,7 +446,6 @@ class PlatformStreamRelease:
         before = self._hist.state()
         budget = self._hist.window_budget(before.window)
         cost = self._cost(budget)
-        self._check_unread(chunk)
         by_slot: dict[int, Grant] = {}
         grants: list[Grant] = []
         try:
@@ -473,34 +474,46 @@ class PlatformStreamRelease:
         if charged:
             self._answer = [float(x) for x in releases[-1].pdf]
         for slot, rel in zip(chunk, releases, strict=True):
-            self._log.append(
-                {
-                    "t": rel.t,
-                    "key": slot.key,
-                    "window": rel.window,
-                    "released": rel.released,
-                    "refused": rel.refused,
-                    "cost": rel.cost,
-                    "unit": rel.unit,
-                    "blocks": list(slot.blocks),
-                    "read": list(slot.blocks) if slot.t in by_slot and charged else [],
-                    "secure_noise": rel.secure_noise,
-                }
-            )
+            self._log_slot(slot, rel, read=slot.t in by_slot and charged)
         self._save()
         return [ReleasedSlot(slot=s, release=r) for s, r in zip(chunk, releases, strict=True)]
 
-    def _check_unread(self, chunk: Sequence[StreamSlot]) -> None:
-        """Refuse (before reading anything) a window with a block the ledger says this release
-        already charged: its saved state was rolled back, edited or deleted."""
-        for slot in chunk:
-            for block in slot.blocks:
-                if self.platform.ledger.request(self._charge_id(block)) is not None:
-                    raise InvalidRequestError(
-                        f"the ledger records that release {self.name!r} of stream "
-                        f"{self.stream!r} already read and charged block {block!r} in context "
-                        f"{self.context!r}; its saved state was edited or lost, so it cannot go on"
-                    )
+    def _log_slot(
+        self, slot: StreamSlot, rel: HistogramRelease, *, read: bool, lost: bool = False
+    ) -> None:
+        """Append slot's public log entry (``read``: its blocks were read and charged)."""
+        self._log.append(
+            {
+                "t": rel.t,
+                "key": slot.key,
+                "window": rel.window,
+                "released": rel.released,
+                "refused": rel.refused,
+                "lost": lost,
+                "cost": rel.cost,
+                "unit": rel.unit,
+                "blocks": list(slot.blocks),
+                "read": list(slot.blocks) if read else [],
+                "secure_noise": rel.secure_noise,
+            }
+        )
+
+    def _charged_before(self, chunk: Sequence[StreamSlot]) -> set[int]:
+        """The slots of the window whose blocks the ledger says this release already charged
+        (a crash after the draws, or a saved state rolled back or deleted)."""
+        ledger = self.platform.ledger
+        return {
+            s.t for s in chunk if any(ledger.request(self._charge_id(b)) for b in s.blocks)
+        }
+
+    def _skip_lost(self, chunk: Sequence[StreamSlot], lost: set[int]) -> list[ReleasedSlot]:
+        """Close a window the ledger says was already charged without reading anything: its
+        budget counts again in the accountant, nothing new is published."""
+        releases = self._hist.skip_window()
+        for slot, rel in zip(chunk, releases, strict=True):
+            self._log_slot(slot, rel, read=slot.t in lost, lost=True)
+        self._save()
+        return [ReleasedSlot(slot=s, release=r) for s, r in zip(chunk, releases, strict=True)]
 
     def _request(self, slot: StreamSlot, cost: Cost) -> Grant | None:
         """A grant on exactly the slot's blocks, or None when one of them is retired or cannot
