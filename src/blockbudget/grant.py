@@ -146,8 +146,11 @@ class Grant:
         """The accounting rule of the grant's stream."""
         return self._accounting
 
-    def draw(self, cost: Cost, *, label: str) -> None:
+    def draw(self, cost: Cost, *, label: str, request_id: str | None = None) -> None:
         """Charge ``cost`` to every block of the grant, durably, from its reservation.
+
+        ``request_id`` names the charge in the ledger (its idempotency key; a fresh one when
+        None): a second draw under the same id on another reservation is refused by the ledger.
 
         On a user-level stream with ``rows_per_user = k > 1`` the charge is the group-privacy
         cost of ``cost`` for k rows (see :func:`group_cost`).
@@ -166,7 +169,8 @@ class Grant:
                 self.blocks,
                 charged,
                 context=self.context,
-                request_id=f"{self.reservation.id}/{self._token}/draw/{uuid.uuid4().hex}",
+                request_id=request_id
+                or f"{self.reservation.id}/{self._token}/draw/{uuid.uuid4().hex}",
                 reservation_id=self.reservation.id,
             )
             self._draws.append((label, charged))

@@ -59,11 +59,13 @@ def test_refused_releases_change_nothing(client: TestClient, seeded: Seeded) -> 
     r = client.post(
         "/v1/streams/flights/releases/x",
         headers=seeded.headers(seeded.analyst),
-        json={**BODY, "epsilon": 5.0},
+        json={**BODY, "epsilon": 5.0, "max_windows": 2},
     )
-    assert r.status_code == 409  # window 1 (ε·0.61/2 = 1.5) exceeds the blocks' ε = 1
+    # windows 1 and 2 (ε·0.61/2 = 1.5) exceed the blocks' ε = 1: no block can pay, so every slot is
+    # released as an empty one (read nothing, charged nothing) rather than stalling for ever
+    assert r.status_code == 200 and all(s["read"] == [] for s in r.json()["slots"])
     r = client.post(
-        "/v1/streams/flights/releases/x",
+        "/v1/streams/flights/releases/y",
         headers=seeded.headers(seeded.analyst),
         json={**BODY, "user_column": "no_such_column"},
     )
@@ -79,3 +81,24 @@ def test_recommend_warns_when_only_the_uniform_pdf_can_come_out(
     assert r.status_code == 200, r.text
     out = r.json()
     assert len(out["warnings"]) == 3 and all(f["only_uniform"] for f in out["forecasts"])
+
+
+def test_principals_whose_names_collide_after_sanitising_never_share_a_release(
+    client: TestClient, seeded: Seeded
+) -> None:
+    from blockbudget.service import Permission, Role
+
+    # before: 'ana--x' + release 'r' and 'ana' + release 'x--r' were the same saved file
+    seeded.keys.add_principal("ana--x", Role.ANALYST, contexts=("team-a",))
+    seeded.keys.grant("ana--x", "flights", Permission.READ)
+    h_x = seeded.headers(seeded.keys.create_key("ana--x"))
+    h_ana = seeded.headers(seeded.analyst)
+    r = client.post("/v1/streams/flights/releases/r", headers=h_x, json=BODY)
+    assert r.status_code == 200 and r.json()["slots"], r.text
+    g = client.get("/v1/streams/flights/releases/x--r", headers=h_ana)
+    assert g.status_code == 422  # ana has no release 'x--r'
+    before = ledger_snapshot(seeded.platform)
+    p = client.post("/v1/streams/flights/releases/x--r", headers=h_ana, json=BODY)
+    # ana's own release 'x--r' starts at slot 1 (it does not continue ana--x's)
+    assert p.status_code == 200 and p.json()["slots"][0]["t"] == 1
+    assert ledger_snapshot(seeded.platform) != before

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget, units_up
 from blockbudget.cli import app
-from blockbudget.errors import BudgetExceededError, InvalidRequestError
+from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.noise import NoiseKind
 from blockbudget.platform import Platform
 from blockbudget.store import Blocking, Unit
@@ -115,8 +115,8 @@ def test_a_later_call_continues_and_a_refusal_charges_nothing(tmp_path: Path) ->
     before = [(s.block, s.charged, s.reserved) for s in p.ledger.states(stream="visits")]
     again = PlatformStreamRelease(p, "visits", context="dash", source=SOURCE, config=config, seed=1)
     assert again.slots_done == 2 and again.spent == first.spent
-    with pytest.raises(BudgetExceededError):
-        _overspend(p)
+    greedy = _overspend(p)  # no block can pay: every slot is released as an empty one
+    assert all(e["read"] == [] and e["blocks"] for e in greedy.log)
     after = [(s.block, s.charged, s.reserved) for s in p.ledger.states(stream="visits")]
     assert after == before
     with pytest.raises(InvalidRequestError, match="other parameters"):
@@ -131,12 +131,14 @@ def test_a_later_call_continues_and_a_refusal_charges_nothing(tmp_path: Path) ->
     p.close()
 
 
-def _overspend(p: Platform) -> None:
-    """A release whose first window (ε·0.61 = 0.61) exceeds the blocks' 0.5: refused."""
+def _overspend(p: Platform) -> PlatformStreamRelease:
+    """A release whose windows (ε·0.61/j²; 0.61 for the first) no block with 0.5 left can pay."""
     config = HistogramConfig(epsilon=1.0, window=1, warmup=False)
-    PlatformStreamRelease(
+    rel = PlatformStreamRelease(
         p, "visits", context="dash", source=SOURCE, config=config, seed=1, name="greedy"
-    ).run()
+    )
+    rel.run(max_windows=1)
+    return rel
 
 
 def test_gaussian_needs_an_rdp_stream_and_is_charged_as_a_curve(tmp_path: Path) -> None:
@@ -219,3 +221,36 @@ def test_one_run_at_a_time_and_a_stale_object_continues_from_the_saved_state(
     out = b.run()
     assert [r.slot.t for r in out] == [3, 4, 5, 6] and b.spent != a.spent
     p.close()
+
+
+def test_cli_run_warns_when_the_instantaneous_answer_is_noise(tmp_path: Path) -> None:
+    p = _platform(tmp_path)
+    p.close()
+    home = str(tmp_path / "home")
+    args = ["release", "run", "visits", "--item-column", "page", "--user-column", "user"]
+    args += ["--domain", "a,b,c", "--min-users", "20", "--epsilon", "1", "--window", "2"]
+    args += ["--context", "dash", "--home", home, "--max-windows", "1"]
+    runner = CliRunner()
+    r = runner.invoke(app, [*args, "--horizon", "instantaneous", "--name", "inst"])
+    assert r.exit_code == 0, r.output
+    assert "warning" in r.output and "instantaneous noise per bin" in r.output
+    r = runner.invoke(app, [*args, "--name", "acc"])
+    assert r.exit_code == 0 and "warning" not in r.output, r.output
+    r = runner.invoke(
+        app,
+        [
+            "release",
+            "recommend",
+            "--domain-size",
+            "3",
+            "--min-users",
+            "20",
+            "--epsilon",
+            "1",
+            "--window",
+            "2",
+            "--answer",
+            "instantaneous",
+        ],
+    )
+    assert r.exit_code == 0 and "windowed: " in r.output, r.output

@@ -70,6 +70,15 @@ def release_run(
     api_key: KeyOpt = None,
 ) -> None:
     """Release every complete window of STREAM not yet released."""
+    _warn_before_run(
+        domain=domain,
+        min_users=min_users,
+        epsilon=epsilon,
+        window=window,
+        delta=delta,
+        mode=mode,
+        horizon=horizon,
+    )
     body: dict[str, Any] = {
         "item_column": item_column,
         "user_column": user_column,
@@ -109,6 +118,38 @@ def release_run(
         f"{released} window(s) released; spent {spent} of {epsilon}"
     )
     _print_answer(answer, top)
+
+
+def _warn_before_run(
+    *,
+    domain: str,
+    min_users: int,
+    epsilon: float,
+    window: int,
+    delta: float,
+    mode: str,
+    horizon: str,
+) -> None:
+    """Print the recommender's warnings for the mode and answer a run is about to publish."""
+    from blockbudget.errors import InvalidRequestError
+    from blockbudget.streaming.config import Horizon
+    from blockbudget.streaming.recommend import recommend
+
+    try:
+        r = recommend(
+            domain_size=max(1, len([d for d in domain.split(",") if d.strip()])),
+            min_users=min_users,
+            epsilon=epsilon,
+            horizon=365,
+            window=window,
+            delta=delta,
+            answer=Horizon(horizon),
+        )
+    except (InvalidRequestError, ValueError):
+        return  # the run itself refuses bad parameters, with its own message
+    for w in r.warnings:
+        if w.startswith(f"{mode}:"):
+            console.print(f"[yellow]warning:[/] {w}")
 
 
 @release_app.command("show")
@@ -151,11 +192,23 @@ def release_recommend(
     horizon: Annotated[int | None, typer.Option(help="Expected slots (none: no end).")] = None,
     window: Annotated[int, typer.Option(help="Windowed mode's window length.")] = 30,
     delta: Annotated[float, typer.Option(help="> 0 to forecast Gaussian noise.")] = 0.0,
+    answer: Annotated[
+        str, typer.Option(help="The published answer: accumulative or instantaneous.")
+    ] = "accumulative",
 ) -> None:
     """Forecast each mode's resolution from public parameters (reads nothing)."""
+    from blockbudget.errors import InvalidRequestError
+    from blockbudget.streaming.config import Horizon
     from blockbudget.streaming.recommend import recommend
 
+    try:
+        kind = Horizon(answer)
+    except ValueError:
+        raise InvalidRequestError(
+            f"answer must be accumulative or instantaneous, got {answer!r}"
+        ) from None
     r = recommend(
+        answer=kind,
         domain_size=domain_size,
         min_users=min_users,
         epsilon=epsilon,

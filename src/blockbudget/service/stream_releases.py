@@ -9,13 +9,14 @@ stream, read its latest public answer, and ask which mode a configuration suppor
   (:func:`~blockbudget.streaming.recommend.recommend`); it reads nothing and needs only a key.
 
 Same rules as every route (:mod:`blockbudget.service.access`): the caller must read the stream
-and be bound to the context; a release is the caller's own (its saved state is kept under the
-principal's name, so two principals never continue each other's release); a refused request
-reserves and charges nothing; failures while reading rows go out as a stable code only
-(:mod:`blockbudget.service.failures`). Slots are named by their window start (time streams have
-no opaque block names to hide).
+and be bound to the context; a release is the caller's own (its saved state is kept under a
+SHA-256 digest of the principal's name, so two principals never read or continue each other's
+release); a refused request reserves and charges nothing; failures while reading rows go out
+as a stable code only (:mod:`blockbudget.service.failures`). Slots are named by their window
+start (time streams have no opaque block names to hide).
 """
 
+import hashlib
 import math
 import re
 from typing import Annotated, Any, Literal
@@ -67,6 +68,7 @@ class SlotOut(BaseModel):
     cost: float
     unit: str
     blocks: list[str]
+    read: list[str] = []  # the blocks read and charged (none when no block could pay)
     secure_noise: bool
 
 
@@ -91,6 +93,14 @@ class RecommendIn(BaseModel):
     horizon: int | None = Field(default=None, ge=2, le=1_000_000)
     window: int = Field(default=30, ge=1, le=100_000)
     delta: float = Field(default=0.0, ge=0, lt=1)
+    answer: Literal["accumulative", "instantaneous"] = "accumulative"
+    warmup: bool = True
+
+
+def principal_part(principal: str) -> str:
+    """The principal's part of a saved release's name: a SHA-256 digest of the name, so that
+    two principals never share a release (fixed length, so ``<digest>--<name>`` is injective)."""
+    return hashlib.sha256(principal.encode()).hexdigest()
 
 
 def build_release(
@@ -127,7 +137,7 @@ def register_stream_release_routes(
             raise InvalidRequestError(
                 f"a release name has 1-64 letters, digits, '-' or '_', got {name!r}"
             )
-        return f"{re.sub(r'[^A-Za-z0-9_-]', '_', me.name)}--{name}"
+        return f"{principal_part(me.name)}--{name}"
 
     def run(me: Principal, stream: str, name: str, body: ReleaseIn) -> ReleaseOut:
         require_stream(me, stream)
@@ -163,9 +173,10 @@ def register_stream_release_routes(
     def recommend_release(me: Auth, body: RecommendIn) -> dict[str, Any]:
         from dataclasses import asdict
 
+        from blockbudget.streaming.config import Horizon
         from blockbudget.streaming.recommend import recommend
 
-        r = recommend(**body.model_dump())
+        r = recommend(**body.model_dump(exclude={"answer"}), answer=Horizon(body.answer))
         return {
             "best": r.best,
             "horizon": r.horizon,

@@ -8,7 +8,10 @@ mass 1/k of a bin of the uniform PDF:
 
 * windowed / per-slot Laplace: window (slot) j is released with Laplace(Δ₁/ε_j) per bin, standard
   deviation √2·Δ₁/ε_j; the accumulative answer combines releases with inverse-variance weights,
-  standard deviation √2·Δ₁/√(Σ_j ε_j²) (:mod:`blockbudget.streaming.histogram`);
+  standard deviation √2·Δ₁/√(Σ_j ε_j²) (:mod:`blockbudget.streaming.histogram`). The ε_j are
+  the windows a release really runs (:meth:`HistogramStream.window_budget`): the warm-up
+  windows share the first term, so at short horizons the answer is noisier than 12 equal
+  windows would suggest; the instantaneous answer is the latest window's release alone;
 * DPI: slot t's draws are exponential mechanisms with parameter α = (ε_t/2)/(2·(2/μ)·Δ₁) over
   clipped scores in [−1, 1] (seed 002 Alg. 1, Thm 5.1), so the most and least likely candidates
   differ by a factor e^{2α} at most. When 2α is tiny every draw is almost uniform and DPI cannot
@@ -28,20 +31,31 @@ import numpy as np
 import numpy.typing as npt
 
 from blockbudget.errors import InvalidRequestError
-from blockbudget.streaming.config import DPIConfig
+from blockbudget.streaming.config import DPIConfig, Horizon
 from blockbudget.streaming.series import DPISeries
 
-__all__ = ["ModeForecast", "Recommendation", "recommend"]
+__all__ = ["ModeForecast", "Recommendation", "dpi_contrast_threshold", "recommend"]
+
+FloatArray = npt.NDArray[np.float64]
 
 #: Horizon assumed for a stream without end: the forecast is for its first year of daily slots.
 OPEN_HORIZON = 365
 
 #: DPI's draws are treated as uninformative when e^{2α} is below this …
 _DPI_CONTRAST_FLOOR = 1.1
-#: … and as too weak to be sure of beating the uniform PDF below 2. Set from the measurements of
-#: ``streams-compare`` (docs/results.md): DPI (either pool) was no better than, or within 10% of,
-#: the uniform PDF wherever its contrast was below 1.9, and clearly better on zipf-1e5 (2.2 and up).
+#: … and as too weak to be sure of beating the uniform PDF below 2 at 365 slots. Set from the
+#: measurements of ``streams-compare`` (docs/results.md): DPI (either pool) was no better than, or
+#: within 10% of, the uniform PDF wherever its contrast was below 1.9, and clearly better on
+#: zipf-1e5 (2.2 and up) — over 365 slots. Fewer slots average fewer draws, so below 365 slots
+#: the threshold is 1 + (2 − 1)·√(365/slots) (conservative: at 40 slots flights' contrast 2.3
+#: gave an MSE 0.995× the uniform PDF's; the threshold there is 4.0).
 _DPI_CONTRAST_COARSE = 2.0
+_DPI_CONTRAST_SLOTS = 365
+
+
+def dpi_contrast_threshold(slots: int) -> float:
+    """The contrast below which DPI may do no better than the uniform PDF over ``slots``."""
+    return 1.0 + (_DPI_CONTRAST_COARSE - 1.0) * math.sqrt(max(1.0, _DPI_CONTRAST_SLOTS / slots))
 
 
 @dataclass(frozen=True)
@@ -52,8 +66,8 @@ class ModeForecast:
         mode: ``"windowed"``, ``"per-slot"`` or ``"dpi"``.
         accumulative_noise: std per bin of the accumulative answer at the horizon (DPI: nan).
         instantaneous_noise: std per bin of the latest release at the horizon (DPI: nan).
-        resolution: accumulative noise in units of the uniform bin mass (noise·k); DPI: the
-            contrast e^{2α} of its draws at the horizon.
+        resolution: the published answer's noise (accumulative or instantaneous, as asked) in
+            units of the uniform bin mass (noise·k); DPI: the contrast e^{2α} of its draws.
         only_uniform: the mode can only release (close to) the uniform PDF here.
         coarse: the noise per bin exceeds the uniform bin mass 1/k (resolution > 1), so the
             answer may be no closer to the truth than the uniform PDF (whose squared error per
@@ -94,7 +108,13 @@ class Recommendation:
 
 
 def _histogram_forecast(
-    mode: str, budgets: npt.NDArray[np.float64], *, sensitivity: float, k: int, scale: float
+    mode: str,
+    budgets: npt.NDArray[np.float64],
+    *,
+    sensitivity: float,
+    k: int,
+    scale: float,
+    answer: Horizon,
 ) -> ModeForecast:
     positive = budgets[budgets > 0]
     if positive.size == 0:
@@ -103,14 +123,42 @@ def _histogram_forecast(
         top = float(positive.max())  # scaled so that squares neither underflow nor overflow
         inst = scale * sensitivity / float(positive[-1])
         acc = scale * sensitivity / (top * math.sqrt(float(np.sum((positive / top) ** 2))))
-    only_uniform = acc >= 1.0
+    noise = inst if answer is Horizon.INSTANTANEOUS else acc  # the answer the release publishes
+    only_uniform = noise >= 1.0
+    what = f"{answer.value} noise per bin"
     if only_uniform:
-        note = "noise per bin exceeds the whole mass: the release is the uniform PDF"
-    elif acc * k > 1.0:
-        note = f"coarse: only bins above ~{acc:.2g} of the mass stand out (uniform bin {1 / k:.2g})"
+        note = f"{what} exceeds the whole mass: the release is the uniform PDF"
+    elif noise * k > 1.0:
+        note = (
+            f"coarse: with {what} {noise:.2g}, only bins that far above the uniform bin "
+            f"{1 / k:.2g} stand out"
+        )
     else:
-        note = f"resolves bins of uniform mass 1/k = {1 / k:.2g} (noise {acc:.2g})"
-    return ModeForecast(mode, acc, inst, acc * k, only_uniform, acc * k > 1.0, note)
+        note = f"resolves bins of uniform mass 1/k = {1 / k:.2g} ({what} {noise:.2g})"
+    return ModeForecast(mode, acc, inst, noise * k, only_uniform, noise * k > 1.0, note)
+
+
+def _window_budgets(total: float, *, slots: int, window: int, warmup: bool) -> FloatArray:
+    """The budgets of the windows a windowed release completes within ``slots``: the warm-up
+    windows exactly as charged (:meth:`HistogramStream.window_budget`), then ε·6/(π²i²) for the
+    i-th full window (i ≥ 2; floats, vectorised for long horizons)."""
+    from blockbudget.streaming.compression import Compression
+    from blockbudget.streaming.histogram import HistogramConfig, HistogramStream
+
+    config = HistogramConfig(epsilon=total, window=window, warmup=warmup)
+    stream = HistogramStream(config=config, compression=Compression(1, 1), seed=0)
+    warm = config.warmup_lengths()
+    budgets, covered = [], 0
+    for j, length in enumerate(warm, start=1):
+        if covered + length > slots:
+            break
+        covered += length
+        budgets.append(stream.window_budget(j))
+    full = (slots - covered) // window if covered == window else 0
+    i = np.arange(2, full + 2, dtype=np.float64)
+    return np.concatenate(
+        [np.asarray(budgets, dtype=np.float64), total * 6.0 / (math.pi**2 * i * i)]
+    )
 
 
 def _check(
@@ -137,6 +185,8 @@ def recommend(
     window: int = 30,
     delta: float = 0.0,
     mu: float = 0.5,
+    answer: Horizon = Horizon.ACCUMULATIVE,
+    warmup: bool = True,
 ) -> Recommendation:
     """Forecast every mode's resolution from public parameters and pick the best.
 
@@ -148,6 +198,9 @@ def recommend(
         window: the windowed mode's window length.
         delta: > 0 to forecast Gaussian (zCDP) noise instead of Laplace.
         mu: DPI's μ.
+        answer: which answer is published — accumulative (combined releases) or
+            instantaneous (the latest release alone); the warnings and the pick judge that one.
+        warmup: whether the windowed release warms up (as :class:`HistogramConfig`).
 
     Raises:
         InvalidRequestError: a parameter out of range.
@@ -167,9 +220,9 @@ def recommend(
     sens = 2.0 / min_users
     # Forecasts in floats, vectorised (a horizon of 10⁶ slots takes a fraction of a second): the
     # windows' ε·6/(π²j²) and the per-slot series' terms (DPISeries.terms, lower bounds).
-    full = max(1, slots // window)
-    j = np.arange(1, full + 1, dtype=np.float64)
-    window_budgets = total * 6.0 / (math.pi**2 * j * j)
+    if not isinstance(answer, Horizon):
+        raise InvalidRequestError(f"answer must be a Horizon, got {answer!r}")
+    window_budgets = _window_budgets(total, slots=slots, window=window, warmup=warmup)
     series = DPISeries(
         epsilon=total, mu=0.5, zeta=DPIConfig.for_horizon(epsilon=total, slots=slots).zeta
     )
@@ -178,10 +231,17 @@ def recommend(
     for mode, budgets in (("windowed", window_budgets), ("per-slot", slot_budgets)):
         if gaussian:
             f = _histogram_forecast(
-                mode, np.sqrt(2.0 * budgets), sensitivity=sens / math.sqrt(2), k=k, scale=1.0
+                mode,
+                np.sqrt(2.0 * budgets),
+                sensitivity=sens / math.sqrt(2),
+                k=k,
+                scale=1.0,
+                answer=answer,
             )
         else:
-            f = _histogram_forecast(mode, budgets, sensitivity=sens, k=k, scale=math.sqrt(2))
+            f = _histogram_forecast(
+                mode, budgets, sensitivity=sens, k=k, scale=math.sqrt(2), answer=answer
+            )
         forecasts.append(f)
     # DPI at the horizon (pure ε-DP, so its own series over ε): α of one draw, ε_t halved
     # between the two directions, score sensitivity (2/μ)·Δ₁.
@@ -200,7 +260,7 @@ def recommend(
             math.nan,
             contrast,
             dpi_uniform,
-            contrast < _DPI_CONTRAST_COARSE,
+            contrast < dpi_contrast_threshold(slots),
             f"draws at the horizon favour the best candidate by e^(2α) = {contrast:.3g}",
         )
     )
@@ -216,5 +276,5 @@ def recommend(
                 f"{setting} the noise per bin exceeds the uniform bin mass 1/k, so the answer "
                 f"may be no better than the uniform PDF — {f.note}"
             )
-    best = min(forecasts[:2], key=lambda f: f.accumulative_noise)
+    best = min(forecasts[:2], key=lambda f: f.resolution)
     return Recommendation(best.mode, tuple(forecasts), tuple(warnings), slots)
