@@ -502,9 +502,7 @@ class PlatformStreamRelease:
         """The slots of the window whose blocks the ledger says this release already charged
         (a crash after the draws, or a saved state rolled back or deleted)."""
         ledger = self.platform.ledger
-        return {
-            s.t for s in chunk if any(ledger.request(self._charge_id(b)) for b in s.blocks)
-        }
+        return {s.t for s in chunk if any(ledger.request(self._charge_id(b)) for b in s.blocks)}
 
     def _skip_lost(self, chunk: Sequence[StreamSlot], lost: set[int]) -> list[ReleasedSlot]:
         """Close a window the ledger says was already charged without reading anything: its
