@@ -61,9 +61,9 @@ def test_refused_releases_change_nothing(client: TestClient, seeded: Seeded) -> 
         headers=seeded.headers(seeded.analyst),
         json={**BODY, "epsilon": 5.0, "max_windows": 2},
     )
-    # windows 1 and 2 (ε·0.61/2 = 1.5) exceed the blocks' ε = 1: no block can pay, so every slot is
-    # released as an empty one (read nothing, charged nothing) rather than stalling for ever
-    assert r.status_code == 200 and all(s["read"] == [] for s in r.json()["slots"])
+    # window 1 (ε·0.61/2 = 1.5) exceeds the blocks' ε = 1: not even a fresh block could pay, so
+    # the release is refused before anything runs (read nothing, charged nothing)
+    assert r.status_code == 422 and "more than a fresh block" in r.text
     r = client.post(
         "/v1/streams/flights/releases/y",
         headers=seeded.headers(seeded.analyst),

@@ -115,10 +115,14 @@ def test_a_later_call_continues_and_a_refusal_charges_nothing(tmp_path: Path) ->
     before = [(s.block, s.charged, s.reserved) for s in p.ledger.states(stream="visits")]
     again = PlatformStreamRelease(p, "visits", context="dash", source=SOURCE, config=config, seed=1)
     assert again.slots_done == 2 and again.spent == first.spent
-    greedy = _overspend(p)  # no block can pay: every slot is released as an empty one
+    greedy = _overspend(p)  # the spent blocks cannot pay: every slot is released as empty
     assert all(e["read"] == [] and e["blocks"] for e in greedy.log)
     after = [(s.block, s.charged, s.reserved) for s in p.ledger.states(stream="visits")]
     assert after == before
+    # A window that not even a fresh block could pay is refused before anything runs.
+    never = HistogramConfig(epsilon=1.0, window=1, warmup=False)  # window 1: ε·0.61 > 0.5
+    with pytest.raises(InvalidRequestError, match="more than a fresh block"):
+        PlatformStreamRelease(p, "visits", context="dash", source=SOURCE, config=never, name="n")
     with pytest.raises(InvalidRequestError, match="other parameters"):
         PlatformStreamRelease(
             p,
@@ -132,8 +136,9 @@ def test_a_later_call_continues_and_a_refusal_charges_nothing(tmp_path: Path) ->
 
 
 def _overspend(p: Platform) -> PlatformStreamRelease:
-    """A release whose windows (ε·0.61/j²; 0.61 for the first) no block with 0.5 left can pay."""
-    config = HistogramConfig(epsilon=1.0, window=1, warmup=False)
+    """A release whose first window (ε·0.61/2 = 0.30 per block) the blocks that a first
+    release already charged 0.30 of their 0.5 cannot pay."""
+    config = HistogramConfig(epsilon=1.0, window=2)
     rel = PlatformStreamRelease(
         p, "visits", context="dash", source=SOURCE, config=config, seed=1, name="greedy"
     )

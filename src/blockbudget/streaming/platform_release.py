@@ -232,6 +232,20 @@ class PlatformStreamRelease:
         if saved is not None:
             self._hist.resume(saved)
         self._index = {c: i for i, c in enumerate(source.domain)}
+        self._check_affordable(platform)
+
+    def _check_affordable(self, platform: Platform) -> None:
+        """Refuse a release whose next window costs more than a fresh block of the stream can
+        ever pay (public parameters only): its slots would all be empty, forever."""
+        budget = self._hist.window_budget(self._hist.state().window)
+        cost = self._cost(budget)
+        f = platform.filter(self.stream)
+        if not f.fits_with(f.zero(), f.features(cost)):
+            raise InvalidRequestError(
+                f"a window of release {self.name!r} charges each block ε={budget:.6g}, more than "
+                f"a fresh block of stream {self.stream!r} can pay (policy "
+                f"ε={self._spec.policy.epsilon}); lower the release's ε"
+            )
 
     # --- state ----------------------------------------------------------------------------------
 
