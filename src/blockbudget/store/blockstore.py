@@ -358,6 +358,10 @@ class BlockStore:
         """
         ids = unique_ids(block_ids, allow_duplicates=True, what="seal")
         streams = sorted({parse_block_id(b)[0] for b in ids})
+        with self._engine.connect() as conn:  # sealing is permanent: a sealed block stays so
+            known = catalog.select_blocks_by_id(conn, ids)
+        if len(known) == len(set(ids)) and all(m.sealed for m in known.values()):
+            return []  # nothing to write: no write transaction (and no fsync) per query
 
         def attempt(conn: Connection) -> list[str]:
             for s in streams:  # lock in name order: no deadlocks between sealers
