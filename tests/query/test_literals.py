@@ -19,6 +19,7 @@ from blockbudget.ledger import EventKind
 from blockbudget.platform import Last, Platform
 from blockbudget.query import Query, run
 from blockbudget.query.checks import MAX_SUM_ROWS, check_rows
+from blockbudget.query.jsonform import from_dict, to_dict
 from blockbudget.store import Blocking
 from query.support import platform, state
 
@@ -191,5 +192,15 @@ def test_a_grant_generator_stops_after_close(tmp_path: Path) -> None:
         grant.close()
         with pytest.raises(ReservationError, match="closed"):
             next(batches)
+    finally:
+        p.close()
+
+
+def test_a_decimal_literal_survives_the_json_form(tmp_path: Path) -> None:
+    q = Query.count(epsilon=1).where("d", "==", Decimal("0.25")).group_by("d", [Decimal("0.10")])
+    assert from_dict(to_dict(q)) == q
+    p = typed_platform(tmp_path, "duckdb")
+    try:
+        assert answer(p, Query.count(epsilon=1).where("d", "in", [Decimal("0.1"), 2.5])) == [3.0]
     finally:
         p.close()
