@@ -195,7 +195,8 @@ class Grant:
             batch_rows: the most rows one batch holds.
 
         Raises:
-            ReservationError: the grant is closed.
+            ReservationError: the grant is closed (also while iterating, at the first batch
+                after :meth:`close`).
             UnknownColumnError: a column or predicate outside the grant's projection.
             DataError: while iterating, when a part file is missing or unreadable.
 
@@ -305,6 +306,7 @@ class Grant:
             )
         )
         while True:
+            self._check_open()  # a generator outliving close() stops at its next batch
             batch = _guard(lambda: next(batches, None))
             if batch is None:
                 return

@@ -202,3 +202,28 @@ def test_the_routes_keep_the_acl_and_context_checks(seeded: Seeded, client: Test
         assert r.status_code == 403, r.text
         assert client.post(path, json=body).status_code == 401
     assert ledger_snapshot(seeded.platform) == before
+
+
+def test_whether_a_timestamp_exists_is_not_told_by_the_status(
+    seeded: Seeded, client: TestClient
+) -> None:
+    """An aware domain value on the naive ``time`` column: the DuckDB engine used to fail (422,
+    uncharged) only when a row held the value and answer (200) otherwise — a free membership
+    oracle. Now the checks refuse both, before anything is reserved or sealed."""
+    rows = pd.read_csv(seeded.csv, parse_dates=["time"])
+    present = rows["time"].iloc[100]
+    absent = present + pd.Timedelta(seconds=17)
+    assert not (rows["time"] == absent).any()
+    h = seeded.headers(seeded.analyst)
+    before = ledger_snapshot(seeded.platform)
+    for t in (present, absent):
+        domain = [{"datetime": t.isoformat() + "+00:00"}]
+        query = {
+            "statistic": "count",
+            "epsilon": 1e-9,
+            "group_by": [{"column": "time", "domain": domain}],
+        }
+        r = client.post("/v1/streams/flights/query", headers=h, json={"query": query, "last": 4})
+        assert r.status_code == 422 and "time-zone-aware" in r.json()["detail"], r.text
+    assert ledger_snapshot(seeded.platform) == before
+    assert not any(m.sealed for m in seeded.platform.store.blocks("flights"))

@@ -230,9 +230,14 @@ def _open_database(
     if threads is not None:
         config["threads"] = threads
     try:
-        return duckdb.connect(":memory:", config=config)
+        db = duckdb.connect(":memory:", config=config)
     except duckdb.Error as exc:
         raise InvalidRequestError(f"invalid DuckDB settings {config}: {exc}") from None
+    # Timestamps are compared and returned in UTC, whatever the server's time zone (a
+    # connect-time setting would need the ICU extension before it is loaded; GLOBAL reaches
+    # every cursor).
+    db.execute("SET GLOBAL TimeZone = 'UTC'")
+    return db
 
 
 def _remote(source: ScanSource) -> bool:
@@ -300,42 +305,27 @@ def _translate(exc: BaseException, source: ScanSource) -> Exception:
 
 
 def _partials(plan: Plan, rows: list[tuple[Any, ...]]) -> Partials:
-    """Map result rows (group values, then one value per aggregate) to the flat partials."""
+    """Map result rows (the group keys' domain indexes, then one value per aggregate) to the
+    flat partials. Every key and histogram cell is an index computed in SQL, so nothing here
+    depends on how DuckDB compared the declared values with the data."""
     out = {a.name: [0] * (plan.groups * a.width) for a in plan.aggregates}
-    indexes = [{v: i for i, v in enumerate(g.domain)} for g in plan.group_by]
     sizes = [len(g.domain) for g in plan.group_by]
-    by_value = {
-        a.name: {v: i for i, v in enumerate(a.categories)}
-        for a in plan.aggregates
-        if a.kind is AggKind.CATEGORIES and not a.other and a.categories is not None
-    }
-    nkeys = len(indexes)
+    nkeys = len(sizes)
     for row in rows:
         group = 0
-        for value, index, size in zip(row[:nkeys], indexes, sizes, strict=True):
-            group = group * size + _code(index, value, "a group key")
+        for code, size in zip(row[:nkeys], sizes, strict=True):
+            group = group * size + int(code)
         for agg, value in zip(plan.aggregates, row[nkeys:], strict=True):
             if value is None:
                 continue
             target = out[agg.name]
-            if agg.name in by_value:  # keyed by the category values themselves
-                for cell, count in value.items():
-                    code = _code(by_value[agg.name], cell, "a category")
-                    target[group * agg.width + code] += int(count)
+            if isinstance(value, list):  # [index, count] pairs of declared categories
+                for cell, count in value:
+                    if cell >= 0:
+                        target[group * agg.width + int(cell)] += int(count)
             elif agg.kind in (AggKind.BINS, AggKind.CATEGORIES):
                 for cell, count in value.items():
                     target[group * agg.width + int(cell)] += int(count)
             else:
                 target[group] += int(value)
     return Partials({k: tuple(v) for k, v in out.items()})
-
-
-def _code(index: dict[Any, int], value: Any, what: str) -> int:
-    """The position of a value DuckDB matched against a declared domain."""
-    code = index.get(value)
-    if code is None:
-        raise InvalidRequestError(
-            f"{what} value of type {type(value).__name__} matched the declared domain only "
-            "after a type conversion; declare the domain in the column's type"
-        )
-    return code

@@ -56,10 +56,19 @@ def _true_and_not_nan(result: pa.Array, column: pa.Array) -> pa.Array:
     return out if nan is None else pc.and_(out, pc.invert(nan))
 
 
+def _canonical(column: pa.Array) -> pa.Array:
+    """A float column with ``-0.0`` read as ``0.0``: IEEE-754 calls them equal, but the hash
+    lookups of ``is_in``/``index_in`` compare bits (SQL engines compare values)."""
+    if not pa.types.is_floating(column.type):
+        return column
+    return pc.add(column, pa.scalar(0.0, column.type))
+
+
 def _value_set(column: pa.Array, values: Sequence[Scalar], what: str) -> pa.Array:
-    """``values`` as an array of the column's type (for ``is_in``/``index_in``)."""
+    """``values`` as an array of the column's type (for ``is_in``/``index_in``; ``-0.0`` as
+    ``0.0``, see :func:`_canonical`)."""
     try:
-        return pa.array(list(values), type=column.type)
+        return _canonical(pa.array(list(values), type=column.type))
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
         raise InvalidRequestError(
             f"{what}: values {list(values)[:5]!r} do not fit the column's type {column.type}"
@@ -79,7 +88,7 @@ def predicate_mask(batch: pa.RecordBatch, predicate: Predicate) -> pa.Array:
     if op in (Op.IN, Op.NOT_IN):
         assert isinstance(predicate.value, tuple)
         values = _value_set(column, predicate.value, f"predicate on {predicate.column!r}")
-        member = pc.is_in(column, value_set=values)
+        member = pc.is_in(_canonical(column), value_set=values)
         if op is Op.NOT_IN:
             member = pc.and_(pc.invert(member), pc.is_valid(column))
         return _true_and_not_nan(member, column)
@@ -130,7 +139,7 @@ def output_columns(
 
 def _codes(column: pa.Array, value_set: pa.Array) -> pa.Array:
     """Each cell's index in ``value_set`` (null: not there, null or NaN)."""
-    codes = pc.index_in(column, value_set=value_set)
+    codes = pc.index_in(_canonical(column), value_set=value_set)
     nan = _nan_mask(column)
     if nan is not None:
         codes = pc.if_else(nan, pa.scalar(None, codes.type), codes)

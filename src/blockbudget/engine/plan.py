@@ -43,6 +43,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
+from decimal import Decimal
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
 #: A literal a predicate or a domain may hold.
-Scalar = str | int | float | bool | date | datetime
+Scalar = str | int | float | bool | date | datetime | Decimal
 
 #: Bits of resolution of a fixed-point value over its radius: ``|v| ≤ 2**FIXED_POINT_BITS``.
 #: 20 bits keep ``v²`` below 2**40, so a batch of up to 2**23 rows sums ``v²`` in int64
@@ -417,6 +418,10 @@ def zero_partials(plan: Plan) -> Partials:
 def check_scalar(value: Any) -> Scalar:
     """Refuse a literal that is not a plain scalar (no containers, no NaN)."""
     if isinstance(value, bool | int | str | date | datetime):
+        return value
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            raise InvalidRequestError(f"a decimal literal must be finite, got {value!r}")
         return value
     if isinstance(value, float):
         if math.isnan(value):

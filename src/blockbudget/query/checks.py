@@ -3,28 +3,32 @@
 :func:`check` refuses, from the stream's schema and the query's public parameters alone: a
 column the stream does not have (value, filter or group-by key), a numeric statistic over a
 non-numeric column, a literal (filter value, group-by domain value, histogram category) whose
-type does not match its column's, and every refusal the release itself would make later — a
-noise scale that does not fit in a double, a price the stream's accounting rule refuses, a
-group-privacy cost it cannot account (RDP with ``rows_per_user > 1``). Structural errors (no
-bounds, reversed bounds, a group-by key without a declared domain) are refused earlier, when
-the :class:`~blockbudget.query.spec.Query` is built.
+type does not match its column's or that does not convert to the column's type exactly
+(:mod:`blockbudget.query.literals`; the plan carries the converted literals), and every
+refusal the release itself would make later — a noise scale that does not fit in a double, a
+price the stream's accounting rule refuses, a group-privacy cost it cannot account (RDP with
+``rows_per_user > 1``). Structural errors (no bounds, reversed bounds, a group-by key without
+a declared domain) are refused earlier, when the :class:`~blockbudget.query.spec.Query` is
+built.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import date, datetime
+import math
+from dataclasses import dataclass, replace
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from blockbudget.budget import Budget, Cost
-from blockbudget.engine.plan import Scalar
+from blockbudget.engine.plan import Op, Predicate
 from blockbudget.errors import InvalidRequestError, UnknownColumnError
 from blockbudget.grant import group_cost
 from blockbudget.mechanisms.calibration import exact_epsilon
 from blockbudget.mechanisms.results import Perturbation
 from blockbudget.mechanisms.source import price as price_parts
+from blockbudget.query.literals import kind_of_type, typed_literal
 from blockbudget.query.parts import perturbations
-from blockbudget.query.spec import NUMERIC, Query
+from blockbudget.query.spec import NUMERIC, Query, Statistic
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -43,61 +47,54 @@ class Pricing:
             stream with ``rows_per_user = k > 1``).
         reserve: what the grant reserves on each block (the group cost of ε, which covers
             ``charged`` under every rule).
+        typed: the query with column-typed literals (:func:`check_schema`): the plan the
+            engine runs is built from it; results are labelled with the query's own values.
     """
 
     parts: tuple[Perturbation, ...]
     cost: Cost
     charged: Cost
     reserve: Cost
+    typed: Query
 
 
-def _kind(type_: pa.DataType) -> str:
-    """The literal family of an Arrow type: number, string, boolean, date, timestamp, other."""
+def _typed(
+    stream: str, column: str, type_: pa.DataType, values: tuple[Any, ...], what: str
+) -> tuple[Any, ...]:
+    try:
+        return tuple(typed_literal(v, type_, column=column, what=what) for v in values)
+    except InvalidRequestError as exc:
+        raise InvalidRequestError(f"{exc} (stream {stream!r})") from None
+
+
+#: An order comparison of an integer column with a non-integral number, as one with an integer
+#: that keeps the same rows: ``n < 2.5`` is ``n < 3``, ``n <= 2.5`` is ``n <= 2``.
+_ROUND_UP = (Op.LT, Op.GE)
+_ROUND_DOWN = (Op.LE, Op.GT)
+
+
+def _typed_filter(p: Predicate, schema: pa.Schema, stream: str) -> Predicate:
     import pyarrow as pa
 
-    t = pa.types
-    if t.is_integer(type_) or t.is_floating(type_) or t.is_decimal(type_):
-        return "number"
-    if t.is_string(type_) or t.is_large_string(type_) or t.is_dictionary(type_):
-        return "string"
-    if t.is_boolean(type_):
-        return "boolean"
-    if t.is_date(type_):
-        return "date"
-    if t.is_timestamp(type_):
-        return "timestamp"
-    return "other"
+    if p.value is None:
+        return p
+    type_ = schema.field(p.column).type
+    if isinstance(p.value, tuple):
+        return replace(p, value=_typed(stream, p.column, type_, p.value, "filter value"))
+    value = p.value
+    fraction = isinstance(value, float | Decimal) and math.isfinite(value) and value % 1 != 0
+    if fraction and pa.types.is_integer(type_) and p.op in (*_ROUND_UP, *_ROUND_DOWN):
+        assert isinstance(value, float | Decimal)
+        value = math.ceil(value) if p.op in _ROUND_UP else math.floor(value)
+    return replace(p, value=_typed(stream, p.column, type_, (value,), "filter value")[0])
 
 
-def _literal_kind(value: Scalar) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, datetime):
-        return "timestamp"
-    if isinstance(value, date):
-        return "date"
-    return "other"
-
-
-def _check_literals(
-    stream: str, column: str, type_: pa.DataType, values: tuple[Any, ...], what: str
-) -> None:
-    expected = _kind(type_)
-    for v in values:
-        got = _literal_kind(v)
-        if got != expected or expected == "other":
-            raise InvalidRequestError(
-                f"{what} {v!r} ({got}) does not match column {column!r} of stream {stream!r}, "
-                f"which holds {type_} ({expected} literals)"
-            )
-
-
-def check_schema(query: Query, schema: pa.Schema | None, stream: str) -> None:
+def check_schema(query: Query, schema: pa.Schema | None, stream: str) -> Query:
     """Refuse a query that does not fit the stream's schema (see the module docstring).
+
+    Returns:
+        The query with every literal converted to its column's type
+        (:func:`~blockbudget.query.literals.typed_literal`): what the engine's plan carries.
 
     Raises:
         UnknownColumnError: a column the stream does not have.
@@ -110,21 +107,48 @@ def check_schema(query: Query, schema: pa.Schema | None, stream: str) -> None:
         raise UnknownColumnError(stream, unknown or list(query.columns()), names)
     if query.column is not None and query.statistic in NUMERIC:
         type_ = schema.field(query.column).type
-        if _kind(type_) != "number":
+        if kind_of_type(type_) != "number":
             raise InvalidRequestError(
                 f"a DP {query.statistic.value} needs a numeric column; {query.column!r} of "
                 f"stream {stream!r} holds {type_}"
             )
-    if query.categories is not None:
+    categories = query.categories
+    if categories is not None:
         assert query.column is not None
         type_ = schema.field(query.column).type
-        _check_literals(stream, query.column, type_, query.categories, "category")
-    for p in query.filters:
-        values = p.value if isinstance(p.value, tuple) else (p.value,)
-        literals = tuple(v for v in values if v is not None)
-        _check_literals(stream, p.column, schema.field(p.column).type, literals, "filter value")
-    for k in query.keys:
-        _check_literals(stream, k.column, schema.field(k.column).type, k.domain, "domain value")
+        categories = _typed(stream, query.column, type_, categories, "category")
+    filters = tuple(_typed_filter(p, schema, stream) for p in query.filters)
+    keys = tuple(
+        replace(
+            k,
+            domain=_typed(stream, k.column, schema.field(k.column).type, k.domain, "domain value"),
+        )
+        for k in query.keys
+    )
+    return replace(query, categories=categories, filters=filters, keys=keys)
+
+
+#: A sum, mean or variance reads fewer rows than this: the 1e-6 slack of
+#: :data:`~blockbudget.mechanisms.statistics.FLOAT_SUM_SLACK` covers the one rounding of the
+#: exact integer sum ``S`` to a double only while ``|S| ≤ 4.5·10⁹·max_units``, which fewer rows
+#: (each ``|v| ≤ max_units``) guarantee.
+MAX_SUM_ROWS = 4_500_000_000
+
+
+def check_rows(query: Query, rows: int) -> None:
+    """Refuse a sum, mean or variance over ``rows`` stored rows (public metadata: the chosen
+    blocks' row counts) of :data:`MAX_SUM_ROWS` or more.
+
+    Raises:
+        InvalidRequestError: too many rows for the sum's rounding slack.
+    """
+    summed = query.statistic in (Statistic.SUM, Statistic.MEAN, Statistic.VARIANCE)
+    if summed and rows >= MAX_SUM_ROWS:
+        raise InvalidRequestError(
+            f"a DP {query.statistic.value} reads fewer than {MAX_SUM_ROWS} rows (its "
+            f"sensitivity's rounding slack holds below that); the blocks hold {rows}: "
+            "choose fewer blocks"
+        )
 
 
 def check(platform: Platform, stream: str, query: Query) -> Pricing:
@@ -140,10 +164,10 @@ def check(platform: Platform, stream: str, query: Query) -> Pricing:
             stream's rule refuses (RDP with ``rows_per_user > 1``).
     """
     spec = platform.stream(stream)  # raises for an unknown stream
-    check_schema(query, platform.store.schema(stream), stream)
+    typed = check_schema(query, platform.store.schema(stream), stream)
     parts = perturbations(query)
     cost = price_parts(spec.accounting, epsilon=exact_epsilon(query.epsilon), parts=parts)
     k = spec.blocking.rows_per_user or 1
     charged = group_cost(cost, k)
     reserve = group_cost(Budget(epsilon=query.epsilon), k)
-    return Pricing(parts=parts, cost=cost, charged=charged, reserve=reserve)
+    return Pricing(parts=parts, cost=cost, charged=charged, reserve=reserve, typed=typed)

@@ -14,6 +14,7 @@ would charge and whether each block can afford it — reserving, sealing and cha
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -24,7 +25,7 @@ from blockbudget.ledger import validate_context_name
 from blockbudget.mechanisms.noise import NoiseSource, resolve_noise
 from blockbudget.mechanisms.source import draw_then_perturb
 from blockbudget.query.answers import answer
-from blockbudget.query.checks import Pricing, check
+from blockbudget.query.checks import Pricing, check, check_rows
 from blockbudget.query.parts import bins, fixed_point, plan
 from blockbudget.query.result import CONFIDENCE, DryRun, GroupAnswer, QueryResult
 from blockbudget.query.spec import Query
@@ -111,20 +112,45 @@ def open_grant(
     Raises:
         As :func:`check` (nothing reserved or sealed); BudgetExceededError /
         UnknownContextError / UnknownBlockError / RetiredBlockError as for
-        :meth:`Platform.request` (nothing reserved or sealed).
+        :meth:`Platform.request` (nothing reserved or sealed); InvalidRequestError from
+        :func:`~blockbudget.query.checks.check_rows` for a sum, mean or variance over 4.5
+        billion stored rows or more (the reservation is released, nothing is charged; the
+        chosen blocks stay sealed).
     """
     pricing = check(platform, stream, query)
     grant = platform.request(
         stream, blocks=blocks, budget=pricing.reserve, context=context, columns=query.columns()
     )
+    try:
+        check_rows(query, 0 if grant.source is None else grant.source.rows)
+    except BaseException:
+        grant.close()  # releases the reservation: nothing is charged
+        raise
     return grant, pricing
 
 
-def aggregate(grant: Grant, query: Query) -> Partials:
-    """The query's exact aggregates over the grant's part files, by the grant's engine."""
+def aggregate(grant: Grant, query: Query, pricing: Pricing) -> Partials:
+    """The query's exact aggregates over the grant's part files, by the grant's engine.
+
+    The plan is built from ``pricing.typed`` (the query with column-typed literals). Once the
+    engine has started on the rows, its outcome may depend on them, so a failure is paid for:
+    any exception of the engine first draws ``pricing.cost`` from the grant (as a release
+    would), then propagates — a data-dependent failure is never free.
+
+    Raises:
+        InternalError: the grant holds no part files; DataError and anything the engine
+            raises (after the draw).
+    """
     if grant.source is None:
         raise InternalError(f"grant {grant.reservation.id} holds no part files to read")
-    return grant.engine.aggregate(plan(query, grant.source))
+    work = plan(pricing.typed, grant.source)
+    try:
+        return grant.engine.aggregate(work)
+    except BaseException:
+        # the engine's failure is the one to report, even if the draw is refused
+        with contextlib.suppress(Exception):
+            grant.draw(pricing.cost, label=f"query:{query.statistic.value}:failed")
+        raise
 
 
 def release(
@@ -211,7 +237,8 @@ def run(
 
     Raises:
         As :func:`check` and :meth:`Platform.request` (nothing reserved or sealed);
-        DataError: a part file is missing or unreadable (nothing drawn);
+        DataError: a part file is missing or unreadable (the cost is drawn: see
+            :func:`aggregate`);
         BudgetExceededError / ReservationError: the draw was refused (nothing released).
 
     Example:
@@ -233,5 +260,5 @@ def run(
     """
     grant, pricing = open_grant(platform, stream, query, blocks=blocks, context=context)
     with grant:
-        partials = aggregate(grant, query)
+        partials = aggregate(grant, query, pricing)
         return release(grant, query, partials, pricing, noise=noise)

@@ -14,9 +14,9 @@ Form (version 1)::
      "group_by": [{"column": "origin", "domain": ["EWR", "JFK", "LGA"]}]}
 
 plus ``categories`` and ``other`` (histogram), ``quantiles`` and ``bins`` (quantiles). Literals
-are JSON strings, numbers and booleans; a date is ``{"date": "2024-01-31"}`` and a timestamp
-``{"datetime": "2024-01-31T08:00:00"}`` (ISO 8601), so that a literal's type survives the
-round trip and is checked against the column's type.
+are JSON strings, numbers and booleans; a date is ``{"date": "2024-01-31"}``, a timestamp
+``{"datetime": "2024-01-31T08:00:00"}`` (ISO 8601) and a decimal ``{"decimal": "0.10"}``, so
+that a literal's type survives the round trip and is checked against the column's type.
 
 Example:
     >>> from blockbudget.query import Query
@@ -31,9 +31,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import date, datetime
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from blockbudget.engine.plan import GroupKey, Op, Predicate, Scalar
+from blockbudget.engine.plan import GroupKey, Op, Predicate, Scalar, check_scalar
 from blockbudget.errors import InvalidRequestError
 from blockbudget.query.spec import Query, Statistic, make_group_key, make_predicate, parse_op
 
@@ -61,6 +62,8 @@ def literal_to_json(value: Scalar) -> Any:
         return {"datetime": value.isoformat()}
     if isinstance(value, date):
         return {"date": value.isoformat()}
+    if isinstance(value, Decimal):
+        return {"decimal": str(value)}
     return value
 
 
@@ -78,10 +81,13 @@ def literal_from_json(value: Any) -> Scalar:
                     return date.fromisoformat(text)
                 if tag == "datetime":
                     return datetime.fromisoformat(text)
-            except ValueError:
+                if tag == "decimal":
+                    return check_scalar(Decimal(text))
+            except (ValueError, InvalidOperation):
                 raise InvalidRequestError(f"{tag} literal must be ISO 8601, got {text!r}") from None
         raise InvalidRequestError(
-            f"a literal object is {{'date': ISO}} or {{'datetime': ISO}}, got {dict(value)!r}"
+            "a literal object is {'date': ISO}, {'datetime': ISO} or {'decimal': digits}, got "
+            f"{dict(value)!r}"
         )
     if isinstance(value, str | bool | int | float):
         return value

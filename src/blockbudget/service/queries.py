@@ -54,7 +54,7 @@ def run_query(
     with concealing("query", passing=(*LEDGER_REFUSALS, InvalidRequestError)):
         grant, pricing = open_grant(platform, stream, query, blocks=selection, context=context)
     with grant, concealing("query"):
-        partials = aggregate(grant, query)
+        partials = aggregate(grant, query, pricing)
         return release(grant, query, partials, pricing)
 
 

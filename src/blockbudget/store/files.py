@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from blockbudget.errors import DataError
+from blockbudget.errors import DataError, InvalidRequestError
 
 #: Threads that fsync part files and directories at once.
 SYNC_THREADS = 16
@@ -68,6 +68,37 @@ def path_segment(key: str) -> str:
     )
 
 
+#: Query parameters of a filesystem URI that carry secrets (pyarrow's S3 URI form).
+_SECRET_PARAMETERS = frozenset({"access_key", "secret_key", "session_token"})
+
+
+def refuse_credentials(uri: str) -> None:
+    """Refuse a data-root URI that carries credentials (``s3://KEY:SECRET@bucket``, or an
+    ``access_key`` / ``secret_key`` / ``session_token`` parameter): the URI is stored, logged
+    and shipped to engine workers, so credentials come from the environment instead.
+
+    Raises:
+        InvalidRequestError: the URI carries credentials (the message does not repeat them).
+
+    Example:
+        >>> refuse_credentials("s3://bucket/blocks?region=eu-west-1")
+        >>> refuse_credentials("s3://AKIA:wJal@bucket/blocks")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        blockbudget.errors.InvalidRequestError: a data-root URI must not carry credentials ...
+    """
+    from urllib.parse import parse_qsl, urlsplit
+
+    parts = urlsplit(uri)
+    params = {name.lower() for name, _ in parse_qsl(parts.query, keep_blank_values=True)}
+    if "@" in parts.netloc or params & _SECRET_PARAMETERS:
+        raise InvalidRequestError(
+            "a data-root URI must not carry credentials (user info before '@' or an "
+            "access_key/secret_key/session_token parameter); set them in the environment "
+            "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_PROFILE)"
+        )
+
+
 class DataFiles:
     """Reads and writes Parquet part files under a root.
 
@@ -80,6 +111,7 @@ class DataFiles:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         text = os.fspath(root)
         if "://" in text:
+            refuse_credentials(text)
             fs, base = pafs.FileSystem.from_uri(text)
         else:
             fs, base = pafs.LocalFileSystem(), os.path.abspath(text)
