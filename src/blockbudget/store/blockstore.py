@@ -235,7 +235,9 @@ class BlockStore:
             DataError: for unreadable or malformed input (naming the file, column and row), a
                 schema mismatch, or late records refused by LatePolicy.REJECT. Nothing is
                 written then.
-            StoreConflictError: if other writers kept winning the race for this stream.
+            StoreConflictError: if other writers kept winning the race for this stream, or
+                a :meth:`vacuum` deleted a staged part file before the commit (an ingest that
+                ran longer than its ``older_than``). Nothing is written then; retry.
         """
         fmt = coerce_format(format, data)
         if batch_rows < 1 or max_open_writers < 1 or buffer_bytes < 0:
@@ -288,7 +290,7 @@ class BlockStore:
                 synced.update(paths)
                 try:
                     with self._engine.begin() as conn:
-                        report = record_ingest(conn, spec, staged, plan)
+                        report = record_ingest(conn, spec, staged, plan, self._files.missing)
                 except PlanConflict:
                     pass
                 except (OperationalError, IntegrityError) as exc:
@@ -547,25 +549,52 @@ class BlockStore:
     ) -> list[str]:
         """Delete part files that no catalog row references (left by crashed ingests).
 
-        Only files older than ``older_than`` are removed, so that ingests still in flight keep
-        theirs; files whose modification time is unknown are kept unless ``older_than`` is 0.
+        Only files older than ``older_than`` are candidates (files of unknown age only when it
+        is 0). Each stream's candidates are checked and deleted in one transaction holding the
+        stream's lock, under which an ingest's commit checks that its staged files still exist
+        (:func:`~blockbudget.store.commit.record_ingest`): a file committed meanwhile is kept,
+        and an ingest that lost a file to this vacuum fails (StoreConflictError, nothing
+        committed) rather than commit a missing file. Streams go in name order, one lock at a
+        time; files under no stream's directory need no lock (streams are never dropped).
 
         Returns:
-            The root-relative paths removed.
+            The root-relative paths removed, sorted.
+
+        Raises:
+            UnknownBlockError: when ``stream`` does not exist.
+
+        Example:
+            >>> store.vacuum("flights", older_than=timedelta(hours=6))  # doctest: +SKIP
+            []
         """
         if stream is not None:
             self._stream_row(stream)
-        with self._engine.connect() as conn:
-            known = catalog.select_part_paths(conn, stream)
         cutoff = datetime.now(UTC) - older_than
-        orphans = []
+        candidates: dict[str, list[str]] = {}
         for path, mtime in self._files.list_files(stream or ""):
-            if path in known or not path.endswith(".parquet"):
+            if not path.endswith(".parquet"):
                 continue
             if older_than <= timedelta(0) or (mtime is not None and _aware(mtime) < cutoff):
-                orphans.append(path)
-        self._files.remove_parts(orphans)
-        return orphans
+                candidates.setdefault(path.split("/", 1)[0], []).append(path)
+        with self._engine.connect() as conn:  # read after the listing (see the docstring)
+            names = {s.spec.name for s in catalog.select_streams(conn)}
+        removed: list[str] = []
+        for top in sorted(candidates):
+            paths = candidates[top]
+            if top not in names:
+                self._files.remove_parts(paths)
+                removed.extend(paths)
+                continue
+
+            def attempt(conn: Connection, top: str = top, paths: list[str] = paths) -> list[str]:
+                catalog.lock_stream(conn, top)
+                known = catalog.registered(conn, paths)
+                orphans = [p for p in paths if p not in known]
+                self._files.remove_parts(orphans)
+                return orphans
+
+            removed.extend(self._transaction(attempt))
+        return sorted(removed)
 
     # ----------------------------------------------------------------------------- helpers
 

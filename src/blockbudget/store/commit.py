@@ -8,11 +8,12 @@ ingest re-plans.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from blockbudget.errors import UnknownBlockError
+from blockbudget.errors import StoreConflictError, UnknownBlockError
 from blockbudget.store import catalog
 from blockbudget.store.inputs import schema_from_bytes, schema_to_bytes
 from blockbudget.store.model import IngestReport, StreamSpec, Unit, make_block_id, utc_now
@@ -25,19 +26,44 @@ class PlanConflict(Exception):
 
 
 def record_ingest(
-    conn: Connection, spec: StreamSpec, staged: Staged, plan: tuple[Target, ...]
+    conn: Connection,
+    spec: StreamSpec,
+    staged: Staged,
+    plan: tuple[Target, ...],
+    missing: Callable[[Sequence[str]], list[str]],
 ) -> IngestReport:
-    """The commit transaction of an ingest: lock the stream, re-derive the plan from the
-    catalog as it is now, and record the staged part files, the blocks' counts, the stream's
-    schema, watermark and closed bound, and the blocks that ``close_after`` seals.
+    """The commit transaction of an ingest: lock the stream, check that the staged part files
+    still exist, re-derive the plan from the catalog as it is now, and record the staged part
+    files, the blocks' counts, the stream's schema, watermark and closed bound, and the blocks
+    that ``close_after`` seals.
+
+    The files are checked under the stream's lock because
+    :meth:`~blockbudget.store.blockstore.BlockStore.vacuum` deletes a stream's unreferenced
+    files under that same lock: either this commit comes first (the files are referenced and
+    vacuum keeps them) or the vacuum does (its deletions are done, and seen here). So the catalog
+    never lists a file a vacuum deleted, however long the ingest ran.
+
+    Args:
+        missing: returns which of the given root-relative paths do not exist.
 
     Raises:
         PlanConflict: when the plan's premises changed (roll back and re-plan).
+        StoreConflictError: when a staged part file is gone (a vacuum deleted it): the ingest
+            cannot commit and must be retried.
         UnknownBlockError: when the stream is gone.
     """
     stream = spec.name
     if not catalog.lock_stream(conn, stream):
         raise UnknownBlockError(f"no stream {stream!r}")
+    paths = [p.path for t in plan for p in staged.parts[t.key.key][1]]
+    gone = missing(paths)
+    if gone:
+        raise StoreConflictError(
+            f"ingest into stream {stream!r}: {len(gone)} of its {len(paths)} staged part files "
+            f"(first {gone[0]!r}) were deleted before its commit, by a vacuum whose older_than "
+            "was shorter than the ingest ran; nothing was written; retry the ingest (and give "
+            "vacuum an older_than longer than any ingest)"
+        )
     state = catalog.select_stream(conn, stream)
     assert state is not None and staged.schema is not None
     keys, counts = staged.ordered()

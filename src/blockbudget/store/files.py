@@ -52,8 +52,15 @@ class WrittenPart:
 
 
 def fsync_path(path: str) -> None:
-    """Flush a local file's or directory's data and metadata to stable storage."""
-    fd = os.open(path, os.O_RDONLY)
+    """Flush a local file's or directory's data and metadata to stable storage.
+
+    A path that no longer exists is skipped: a part file deleted before its commit (by a
+    vacuum) is reported by the commit's check under the stream's lock, not here.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
     try:
         os.fsync(fd)
     finally:
@@ -192,6 +199,14 @@ class DataFiles:
             list(pool.map(fsync_path, [self.full(r) for r in rels]))
             list(pool.map(fsync_path, [self.full(d) for d in dirs]))
         fsync_path(self.base)
+
+    def missing(self, rels: Sequence[str]) -> list[str]:
+        """Which of the part files ``rels`` do not exist (one ``get_file_info`` call for all:
+        a ``stat`` each locally, a ``HEAD`` each on an object store)."""
+        if not rels:
+            return []
+        infos = self.fs.get_file_info([self.full(r) for r in rels])
+        return [r for r, info in zip(rels, infos, strict=True) if info.type != pafs.FileType.File]
 
     def read_part(self, rel: str, columns: Sequence[str] | None) -> pa.Table:
         """Read one part file.
