@@ -105,6 +105,9 @@ class BlockStore:
             self._owns_engine = True
         self._files = DataFiles(root)
         self._pool: ThreadPoolExecutor | None = None
+        # Committed facts that never change: a stream's spec, and its schema once set.
+        self._specs: dict[str, StreamSpec] = {}
+        self._schemas: dict[str, pa.Schema] = {}
         catalog.create_tables(self._engine)
 
     @property
@@ -171,7 +174,13 @@ class BlockStore:
         Raises:
             UnknownBlockError: when there is no such stream.
         """
-        return self._stream_row(name).spec
+        spec = self._specs.get(name)
+        if spec is None:
+            spec = self._stream_row(name).spec
+            # A committed stream's spec never changes and a stream is never dropped, so the
+            # spec read from the catalog is kept (no hook needed: it is committed data).
+            self._specs[name] = spec
+        return spec
 
     def list_streams(self) -> list[StreamSpec]:
         """Every stream, by name."""
@@ -180,8 +189,15 @@ class BlockStore:
 
     def schema(self, stream: str) -> pa.Schema | None:
         """The stream's Arrow schema, fixed by its first non-empty ingest (None before)."""
+        cached = self._schemas.get(stream)
+        if cached is not None:
+            return cached
         row = self._stream_row(stream)
-        return None if row.schema_bytes is None else schema_from_bytes(row.schema_bytes)
+        if row.schema_bytes is None:
+            return None
+        schema = schema_from_bytes(row.schema_bytes)
+        self._schemas[stream] = schema  # fixed once set by the first non-empty ingest
+        return schema
 
     def _stream_row(self, name: str) -> catalog.StreamRow:
         check_stream_name(name)
