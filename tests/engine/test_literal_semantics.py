@@ -101,3 +101,17 @@ def test_a_data_root_uri_with_credentials_is_refused(uri: str) -> None:
         DataFiles(uri)
     assert "wJalr" not in str(err.value) and "AKIAEXAMPLE" not in str(err.value)
     refuse_credentials("s3://bucket/blocks?region=eu-west-1&endpoint_override=127.0.0.1:9000")
+
+
+def test_a_uint64_comparison_does_not_depend_on_the_rows(tmp_path: Path) -> None:
+    """``u < 5`` with a Python int: Arrow cast the uint64 column to int64 and failed only when
+    a row held ``2**63`` or more (an exact, noise-free bit about the data)."""
+    table = pa.table({"u": pa.array([1, 2**63, 7], pa.uint64())})
+    source = write_source(str(tmp_path), [[table]])
+    plan = Plan(source, (Aggregate("n", AggKind.COUNT),), (Predicate("u", Op.LT, 5),))
+    duck = DuckDBEngine(threads=1)
+    try:
+        for engine in (ArrowEngine(), duck):
+            assert engine.aggregate(plan).of("n") == (1,), engine.name
+    finally:
+        duck.close()

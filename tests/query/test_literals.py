@@ -204,3 +204,82 @@ def test_a_decimal_literal_survives_the_json_form(tmp_path: Path) -> None:
         assert answer(p, Query.count(epsilon=1).where("d", "in", [Decimal("0.1"), 2.5])) == [3.0]
     finally:
         p.close()
+
+
+def test_values_distinct_in_python_but_one_timestamp_are_refused(tmp_path: Path) -> None:
+    """``fold=1`` in New York and its UTC instant are unequal in Python but one Arrow timestamp:
+    as two groups, DuckDB counted one row in both (parallel composition broken)."""
+    import zoneinfo
+
+    q = Platform(tmp_path, engine="duckdb")
+    q.create_stream("s", policy=Budget(epsilon=1e6), blocking=Blocking.by_time("t"))
+    q.add_context("a")
+    instant = dt.datetime(2024, 11, 3, 6, 30, tzinfo=UTC)
+    q.ingest("s", pa.table({"t": pa.array([instant], pa.timestamp("us", tz="UTC"))}))
+    folded = dt.datetime(2024, 11, 3, 1, 30, tzinfo=zoneinfo.ZoneInfo("America/New_York"), fold=1)
+    assert folded != instant
+    before = state(q)
+    for query in (
+        Query.count(epsilon=1).group_by("t", [folded, instant]),
+        Query.histogram("t", [folded, instant], epsilon=1),
+        Query.count(epsilon=1).where("t", "in", [folded, instant]),
+    ):
+        with pytest.raises(InvalidRequestError, match="not distinct"):
+            run(q, "s", query, blocks=Last(1), context="a", noise=NoNoise())
+    assert state(q) == before
+    one = run(
+        q,
+        "s",
+        Query.count(epsilon=1).where("t", "==", folded),
+        blocks=Last(1),
+        context="a",
+        noise=NoNoise(),
+    )
+    assert [g.value for g in one.groups] == [1.0]
+    q.close()
+
+
+def test_a_nanosecond_literal_is_refused(tmp_path: Path) -> None:
+    import pandas as pd
+
+    p = typed_platform(tmp_path, "duckdb")
+    t0 = pd.Timestamp("2024-01-01 00:00:00")
+    with pytest.raises(InvalidRequestError, match="nanosecond part"):
+        run(
+            p,
+            "s",
+            Query.count(epsilon=1).group_by("t", [t0, t0 + pd.Timedelta(1, "ns")]),
+            blocks=Last(1),
+            context="a",
+            noise=NoNoise(),
+        )
+    p.close()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_decimal_literal_is_written_at_the_column_scale(tmp_path: Path, engine: str) -> None:
+    """``Decimal('1.0')`` on ``decimal(38, 0)``: DuckDB bound DECIMAL(2,1), and the common type
+    of 39 digits failed on a row of 38 digits (the failure depended on the data)."""
+    p = Platform(tmp_path, engine=engine)
+    p.create_stream("s", policy=Budget(epsilon=1e6), blocking=Blocking.by_time("t"))
+    p.add_context("a")
+    hours = [dt.datetime(2024, 1, 1, h) for h in range(2)]
+    big = Decimal(10**37 + 3)
+    p.ingest(
+        "s",
+        pa.table(
+            {
+                "t": pa.array(hours, pa.timestamp("us")),
+                "d": pa.array([Decimal(1), big], pa.decimal128(38, 0)),
+            }
+        ),
+    )
+    for query, expected in (
+        (Query.count(epsilon=1).where("d", "<", Decimal("5.0")), [1.0]),
+        (Query.count(epsilon=1).where("d", "==", Decimal("1.0")), [1.0]),
+        (Query.count(epsilon=1).where("d", "in", [Decimal("1.00")]), [1.0]),
+        (Query.count(epsilon=1).group_by("d", [Decimal("1.0"), Decimal("7.00")]), [1.0, 0.0]),
+    ):
+        out = run(p, "s", query, blocks=Last(2), context="a", noise=NoNoise())
+        assert [g.value for g in out.groups] == expected, (engine, query)
+    p.close()

@@ -281,6 +281,7 @@ def _column_kinds(source: ScanSource) -> Columns:
     return Columns(
         floats=frozenset(f.name for f in schema if pa.types.is_floating(f.type)),
         doubles=frozenset(f.name for f in schema if pa.types.is_float64(f.type)),
+        types={f.name: f.type for f in schema},
     )
 
 

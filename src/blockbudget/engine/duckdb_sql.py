@@ -61,13 +61,73 @@ class Params:
 
 @dataclass(frozen=True)
 class Columns:
-    """Which columns are floating point (they need the NaN guards)."""
+    """Which columns are floating point (they need the NaN guards), and each column's Arrow
+    type (a literal of exactly that type is cast to it in SQL, :func:`sql_type`)."""
 
     floats: frozenset[str]
     doubles: frozenset[str] = frozenset()
+    types: Mapping[str, Any] = field(default_factory=dict)
 
     def not_nan(self, column: str) -> str | None:
         return f"NOT isnan({quote(column)})" if column in self.floats else None
+
+    def literal(self, params: Params, column: str, value: Any) -> str:
+        """``value`` bound as a parameter of ``column``'s own type: DuckDB then never casts the
+        column to the literal's type (``Decimal('1.0')`` binds as ``DECIMAL(2,1)``, and against
+        ``DECIMAL(38,0)`` the common type needs 39 digits: rows of 37 integer digits raise).
+        The cast of a parameter is constant-folded."""
+        from blockbudget.engine.kernels import exact_scalar
+
+        arrow = self.types.get(column)
+        placeholder = params.add(value)
+        sql = None if arrow is None else sql_type(arrow)
+        if sql is None or exact_scalar(value, arrow) is value:  # not exactly of the type
+            return placeholder
+        return f"CAST({placeholder} AS {sql})"
+
+    def literals(self, params: Params, column: str, values: Sequence[Any]) -> str:
+        """``(..., ...)`` of :meth:`literal`."""
+        return "(" + ", ".join(self.literal(params, column, v) for v in values) + ")"
+
+
+_INTEGERS = {
+    8: ("TINYINT", "UTINYINT"),
+    16: ("SMALLINT", "USMALLINT"),
+    32: ("INTEGER", "UINTEGER"),
+    64: ("BIGINT", "UBIGINT"),
+}
+_TIMESTAMPS = {"s": "TIMESTAMP_S", "ms": "TIMESTAMP_MS", "us": "TIMESTAMP", "ns": "TIMESTAMP_NS"}
+
+
+def sql_type(type_: Any) -> str | None:
+    """The DuckDB SQL type that reads a Parquet column of Arrow type ``type_`` (None: literals
+    of that type are bound as they are).
+
+    Example:
+        >>> import pyarrow as pa
+        >>> sql_type(pa.uint64()), sql_type(pa.decimal128(38, 2)), sql_type(pa.timestamp("ms"))
+        ('UBIGINT', 'DECIMAL(38,2)', 'TIMESTAMP_MS')
+    """
+    import pyarrow as pa
+
+    t = pa.types
+    if t.is_dictionary(type_):
+        return sql_type(type_.value_type)
+    if t.is_integer(type_):
+        return _INTEGERS[type_.bit_width][0 if t.is_signed_integer(type_) else 1]
+    if t.is_float32(type_) or t.is_float64(type_):
+        return "FLOAT" if t.is_float32(type_) else "DOUBLE"
+    if t.is_decimal(type_) and type_.precision <= 38:
+        return f"DECIMAL({type_.precision},{type_.scale})"
+    if t.is_timestamp(type_):
+        return "TIMESTAMPTZ" if type_.tz is not None else _TIMESTAMPS[type_.unit]
+    if t.is_date32(type_):
+        return "DATE"
+    if t.is_boolean(type_):
+        return "BOOLEAN"
+    if t.is_string(type_) or t.is_large_string(type_):
+        return "VARCHAR"
+    return None
 
 
 def _and(*parts: str | None) -> str:
@@ -127,8 +187,10 @@ def predicate_sql(params: Params, predicate: Predicate, kinds: Columns) -> str:
     if op in (Op.IN, Op.NOT_IN):
         assert isinstance(predicate.value, tuple)
         word = "IN" if op is Op.IN else "NOT IN"
-        return _and(f"{c} {word} {params.many(predicate.value)}", guard)
-    return _and(f"{c} {_COMPARE[op]} {params.add(predicate.value)}", guard)
+        values = kinds.literals(params, predicate.column, predicate.value)
+        return _and(f"{c} {word} {values}", guard)
+    value = kinds.literal(params, predicate.column, predicate.value)
+    return _and(f"{c} {_COMPARE[op]} {value}", guard)
 
 
 def _encode(params: Params, column: str, kinds: Columns, fixed: FixedPoint) -> str:
@@ -177,7 +239,10 @@ def aggregate_sql(params: Params, agg: Aggregate, kinds: Columns) -> str:
     assert agg.categories is not None
     if not agg.other:
         raise InternalError("a histogram without 'other' is joined in plan_sql")
-    whens = " ".join(f"WHEN {c} = {params.add(v)} THEN {i}" for i, v in enumerate(agg.categories))
+    whens = " ".join(
+        f"WHEN {c} = {kinds.literal(params, agg.column, v)} THEN {i}"
+        for i, v in enumerate(agg.categories)
+    )
     if agg.other:
         whens += f" WHEN {_and(f'{c} IS NOT NULL', guard)} THEN {agg.width - 1}"
     code = f"CASE {whens} END"
@@ -210,7 +275,7 @@ def plan_sql(
     select = []
     for a in plan.aggregates:
         if a.kind is AggKind.CATEGORIES and not a.other:
-            select.append(_declared_histogram(params, a))
+            select.append(_declared_histogram(params, a, kinds))
         else:
             select.append(aggregate_sql(params, a, kinds))
     if not plan.group_by:
@@ -224,42 +289,33 @@ def plan_sql(
         f"GROUP BY {', '.join(f'g{i}' for i in range(len(keys)))}"
     )
     joins = "".join(
-        _indexed_join("JOIN", params, f"d{i}", f"g{i}", g.domain, table="agg")
+        _indexed_join(f"d{i}", f"g{i}", [kinds.literal(params, g.column, v) for v in g.domain])
         for i, g in enumerate(plan.group_by)
     )
     outs = [f"d{i}.i" for i in range(len(keys))] + [f"agg.a{j}" for j in range(len(select))]
     return f"SELECT {', '.join(outs)} FROM ({inner}) AS agg{joins}", params.values
 
 
-def _declared_histogram(params: Params, agg: Aggregate) -> str:
+def _declared_histogram(params: Params, agg: Aggregate, kinds: Columns) -> str:
     """DuckDB's hash histogram of the declared values (3x faster at 10M rows than a CASE or a
     join carrying the index), its keys turned into the categories' indexes in SQL: a list of
     ``[index, count]`` pairs (index −1, dropped by the caller, for a key ``list_position``
     would not find — no checked query has one; it is never an error)."""
     assert agg.column is not None and agg.categories is not None
     c = quote(agg.column)
-    declared = "[" + ", ".join(params.add(v) for v in agg.categories) + "]"
-    counts = f"histogram({c}) FILTER (WHERE {c} IN {params.many(agg.categories)})"
+    declared = "[" + kinds.literals(params, agg.column, agg.categories)[1:-1] + "]"
+    listed = kinds.literals(params, agg.column, agg.categories)
+    counts = f"histogram({c}) FILTER (WHERE {c} IN {listed})"
     index = f"coalesce(list_position({declared}, e.key), 0) - 1"
     return f"[[{index}, CAST(e.value AS BIGINT)] for e in map_entries({counts})]"
 
 
-def _indexed_join(
-    kind: str,
-    params: Params,
-    alias: str,
-    column: str,
-    values: Sequence[Any],
-    *,
-    table: str = "src",
-) -> str:
-    """A join of ``table``'s rows with ``(value, index)`` pairs on ``column`` (the values must
-    be of the column's type and distinct, as a checked query's are, so a row matches at most
-    one). ``column`` is quoted unless ``table`` is the aggregate (whose key aliases are
-    plain)."""
-    pairs = ", ".join(f"({params.add(v)}, {i})" for i, v in enumerate(values))
-    ref = quote(column) if table == "src" else column
-    return f" {kind} (VALUES {pairs}) AS {alias}(k, i) ON {table}.{ref} = {alias}.k"
+def _indexed_join(alias: str, key: str, values: Sequence[str]) -> str:
+    """A join of the aggregated rows with ``(value, index)`` pairs on the key alias ``key``
+    (``values`` are SQL expressions of the column's type, distinct as its values — a checked
+    query's are — so a row matches at most one)."""
+    pairs = ", ".join(f"({v}, {i})" for i, v in enumerate(values))
+    return f" JOIN (VALUES {pairs}) AS {alias}(k, i) ON agg.{key} = {alias}.k"
 
 
 def batches_sql(

@@ -16,7 +16,7 @@ sum can overflow: ``|v| ≤ 2**20`` so ``v² ≤ 2**40``) and then added to Pyth
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -75,6 +75,20 @@ def _value_set(column: pa.Array, values: Sequence[Scalar], what: str) -> pa.Arra
         ) from None
 
 
+def exact_scalar(value: Any, type_: pa.DataType) -> Any:
+    """``value`` as a scalar of the column type ``type_`` when it converts exactly (a checked
+    query's literals do), else ``value`` itself. With a Python int Arrow casts a uint64 column
+    to int64, failing only when some row holds ``2**63`` or more (a bit about the data); and
+    ``pa.scalar`` truncates silently (``-3.5`` -> ``-3``), hence the round trip."""
+    base = type_.value_type if pa.types.is_dictionary(type_) else type_
+    try:
+        scalar = pa.scalar(value, type=base)
+        same = bool(scalar.as_py() == value)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        return value
+    return scalar if same else value
+
+
 def predicate_mask(batch: pa.RecordBatch, predicate: Predicate) -> pa.Array:
     """The rows of ``batch`` that pass ``predicate`` (a non-null boolean array)."""
     column = batch.column(predicate.column)
@@ -93,7 +107,7 @@ def predicate_mask(batch: pa.RecordBatch, predicate: Predicate) -> pa.Array:
             member = pc.and_(pc.invert(member), pc.is_valid(column))
         return _true_and_not_nan(member, column)
     try:
-        result = _COMPARE[op](column, predicate.value)
+        result = _COMPARE[op](column, exact_scalar(predicate.value, column.type))
     except (pa.ArrowException, TypeError) as exc:
         raise InvalidRequestError(
             f"predicate {predicate.column!r} {op.value} {predicate.value!r} does not fit the "

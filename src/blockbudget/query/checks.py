@@ -61,10 +61,21 @@ class Pricing:
 def _typed(
     stream: str, column: str, type_: pa.DataType, values: tuple[Any, ...], what: str
 ) -> tuple[Any, ...]:
+    import pyarrow as pa
+
     try:
-        return tuple(typed_literal(v, type_, column=column, what=what) for v in values)
+        typed = tuple(typed_literal(v, type_, column=column, what=what) for v in values)
     except InvalidRequestError as exc:
         raise InvalidRequestError(f"{exc} (stream {stream!r})") from None
+    # Distinct as the column's values, not as Python objects (``fold=1`` and its UTC instant,
+    # ``0.1`` and ``Decimal('0.10')``): one row must match at most one declared value.
+    base = type_.value_type if pa.types.is_dictionary(type_) else type_
+    if len(typed) > 1 and len(pa.array(typed, type=base).unique()) != len(typed):
+        raise InvalidRequestError(
+            f"the {what} list {list(values)!r} on column {column!r} of stream {stream!r} are not "
+            f"distinct as values of its type {type_}"
+        )
+    return typed
 
 
 #: An order comparison of an integer column with a non-integral number, as one with an integer

@@ -13,10 +13,14 @@ refused, from the schema and the literal alone:
   and an integer on a float column must be exact in it (``2**53 + 1`` is not on float64);
 * a literal on a decimal column becomes a :class:`~decimal.Decimal` (a float through its
   shortest repr, ``0.1`` -> ``Decimal('0.1')``) and must fit the column's precision and
-  scale exactly;
+  scale exactly; it is written at the column's scale (``1.0`` on ``decimal(38, 0)`` is
+  ``Decimal('1')``), so no engine widens the column to the literal's own scale;
 * a datetime on a timestamp column must be time-zone aware exactly when the column is (an
   aware literal against a naive column has no defined instant), and must fit the column's
-  unit (no sub-second literal on a ``timestamp[s]`` column);
+  unit (no sub-second literal on a ``timestamp[s]`` column, no nanosecond part on any
+  column: engines bind literals at microsecond precision); an aware literal becomes the same
+  instant in UTC (two literals unequal in Python — ``fold=1`` in a zone and that instant in
+  UTC — can be one Arrow timestamp, so distinct values are checked after conversion);
 * ``-0.0`` becomes ``0.0`` (IEEE-754 calls them equal; a hash lookup would not).
 
 Why this matters for privacy: when engines compare a literal with cells only after an implicit
@@ -28,8 +32,8 @@ compares values of one type, exactly.
 from __future__ import annotations
 
 import math
-from datetime import date, datetime
-from decimal import Decimal, InvalidOperation
+from datetime import UTC, date, datetime
+from decimal import Context, Decimal, Inexact, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
 from blockbudget.errors import InvalidRequestError
@@ -75,6 +79,10 @@ def kind_of_literal(value: Any) -> str:
     return "other"
 
 
+#: More digits than any Arrow decimal holds (decimal256: 76).
+_MAX_DIGITS = 80
+
+
 class _Refused(Exception):
     """A literal that does not convert exactly (the reason)."""
 
@@ -92,7 +100,7 @@ def typed_literal(value: Scalar, type_: pa.DataType, *, column: str, what: str) 
         >>> typed_literal(-0.0, pa.float64(), column="x", what="filter value")
         0.0
         >>> typed_literal(0.1, pa.decimal128(5, 2), column="d", what="domain value")
-        Decimal('0.1')
+        Decimal('0.10')
         >>> typed_literal(0.5, pa.float32(), column="f", what="filter value")
         0.5
         >>> typed_literal(0.1, pa.float32(), column="f", what="filter value")  # doctest: +ELLIPSIS
@@ -153,12 +161,13 @@ def _number(value: Any, type_: pa.DataType) -> Scalar:
         if not math.isfinite(value):
             raise _Refused("not finite")
         value = Decimal(repr(value))
+    strict = Context(prec=2 * _MAX_DIGITS, traps=[Inexact, InvalidOperation])
     try:
-        number = Decimal(value)
+        number = strict.plus(strict.quantize(Decimal(value), Decimal(1).scaleb(-type_.scale)))
         pa.scalar(number, type=type_)
-    except (InvalidOperation, OverflowError, pa.ArrowException) as exc:
+    except (InvalidOperation, Inexact, OverflowError, pa.ArrowException) as exc:
         raise _Refused("more digits than its precision or scale") from exc
-    return number + 0  # Decimal('-0') -> Decimal('0')
+    return number  # at the column's scale; Decimal('-0') -> Decimal('0')
 
 
 def _timestamp(value: datetime, type_: pa.DataType) -> datetime:
@@ -175,4 +184,6 @@ def _timestamp(value: datetime, type_: pa.DataType) -> datetime:
         probe.cast(type_, safe=True)
     except pa.ArrowException as exc:
         raise _Refused(f"not representable in {type_}") from exc
-    return value
+    if getattr(value, "nanosecond", 0):
+        raise _Refused("a nanosecond part (engines bind literals at microsecond precision)")
+    return value.astimezone(UTC) if aware else value
