@@ -106,6 +106,27 @@ def open_engine(target: str | Engine, *, busy_timeout_seconds: float) -> tuple[E
     return engine, owned
 
 
+def _wal_mode(cursor: Any, timeout_seconds: float) -> str:
+    """Switch a connection to the WAL journal and return the mode SQLite reports.
+
+    Switching a new database's journal mode needs an exclusive lock, and SQLite can answer
+    "database is locked" at once, without its busy handler, while other processes open the same
+    new file (seen when several servers start together): retry until ``timeout_seconds``."""
+    import sqlite3
+    import time
+
+    deadline = time.monotonic() + timeout_seconds
+    pause = 0.005
+    while True:
+        try:
+            return str(cursor.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.2)
+
+
 def _install_sqlite_hooks(engine: Engine, busy_timeout_seconds: float) -> None:
     busy_ms = int(busy_timeout_seconds * 1000)
 
@@ -115,7 +136,7 @@ def _install_sqlite_hooks(engine: Engine, busy_timeout_seconds: float) -> None:
         cursor = dbapi_connection.cursor()
         try:
             cursor.execute(f"PRAGMA busy_timeout = {busy_ms}")
-            mode = str(cursor.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
+            mode = _wal_mode(cursor, busy_timeout_seconds)
             if mode not in ("wal", "memory"):
                 raise InvalidRequestError(
                     f"SQLite refused the WAL journal (it reports {mode!r}); the ledger needs WAL "
