@@ -40,6 +40,10 @@ EuroSys'25 §3; Sage seed ``004_2b5d216070ae2ded.txt`` §3.2):
   - ``GRANT`` — the task is served (terminal). Its remaining reservations are released first.
   - ``REJECT`` — the task is turned down (terminal).
   - ``EXPIRE`` — the task timed out, or the run ended while it waited (terminal).
+  - ``CREDIT`` — budget a block got back outside the scheduler (a live platform's grant was
+    spent less than it held, or cancelled): the block's charged budget goes down by ``cost``,
+    never below zero. Logged under the synthetic task that carries usage the ledger shows
+    (a simulation never credits). Not a decision about any task.
 
   Terminal decisions are final: after one, the pool refuses every operation for that task
   (irrevocable decisions, seed 000 §III-B). Charged budget never returns.
@@ -137,6 +141,7 @@ class DecisionKind(Enum):
     GRANT = "grant"
     REJECT = "reject"
     EXPIRE = "expire"
+    CREDIT = "credit"
 
 
 TERMINAL_KINDS = frozenset({DecisionKind.GRANT, DecisionKind.REJECT, DecisionKind.EXPIRE})
@@ -217,6 +222,9 @@ class TaskSpec:
             it, so it must read only DP outputs already paid for (the task's noisy model, each
             block's noise drawn once) and public data — its answer steers which blocks are used.
         min_blocks: the fewest blocks an OPEN task needs before it may be granted (default 1).
+        eligible: for OPEN tasks, the blocks it may use (a selector such as "any k blocks of
+            this time range"); None means any block. The pool refuses a reservation or charge
+            on any other block (:meth:`~blockbudget.scheduling.pool.Pool.eligible`).
     """
 
     task_id: str
@@ -229,6 +237,7 @@ class TaskSpec:
     timeout: float | None = None
     validator: ValidatorFn | None = None
     min_blocks: int = 1
+    eligible: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.task_id, str) or not self.task_id:
@@ -276,6 +285,19 @@ class TaskSpec:
                 f"task {self.task_id!r}: min_blocks {self.min_blocks} exceeds max_blocks "
                 f"{self.max_blocks} (it could never be granted)"
             )
+        if self.eligible is not None:
+            if self.blocks is not None:
+                raise InvalidRequestError(
+                    f"task {self.task_id!r}: a task names its blocks or says which are "
+                    "eligible, not both"
+                )
+            if isinstance(self.eligible, str) or not all(
+                isinstance(b, str) and b for b in self.eligible
+            ):
+                raise InvalidRequestError(
+                    f"task {self.task_id!r}: eligible must be a set of block ids"
+                )
+            object.__setattr__(self, "eligible", frozenset(self.eligible))
         if self.blocks is not None and self.min_blocks > len(self.blocks):
             raise InvalidRequestError(
                 f"task {self.task_id!r}: min_blocks {self.min_blocks} exceeds the "
@@ -298,6 +320,12 @@ class TaskSpec:
         if self.max_blocks is not None:
             return self.max_blocks
         return None if self.blocks is None else len(self.blocks)
+
+    def may_use(self, block_id: str) -> bool:
+        """Whether the task may use a block: a named one (NAMED), an eligible one (OPEN)."""
+        if self.blocks is not None:
+            return block_id in self.blocks
+        return self.eligible is None or block_id in self.eligible
 
     def significance_of(self, block_id: str) -> float:
         """p_ij for this task and ``block_id`` (``profit`` when no significance is given)."""

@@ -10,7 +10,8 @@ from the run and the decision's sequence number (a replay after a crash never ch
 * ``RELEASE`` → :meth:`Ledger.release` of every reservation the task holds on that block;
 * ``CHARGE`` / ``OVERHEAD`` → a direct :meth:`Ledger.charge` (the pool logs the RELEASE of the
   task's own reservation on that block just before, so the budget is free again);
-* terminal decisions change no budget.
+* terminal decisions change no budget, and neither does ``CREDIT`` (the pool learning that the
+  ledger already got budget back).
 
 Because the pool's floats are conservative with respect to the ledger's fixed-point integers,
 a decision the pool accepted is never refused by the ledger (tested). A platform loop would call
@@ -75,7 +76,7 @@ class LedgerBridge:
         """
         d = decision
         rid = f"{self.run_id}:{d.seq}"
-        if d.block_id is None or d.cost is None:
+        if d.block_id is None or d.cost is None or d.kind is DecisionKind.CREDIT:
             return
         key = (d.task_id, d.block_id)
         if d.kind is DecisionKind.RESERVE:

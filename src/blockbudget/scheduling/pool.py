@@ -10,8 +10,9 @@ changed:
 * an operation that would push a block beyond its filter returns ``False``;
 * an operation on a task that already has a terminal decision raises
   :class:`~blockbudget.errors.InternalError` (decisions are irrevocable);
-* a charge on a block a NAMED task did not ask for, or beyond an OPEN task's ``max_blocks``,
-  raises :class:`~blockbudget.errors.InternalError` (a scheduler bug).
+* a reservation or charge on a block a NAMED task did not ask for or an OPEN task may not use
+  (:attr:`TaskSpec.eligible`), or beyond an OPEN task's ``max_blocks``, raises
+  :class:`~blockbudget.errors.InternalError` (a scheduler bug).
 
 Conservative floats: demands are the filter's fixed-point features (rounded up) divided by the
 unit and nudged up one ulp; capacities are the filter's capacities rounded down and shrunk by
@@ -328,13 +329,22 @@ class Pool:
             )
         return self.tasks[task_id]
 
+    def eligible(self, task_id: str, block_id: str) -> bool:
+        """Whether a task may use a block (named by a NAMED task; eligible for an OPEN one)."""
+        return self.tasks[task_id].may_use(block_id)
+
     def reserve(self, task_id: str, block_id: str, cost: Cost, *, note: str = "") -> bool:
         """Add ``cost`` to a waiting task's reservation on one block, if it fits.
 
         Returns:
             True when reserved; False (nothing changed) when the block cannot fit it.
+
+        Raises:
+            InternalError: a block the task may not use, or a terminal task.
         """
-        self._open(task_id)
+        task = self._open(task_id)
+        if not task.may_use(block_id):
+            raise InternalError(f"task {task_id!r} may not use block {block_id!r}")
         i = self.index(block_id)
         vec = self.vector(cost)
         if not bool(self.fits_many([i], vec)[0]):
@@ -375,10 +385,9 @@ class Pool:
         """
         task = self._open(task_id)
         idx = [self.index(b) for b in costs]
-        if task.blocks is not None:
-            extra = set(costs) - set(task.blocks)
-            if extra:
-                raise InternalError(f"task {task_id!r} did not ask for blocks {sorted(extra)}")
+        extra = [b for b in costs if not task.may_use(b)]
+        if extra:
+            raise InternalError(f"task {task_id!r} may not use blocks {sorted(extra)}")
         limit = task.access_limit
         used_blocks = set(self.charged_blocks[task_id]) | set(costs)
         if limit is not None and len(used_blocks) > limit:
@@ -430,6 +439,19 @@ class Pool:
         self._charged[i] += vec
         self._log(DecisionKind.OVERHEAD, task_id, i, cost, note)
         return True
+
+    def credit(self, block_id: str, cost: Cost, *, task_id: str, note: str = "") -> None:
+        """Give a block back ``cost`` of its charged budget (never below zero), logged as a
+        CREDIT under ``task_id`` (the driver's synthetic task for usage outside the pool).
+
+        Only a live driver calls it, when the ledger shows less used on a block than the pool
+        counts (a grant spent less than it held, a cancelled grant): the ledger is the truth.
+        Schedulers never call it. The task's status is not checked or changed.
+        """
+        i = self.index(block_id)
+        vec = self.vector(cost)
+        self._charged[i] = np.maximum(self._charged[i] - vec, 0.0)
+        self._log(DecisionKind.CREDIT, task_id, i, cost, note)
 
     def grant(
         self, task_id: str, costs: Mapping[str, Cost] | None = None, *, note: str = ""
