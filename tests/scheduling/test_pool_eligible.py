@@ -1,11 +1,15 @@
+"""TaskSpec.eligible is enforced by the pool; Pool.credit gives charged budget back."""
+
 import pytest
+
 from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget
 from blockbudget.errors import InternalError, InvalidRequestError
 from blockbudget.scheduling import BlockSpec, Pool, TaskSpec
 from blockbudget.scheduling.base import DecisionKind
 
-def test_eligible_and_credit():
+
+def test_eligible_and_credit() -> None:
     pool = Pool(Accounting.BASIC)
     for b in "abc":
         pool.add_block(BlockSpec(b, 0, Budget(epsilon=1)))
