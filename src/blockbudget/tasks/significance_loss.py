@@ -59,6 +59,8 @@ class LossReduction(SignificanceProvider):
     closed at once; its reservation is spent exactly, so each block is charged exactly ε_s per
     scoring (on RDP streams the Laplace curves of ε_s; on user-level streams the group cost).
     Blocks whose budget cannot pay are left out (:attr:`Scores.unscored`) and charged nothing.
+    Like every grant, a measurement seals the block it reads (its rows never change after).
+    Scoring again is measuring again: the caller keeps the values (e.g. in the task's row).
 
     Args:
         column: the numeric target column.
@@ -211,6 +213,14 @@ class LossReduction(SignificanceProvider):
         holder: str = "",
         noise: NoiseSource | None = None,
     ) -> Scores:
+        """Measure each block (see the class docstring).
+
+        Raises:
+            InvalidRequestError / UnknownBlockError / UnknownContextError: a bad stream,
+                column, block list or context — refused before any block is charged.
+            DataError: a block's files could not be read; that block is charged nothing, the
+                blocks measured before it keep their charges.
+        """
         from blockbudget.mechanisms.noise import SeededNoise, resolve_noise
 
         ids = distinct_blocks(block_ids)
