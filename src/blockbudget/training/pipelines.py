@@ -40,7 +40,7 @@ from blockbudget.training.tasks import (
     speed_keys,
     usable_rows,
 )
-from blockbudget.training.validation import SlaMode, ValidationResult
+from blockbudget.training.validation import Inequality, SlaMode, ValidationResult
 from blockbudget.training.validators import (
     AccuracyEvidence,
     AccuracyValidator,
@@ -317,11 +317,15 @@ class AverageSpeedPipeline(Pipeline):
         target: τ_err, the largest acceptable absolute error of any key's mean, in mph.
         granularity: hour of day, day of week or week of month.
         mode: the validator's SLA mode (SAGE, UNCORRECTED or NON_PRIVATE).
+        inequality: the validator's concentration inequality. With SEED (the default) the
+            validation only post-processes the release's counts and sums and costs nothing;
+            EMPIRICAL_BERNSTEIN spends the validation share on the groups' second moments.
     """
 
     target: float
     granularity: Granularity = Granularity.HOUR_OF_DAY
     mode: SlaMode = SlaMode.SAGE
+    inequality: Inequality = Inequality.SEED
     split: BudgetSplit = field(default_factory=BudgetSplit)
     test_fraction: float = 0.1
     name: str = "average-speed"
@@ -373,15 +377,11 @@ class AverageSpeedPipeline(Pipeline):
         eta: float,
         noise: NoiseSource | None,
     ) -> ValidationResult:
-        scales = {p.name: p.scale for p in model.perturbations}
-        counts = np.bincount(data.x_train.astype(np.int64), minlength=self.granularity.nkeys)
-        evidence = SumStatisticEvidence(
-            counts=counts,
-            value_range=SPEED_RANGE,
-            sum_scale=scales["sums"],
-            count_scale=scales["counts"],
+        # Reuse the counts and sums the release already published: no second payment.
+        evidence = SumStatisticEvidence.from_release(model, data.x_train, data.y_train)
+        validator = SumStatisticValidator(
+            target=self.target, mode=self.mode, inequality=self.inequality
         )
-        validator = SumStatisticValidator(target=self.target, mode=self.mode)
         return validator.validate(
             source, evidence, epsilon=epsilon, eta=eta, noise=noise, label=f"{self.name}/validate"
         )
