@@ -99,8 +99,9 @@ def test_statistics_pipeline_validates_the_released_means(month: object) -> None
     )
     assert run.validation.outcome is Outcome.ACCEPT
     assert len(run.model.value.means) == 7
-    # The validation reuses the counts and sums the release published: only the release pays.
-    assert src.spent == Budget(epsilon=0.5)
+    # The validation reuses the counts and sums the release published and costs nothing, so
+    # the release gets the whole ε.
+    assert src.spent == Budget(epsilon=1.0) and [c for _, c in src.draws] == [Budget(epsilon=1)]
     assert run.validation.cost is None and run.validation.epsilon == 0
     eb = AverageSpeedPipeline(
         target=60.0, granularity=Granularity.DAY_OF_WEEK, inequality=Inequality.EMPIRICAL_BERNSTEIN
