@@ -96,7 +96,12 @@ class SumStatisticEvidence:
             ('accept', True)
         """
         scales = {part.name: part.scale for part in release.perturbations}
-        codes = np.asarray(keys, dtype=np.int64).ravel()
+        try:
+            codes = np.asarray(keys, dtype=np.int64).ravel()
+        except (TypeError, ValueError) as exc:
+            raise InvalidRequestError(
+                f"keys must be the integer codes the release was given (nkeys=): {exc}"
+            ) from exc
         k = len(release.value.keys)
         exact = np.bincount(codes[(codes >= 0) & (codes < k)], minlength=k)
         return cls(
