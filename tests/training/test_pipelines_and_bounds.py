@@ -17,6 +17,7 @@ from blockbudget.training import (
     AdaSSPPipeline,
     AverageSpeedPipeline,
     BudgetSplit,
+    Inequality,
     MeteredSource,
     Outcome,
     SlaMode,
@@ -98,7 +99,15 @@ def test_statistics_pipeline_validates_the_released_means(month: object) -> None
     )
     assert run.validation.outcome is Outcome.ACCEPT
     assert len(run.model.value.means) == 7
-    assert src.spent == Budget(epsilon=1.0)
+    # The validation reuses the counts and sums the release published and costs nothing, so
+    # the release gets the whole ε.
+    assert src.spent == Budget(epsilon=1.0) and [c for _, c in src.draws] == [Budget(epsilon=1)]
+    assert run.validation.cost is None and run.validation.epsilon == 0
+    eb = AverageSpeedPipeline(
+        target=60.0, granularity=Granularity.DAY_OF_WEEK, inequality=Inequality.EMPIRICAL_BERNSTEIN
+    ).run(MeteredSource(), month, epsilon=1.0, delta=0, eta=0.05, noise=SeededNoise(3))
+    assert eb.validation.outcome is Outcome.ACCEPT and eb.validation.epsilon == Decimal("0.5")
+    assert eb.validation.accept_bound < run.validation.accept_bound
 
 
 def test_budget_split_is_checked_and_never_exceeds_the_whole() -> None:

@@ -35,7 +35,13 @@ from blockbudget.training.linear_dpsgd import LogisticDPSGD
 from blockbudget.training.pipeline import BudgetSplit, Pipeline, PipelineRun, Prepared
 from blockbudget.training.pipelines import AdaSSPPipeline, AverageSpeedPipeline, DPSGDPipeline
 from blockbudget.training.sources import MeteredSource
-from blockbudget.training.validation import Outcome, SlaMode, ValidationResult, Validator
+from blockbudget.training.validation import (
+    Inequality,
+    Outcome,
+    SlaMode,
+    ValidationResult,
+    Validator,
+)
 from blockbudget.training.validators import (
     AccuracyEvidence,
     AccuracyValidator,
@@ -60,6 +66,7 @@ __all__ = [
     "DPSGDPipeline",
     "Executor",
     "InProcessExecutor",
+    "Inequality",
     "LogisticDPSGD",
     "LossEvidence",
     "LossValidator",

@@ -13,6 +13,9 @@ combine them with a union bound; the tests check each one against its distributi
   sum-statistic ACCEPT test (App. B.3) in the seed's conservative form ``B·sqrt(ln(1/p)/n)``.
 * :func:`clopper_pearson_lower` / :func:`clopper_pearson_upper` — exact one-sided binomial bounds
   (App. B.2's Bin and Bin-bar, "conservatively approximated using a Clopper–Pearson interval").
+* :func:`empirical_bernstein_margin` — Maurer & Pontil's empirical Bernstein bound, the drop-in
+  App. B.1 and B.3 name for small variances; :func:`variance_upper` turns a corrected DP second
+  moment into an upper bound on the sample variance it needs.
 """
 
 from __future__ import annotations
@@ -104,3 +107,41 @@ def clopper_pearson_upper(k: float, n: float, *, p: float) -> float:
     if nn <= 0 or kk >= nn:
         return 1.0
     return float(beta.ppf(1.0 - p, kk + 1, nn - kk))
+
+
+def empirical_bernstein_margin(variance: float, n: float, *, bound: float, p: float) -> float:
+    """One-sided empirical Bernstein margin for the mean of n i.i.d. values in [0, B].
+
+    A. Maurer and M. Pontil, "Empirical Bernstein Bounds and Sample Variance Penalization"
+    (COLT 2009), Theorem 4, rescaled from [0, 1] to [0, B]: with probability ≥ 1 − p,
+    ``E[X] − mean ≤ sqrt(2·V·ln(2/p)/n) + 7·B·ln(2/p)/(3·(n − 1))`` where V is the unbiased
+    sample variance. The margin grows with V and shrinks with n, so an upper bound on V and a
+    lower bound on n give a valid (larger) margin. ``inf`` when n ≤ 1.
+
+    Example:
+        >>> round(empirical_bernstein_margin(0.0, 1001.0, bound=1.0, p=0.05), 5)
+        0.00861
+    """
+    if not n > 1:
+        return math.inf
+    log_term = math.log(2.0 / p)
+    return math.sqrt(2.0 * max(variance, 0.0) * log_term / n) + 7.0 * bound * log_term / (
+        3.0 * (n - 1.0)
+    )
+
+
+def variance_upper(second_moment: float, n: float, *, bound: float) -> float:
+    """Upper bound on the unbiased sample variance of n values in [0, B] from an upper bound on
+    their second moment ``Σ(x − c)²`` about any public centre c, and a lower bound on n.
+
+    ``(n − 1)·V = Σ(x − c)² − n·(x̄ − c)² ≤ Σ(x − c)²``, and V ≤ B²·n/(4·(n − 1)) (Popoviciu),
+    both decreasing in n. ``inf`` when n ≤ 1.
+
+    Example:
+        >>> variance_upper(9.0, 10.0, bound=1.0)
+        0.2777777777777778
+    """
+    if not n > 1:
+        return math.inf
+    cap = bound * bound * n / (4.0 * (n - 1.0))
+    return min(max(second_moment, 0.0) / (n - 1.0), cap)

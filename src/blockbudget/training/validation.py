@@ -32,14 +32,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import Enum
-from typing import ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
 from blockbudget.budget import Cost, Number
-from blockbudget.errors import InvalidRequestError
-from blockbudget.mechanisms.calibration import exact_epsilon
-from blockbudget.mechanisms.noise import FloatArray, NoiseSource, resolve_noise
+from blockbudget.errors import DataError, InvalidRequestError
+from blockbudget.mechanisms.calibration import exact_epsilon, laplace_scale
+from blockbudget.mechanisms.noise import FloatArray, NoiseKind, NoiseSource, resolve_noise
 from blockbudget.mechanisms.results import Perturbation
 from blockbudget.mechanisms.source import (
     BudgetSource,
@@ -67,6 +67,21 @@ class SlaMode(Enum):
     NON_PRIVATE = "np"
 
 
+class Inequality(Enum):
+    """Which concentration inequality a validator applies to its DP-corrected statistics.
+
+    * ``SEED`` — the seed's (App. B): Bernstein with the variance proxy B·L for the loss ACCEPT
+      test, Hoeffding for the loss REJECT test and for sum-based statistics. The default.
+    * ``EMPIRICAL_BERNSTEIN`` — Maurer & Pontil (2009), Thm 4, on a DP upper bound of the sample
+      variance, the drop-in App. B.1 and B.3 name for small variances. It pays for one more
+      noisy statistic (a second moment) and wins when the variance is well below B·L (loss) or
+      B²/4 (statistics); see docs/training.md for the corrections and the split of η.
+    """
+
+    SEED = "seed"
+    EMPIRICAL_BERNSTEIN = "empirical_bernstein"
+
+
 @dataclass(frozen=True)
 class ValidationResult:
     """The decision of one validation and the bounds it computed.
@@ -80,9 +95,11 @@ class ValidationResult:
             validator has no REJECT test or it was not run).
         target: the quality target.
         eta: the confidence parameter η (the guarantee holds with probability ≥ 1 − η).
-        epsilon: the ε the validation cost (0 for NON_PRIVATE).
+        epsilon: the ε the validation cost (0 for NON_PRIVATE and for a test that only
+            post-processes statistics released and paid for earlier).
         mode: the SLA mode.
-        cost: what was charged to the source (None for NON_PRIVATE).
+        cost: what was charged to the source (None when nothing was: NON_PRIVATE, or a test
+            that releases nothing new).
         secure_noise: whether the noise came from a floating-point-safe sampler.
     """
 
@@ -183,6 +200,14 @@ class Validator(ABC, Generic[E]):
                 f"supported: {sorted(m.value for m in self.modes)}"
             )
         jobs = self.jobs(evidence, epsilon=eps)
+        if not jobs and self.mode is not SlaMode.NON_PRIVATE:
+            # Pure post-processing of statistics an earlier release published and paid for.
+            outcome, acc, rej = self.decide(
+                Released((), (), noisy=True), evidence, epsilon=float(eps), eta=p
+            )
+            return ValidationResult(
+                outcome, acc, rej, self.target, p, Decimal(0), self.mode, None, True
+            )
         if self.mode is SlaMode.NON_PRIVATE:
             if source is not None:
                 raise InvalidRequestError(
@@ -243,3 +268,24 @@ def check_bound(bound: float) -> float:
     if not (value > 0 and math.isfinite(value)):
         raise InvalidRequestError(f"bound B must be finite and > 0, got {bound!r}")
     return value
+
+
+def numeric_vector(values: Any, *, name: str) -> FloatArray:
+    """``values`` as a finite 1-D float vector.
+
+    Raises:
+        DataError: for non-numeric or non-finite entries.
+    """
+    try:
+        arr = np.asarray(values, dtype=np.float64).ravel()
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"{name} must be numeric: {exc}") from exc
+    if arr.size and not np.all(np.isfinite(arr)):
+        raise DataError(f"{name} must be finite (drop or clip missing values first)")
+    return arr
+
+
+def laplace_job(name: str, sensitivity: float, epsilon: Decimal, size: int) -> Perturbation:
+    """The Laplace perturbation of ``size`` values of the given sensitivity at ε."""
+    scale = laplace_scale(sensitivity=sensitivity, epsilon=epsilon)
+    return Perturbation(name, NoiseKind.LAPLACE, scale, sensitivity, size, epsilon)

@@ -20,41 +20,41 @@ from typing import Any, ClassVar
 import numpy as np
 
 from blockbudget.errors import DataError, InvalidRequestError
-from blockbudget.mechanisms.calibration import laplace_scale, split_epsilon
-from blockbudget.mechanisms.noise import FloatArray, NoiseKind
+from blockbudget.mechanisms.calibration import split_epsilon
+from blockbudget.mechanisms.noise import FloatArray
 from blockbudget.mechanisms.results import Perturbation
 from blockbudget.mechanisms.statistics import sum_sensitivity
 from blockbudget.training.bounds import (
     bernstein_upper,
     clopper_pearson_lower,
     clopper_pearson_upper,
+    empirical_bernstein_margin,
     hoeffding_margin,
     laplace_one_sided,
     laplace_two_sided,
+    variance_upper,
 )
+from blockbudget.training.sum_statistic import SumStatisticEvidence, SumStatisticValidator
 from blockbudget.training.validation import (
+    Inequality,
     Outcome,
     Released,
     SlaMode,
     Validator,
     check_bound,
     check_target,
+    laplace_job,
+    numeric_vector,
 )
 
-
-def _vector(values: Any, *, name: str) -> FloatArray:
-    try:
-        arr = np.asarray(values, dtype=np.float64).ravel()
-    except (TypeError, ValueError) as exc:
-        raise DataError(f"{name} must be numeric: {exc}") from exc
-    if arr.size and not np.all(np.isfinite(arr)):
-        raise DataError(f"{name} must be finite (drop or clip missing values first)")
-    return arr
-
-
-def _laplace(name: str, sensitivity: float, epsilon: Decimal, size: int) -> Perturbation:
-    scale = laplace_scale(sensitivity=sensitivity, epsilon=epsilon)
-    return Perturbation(name, NoiseKind.LAPLACE, scale, sensitivity, size, epsilon)
+__all__ = [
+    "AccuracyEvidence",
+    "AccuracyValidator",
+    "LossEvidence",
+    "LossValidator",
+    "SumStatisticEvidence",
+    "SumStatisticValidator",
+]
 
 
 @dataclass(frozen=True)
@@ -83,15 +83,24 @@ class LossValidator(Validator[LossEvidence]):
     Losses are clipped into [0, B] before summing (List. 2 l. 15). The count and the sum each
     get ε/2 (Prop. B.3); the train split pays nothing extra (disjoint rows).
 
+    With ``inequality=EMPIRICAL_BERNSTEIN`` the ACCEPT test also releases the second moment
+    Q = Σ(l − c)² about the public centre c = clip(τ, 0, B) (sensitivity max(c, B − c)²); count,
+    sum and Q get ε/3 each (the REJECT split too) and four events share η: n̲ (one-sided), the
+    sum raised, Q raised (each corrected at η/4) and Maurer & Pontil's Thm 4 at η/4 on
+    V ≤ Q̄/(n̲ − 1). Not the default: it pays a third release and loses to the seed's bound when
+    the variance is close to B·L (0/1-like losses); docs/training.md has the proof.
+
     Attributes:
         target: τ_loss, the largest acceptable expected loss.
         bound: B, the loss range [0, B].
         mode: the SLA mode (Tab. 2).
+        inequality: SEED (Bernstein, App. B.1) or EMPIRICAL_BERNSTEIN.
     """
 
     target: float
     bound: float = 1.0
     mode: SlaMode = SlaMode.SAGE
+    inequality: Inequality = Inequality.SEED
     has_reject: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
@@ -99,64 +108,141 @@ class LossValidator(Validator[LossEvidence]):
         check_bound(self.bound)
         if not isinstance(self.mode, SlaMode):
             raise InvalidRequestError(f"mode must be a SlaMode, got {self.mode!r}")
+        if not isinstance(self.inequality, Inequality):
+            raise InvalidRequestError(f"inequality must be an Inequality, got {self.inequality!r}")
+
+    @property
+    def _empirical(self) -> bool:
+        return self.inequality is Inequality.EMPIRICAL_BERNSTEIN
+
+    @property
+    def centre(self) -> float:
+        """c = clip(τ, 0, B): the public centre of the released second moment."""
+        return min(max(self.target, 0.0), self.bound)
 
     def jobs(
         self, evidence: LossEvidence, *, epsilon: Decimal
     ) -> list[tuple[Perturbation, FloatArray]]:
         if not isinstance(evidence, LossEvidence):
             raise InvalidRequestError(f"evidence must be LossEvidence, got {evidence!r}")
-        half = split_epsilon(epsilon, 2)
+        share = split_epsilon(epsilon, 3 if self._empirical else 2)
         out: list[tuple[Perturbation, FloatArray]] = []
         splits = [("test", evidence.test_losses)]
         if evidence.train_losses is not None:
             splits.append(("train", evidence.train_losses))
         for split, raw in splits:
-            losses = np.clip(_vector(raw, name=f"{split} losses"), 0.0, self.bound)
-            out.append((_laplace(f"{split}_count", 1.0, half, 1), np.array([float(losses.size)])))
+            losses = np.clip(numeric_vector(raw, name=f"{split} losses"), 0.0, self.bound)
+            out.append(
+                (laplace_job(f"{split}_count", 1.0, share, 1), np.array([float(losses.size)]))
+            )
             total = math.fsum(losses.tolist())
             sens = sum_sensitivity(self.bound)
-            out.append((_laplace(f"{split}_loss_sum", sens, half, 1), np.array([total])))
+            out.append((laplace_job(f"{split}_loss_sum", sens, share, 1), np.array([total])))
+            if self._empirical and split == "test":
+                c = self.centre
+                q = math.fsum(((losses - c) ** 2).tolist())
+                sens_q = sum_sensitivity(max(c, self.bound - c) ** 2)
+                out.append((laplace_job("test_loss_sq", sens_q, share, 1), np.array([q])))
         return out
 
     def pricing_parts(self, jobs: Sequence[tuple[Perturbation, FloatArray]]) -> list[Perturbation]:
-        return [part for part, _ in jobs[:2]]
+        return [part for part, _ in jobs[: 3 if self._empirical else 2]]
+
+    def correction_rates(self) -> dict[str, float]:
+        """Each DP correction's designed failure probability, as a fraction of η.
+
+        ``n_lo`` fails when it exceeds the true count, ``s_hi``/``q_hi`` when below the true
+        sum/second moment, the REJECT pair ``train_n`` when n is outside [n̲, n̄] and
+        ``train_s_lo`` when above the true sum. docs/training.md proves each.
+        """
+        one = 0.25 if self._empirical else 1.0 / 3.0
+        rates = {"n_lo": one, "s_hi": one, "train_n": 1.0 / 3.0, "train_s_lo": 1.0 / 3.0}
+        if self._empirical:
+            rates["q_hi"] = one
+        return rates
+
+    def corrections(self, released: Released, eta: float) -> dict[str, FloatArray]:
+        """The DP-corrected statistics of a SAGE-mode release (elementwise, so that a test can
+        pass many draws at once): n̲, S̄ (and Q̄) of the test split, n̲, n̄, S̲ of the train split.
+        """
+        v = [np.asarray(x, dtype=np.float64) for x in released.values]
+        rates = self.correction_rates()
+        out = {
+            "n_lo": v[0] - laplace_one_sided(released.scales[0], rates["n_lo"] * eta),
+            "s_hi": v[1] + laplace_one_sided(released.scales[1], rates["s_hi"] * eta),
+        }
+        first = 2
+        if self._empirical:
+            out["q_hi"] = v[2] + laplace_one_sided(released.scales[2], rates["q_hi"] * eta)
+            first = 3
+        if len(v) > first:
+            c_n = laplace_two_sided(released.scales[first], rates["train_n"] * eta)
+            out["train_n_lo"], out["train_n_hi"] = v[first] - c_n, v[first] + c_n
+            t_s = laplace_one_sided(released.scales[first + 1], rates["train_s_lo"] * eta)
+            out["train_s_lo"] = v[first + 1] - t_s
+        return out
 
     def decide(
         self, released: Released, evidence: LossEvidence, *, epsilon: float, eta: float
     ) -> tuple[Outcome, float, float | None]:
         v = [float(x[0]) for x in released.values]
-        b_n, b_s = (released.scales[0], released.scales[1]) if released.noisy else (0.0, 0.0)
-        n, s = v[0], v[1]
-        big_b, third = self.bound, eta / 3.0
         if self.mode is SlaMode.NO_SLA:
-            est = s / n if n > 0 else math.inf
+            est = v[1] / v[0] if v[0] > 0 else math.inf
             return (Outcome.ACCEPT if est <= self.target else Outcome.RETRY), est, None
-        if self.mode is SlaMode.NON_PRIVATE:
-            acc = bernstein_upper(s / n if n > 0 else 0.0, n, bound=big_b, p=eta)
-        elif self.mode is SlaMode.UNCORRECTED:
-            acc = bernstein_upper(s / n if n > 0 else 0.0, n, bound=big_b, p=third)
-        else:
-            n_lo = n - laplace_one_sided(b_n, third)
-            s_hi = s + laplace_one_sided(b_s, third)
-            acc = bernstein_upper(s_hi / n_lo, n_lo, bound=big_b, p=third) if n_lo > 0 else math.inf
+        fixed = None
+        if self.mode is SlaMode.SAGE:
+            fixed = {k: float(x.ravel()[0]) for k, x in self.corrections(released, eta).items()}
+        acc = (
+            self._empirical_accept(v, fixed, eta)
+            if self._empirical
+            else self._accept(v, fixed, eta)
+        )
         if acc <= self.target:
             return Outcome.ACCEPT, acc, None
-        if len(v) < 4:
+        first = 3 if self._empirical else 2
+        if len(v) <= first:
             return Outcome.RETRY, acc, None
-        nt, st = v[2], v[3]
-        if self.mode is SlaMode.NON_PRIVATE:
-            rej = st / nt - hoeffding_margin(nt, bound=big_b, p=eta) if nt > 0 else -math.inf
-        elif self.mode is SlaMode.UNCORRECTED:
-            rej = st / nt - hoeffding_margin(nt, bound=big_b, p=third) if nt > 0 else -math.inf
-        else:
-            c_n = laplace_two_sided(b_n, third)
-            n_hi, n_lo = nt + c_n, nt - c_n
-            s_lo = st - laplace_one_sided(b_s, third)
-            if n_lo <= 0:
-                rej = -math.inf
-            else:
-                rej = s_lo / n_hi - hoeffding_margin(n_lo, bound=big_b, p=third)
+        rej = self._reject(v[first], v[first + 1], fixed, eta)
         return (Outcome.REJECT if rej > self.target else Outcome.RETRY), acc, rej
+
+    def _accept(self, v: list[float], fixed: dict[str, float] | None, eta: float) -> float:
+        n, s = v[0], v[1]
+        big_b = self.bound
+        if fixed is None:  # NP at η, UC DP at η/3
+            p = eta if self.mode is SlaMode.NON_PRIVATE else eta / 3.0
+            return bernstein_upper(s / n if n > 0 else 0.0, n, bound=big_b, p=p)
+        n_lo, s_hi = fixed["n_lo"], fixed["s_hi"]
+        if not n_lo > 0:
+            return math.inf
+        return bernstein_upper(s_hi / n_lo, n_lo, bound=big_b, p=eta / 3.0)
+
+    def _empirical_accept(
+        self, v: list[float], fixed: dict[str, float] | None, eta: float
+    ) -> float:
+        """Maurer–Pontil Thm 4 on DP-corrected (n, Σl, Σ(l − c)²); η/4 for each of 4 events."""
+        big_b, c = self.bound, self.centre
+        if fixed is not None:
+            n, s, q, p = fixed["n_lo"], fixed["s_hi"], fixed["q_hi"], eta / 4.0
+        else:  # exact (NP, at η) or uncorrected (UC DP, at the SAGE split's η/4)
+            n, s, q = v[0], v[1], v[2]
+            p = eta if self.mode is SlaMode.NON_PRIVATE else eta / 4.0
+            if n > 0:
+                q -= n * (s / n - c) ** 2  # (n − 1)·V exactly, from the (noisy) statistics
+        if not n > 1:
+            return math.inf
+        mean = min(max(s / n, 0.0), big_b)
+        var = variance_upper(q, n, bound=big_b)
+        return mean + empirical_bernstein_margin(var, n, bound=big_b, p=p)
+
+    def _reject(self, nt: float, st: float, fixed: dict[str, float] | None, eta: float) -> float:
+        big_b = self.bound
+        if fixed is None:
+            p = eta if self.mode is SlaMode.NON_PRIVATE else eta / 3.0
+            return st / nt - hoeffding_margin(nt, bound=big_b, p=p) if nt > 0 else -math.inf
+        n_lo, n_hi, s_lo = fixed["train_n_lo"], fixed["train_n_hi"], fixed["train_s_lo"]
+        if n_lo <= 0:
+            return -math.inf
+        return s_lo / n_hi - hoeffding_margin(n_lo, bound=big_b, p=eta / 3.0)
 
 
 @dataclass(frozen=True)
@@ -209,130 +295,50 @@ class AccuracyValidator(Validator[AccuracyEvidence]):
         if evidence.train_correct is not None:
             splits.append(("train", evidence.train_correct))
         for split, raw in splits:
-            hits = _vector(raw, name=f"{split} correctness")
+            hits = numeric_vector(raw, name=f"{split} correctness")
             if hits.size and not np.all((hits == 0) | (hits == 1)):
                 raise DataError(f"{split} correctness must be 0/1 (or booleans)")
-            out.append((_laplace(f"{split}_count", 1.0, half, 1), np.array([float(hits.size)])))
-            out.append((_laplace(f"{split}_correct", 1.0, half, 1), np.array([float(hits.sum())])))
+            out.append((laplace_job(f"{split}_count", 1.0, half, 1), np.array([float(hits.size)])))
+            out.append(
+                (laplace_job(f"{split}_correct", 1.0, half, 1), np.array([float(hits.sum())]))
+            )
         return out
 
     def pricing_parts(self, jobs: Sequence[tuple[Perturbation, FloatArray]]) -> list[Perturbation]:
         return [part for part, _ in jobs[:2]]
 
+    def correction_rates(self) -> dict[str, float]:
+        """Each DP correction's designed failure probability, as a fraction of η: the
+        two-sided (2/ε)·ln(3/η) leaves η/6 on each side (App. B.2)."""
+        return {"k_lo": 1 / 6, "n_hi": 1 / 6, "train_k_hi": 1 / 6, "train_n_lo": 1 / 6}
+
+    def corrections(self, released: Released, eta: float) -> dict[str, FloatArray]:
+        """The DP-corrected counts of a SAGE-mode release (elementwise): k̲ = k̃ − c and
+        n̄ = ñ + c on the test split, k̄ and n̲ on the train split, c = b·ln(3/η)."""
+        v = [np.asarray(x, dtype=np.float64) for x in released.values]
+        c = laplace_two_sided(max(released.scales[0], released.scales[1]), eta / 3.0)
+        out = {"k_lo": v[1] - c, "n_hi": v[0] + c}
+        if len(v) >= 4:
+            out["train_k_hi"], out["train_n_lo"] = v[3] + c, v[2] - c
+        return out
+
     def decide(
         self, released: Released, evidence: AccuracyEvidence, *, epsilon: float, eta: float
     ) -> tuple[Outcome, float, float | None]:
         v = [float(x[0]) for x in released.values]
-        n, k = v[0], v[1]
-        third = eta / 3.0
-        b = max(released.scales[0], released.scales[1]) if released.noisy else 0.0
         if self.mode is SlaMode.NO_SLA:
-            est = k / n if n > 0 else 0.0
+            est = v[1] / v[0] if v[0] > 0 else 0.0
             return (Outcome.ACCEPT if est >= self.target else Outcome.RETRY), est, None
-        p = eta if self.mode is SlaMode.NON_PRIVATE else third
-        c = laplace_two_sided(b, third) if self.mode is SlaMode.SAGE and b > 0 else 0.0
-        acc = clopper_pearson_lower(k - c, n + c, p=p)
+        p = eta if self.mode is SlaMode.NON_PRIVATE else eta / 3.0
+        fixed = {"k_lo": v[1], "n_hi": v[0]}
+        if len(v) >= 4:
+            fixed |= {"train_k_hi": v[3], "train_n_lo": v[2]}
+        if self.mode is SlaMode.SAGE:
+            fixed = {k: float(x.ravel()[0]) for k, x in self.corrections(released, eta).items()}
+        acc = clopper_pearson_lower(fixed["k_lo"], fixed["n_hi"], p=p)
         if acc >= self.target:
             return Outcome.ACCEPT, acc, None
         if len(v) < 4:
             return Outcome.RETRY, acc, None
-        nt, kt = v[2], v[3]
-        rej = clopper_pearson_upper(kt + c, nt - c, p=p)
+        rej = clopper_pearson_upper(fixed["train_k_hi"], fixed["train_n_lo"], p=p)
         return (Outcome.REJECT if rej < self.target else Outcome.RETRY), acc, rej
-
-
-@dataclass(frozen=True)
-class SumStatisticEvidence:
-    """What the sum-statistic validator needs about a released per-group mean.
-
-    Attributes:
-        counts: the exact number of rows in each group (one entry for an ungrouped mean).
-        value_range: B: the values were clipped into [0, B] before the release.
-        sum_scale: the Laplace scale b_s of the noise on each group's sum in the release.
-        count_scale: the Laplace scale b_c of the noise on each group's count in the release
-            (0 when the release divided by an exact, public count).
-    """
-
-    counts: Any
-    value_range: float
-    sum_scale: float
-    count_scale: float = 0.0
-
-
-@dataclass(frozen=True)
-class SumStatisticValidator(Validator[SumStatisticEvidence]):
-    """SLAed validator for sum-based statistics (seed 004 App. B.3): Hoeffding ACCEPT.
-
-    The target is the largest acceptable absolute error τ_err of every group's DP mean against
-    its distribution mean. As in B.3 the test reads only the training data (no test split) and has
-    no REJECT (the law of large numbers always gets there). The validator releases the group
-    counts with Lap(1/ε) (a histogram: sensitivity 1, so (ε, 0)-DP) and bounds, per group g, with
-    η' = η/(4K) for K groups (union bound over four events per group):
-
-        n̲_g = ñ_g − (1/ε)·ln(1/(2η'))
-        err_g = (b_s·ln(1/η') + B·b_c·ln(1/η')) / (n̲_g − b_c·ln(1/η')) + B·sqrt(ln(1/η')/n̲_g)
-
-    The first term bounds the release's own DP error — |(S+e₁)/(n+e₂) − S/n| ≤ (|e₁|+B|e₂|)/(n−|e₂|)
-    — the second is B.3's Hoeffding term. This generalizes B.3 (one group, the release's noise
-    folded into ``(2/ε)ln(2/η)/n``) to the group-by means of List. 1; ACCEPT when max_g err_g ≤ τ.
-
-    Attributes:
-        target: τ_err > 0.
-        mode: SAGE, UNCORRECTED (no correction of the count noise, Hoeffding only) or
-            NON_PRIVATE (exact counts).
-    """
-
-    target: float
-    mode: SlaMode = SlaMode.SAGE
-    modes: ClassVar[frozenset[SlaMode]] = frozenset(
-        {SlaMode.SAGE, SlaMode.UNCORRECTED, SlaMode.NON_PRIVATE}
-    )
-
-    def __post_init__(self) -> None:
-        check_target(self.target, low=0.0)
-        if not isinstance(self.mode, SlaMode):
-            raise InvalidRequestError(f"mode must be a SlaMode, got {self.mode!r}")
-
-    def jobs(
-        self, evidence: SumStatisticEvidence, *, epsilon: Decimal
-    ) -> list[tuple[Perturbation, FloatArray]]:
-        if not isinstance(evidence, SumStatisticEvidence):
-            raise InvalidRequestError(f"evidence must be SumStatisticEvidence, got {evidence!r}")
-        check_bound(evidence.value_range)
-        for name in ("sum_scale", "count_scale"):
-            value = getattr(evidence, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise InvalidRequestError(f"{name} must be finite and >= 0, got {value!r}")
-        counts = _vector(evidence.counts, name="counts")
-        if counts.size == 0 or np.any(counts < 0):
-            raise DataError("counts must be a non-empty vector of non-negative group sizes")
-        return [(_laplace("counts", 1.0, epsilon, counts.size), counts)]
-
-    def pricing_parts(self, jobs: Sequence[tuple[Perturbation, FloatArray]]) -> list[Perturbation]:
-        return [jobs[0][0]]
-
-    def decide(
-        self, released: Released, evidence: SumStatisticEvidence, *, epsilon: float, eta: float
-    ) -> tuple[Outcome, float, float | None]:
-        counts = released.values[0]
-        k = counts.size
-        p = eta / (4.0 * k)
-        big_b = float(evidence.value_range)
-        log_p = math.log(1.0 / p)
-        worst = 0.0
-        for n_noisy in counts.tolist():
-            if self.mode is SlaMode.SAGE:
-                n_lo = n_noisy - laplace_one_sided(released.scales[0], p)
-            else:
-                n_lo = n_noisy
-            if self.mode is SlaMode.UNCORRECTED:
-                err = hoeffding_margin(n_lo, bound=big_b, p=p)
-            else:
-                denom = n_lo - evidence.count_scale * log_p
-                release = (evidence.sum_scale + big_b * evidence.count_scale) * log_p
-                if denom <= 0 or n_lo <= 0:
-                    err = math.inf
-                else:
-                    err = release / denom + hoeffding_margin(n_lo, bound=big_b, p=p)
-            worst = max(worst, err)
-        return (Outcome.ACCEPT if worst <= self.target else Outcome.RETRY), worst, None
