@@ -173,6 +173,17 @@ def test_basic_streams_charge_epsilon_and_delta_and_intervals_use_normal_quantil
     assert p.blocks("s")[-1].remaining["a"].endswith("δ=8e-07)")
 
 
+def test_a_strong_stream_charges_epsilon_and_delta(tmp_path: Path) -> None:
+    plat = platform(tmp_path / "h", accounting=Accounting.STRONG, epsilon=10)
+    try:
+        q = Query.mean("v", epsilon=1, delta=1e-7, lower=0, upper=10, mechanism=G)
+        out = run(plat, "s", q, blocks=Last(1), context="a", noise=NoNoise())
+        assert out.cost == Budget(epsilon=1, delta=1e-7)
+        assert out.value == pytest.approx(_clip(frame().v[24:], 0, 10).mean())
+    finally:
+        plat.close()
+
+
 def test_an_rdp_stream_is_charged_the_gaussian_curves(tmp_path: Path) -> None:
     plat = platform(tmp_path / "h", accounting=Accounting.RDP, epsilon=10)
     try:
@@ -335,7 +346,7 @@ def test_the_command_line_takes_mechanism_and_delta(tmp_path: Path) -> None:
     g = ["--mechanism", "gaussian", "--delta", "1e-7"]
     r = runner.invoke(app, ["query", "count", "s", *base, *g, "--dry-run"])
     assert r.exit_code == 0, r.output
-    assert "ε=1, δ=1E-7" in r.output or "δ=1e-07" in r.output, r.output
+    assert "cost per block: (ε=1, δ=1E-7)" in r.output, r.output
     assert "count: gaussian σ=" in r.output and "Δ₂=1" in r.output
     r = runner.invoke(app, ["query", "count", "s", *base, "--mechanism", "gaussian"])
     assert r.exit_code == 2 and "0 < delta < 1" in " ".join(r.output.split())
