@@ -350,3 +350,17 @@ def test_the_command_line_takes_mechanism_and_delta(tmp_path: Path) -> None:
     assert "count: gaussian σ=" in r.output and "Δ₂=1" in r.output
     r = runner.invoke(app, ["query", "count", "s", *base, "--mechanism", "gaussian"])
     assert r.exit_code == 2 and "0 < delta < 1" in " ".join(r.output.split())
+
+
+def test_a_gaussian_query_spends_a_reservation_that_holds_its_delta(p: Platform) -> None:
+    block = p.blocks("s")[-1].block_id
+    q = Query.count(epsilon=0.5, delta=1e-7, mechanism=G)
+    pure = p.ledger.reserve([block], Budget(epsilon=0.5), context="a")
+    before = state(p)
+    with pytest.raises(BlockBudgetError, match="reservation"):
+        run(p, "s", q, reservation=pure.id, noise=NoNoise())  # holds no δ
+    assert state(p) == before
+    res = p.ledger.reserve([block], Budget(epsilon=0.5, delta=1e-7), context="a")
+    out = run(p, "s", q, reservation=res.id, noise=NoNoise())
+    assert out.value == 24.0 and out.cost == Budget(epsilon=0.5, delta=1e-7)
+    assert p.ledger.reservation(res.id).state.value == "closed"  # spent in full
