@@ -150,6 +150,30 @@ def test_the_price_route_charges_nothing_and_matches_the_run(
     assert ledger_snapshot(seeded.platform) == after
 
 
+def test_a_gaussian_query_answers_identically_over_http_and_the_cli(
+    seeded: Seeded, client: TestClient, zero_noise: None
+) -> None:
+    """The JSON form (version 2) carries the mechanism and δ through every door."""
+    q = Query.sum(
+        "dep_delay", epsilon=0.05, delta=1e-7, lower=-60, upper=300, mechanism="gaussian"
+    ).group_by("origin", ["EWR", "JFK"])
+    py = run(seeded.platform, "flights", q, blocks=Last(2), context="team-a").to_dict()
+    assert py["cost"] == {"epsilon": "0.05", "delta": "1E-7"}
+    assert py["noise"].startswith("sum: gaussian σ=") and "Δ₂=" in py["noise"]
+    h = seeded.headers(seeded.analyst)
+    body = {"query": to_dict(q), "context": "team-a", "last": 2}
+    quote = client.post("/v1/streams/flights/query/price", headers=h, json=body)
+    assert quote.status_code == 200 and quote.json()["parts"] == py["parts"], quote.text
+    r = client.post("/v1/streams/flights/query", headers=h, json=body)
+    assert r.status_code == 200, r.text
+    args = ["sum", "flights", "--epsilon", "0.05", "--mechanism", "gaussian", "--delta", "1e-7"]
+    args += ["--column", "dep_delay", "--lower", "-60", "--upper", "300"]
+    args += ["--group-by", "origin=EWR,JFK", "--last", "2", "--json", "--context", "team-a"]
+    r2 = CliRunner().invoke(cli, ["query", *args, "--home", str(seeded.platform.home)])
+    assert r2.exit_code == 0, r2.output
+    assert _answer(r.json()) == _answer(py) == _answer(json.loads(r2.output))
+
+
 @pytest.mark.parametrize(
     "query, status, match",
     [
@@ -177,6 +201,11 @@ def test_the_price_route_charges_nothing_and_matches_the_run(
             "does not match",
         ),
         ({"statistic": "count", "epsilon": 0.1, "nonsense": 1}, 422, "unknown query field"),
+        (  # a Gaussian query needs δ > 0
+            {"version": 2, "statistic": "count", "epsilon": 0.1, "mechanism": "gaussian"},
+            422,
+            "0 < delta < 1",
+        ),
     ],
 )
 def test_refused_queries_change_nothing(

@@ -36,6 +36,8 @@ def _query_form(
     statistic: str,
     *,
     epsilon: float,
+    mechanism: str = "laplace",
+    delta: float | None = None,
     column: str | None,
     lower: float | None,
     upper: float | None,
@@ -49,6 +51,10 @@ def _query_form(
     from blockbudget.query.text import parse_filter, parse_group_by, parse_list
 
     form: dict[str, Any] = {"statistic": statistic, "epsilon": epsilon}
+    if mechanism != "laplace" or delta is not None:  # the version-2 noise fields
+        form.update(version=2, mechanism=mechanism)
+        if delta is not None:
+            form["delta"] = delta
     for name, value in (("column", column), ("lower", lower), ("upper", upper), ("bins", bins)):
         if value is not None:
             form[name] = value
@@ -189,6 +195,17 @@ GroupOpt = Annotated[
 DryRunOpt = Annotated[
     bool, typer.Option("--dry-run", help="Price only: reserve, seal and charge nothing.")
 ]
+MechanismOpt = Annotated[
+    str,
+    typer.Option(
+        "--mechanism",
+        help="Noise: 'laplace' (pure ε-DP) or 'gaussian' (analytic Gaussian, needs --delta).",
+    ),
+]
+DeltaOpt = Annotated[
+    float | None,
+    typer.Option("--delta", help="δ of a Gaussian query (0 < δ < 1), charged with ε."),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the answer's JSON form.")]
 LastOpt = Annotated[int, typer.Option(help="Use the newest N affordable blocks.")]
 BlockOpt = Annotated[list[str] | None, typer.Option(help="Explicit block ids/keys.")]
@@ -206,6 +223,8 @@ def _query_command(statistic: str, summary: str) -> None:
     def command(
         stream: str,
         epsilon: Annotated[float, typer.Option(help="ε to spend on every block read.")],
+        mechanism: MechanismOpt = "laplace",
+        delta: DeltaOpt = None,
         context: ContextOpt = None,
         last: LastOpt = 7,
         block: BlockOpt = None,
@@ -232,6 +251,8 @@ def _query_command(statistic: str, summary: str) -> None:
         form = _query_form(
             statistic,
             epsilon=epsilon,
+            mechanism=mechanism,
+            delta=delta,
             column=column,
             lower=lower,
             upper=upper,

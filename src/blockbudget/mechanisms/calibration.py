@@ -120,17 +120,19 @@ def laplace_scale(*, sensitivity: float, epsilon: Number) -> float:
     return scale
 
 
-def split_epsilon(epsilon: Number, parts: int) -> Decimal:
+def split_epsilon(epsilon: Number, parts: int, *, name: str = "epsilon") -> Decimal:
     """An equal share of ε for each of ``parts`` sub-releases, rounded down.
 
     ``parts × share ≤ ε`` holds exactly (the share is ε/parts rounded down at 50 significant
     digits; halving is exact), so charging the whole ε covers every part by basic composition
     (Dwork & Roth 2014, Thm 3.16).
 
+    The same rule splits a δ > 0 (``name="delta"`` names it in errors).
+
     Raises:
         InvalidBudgetError: for a bad ε or fewer than one part.
     """
-    eps = exact_epsilon(epsilon)
+    eps = exact_epsilon(epsilon, name=name)
     if parts < 1:
         raise InvalidBudgetError(f"an epsilon split needs at least one part, got {parts}")
     with localcontext(Context(prec=50, rounding=ROUND_FLOOR)):

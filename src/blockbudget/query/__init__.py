@@ -6,7 +6,7 @@ form (:func:`from_dict`), so one validator and one implementation serve all thre
 
 * :class:`Query` (:mod:`~blockbudget.query.spec`) — what to compute: filters, group-by over
   declared public domains, one statistic (count, sum, mean, variance, quantiles, histogram),
-  its clipping bounds and its ε;
+  its clipping bounds, its ε and its noise (:data:`Mechanism`: Laplace, or Gaussian with δ);
 * :func:`check` (:mod:`~blockbudget.query.checks`) — refuses a query that does not fit the
   stream, before anything is reserved or sealed;
 * :func:`price` — a dry run: blocks, cost per block, noise of every part, affordability;
@@ -43,13 +43,14 @@ from blockbudget.query.execute import (
 )
 from blockbudget.query.jsonform import from_dict, to_dict
 from blockbudget.query.result import CONFIDENCE, DryRun, GroupAnswer, QueryResult
-from blockbudget.query.spec import Query, Statistic
+from blockbudget.query.spec import Mechanism, Query, Statistic
 
 __all__ = [
     "CONFIDENCE",
     "DryRun",
     "GroupAnswer",
     "GroupKey",
+    "Mechanism",
     "Op",
     "Predicate",
     "Pricing",

@@ -13,7 +13,7 @@ import numpy as np
 
 from blockbudget.mechanisms.results import Perturbation
 from blockbudget.query.parts import bins as quantile_bins
-from blockbudget.query.parts import fixed_point, laplace_half_width
+from blockbudget.query.parts import fixed_point, half_width
 from blockbudget.query.result import GroupAnswer, Value
 from blockbudget.query.spec import Query, Statistic
 
@@ -52,7 +52,7 @@ def quantiles_from_histogram(
 
 
 def _interval(value: float, part: Perturbation, alpha: float) -> tuple[float, float]:
-    t = laplace_half_width(part.scale, alpha=alpha)
+    t = half_width(part, alpha=alpha)
     return (value - t, value + t)
 
 
@@ -111,8 +111,8 @@ def answer(
         if s is Statistic.MEAN:
             value = min(max(m + s_hat / n, lo), hi)
             half = alpha / 2.0  # union bound over the two parts
-            t_n = laplace_half_width(parts["count"].scale, alpha=half)
-            t_s = laplace_half_width(parts["sum"].scale, alpha=half)
+            t_n = half_width(parts["count"], alpha=half)
+            t_s = half_width(parts["sum"], alpha=half)
             interval = mean_interval(n_hat, s_hat, centre=m, lower=lo, upper=hi, t_n=t_n, t_s=t_s)
         else:
             r = fixed.radius

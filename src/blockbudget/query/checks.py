@@ -7,8 +7,9 @@ type does not match its column's or that does not convert to the column's type e
 (:mod:`blockbudget.query.literals`; the plan carries the converted literals), and every
 refusal the release itself would make later — a noise scale that does not fit in a double, a
 price the stream's accounting rule refuses, a group-privacy cost it cannot account (RDP with
-``rows_per_user > 1``). Structural errors (no bounds, reversed bounds, a group-by key without
-a declared domain) are refused earlier, when the :class:`~blockbudget.query.spec.Query` is
+``rows_per_user > 1``; a Gaussian δ whose group cost k·e^{(k−1)ε}·δ reaches 1). Structural
+errors (no bounds, reversed bounds, a group-by key without a declared domain, a Gaussian query
+without 0 < δ < 1) are refused earlier, when the :class:`~blockbudget.query.spec.Query` is
 built.
 """
 
@@ -24,10 +25,11 @@ from blockbudget.engine.plan import Op, Predicate
 from blockbudget.errors import InvalidRequestError, UnknownColumnError
 from blockbudget.grant import group_cost
 from blockbudget.mechanisms.calibration import exact_epsilon
+from blockbudget.mechanisms.noise import NoiseKind
 from blockbudget.mechanisms.results import Perturbation
 from blockbudget.mechanisms.source import price as price_parts
 from blockbudget.query.literals import kind_of_type, typed_literal
-from blockbudget.query.parts import perturbations
+from blockbudget.query.parts import perturbations, query_delta
 from blockbudget.query.spec import NUMERIC, Query, Statistic
 from blockbudget.store import Unit
 
@@ -48,8 +50,9 @@ class Pricing:
         cost: the release's cost under the stream's rule (a Budget; an RdpCurve on RDP).
         charged: what each block is charged (``cost`` under group privacy on a user-level
             stream with ``rows_per_user = k > 1``).
-        reserve: what the grant reserves on each block (the group cost of ε, which covers
-            ``charged`` under every rule).
+        reserve: what the grant reserves on each block: for Laplace the group cost of ε,
+            which covers ``charged`` under every rule; for Gaussian ``charged`` itself (an
+            (ε, δ) budget cannot be reserved on an RDP stream, its curve can).
         typed: the query with column-typed literals (:func:`check_schema`): the plan the
             engine runs is built from it; results are labelled with the query's own values.
     """
@@ -198,7 +201,12 @@ def _priced(
 ) -> Pricing:
     typed = check_schema(query, schema, stream)
     parts = perturbations(query)
-    cost = price_parts(accounting, epsilon=exact_epsilon(query.epsilon), parts=parts)
+    eps, dl = exact_epsilon(query.epsilon), query_delta(query)
+    # BASIC/STRONG: (ε, δ) as asked; RDP: the parts' Laplace or Gaussian curves at their scales.
+    cost = price_parts(accounting, epsilon=eps, parts=parts, delta=dl)
     charged = group_cost(cost, k)
-    reserve = group_cost(Budget(epsilon=query.epsilon), k)
+    if query.mechanism is NoiseKind.GAUSSIAN:
+        reserve = charged
+    else:
+        reserve = group_cost(Budget(epsilon=query.epsilon), k)
     return Pricing(parts=parts, cost=cost, charged=charged, reserve=reserve, typed=typed)

@@ -4,8 +4,8 @@
 the chosen blocks with one :meth:`Platform.request`, has the grant's engine compute the plan's
 exact integer aggregates over the granted part files, then draws the cost durably *before* any
 noise is sampled (:func:`~blockbudget.mechanisms.source.draw_then_perturb`: priced per the
-stream's accounting rule, so an RDP stream is charged the parts' Laplace curves), then adds
-noise from OpenDP's secure samplers unless the caller passes another
+stream's accounting rule, so an RDP stream is charged the parts' Laplace or Gaussian curves),
+then adds noise from OpenDP's secure samplers unless the caller passes another
 :class:`~blockbudget.mechanisms.NoiseSource`. Closing the grant releases what was not drawn.
 
 :func:`run_on` runs a query on a grant it is given (``run(..., reservation=...)`` builds that
@@ -182,7 +182,7 @@ def release(
         if fixed is not None and part.name in ("sum", "sum_squares"):
             unit = fixed.quantum * (fixed.quantum if part.name == "sum_squares" else 1.0)
         jobs.append((part, np.array([float(v) * unit for v in ints], dtype=np.float64)))
-    # pricing.cost: the parts priced under the stream's rule (Laplace curves on RDP streams);
+    # pricing.cost: the parts priced under the stream's rule (their curves on RDP streams);
     # the grant charges its group-privacy cost on a user-level stream.
     outs = draw_then_perturb(
         grant, cost=pricing.cost, label=f"query:{query.statistic.value}", noise=sampler, jobs=jobs

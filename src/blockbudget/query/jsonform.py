@@ -13,7 +13,18 @@ Form (version 1)::
      "where": [{"column": "dest", "op": "==", "value": "BOS"}],
      "group_by": [{"column": "origin", "domain": ["EWR", "JFK", "LGA"]}]}
 
-plus ``categories`` and ``other`` (histogram), ``quantiles`` and ``bins`` (quantiles). Literals
+plus ``categories`` and ``other`` (histogram), ``quantiles`` and ``bins`` (quantiles).
+
+Version 2 adds the noise: ``"mechanism": "laplace" | "gaussian"`` (default ``"laplace"``) and
+``"delta"`` (a Gaussian query's δ, 0 < δ < 1)::
+
+    {"version": 2, "statistic": "count", "epsilon": 0.5, "mechanism": "gaussian",
+     "delta": 1e-6}
+
+A version-1 form (or one without ``version`` and without these fields) keeps its meaning — a
+Laplace query; ``mechanism`` and ``delta`` in a version-1 form are refused. :func:`to_dict`
+writes the lowest version that expresses the query (1 for Laplace, 2 for Gaussian), so a
+Laplace query's form is unchanged for older readers. Literals
 are JSON strings, numbers and booleans; a date is ``{"date": "2024-01-31"}``, a timestamp
 ``{"datetime": "2024-01-31T08:00:00"}`` (ISO 8601) and a decimal ``{"decimal": "0.10"}``, so
 that a literal's type survives the round trip and is checked against the column's type.
@@ -36,9 +47,21 @@ from typing import Any
 
 from blockbudget.engine.plan import GroupKey, Op, Predicate, Scalar, check_scalar
 from blockbudget.errors import InvalidRequestError
-from blockbudget.query.spec import Query, Statistic, make_group_key, make_predicate, parse_op
+from blockbudget.mechanisms.noise import NoiseKind
+from blockbudget.query.spec import (
+    Query,
+    Statistic,
+    make_group_key,
+    make_predicate,
+    parse_mechanism,
+    parse_op,
+)
 
-VERSION = 1
+#: The newest version of the form; every version from 1 up is read.
+VERSION = 2
+
+#: The fields that version 2 added (the noise).
+_V2_FIELDS = {"mechanism", "delta"}
 
 _FIELDS = {
     "version",
@@ -53,6 +76,7 @@ _FIELDS = {
     "bins",
     "where",
     "group_by",
+    *_V2_FIELDS,
 }
 
 
@@ -108,12 +132,16 @@ def _key_json(k: GroupKey) -> dict[str, Any]:
 
 
 def to_dict(query: Query) -> dict[str, Any]:
-    """The JSON form of ``query`` (fields at their defaults are left out)."""
+    """The JSON form of ``query`` (fields at their defaults are left out; the lowest version
+    that expresses it: 1 for a Laplace query, 2 for a Gaussian one)."""
+    gaussian = query.mechanism is NoiseKind.GAUSSIAN
     out: dict[str, Any] = {
-        "version": VERSION,
+        "version": 2 if gaussian else 1,
         "statistic": query.statistic.value,
         "epsilon": query.epsilon,
     }
+    if gaussian:
+        out.update(mechanism=query.mechanism.value, delta=query.delta)
     optional: dict[str, Any] = {
         "column": query.column,
         "lower": query.lower,
@@ -203,8 +231,17 @@ def from_dict(body: Mapping[str, Any]) -> Query:
     if unknown:
         raise InvalidRequestError(f"unknown query field(s) {unknown}; known: {sorted(_FIELDS)}")
     version = body.get("version", VERSION)
-    if version != VERSION or isinstance(version, bool):
-        raise InvalidRequestError(f"query version {version!r} is not supported (only {VERSION})")
+    if isinstance(version, bool) or version not in range(1, VERSION + 1):
+        raise InvalidRequestError(f"query version {version!r} is not supported (1 to {VERSION})")
+    if version < 2 and _V2_FIELDS & set(body):
+        raise InvalidRequestError(
+            f"{sorted(_V2_FIELDS & set(body))} need query version 2; a version-1 form is a "
+            "Laplace query"
+        )
+    mechanism = body.get("mechanism", NoiseKind.LAPLACE.value)
+    if not isinstance(mechanism, str):
+        raise InvalidRequestError(f"'mechanism' must be a string, got {mechanism!r}")
+    delta = _number(body, "delta")
     try:
         statistic = Statistic(body.get("statistic"))
     except ValueError:
@@ -226,6 +263,8 @@ def from_dict(body: Mapping[str, Any]) -> Query:
     return Query(
         statistic=statistic,
         epsilon=epsilon,
+        mechanism=parse_mechanism(mechanism),
+        delta=0.0 if delta is None else delta,
         column=column,
         lower=_number(body, "lower"),
         upper=_number(body, "upper"),

@@ -1,9 +1,9 @@
 """From a query to what an engine computes and what the noise is calibrated to.
 
 Everything here is a function of the query's public parameters alone: the exact aggregates of
-the engine :class:`~blockbudget.engine.Plan` (:func:`aggregates`), and the Laplace
-perturbations that will be added to them (:func:`perturbations`) — so a query is priced and
-checked before any row is read.
+the engine :class:`~blockbudget.engine.Plan` (:func:`aggregates`), and the Laplace or
+Gaussian perturbations that will be added to them (:func:`perturbations`) — so a query is
+priced and checked before any row is read.
 
 Sensitivities (add/remove one row; Dwork & Roth 2014 §2.3). Value aggregates are exact integer
 sums of fixed-point units (:class:`~blockbudget.engine.FixedPoint`: a clipped, centred value
@@ -37,6 +37,18 @@ quantiles   one count per equal-width bin               ε (parallel over bins)
 Group-by costs the same as one group: every row is in at most one group (its key's value, or
 none), so the vectors of all groups together have the same L1 sensitivity as one group's
 (parallel composition, McSherry 2009 Thm 4); every declared group gets noise.
+
+Gaussian queries (``mechanism=GAUSSIAN``, δ > 0). Under add/remove-one-row, one row moves
+exactly one coordinate of each part's vector (its group's count or sum; its category's or bin's
+cell; over all groups together), so each part's L2 sensitivity Δ₂ equals the L1 sensitivity
+above: 1 for counts, histograms and quantile bins (√2 would be the replace-one relation, which
+the platform does not use), ``max_units·q`` and ``max_units²·q²`` (with the slack) for the sums.
+(ε, δ) is split over the parts like ε (ε/k and δ/k each, basic composition), and each part's σ is
+the analytic Gaussian mechanism's for its share (Balle & Wang, "Improving the Gaussian Mechanism
+for Differential Privacy: Analytical Calibration and Optimal Denoising", ICML 2018, Thm 8 /
+Alg. 1; :func:`~blockbudget.mechanisms.calibration.analytic_gaussian_sigma`). BASIC and STRONG
+streams charge (ε, δ); RDP streams charge the sum of the parts' curves ε(α) = α·Δ₂²/(2σ²)
+(Mironov 2017, Prop. 7) at the σ actually used.
 """
 
 from __future__ import annotations
@@ -44,14 +56,24 @@ from __future__ import annotations
 import math
 import sys
 from decimal import Decimal
+from statistics import NormalDist
 
 from blockbudget.engine.plan import AggKind, Aggregate, Bins, FixedPoint, Plan, ScanSource
 from blockbudget.errors import InvalidRequestError
-from blockbudget.mechanisms.calibration import exact_epsilon, laplace_scale, split_epsilon
+from blockbudget.mechanisms.calibration import (
+    analytic_gaussian_sigma,
+    exact_delta,
+    exact_epsilon,
+    laplace_scale,
+    split_epsilon,
+)
 from blockbudget.mechanisms.noise import NoiseKind
 from blockbudget.mechanisms.results import Perturbation
 from blockbudget.mechanisms.statistics import sum_sensitivity
 from blockbudget.query.spec import Query, Statistic
+
+#: How many parts share a statistic's (ε, δ): one unless listed.
+_SPLIT = {Statistic.MEAN: 2, Statistic.VARIANCE: 3}
 
 
 def fixed_point(query: Query) -> FixedPoint | None:
@@ -102,7 +124,8 @@ def plan(query: Query, source: ScanSource) -> Plan:
 
 
 def sensitivities(query: Query) -> dict[str, float]:
-    """Each part's L1 sensitivity, by aggregate name (see the module docstring).
+    """Each part's sensitivity, by aggregate name: L1 for Laplace, L2 for Gaussian noise —
+    the same numbers under add/remove-one-row (see the module docstring).
 
     Raises:
         InvalidRequestError: bounds so close that q (or q² for a variance) is not a normal
@@ -130,26 +153,65 @@ def sensitivities(query: Query) -> dict[str, float]:
 def part_epsilon(query: Query) -> Decimal:
     """The ε share each part is calibrated to (the whole ε, or ε/2, ε/3)."""
     eps = exact_epsilon(query.epsilon)
-    split = {Statistic.MEAN: 2, Statistic.VARIANCE: 3}.get(query.statistic, 1)
+    split = _SPLIT.get(query.statistic, 1)
     return eps if split == 1 else split_epsilon(eps, split)
 
 
+def query_delta(query: Query) -> Decimal:
+    """The query's δ, exactly (0 for a Laplace query)."""
+    if query.mechanism is NoiseKind.LAPLACE:
+        return Decimal(0)
+    return exact_delta(query.delta, positive=True)
+
+
+def part_delta(query: Query) -> Decimal:
+    """The δ share each part of a Gaussian query is calibrated to (δ, δ/2 or δ/3, rounded
+    down so that the shares sum to at most δ); 0 for a Laplace query."""
+    dl = query_delta(query)
+    split = _SPLIT.get(query.statistic, 1)
+    return dl if split == 1 or dl == 0 else split_epsilon(dl, split, name="delta")
+
+
 def perturbations(query: Query) -> tuple[Perturbation, ...]:
-    """The Laplace perturbations the query's release makes, from its public parameters alone.
+    """The perturbations the query's release makes, from its public parameters alone: Laplace
+    b = Δ₁/ε rounded up, or the analytic Gaussian σ of each part's (ε, δ) share (Balle & Wang
+    2018, Thm 8 / Alg. 1).
 
     Raises:
         InvalidBudgetError: a noise scale that does not fit in a double.
         InvalidRequestError: bounds whose fixed-point unit underflows.
     """
     eps = part_epsilon(query)
+    dl = part_delta(query)
     sens = sensitivities(query)
+    kind = query.mechanism
     out = []
     for agg in aggregates(query):
         delta = sens[agg.name]
-        scale = laplace_scale(sensitivity=delta, epsilon=eps)
+        if kind is NoiseKind.GAUSSIAN:
+            # Balle & Wang 2018 (ICML), Thm 8 / Alg. 1: the smallest σ with
+            # Φ(Δ/2σ − εσ/Δ) − e^ε·Φ(−Δ/2σ − εσ/Δ) ≤ δ, rounded up.
+            scale = analytic_gaussian_sigma(epsilon=eps, delta=dl, sensitivity=delta)
+        else:
+            scale = laplace_scale(sensitivity=delta, epsilon=eps)
         size = query.groups * agg.width
-        out.append(Perturbation(agg.name, NoiseKind.LAPLACE, scale, delta, size, eps))
+        out.append(Perturbation(agg.name, kind, scale, delta, size, eps))
     return tuple(out)
+
+
+def half_width(part: Perturbation, *, alpha: float) -> float:
+    """The half-width t with P(|noise| > t) = ``alpha`` for one coordinate of ``part``:
+    b·ln(1/α) for Laplace(b), σ·Φ⁻¹(1 − α/2) for N(0, σ²)."""
+    if part.kind is NoiseKind.LAPLACE:
+        return laplace_half_width(part.scale, alpha=alpha)
+    return gaussian_half_width(part.scale, alpha=alpha)
+
+
+def gaussian_half_width(sigma: float, *, alpha: float) -> float:
+    """The half-width t with P(|N(0, sigma²)| > t) = ``alpha``: ``sigma · Φ⁻¹(1 − alpha/2)``."""
+    if not 0.0 < alpha < 1.0:
+        raise InvalidRequestError(f"alpha is in (0, 1), got {alpha!r}")
+    return sigma * NormalDist().inv_cdf(1.0 - alpha / 2.0)
 
 
 #: Two-sided Laplace tail: P(|Lap(b)| > b·ln(1/α)) = α.

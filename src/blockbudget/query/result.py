@@ -20,7 +20,7 @@ from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.noise import NoiseKind
 from blockbudget.mechanisms.results import Perturbation
 from blockbudget.query.jsonform import literal_to_json, to_dict
-from blockbudget.query.parts import laplace_half_width
+from blockbudget.query.parts import half_width
 from blockbudget.query.spec import Query
 
 #: The confidence of the intervals a result reports.
@@ -39,7 +39,8 @@ class GroupAnswer:
         key: the group's key values, one per group-by key (empty without group-by).
         value: the noisy answer.
         interval: a :data:`CONFIDENCE` interval for the true value over the filtered, clipped
-            rows of the group — count and sum: ± the Laplace half-width; mean: from the count's
+            rows of the group — count and sum: ± the noise's half-width (Laplace b·ln(1/α),
+            Gaussian σ·Φ⁻¹(1 − α/2)); mean: from the count's
             and the sum's intervals at (1 − α/2) each (union bound), clamped into the bounds;
             None for variance, histogram and quantiles (see the parts' half-widths).
     """
@@ -50,8 +51,8 @@ class GroupAnswer:
 
 
 def part_json(part: Perturbation, *, confidence: float = CONFIDENCE) -> dict[str, Any]:
-    """One perturbation as JSON, with the half-width of its per-coordinate interval."""
-    assert part.kind is NoiseKind.LAPLACE
+    """One perturbation as JSON, with the half-width of its per-coordinate interval
+    (``scale`` is Laplace b or Gaussian σ; ``sensitivity`` Δ₁ or Δ₂ accordingly)."""
     return {
         "name": part.name,
         "noise": part.kind.value,
@@ -59,15 +60,20 @@ def part_json(part: Perturbation, *, confidence: float = CONFIDENCE) -> dict[str
         "sensitivity": part.sensitivity,
         "epsilon": None if part.epsilon is None else str(part.epsilon),
         "size": part.size,
-        "half_width": laplace_half_width(part.scale, alpha=1.0 - confidence),
+        "half_width": half_width(part, alpha=1.0 - confidence),
     }
 
 
+def _noise(p: Perturbation) -> str:
+    if p.kind is NoiseKind.LAPLACE:
+        return f"{p.name}: laplace b={p.scale:.6g} (Δ={p.sensitivity:.6g})"
+    return f"{p.name}: gaussian σ={p.scale:.6g} (Δ₂={p.sensitivity:.6g})"
+
+
 def noise_summary(parts: tuple[Perturbation, ...]) -> str:
-    """Every part's noise in one line, e.g. ``count: laplace b=2 (Δ=1); sum: ...``."""
-    return "; ".join(
-        f"{p.name}: {p.kind.value} b={p.scale:.6g} (Δ={p.sensitivity:.6g})" for p in parts
-    )
+    """Every part's noise in one line, e.g. ``count: laplace b=2 (Δ=1); sum: ...`` or
+    ``count: gaussian σ=4.1 (Δ₂=1)``."""
+    return "; ".join(_noise(p) for p in parts)
 
 
 def _value_json(value: Value) -> Any:

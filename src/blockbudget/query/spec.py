@@ -19,6 +19,9 @@ Example:
     ('count', 3)
     >>> Query.mean("dep_delay", epsilon=0.5, lower=-60, upper=300).column
     'dep_delay'
+    >>> g = Query.count(epsilon=0.5, delta=1e-6, mechanism=Mechanism.GAUSSIAN)
+    >>> g.mechanism.value, g.delta
+    ('gaussian', 1e-06)
 """
 
 from __future__ import annotations
@@ -33,6 +36,12 @@ from blockbudget.budget import Budget
 from blockbudget.engine.plan import Bins, GroupKey, Op, Predicate, Scalar, check_scalar
 from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.inputs import check_bounds
+from blockbudget.mechanisms.noise import NoiseKind
+
+#: The noise a query adds: :attr:`Mechanism.LAPLACE` (pure ε-DP, the default) or
+#: :attr:`Mechanism.GAUSSIAN` ((ε, δ)-DP with δ > 0; the analytic Gaussian mechanism, see
+#: :mod:`blockbudget.query.parts`). The same enum as the samplers' noise kind.
+Mechanism = NoiseKind
 
 #: Bins of the noisy histogram a quantile query reads, unless it says otherwise.
 DEFAULT_QUANTILE_BINS = 64
@@ -73,6 +82,17 @@ def parse_op(op: Op | str) -> Op:
     except ValueError:
         known = [o.value for o in Op]
         raise InvalidRequestError(f"unknown filter operator {op!r}; known: {known}") from None
+
+
+def parse_mechanism(mechanism: Mechanism | str) -> Mechanism:
+    """A :data:`Mechanism` from itself or its text (``laplace``, ``gaussian``)."""
+    if isinstance(mechanism, NoiseKind):
+        return mechanism
+    try:
+        return NoiseKind(mechanism)
+    except ValueError:
+        known = [m.value for m in NoiseKind]
+        raise InvalidRequestError(f"unknown mechanism {mechanism!r}; known: {known}") from None
 
 
 def make_predicate(column: str, op: Op | str, value: Any = None) -> Predicate:
@@ -128,6 +148,9 @@ class Query:
         statistic: what to compute.
         epsilon: ε charged on every block read (> 0; on a user-level stream the group-privacy
             cost of it).
+        mechanism: the noise, :attr:`Mechanism.LAPLACE` (the default) or
+            :attr:`Mechanism.GAUSSIAN`.
+        delta: δ of a Gaussian query (0 < δ < 1, split over its parts like ε); 0 for Laplace.
         column: the value column (optional for COUNT: without it rows are counted, with it
             non-null values).
         lower, upper: public clipping bounds (SUM, MEAN, VARIANCE, QUANTILES).
@@ -142,6 +165,8 @@ class Query:
 
     statistic: Statistic
     epsilon: float
+    mechanism: Mechanism = NoiseKind.LAPLACE
+    delta: float = 0.0
     column: str | None = None
     lower: float | None = None
     upper: float | None = None
@@ -160,10 +185,28 @@ class Query:
             raise InvalidRequestError(f"epsilon must be a number, got {eps!r}")
         if Budget(epsilon=eps).epsilon <= 0:  # Budget checks finite and >= 0
             raise InvalidRequestError(f"a DP query needs epsilon > 0, got {eps!r}")
+        self._check_noise()
         if self.column is not None:
             _name(self.column, "column")
         self._check_parameters()
         self._check_shape()
+
+    def _check_noise(self) -> None:
+        dl = self.delta
+        if not isinstance(self.mechanism, NoiseKind):
+            raise InvalidRequestError(f"mechanism must be a Mechanism, got {self.mechanism!r}")
+        if isinstance(dl, bool) or not isinstance(dl, int | float):
+            raise InvalidRequestError(f"delta must be a number, got {dl!r}")
+        if self.mechanism is NoiseKind.GAUSSIAN:
+            if not 0.0 < dl < 1.0:  # also refuses NaN
+                raise InvalidRequestError(
+                    f"a Gaussian query needs 0 < delta < 1 (it is (ε, δ)-DP), got delta={dl!r}"
+                )
+        elif dl != 0:
+            raise InvalidRequestError(
+                f"a Laplace query is pure ε-DP and takes delta=0, got delta={dl!r}; "
+                "pass mechanism=Mechanism.GAUSSIAN for an (ε, δ) query"
+            )
 
     def _check_parameters(self) -> None:
         s, what = self.statistic, f"a DP {self.statistic.value}"
@@ -267,29 +310,88 @@ class Query:
     # --- the fluent builder --------------------------------------------------------------------
 
     @classmethod
-    def count(cls, column: str | None = None, *, epsilon: float) -> Query:
-        """Rows (or non-null values of ``column``) + Laplace(1/ε)."""
-        return cls(statistic=Statistic.COUNT, epsilon=epsilon, column=column)
-
-    @classmethod
-    def sum(cls, column: str, *, epsilon: float, lower: float, upper: float) -> Query:
-        """Σ clip(x, lower, upper) + Laplace noise (see :mod:`blockbudget.query.parts`)."""
+    def count(
+        cls,
+        column: str | None = None,
+        *,
+        epsilon: float,
+        delta: float = 0.0,
+        mechanism: Mechanism | str = NoiseKind.LAPLACE,
+    ) -> Query:
+        """Rows (or non-null values of ``column``) + Laplace(1/ε), or + N(0, σ²) with the
+        analytic Gaussian σ for (ε, δ) when ``mechanism`` is GAUSSIAN."""
         return cls(
-            statistic=Statistic.SUM, epsilon=epsilon, column=column, lower=lower, upper=upper
+            statistic=Statistic.COUNT,
+            epsilon=epsilon,
+            column=column,
+            delta=delta,
+            mechanism=parse_mechanism(mechanism),
         )
 
     @classmethod
-    def mean(cls, column: str, *, epsilon: float, lower: float, upper: float) -> Query:
-        """Noisy centred sum / noisy count, ε/2 each, clamped into the bounds."""
+    def sum(
+        cls,
+        column: str,
+        *,
+        epsilon: float,
+        lower: float,
+        upper: float,
+        delta: float = 0.0,
+        mechanism: Mechanism | str = NoiseKind.LAPLACE,
+    ) -> Query:
+        """Σ clip(x, lower, upper) + noise (see :mod:`blockbudget.query.parts`)."""
         return cls(
-            statistic=Statistic.MEAN, epsilon=epsilon, column=column, lower=lower, upper=upper
+            statistic=Statistic.SUM,
+            epsilon=epsilon,
+            column=column,
+            lower=lower,
+            upper=upper,
+            delta=delta,
+            mechanism=parse_mechanism(mechanism),
         )
 
     @classmethod
-    def variance(cls, column: str, *, epsilon: float, lower: float, upper: float) -> Query:
-        """Population variance from a noisy count, sum and sum of squares, ε/3 each."""
+    def mean(
+        cls,
+        column: str,
+        *,
+        epsilon: float,
+        lower: float,
+        upper: float,
+        delta: float = 0.0,
+        mechanism: Mechanism | str = NoiseKind.LAPLACE,
+    ) -> Query:
+        """Noisy centred sum / noisy count, (ε/2, δ/2) each, clamped into the bounds."""
         return cls(
-            statistic=Statistic.VARIANCE, epsilon=epsilon, column=column, lower=lower, upper=upper
+            statistic=Statistic.MEAN,
+            epsilon=epsilon,
+            column=column,
+            lower=lower,
+            upper=upper,
+            delta=delta,
+            mechanism=parse_mechanism(mechanism),
+        )
+
+    @classmethod
+    def variance(
+        cls,
+        column: str,
+        *,
+        epsilon: float,
+        lower: float,
+        upper: float,
+        delta: float = 0.0,
+        mechanism: Mechanism | str = NoiseKind.LAPLACE,
+    ) -> Query:
+        """Population variance from a noisy count, sum and sum of squares, (ε/3, δ/3) each."""
+        return cls(
+            statistic=Statistic.VARIANCE,
+            epsilon=epsilon,
+            column=column,
+            lower=lower,
+            upper=upper,
+            delta=delta,
+            mechanism=parse_mechanism(mechanism),
         )
 
     @classmethod
@@ -302,6 +404,8 @@ class Query:
         lower: float,
         upper: float,
         bins: int | None = None,
+        delta: float = 0.0,
+        mechanism: Mechanism | str = NoiseKind.LAPLACE,
     ) -> Query:
         """Quantiles read from a noisy histogram over ``bins`` equal-width public bins."""
         return cls(
@@ -312,11 +416,20 @@ class Query:
             upper=upper,
             probabilities=tuple(probabilities),
             bins=bins,
+            delta=delta,
+            mechanism=parse_mechanism(mechanism),
         )
 
     @classmethod
     def histogram(
-        cls, column: str, categories: Sequence[Any], *, epsilon: float, other: bool = False
+        cls,
+        column: str,
+        categories: Sequence[Any],
+        *,
+        epsilon: float,
+        other: bool = False,
+        delta: float = 0.0,
+        mechanism: Mechanism | str = NoiseKind.LAPLACE,
     ) -> Query:
         """One noisy count per declared category (and one for the rest when ``other``)."""
         if isinstance(categories, str | bytes):
@@ -327,6 +440,8 @@ class Query:
             column=column,
             categories=tuple(check_scalar(c) for c in categories),
             other=other,
+            delta=delta,
+            mechanism=parse_mechanism(mechanism),
         )
 
     def where(self, column: str, op: Op | str, value: Any = None) -> Query:

@@ -235,7 +235,8 @@ class QueryRunIn(Selection):
 
     query: dict[str, Any] = Field(
         description="the query's JSON form: statistic, epsilon, column, lower, upper, "
-        "categories, other, quantiles, bins, where, group_by (docs/queries.md)"
+        "categories, other, quantiles, bins, where, group_by; version 2 adds mechanism "
+        "(laplace | gaussian) and delta (docs/queries.md)"
     )
     context: str | None = ContextName
     reservation_id: str | None = Field(
