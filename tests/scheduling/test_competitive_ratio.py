@@ -11,9 +11,10 @@ The bounds asserted, derived in ``blockbudget.scheduling.threshold`` and docs/sc
 
 * Thm. 4: OPT_total/ALG ≤ r·e^{r(2δ+ε0)}, r = 1 + ln(U/L), δ = max ε_j + ε0 (Assumption 1's
   discretisation made explicit); OPT_plain/ALG ≤ (1 + ε0/min ε_j) times that.
-* Thm. 5: OPT_total/ALG ≤ r/Z (Z the block's final consumed fraction) when a partial grant earns
-  the query's full p_j and η ≤ eta_limit(ε_j) for every query; the documented failures (η above
-  the limit, ε_j too small for ε0, pro rata credit) are asserted as failures.
+* Thm. 5: OPT_total/ALG ≤ r/Z (Z the block's final consumed fraction) with ALG under
+  ``PartialCredit.FULL`` (a partial grant earns the query's full p_j: the simulator's default)
+  and η ≤ eta_limit(ε_j) for every query; the documented failures (η above the limit, ε_j too
+  small for ε0, ``PartialCredit.PRO_RATA``) are asserted as failures.
 
 ``PYTHONPATH=src:tests python -m scheduling.test_competitive_ratio`` prints the measured ratios
 (JSON lines).
@@ -34,7 +35,7 @@ from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget
 from blockbudget.scheduling import BlockSpec, DecisionKind, Pool, Scheduler, TaskSpec, TaskStatus
 from blockbudget.scheduling.offline import solve_milp
-from blockbudget.scheduling.simulator import realized_significance, simulate
+from blockbudget.scheduling.simulator import PartialCredit, realized_significance, simulate
 from blockbudget.scheduling.threshold import (
     MixedThreshold,
     OnlineThreshold,
@@ -90,12 +91,17 @@ def _run(sched: Scheduler, stream: Stream, overhead: float) -> Outcome:
         for j, (e, p) in enumerate(zip(stream.eps, stream.sig, strict=True))
     ]
     block = BlockSpec("b0", 0.0, Budget(epsilon=1.0))
-    pool = simulate(sched, [block], tasks, accounting=Accounting.BASIC).pool
-    full = sum(
+    result = simulate(sched, [block], tasks, accounting=Accounting.BASIC)
+    assert result.partial_credit is PartialCredit.FULL  # the default: the seed's accounting
+    pool = result.pool
+    full = realized_significance(pool, partial_credit=PartialCredit.FULL)
+    # by hand: every granted query's whole p_j (one block), whatever ε it was granted
+    by_hand = sum(
         float(stream.sig[int(t[1:])])
         for t, s in pool.status.items()
         if s is TaskStatus.GRANTED and pool.charged_blocks[t]
     )
+    assert full == pytest.approx(by_hand, rel=1e-12) and result.significance == full
     n = len(stream.eps)
 
     def opt(extra: float) -> float:
@@ -106,7 +112,7 @@ def _run(sched: Scheduler, stream: Stream, overhead: float) -> Outcome:
 
     return Outcome(
         full,
-        realized_significance(pool),
+        realized_significance(pool, partial_credit=PartialCredit.PRO_RATA),
         opt(overhead),
         opt(0.0),
         float(pool.used_fraction()[0]),
