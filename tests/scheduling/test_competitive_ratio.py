@@ -33,6 +33,7 @@ import pytest
 
 from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget
+from blockbudget.errors import InvalidRequestError
 from blockbudget.scheduling import BlockSpec, DecisionKind, Pool, Scheduler, TaskSpec, TaskStatus
 from blockbudget.scheduling.offline import solve_milp
 from blockbudget.scheduling.simulator import PartialCredit, realized_significance, simulate
@@ -287,6 +288,42 @@ def test_thm5_fails_with_pro_rata_credit_documented(spread: float) -> None:
     r = competitive_ratio(upper=spread, lower=1.0)
     assert out.ratio(out.opt_total) <= r / out.used  # full credit: within the bound
     assert out.ratio(out.opt_total, out.alg_pro_rata) > r  # pro rata: beyond it
+
+
+def test_the_simulator_states_how_it_values_partial_grants() -> None:
+    """FULL by default (Thm. 5's accounting), PRO_RATA on request; they differ exactly where
+    Alg. 3 grants partially and agree for Alg. 2, which never does."""
+    spread = 100.0
+    drain = next(s for s in _alg3_streams(spread) if s.name == "drain")
+    tasks = [
+        TaskSpec(f"q{j}", 1.0 + j * 1e-6, Budget(epsilon=float(e)), significance={"b0": float(p)})
+        for j, (e, p) in enumerate(zip(drain.eps, drain.sig, strict=True))
+    ]
+    block = [BlockSpec("b0", 0.0, Budget(epsilon=1.0))]
+
+    def mixed(credit: PartialCredit) -> tuple[float, dict[str, object]]:
+        sched = MixedThreshold(
+            upper=spread, lower=1.0, comparison_epsilon=EPS0_3, noise=ZeroNoise(), seed=0
+        )
+        res = simulate(sched, block, tasks, accounting=Accounting.BASIC, partial_credit=credit)
+        return res.significance, res.row()
+
+    (full, row_full), (pro, row_pro) = mixed(PartialCredit.FULL), mixed(PartialCredit.PRO_RATA)
+    assert row_full["partial_credit"] == "full" and row_pro["partial_credit"] == "pro-rata"
+    out = _alg3(spread, drain)
+    assert full == pytest.approx(out.alg) and pro == pytest.approx(out.alg_pro_rata)
+    assert pro < full  # some density-L queries were granted only part of ε_j
+    stream = next(_alg2_streams(spread))
+    _, two = _alg2(spread, stream)
+    assert two.alg == pytest.approx(two.alg_pro_rata, rel=1e-12)
+    with pytest.raises(InvalidRequestError, match="partial_credit"):
+        simulate(
+            OnlineThreshold(seed=0),
+            block,
+            tasks[:1],
+            accounting=Accounting.BASIC,
+            partial_credit="full",  # type: ignore[arg-type]
+        )
 
 
 def measure() -> Iterator[dict[str, object]]:

@@ -267,11 +267,32 @@ class _ThresholdBase(Scheduler):
             return True
         return False
 
+    def _take(self, pool: Pool, task: TaskSpec, block_id: str, cost: Cost, note: str) -> bool:
+        """Give a task ``cost`` of a block that admitted it: charged at once (seed 000's
+        Alg. 2 trains on each block as it is chosen), or — for a task that needs several
+        blocks or none (``min_blocks`` > 1: a selector's k blocks) — reserved until the task
+        has them all, so a task refused for lack of blocks is charged nothing but the
+        comparisons' ε0."""
+        if task.min_blocks > 1:
+            return pool.reserve(task.task_id, block_id, cost, note=note)
+        return pool.charge(task.task_id, {block_id: cost}, note=note)
+
+    def _taken(self, pool: Pool, task: TaskSpec) -> tuple[str, ...]:
+        """The blocks the task got so far, in the order it got them."""
+        if task.min_blocks > 1:
+            return tuple(pool.held(task.task_id))
+        return tuple(pool.charged_blocks[task.task_id])
+
     def _finish(self, pool: Pool, task: TaskSpec) -> None:
-        if len(pool.charged_blocks[task.task_id]) >= task.min_blocks:
-            pool.grant(task.task_id)
+        taken = self._taken(pool, task)
+        if len(taken) < task.min_blocks:
+            pool.reject(task.task_id, note="too few blocks passed the threshold")
+        elif task.min_blocks > 1:  # all at once: the reservations become the charges
+            costs = {b: pool.held_cost(task.task_id, b) for b in taken}
+            if not pool.grant(task.task_id, {b: c for b, c in costs.items() if c is not None}):
+                raise InternalError(f"task {task.task_id!r}: its own reservations did not fit")
         else:
-            pool.reject(task.task_id, note="no block passed the threshold")
+            pool.grant(task.task_id)
 
     def describe(self) -> str:
         return f"{self.name}(U={self.upper:g}, L={self.lower:g}, ε0={self.epsilon0:g})"
@@ -322,14 +343,12 @@ class OnlineThreshold(_ThresholdBase):
                 break
             block_id = pool.blocks[i].block_id
             if float(pool.used_fraction([i])[0]) < z0:  # Alg. 1 lines 1–3
-                if not pool.charge(task.task_id, {block_id: task.demand}, note="z < z0"):
+                if not self._take(pool, task, block_id, task.demand, "z < z0"):
                     continue
             elif not self._filter(pool, task, i, vec, over):  # Alg. 1 lines 5–10
                 continue
             taken += 1
-            if task.validator is not None and task.validator(
-                tuple(pool.charged_blocks[task.task_id])
-            ):
+            if task.validator is not None and task.validator(self._taken(pool, task)):
                 break  # Flag = True
         self._finish(pool, task)
 
@@ -348,7 +367,7 @@ class OnlineThreshold(_ThresholdBase):
         bar = threshold(float(pool.used_fraction([i])[0]), upper=self.upper, lower=self.lower)
         if not self._compare(pool, block_id, run, ratio - bar):
             return False
-        return pool.charge(task.task_id, {block_id: task.demand}, note="above T(z)")
+        return self._take(pool, task, block_id, task.demand, "above T(z)")
 
 
 class MixedThreshold(_ThresholdBase):
@@ -430,9 +449,7 @@ class MixedThreshold(_ThresholdBase):
             if not self._admit(pool, task, i, vec, over):
                 continue
             taken += 1
-            if task.validator is not None and task.validator(
-                tuple(pool.charged_blocks[task.task_id])
-            ):
+            if task.validator is not None and task.validator(self._taken(pool, task)):
                 break
         self._finish(pool, task)
 
@@ -457,7 +474,7 @@ class MixedThreshold(_ThresholdBase):
         if fraction <= 1e-6:
             return False
         cost = task.demand if fraction >= 1.0 else task.demand.scaled(round(fraction, 9))
-        return pool.charge(task.task_id, {block_id: cost}, note=f"partial {fraction:.3f}")
+        return self._take(pool, task, block_id, cost, f"partial {fraction:.3f}")
 
     def describe(self) -> str:
         return f"{super().describe()[:-1]}, η={self.eta:g})"
