@@ -347,6 +347,19 @@ class Pool:
         Incremental: the first call looks up the task's named or eligible blocks (cost of the
         set, not of the pool); later calls look only at blocks that arrived since. Schedulers
         combine it with their vectorized tests (``order[pool.usable_mask(t)[order]]``).
+
+        Example:
+            >>> from blockbudget.accounting import Accounting
+            >>> pool = Pool(Accounting.BASIC)
+            >>> for b in ("b0", "b1", "b2"):
+            ...     _ = pool.add_block(BlockSpec(b, 0.0, Budget(epsilon=1.0)))
+            >>> pool.submit(TaskSpec("t", 0.0, Budget(epsilon=0.1),
+            ...                      eligible=frozenset({"b2", "b0", "b9"})))
+            >>> pool.usable_indices("t").tolist()
+            [0, 2]
+            >>> _ = pool.add_block(BlockSpec("b9", 1.0, Budget(epsilon=1.0)))
+            >>> pool.usable_indices("t").tolist(), pool.usable_mask("t").tolist()
+            ([0, 2, 3], [True, False, True, True])
         """
         n = self.n_blocks
         task = self.tasks[task_id]

@@ -234,6 +234,29 @@ class SageStrategy(Scheduler):
         Raises:
             InvalidRequestError: ``outcome`` is not an Outcome, the task was never submitted, or
                 it waits with no run pending.
+
+        Example:
+            >>> from blockbudget.accounting import Accounting
+            >>> from blockbudget.budget import Budget
+            >>> from blockbudget.scheduling import BlockSpec, Pool, TaskSpec
+            >>> class Live:  # a live pipeline: every run executes elsewhere
+            ...     def outcome(self, *, epsilon_fraction, blocks, partitioned):
+            ...         return None
+            >>> sage = BlockConserve(profiles={"p": Live()}, levels=2)
+            >>> pool = Pool(Accounting.BASIC)
+            >>> pool.submit(TaskSpec("p", 0.0, Budget(epsilon=1.0)))
+            >>> sage.on_task(pool, pool.tasks["p"])
+            >>> _ = pool.add_block(BlockSpec("b0", 0.0, Budget(epsilon=1.0)))
+            >>> sage.on_block(pool, pool.blocks[0])
+            >>> run = sage.started("p")
+            >>> run.iteration, run.fraction, run.blocks
+            (0, 0.25, ('b0',))
+            >>> sage.report(pool, "p", Outcome.RETRY)  # ε doubles on the same block
+            True
+            >>> sage.started("p").fraction
+            0.5
+            >>> sage.report(pool, "p", Outcome.ACCEPT), pool.status["p"].value
+            (True, 'granted')
         """
         if not isinstance(outcome, Outcome):
             raise InvalidRequestError(f"outcome must be an Outcome, got {outcome!r}")
