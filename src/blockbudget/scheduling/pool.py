@@ -499,9 +499,8 @@ class Pool:
         Schedulers never call it. The task's status is not checked or changed.
         """
         i = self.index(block_id)
-        # conservative the other way: give back a hair less than the cost's features
-        vec = np.nextafter(np.nextafter(self.vector(cost), -np.inf), -np.inf)
-        self._charged[i] = np.maximum(self._charged[i] - np.maximum(vec, 0.0), 0.0)
+        vec = self.vector(cost)  # the ledger's units; float error stays within CAPACITY_MARGIN
+        self._charged[i] = np.maximum(self._charged[i] - vec, 0.0)
         self._log(DecisionKind.CREDIT, task_id, i, cost, note)
 
     def grant(
