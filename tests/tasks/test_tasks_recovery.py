@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tasks_support import SEED, Clock, grant_reservations, make_platform
 
 from blockbudget.budget import Budget
 from blockbudget.mechanisms.noise import SeededNoise
@@ -15,6 +14,7 @@ from blockbudget.query import Query
 from blockbudget.tasks.model import TaskState
 from blockbudget.tasks.queue import TaskQueue
 from blockbudget.tasks.selectors import AnyBlocks
+from tasks.tasks_support import SEED, Clock, grant_reservations, make_platform
 
 QUERY = Query.sum("v", epsilon=0.2, lower=0, upper=3)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tasks_support import SEED, Clock, add_days, grant_reservations, make_platform
 
 from blockbudget.budget import Budget
 from blockbudget.errors import InvalidRequestError
@@ -16,6 +15,7 @@ from blockbudget.scheduling import scheduler_classes
 from blockbudget.tasks.model import TaskState
 from blockbudget.tasks.queue import TaskQueue
 from blockbudget.tasks.selectors import AnyBlocks
+from tasks.tasks_support import SEED, Clock, add_days, grant_reservations, make_platform
 
 #: spec per scheduler; Sage's strategies give out the budget of blocks arriving after a task
 SPECS = {
