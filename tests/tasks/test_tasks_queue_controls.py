@@ -24,7 +24,7 @@ from blockbudget.tasks.leader import Leadership
 from blockbudget.tasks.model import TaskState, WorkKind
 from blockbudget.tasks.queue import TaskQueue
 from blockbudget.tasks.selectors import AnyBlocks, InRange, Named, Newest
-from tasks.tasks_support import SEED, Clock, add_days, grant_reservations, make_platform
+from tasks.tasks_support import SEED, Clock, add_days, die, grant_reservations, make_platform
 
 D = "s/2024-01-0"  # block ids are s/2024-01-01 ... s/2024-01-06
 
@@ -204,6 +204,7 @@ def test_a_new_leader_releases_a_dead_leaders_holds(p: Platform, hold_forever: N
     old = [r.id for r in p.ledger.reservations() if r.holder == t.id]
     assert len(old) == 6
     # q1's process dies (never closed); a new leader takes over
+    die(q1)
     q2 = _queue(Platform(p.home, engine="arrow"), "hold-forever")
     assert {p.ledger.reservation(r).state.value for r in old} == {"closed"}
     again = [r for r in p.ledger.reservations() if r.holder == t.id and r.state.value == "open"]

@@ -88,7 +88,9 @@ class TaskQueue(Decider):
         pipeline_scheduler: spec of the pipeline family's scheduler.
         grant_ttl_seconds: how long a grant's reservation stays open.
         clock: wall-clock seconds (deadlines, scheduler time); tests pass a fake one.
-        leadership: who decides among processes (default: this process alone).
+        leadership: who decides among processes (default: ``leadership_for`` the ledger's
+            database, name ``"tasks"``: a lock file beside a SQLite file, an advisory lock on
+            PostgreSQL — the same one the service takes, so a CLI and a server coordinate).
         workers: threads that run granted work.
         noise: the noise source of queries and of schedulers' DP decisions (None: OpenDP's
             secure samplers; a seeded one makes results say ``secure_noise=False``).
@@ -120,9 +122,9 @@ class TaskQueue(Decider):
         self.grant_ttl_seconds = grant_ttl_seconds
         self.clock = clock
         if leadership is None:
-            from blockbudget.tasks.leader import AlwaysLeader
+            from blockbudget.tasks.leader import leadership_for
 
-            leadership = AlwaysLeader()
+            leadership = leadership_for(platform.ledger.engine, name="tasks")
         self.leadership = leadership
         self.noise = noise
         self.poll_seconds = poll_seconds
