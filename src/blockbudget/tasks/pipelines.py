@@ -483,11 +483,12 @@ class PipelineFamily:
         else:
             if outcome is Outcome.ACCEPT:
                 lane.accepted[task_id] = {**self.progress(task_id), **(summary or {})}
-            else:
-                self.host.record(task_id, TaskState.WAITING, note=f"run {run.number}: "
-                                 f"{outcome.name}", result=self.progress(task_id))
             lane.strategy.report(lane.pool, task_id, outcome)
         self._settle(lane)
+        if lane.pool.is_pending(task_id) and task_id not in lane.running:
+            # it waits for blocks or budget (a next run would have been recorded RUNNING)
+            note = f"run {run.number}: {label}; waiting for blocks or budget"
+            self.host.record(task_id, TaskState.WAITING, note=note, result=self.progress(task_id))
 
 
 _TERMINAL = frozenset({DecisionKind.GRANT, DecisionKind.REJECT, DecisionKind.EXPIRE})
