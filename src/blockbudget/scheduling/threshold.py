@@ -306,7 +306,7 @@ class OnlineThreshold(_ThresholdBase):
         limit = task.access_limit or pool.n_blocks
         z0 = z_zero(upper=self.upper, lower=self.lower)
         over = pool.vector(self._overhead(pool, self.epsilon0))
-        order = self.rng.permutation(pool.n_blocks)
+        order = self.rng.permutation(pool.usable_indices(task.task_id))  # eligible blocks
         candidates = order[pool.fits_many(order, vec)] if len(order) else order
         taken = 0
         for i in (int(k) for k in candidates):
@@ -406,7 +406,7 @@ class MixedThreshold(_ThresholdBase):
         vec = pool.vector(task.demand)
         over = pool.vector(self._overhead(pool, self.epsilon0))
         limit = task.access_limit or pool.n_blocks
-        order = self.rng.permutation(pool.n_blocks)
+        order = self.rng.permutation(pool.usable_indices(task.task_id))  # eligible blocks
         # worth a comparison only if the block can take the release's ε0 and some demand
         candidates = order[pool.fits_many(order, over + vec * 1e-3)] if len(order) else order
         taken = 0
