@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+from training.conftest import CONTEXT, STREAM, flight_days, make_platform
 
 from blockbudget.errors import InvalidRequestError
 from blockbudget.ledger import ReservationState
@@ -22,7 +23,6 @@ from blockbudget.tasks.model import Task, TaskState, WorkKind
 from blockbudget.tasks.pipeline_work import PipelineWork
 from blockbudget.tasks.pipelines import PipelineFamily, make_strategy
 from blockbudget.tasks.selectors import AnyBlocks
-from training.conftest import CONTEXT, STREAM, flight_days, make_platform
 
 #: ACCEPTs at its first run (ε = 0.5 on one day: the loss bound is about 2.6 with seed 7).
 EASY = PipelineWork(kind="adassp-regression", target=1000.0, epsilon0=0.5)
@@ -30,30 +30,38 @@ EASY = PipelineWork(kind="adassp-regression", target=1000.0, epsilon0=0.5)
 NEVER = PipelineWork(kind="adassp-regression", target=1e-9, epsilon0=0.125)
 
 
-class Host:
-    """The queue's side of the family: a lock and a record of every state change."""
+class Rows:
+    """The queue's task rows, as the family sees them: every move, in order."""
 
-    def __init__(self, platform: Platform) -> None:
-        self.platform = platform
-        self.lock = threading.RLock()
+    def __init__(self) -> None:
         self.states: dict[str, list[tuple[TaskState, str, Mapping[str, Any] | None]]] = {}
+        self.cancelled: set[str] = set()
 
-    def locked(self) -> threading.RLock:
-        return self.lock
-
-    def record(
+    def move(
         self,
         task_id: str,
-        state: TaskState,
         *,
-        note: str,
-        result: Mapping[str, Any] | None = None,
+        frm: Collection[TaskState],
+        to: TaskState,
+        when: float | None = None,
+        note: str | None = None,
+        reservation_id: str | None = None,
         blocks: tuple[str, ...] | None = None,
-    ) -> None:
-        self.states.setdefault(task_id, []).append((state, note, result))
+        result: Mapping[str, Any] | None = None,
+    ) -> bool:
+        if task_id in self.cancelled:
+            return False
+        assert (when is not None) == to.terminal  # decided_at only when it leaves for good
+        self.states.setdefault(task_id, []).append((to, note or "", result))
+        return True
 
     def last(self, task_id: str) -> tuple[TaskState, str, Mapping[str, Any] | None]:
         return self.states[task_id][-1]
+
+
+def _family(platform: Platform, **kwargs: Any) -> tuple[PipelineFamily, Rows, threading.RLock]:
+    rows, lock = Rows(), threading.RLock()
+    return PipelineFamily(platform, rows=rows, lock=lock, seed=7, **kwargs), rows, lock
 
 
 @pytest.fixture
@@ -91,10 +99,9 @@ def _runs(platform: Platform, task_id: str) -> list[Any]:
 
 
 def test_even_split_accept_reallocates_and_each_run_is_one_grant(platform: Platform) -> None:
-    host = Host(platform)
-    family = PipelineFamily(host, seed=7)
+    family, host, lock = _family(platform)
     first = platform.blocks(STREAM)[0].block_id
-    with host.lock:  # no run can finish before both pipelines wait and the new block arrives
+    with lock:  # no run can finish before both pipelines wait and the new block arrives
         family.enter(_task("A", EASY))
         family.enter(_task("B", NEVER))
         platform.ingest(STREAM, flight_days(1, first=1)[0])
@@ -137,9 +144,8 @@ def test_even_split_accept_reallocates_and_each_run_is_one_grant(platform: Platf
 def test_cancel_releases_at_once_and_discards_the_running_iteration(
     platform: Platform,
 ) -> None:
-    host = Host(platform)
-    family = PipelineFamily(host, seed=7)
-    with host.lock:
+    family, host, lock = _family(platform)
+    with lock:
         family.enter(_task("B", NEVER))
         assert len(_runs(platform, "B")) == 1  # its first run started
         assert family.cancel("B", note="cancelled by ana")
@@ -156,9 +162,8 @@ def test_cancel_releases_at_once_and_discards_the_running_iteration(
 
 
 def test_a_deadline_expires_the_pipeline_and_releases_its_shares(platform: Platform) -> None:
-    host = Host(platform)
-    family = PipelineFamily(host, seed=7, clock=lambda: 10**10)  # far after any deadline
-    with host.lock:
+    family, host, lock = _family(platform, clock=lambda: 10**10)  # after any deadline
+    with lock:
         family.enter(_task("B", NEVER, deadline=time.time() + 60))
     state, note, _ = host.last("B")
     assert state is TaskState.EXPIRED and "deadline" in note
@@ -176,9 +181,8 @@ def test_a_failing_run_fails_the_task_without_the_exception_text(
         raise ValueError("could not convert string to float: 'secret cell 42'")
 
     monkeypatch.setattr(mod, "build_pipeline", broken)
-    host = Host(platform)
-    family = PipelineFamily(host, seed=7)
-    with host.lock:
+    family, host, lock = _family(platform)
+    with lock:
         family.enter(_task("B", NEVER))
     assert family.wait_idle(120)
     state, note, result = host.last("B")
@@ -215,3 +219,16 @@ def test_pipeline_work_checks_and_first_epsilon() -> None:
     ):
         with pytest.raises(InvalidRequestError):
             PipelineWork.from_json(bad)
+
+
+def test_a_pipeline_cancelled_elsewhere_stops_before_its_run(platform: Platform) -> None:
+    """Another process cancelled the row: the run's grant is given back unspent at once."""
+    family, rows, lock = _family(platform)
+    rows.cancelled.add("B")
+    with lock:
+        family.enter(_task("B", NEVER))
+    assert family.running() == 0 and "B" not in rows.states
+    assert [r.state for r in _runs(platform, "B")] == [ReservationState.CLOSED]
+    assert all(not r.is_open for r in platform.ledger.reservations())
+    assert all(tuple(s.charged) == (0, 0) for s in platform.ledger.states(STREAM, CONTEXT))
+    family.close()

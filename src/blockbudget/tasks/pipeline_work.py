@@ -168,7 +168,8 @@ class PipelineWork:
     @property
     def first_epsilon(self) -> Decimal:
         """ε of the first run."""
-        return exact_epsilon(self.max_epsilon) / 2**self.levels
+        top: Decimal = exact_epsilon(self.max_epsilon)
+        return top / Decimal(2**self.levels)
 
     @property
     def demand(self) -> Budget:

@@ -31,11 +31,12 @@ ledger operations and real training runs:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -68,8 +69,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "DEFAULT_PIPELINE_SCHEDULER",
     "PipelineFamily",
-    "PipelineHost",
     "RunRecord",
+    "TaskMoves",
     "make_strategy",
 ]
 
@@ -79,25 +80,23 @@ log = logging.getLogger("blockbudget.tasks")
 DEFAULT_PIPELINE_SCHEDULER = "sage-block-conserve"
 
 
-class PipelineHost(Protocol):
-    """What the family needs from the queue that hosts it."""
+class TaskMoves(Protocol):
+    """The queue's task rows (:class:`~blockbudget.tasks.rows.TaskRows`): the one write the
+    family makes to them."""
 
-    platform: Platform
-
-    def locked(self) -> AbstractContextManager[Any]:
-        """The queue's decision lock (re-entrant)."""
-        ...
-
-    def record(
+    def move(
         self,
         task_id: str,
-        state: TaskState,
         *,
-        note: str,
-        result: Mapping[str, Any] | None = None,
+        frm: Collection[TaskState],
+        to: TaskState,
+        when: float | None = None,
+        note: str | None = None,
+        reservation_id: str | None = None,
         blocks: tuple[str, ...] | None = None,
-    ) -> None:
-        """Store a pipeline task's state (a terminal state is never left)."""
+        result: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Move a task from one of ``frm`` to ``to``; False when it was in none of them."""
         ...
 
 
@@ -190,13 +189,18 @@ class PipelineFamily:
     """Pipeline tasks on the live ledger (see the module docstring).
 
     Args:
-        host: the queue (its lock and its table).
+        platform: the platform.
+        rows: the queue's task rows (the family moves its tasks' states there).
+        lock: the queue's decision lock (re-entrant); the family's methods are called under
+            it, and its workers take it to report a run's outcome.
         scheduler: the pipeline strategy's spec, ``name[:key=value,...]`` (a ``sage-*``).
         workers: threads that run iterations.
         clock: the time pools see (wall-clock seconds).
         feed: the queue's shared :class:`~blockbudget.tasks.livepool.LedgerFeed`.
         seed: seeds every run's split and noise (tests only; summaries then say
             ``secure_noise: false``); None: secure noise.
+        hold_prefix: request-id prefix of the pipelines' share reservations (a new leader
+            releases every open one with it).
 
     Raises:
         InvalidRequestError: ``scheduler`` is not one of Sage's strategies.
@@ -204,15 +208,21 @@ class PipelineFamily:
 
     def __init__(
         self,
-        host: PipelineHost,
+        platform: Platform,
         *,
+        rows: TaskMoves,
+        lock: AbstractContextManager[Any],
         scheduler: str = DEFAULT_PIPELINE_SCHEDULER,
         workers: int = 2,
         clock: Callable[[], float] = time.time,
         feed: LedgerFeed | None = None,
         seed: int | None = None,
+        hold_prefix: str = "tasks-hold:",
     ) -> None:
-        self.host = host
+        self.platform = platform
+        self.rows = rows
+        self.lock = lock
+        self.hold_prefix = hold_prefix
         self.spec = scheduler
         self.clock = clock
         self.feed = feed
@@ -238,11 +248,14 @@ class PipelineFamily:
 
     def enter(self, task: Task) -> None:
         """Put a waiting pipeline task before its (stream, context)'s strategy; it may start
-        a run at once on what the stream holds. Call under the host's lock.
+        a run at once on what the stream holds. A task already entered is left as it is. Call
+        under the queue's lock.
 
         Raises:
             UnknownBlockError: the stream has no blocks yet.
         """
+        if task.id in self._where:
+            return
         work = PipelineWork.from_json(dict(task.work or {}))
         lane = self._lane(task.stream, task.context)
         timeout = None if task.deadline is None else max(task.deadline - task.submitted_at, 1e-9)
@@ -294,8 +307,8 @@ class PipelineFamily:
 
     def cancel(self, task_id: str, *, note: str) -> bool:
         """Stop a pipeline: its shares are released now; a run in flight finishes its draw and
-        its result is discarded. Returns whether the task was live here. The host records the
-        task's state. Call under the host's lock."""
+        its result is discarded. Returns whether the task was live here. The queue records the
+        task's state (``cancelled``). Call under the queue's lock."""
         lane = self._lane_of(task_id)
         if lane is None or task_id not in lane.tasks:
             return False
@@ -307,6 +320,38 @@ class PipelineFamily:
             lane.pool.reject(task_id, note=note)
         self._settle(lane)
         return True
+
+    def recover(self, task: Task) -> None:
+        """A pipeline left ``running`` by a leader that died: its search state is lost, so it
+        ends ``failed``; its run's grant (``task.reservation_id``) is released (what the run
+        drew stays charged). Call under the queue's lock."""
+        self.rows.move(
+            task.id,
+            frm=(TaskState.RUNNING,),
+            to=TaskState.FAILED,
+            when=self.clock(),
+            note="pipeline_interrupted",
+            result={
+                **(task.result or {}),
+                "error": {
+                    "code": "pipeline_interrupted",
+                    "message": "the process running the pipeline stopped; what its runs "
+                    "drew stays charged",
+                },
+            },
+        )
+        if task.reservation_id is not None:
+            _release_quietly(self.platform.ledger, task.reservation_id)
+
+    def step_down(self) -> None:
+        """This process lost the leadership: forget every lane (the new leader releases their
+        shares and recovers their tasks); runs in flight finish and their results are
+        discarded. Call under the queue's lock."""
+        for lane in self._lanes.values():
+            for run in lane.running.values():
+                run.discard = True
+        self._lanes.clear()
+        self._where.clear()
 
     def progress(self, task_id: str) -> dict[str, Any]:
         """The task's runs so far (JSON)."""
@@ -333,7 +378,7 @@ class PipelineFamily:
         if self.feed is None:
             from blockbudget.tasks.livepool import LedgerFeed
 
-            self.feed = LedgerFeed(self.host.platform.ledger)
+            self.feed = LedgerFeed(self.platform.ledger)
         return self.feed
 
     def _lane(self, stream: str, context: str) -> _Lane:
@@ -342,7 +387,7 @@ class PipelineFamily:
             from blockbudget.tasks.livepool import LivePool
 
             strategy = make_strategy(self.spec)
-            ledger = self.host.platform.ledger
+            ledger = self.platform.ledger
             live = LivePool(
                 ledger,
                 stream=stream,
@@ -354,7 +399,7 @@ class PipelineFamily:
             bridge = _RunBridge(
                 ledger,
                 stream=stream,
-                run_id=f"pipelines:{self.boot}:{stream}:{context}",
+                run_id=f"{self.hold_prefix}{self.boot}:pipelines:{stream}:{context}",
                 context=context,
             )
             lane = _Lane(live, strategy, bridge)
@@ -367,6 +412,27 @@ class PipelineFamily:
         return None if where is None else self._lanes.get(where)
 
     # --- decisions → ledger, runs, states ------------------------------------------------------
+
+    def _record(
+        self,
+        task_id: str,
+        state: TaskState,
+        *,
+        note: str,
+        result: Mapping[str, Any] | None = None,
+        reservation_id: str | None = None,
+    ) -> bool:
+        """Move a pipeline's row (waiting ↔ running while it searches, then terminal); False
+        when it is no longer waiting or running (cancelled by another process)."""
+        return self.rows.move(
+            task_id,
+            frm=(TaskState.WAITING, TaskState.RUNNING),
+            to=state,
+            when=self.clock() if state.terminal else None,
+            note=note,
+            result=result,
+            reservation_id=reservation_id,
+        )
 
     def _settle(self, lane: _Lane) -> None:
         """Apply the pool's new decisions (ledger writes, then task states), then start the
@@ -394,11 +460,11 @@ class PipelineFamily:
         progress = self.progress(task.id)
         if d.kind is DecisionKind.GRANT:
             summary = lane.accepted.pop(task.id, progress)
-            self.host.record(task.id, TaskState.DONE, note=d.note, result=summary)
+            self._record(task.id, TaskState.DONE, note=d.note, result=summary)
         elif task.id not in lane.stopped:
             state = TaskState.EXPIRED if d.kind is DecisionKind.EXPIRE else TaskState.REFUSED
             note = "deadline passed" if d.kind is DecisionKind.EXPIRE else d.note
-            self.host.record(task.id, state, note=note, result=progress)
+            self._record(task.id, state, note=note, result=progress)
         if task.id not in lane.running:
             lane.tasks.pop(task.id, None)
 
@@ -414,7 +480,7 @@ class PipelineFamily:
         blocks = request.blocks
         principal = task.principal.replace(":", "%3A")
         try:
-            res = self.host.platform.ledger.reserve(
+            res = self.platform.ledger.reserve(
                 blocks,
                 budget,
                 context=task.context,
@@ -425,7 +491,7 @@ class PipelineFamily:
         except BlockBudgetError as exc:  # another writer took the budget since the sync
             lane.stopped.add(task_id)
             lane.pool.reject(task_id, note=f"the ledger refused run {number}")
-            self.host.record(
+            self._record(
                 task_id,
                 TaskState.REFUSED,
                 note=f"the ledger refused run {number}: {type(exc).__name__}",
@@ -434,16 +500,25 @@ class PipelineFamily:
             self._settle(lane)
             return
         run = _Run(task, number, blocks, budget, res.id)
+        moved = self._record(
+            task_id,
+            TaskState.RUNNING,
+            note=f"run {number}",
+            result=self.progress(task_id),
+            reservation_id=res.id,
+        )
+        if not moved:  # cancelled by another process meanwhile: stop, give the grant back
+            _release_quietly(self.platform.ledger, res.id)
+            self.cancel(task_id, note="cancelled")
+            return
         lane.running[task_id] = run
-        self.host.record(task_id, TaskState.RUNNING, note=f"run {number}",
-                         result=self.progress(task_id))
         self._workers.submit(self._execute, lane, run)
 
     def _execute(self, lane: _Lane, run: _Run) -> None:
-        """In a worker: the run on its grant, then its outcome under the host's lock."""
-        outcome, summary, failure = _run_on_grant(self.host.platform, run, seed=self.seed)
+        """In a worker: the run on its grant, then its outcome under the queue's lock."""
+        outcome, summary, failure = _run_on_grant(self.platform, run, seed=self.seed)
         try:
-            with self.host.locked():
+            with self.lock:
                 self._finish(lane, run, outcome, summary, failure)
         except Exception:  # never lose a worker silently
             log.exception("pipeline task %s: applying run %d failed", run.task.id, run.number)
@@ -465,21 +540,33 @@ class PipelineFamily:
         label = "DISCARDED" if discarded else ("FAILED" if outcome is None else outcome.name)
         lane.runs[task_id].append(
             RunRecord(
-                run.number, run.budget.epsilon, run.budget.delta, run.blocks,
-                run.reservation_id, label,
+                run.number,
+                run.budget.epsilon,
+                run.budget.delta,
+                run.blocks,
+                run.reservation_id,
+                label,
             )
         )
         if discarded:
-            log.info("pipeline task %s: run %d ended after the task was stopped; its result "
-                     "is discarded", task_id, run.number)
+            log.info(
+                "pipeline task %s: run %d ended after the task was stopped; its result "
+                "is discarded",
+                task_id,
+                run.number,
+            )
             if not lane.pool.is_pending(task_id):
                 lane.tasks.pop(task_id, None)
             return
         if outcome is None:
             lane.stopped.add(task_id)
             lane.pool.reject(task_id, note="failed")
-            self.host.record(task_id, TaskState.FAILED, note=(failure or {}).get("code", ""),
-                             result={**self.progress(task_id), "error": failure})
+            self._record(
+                task_id,
+                TaskState.FAILED,
+                note=(failure or {}).get("code", ""),
+                result={**self.progress(task_id), "error": failure},
+            )
         else:
             if outcome is Outcome.ACCEPT:
                 lane.accepted[task_id] = {**self.progress(task_id), **(summary or {})}
@@ -488,7 +575,7 @@ class PipelineFamily:
         if lane.pool.is_pending(task_id) and task_id not in lane.running:
             # it waits for blocks or budget (a next run would have been recorded RUNNING)
             note = f"run {run.number}: {label}; waiting for blocks or budget"
-            self.host.record(task_id, TaskState.WAITING, note=note, result=self.progress(task_id))
+            self._record(task_id, TaskState.WAITING, note=note, result=self.progress(task_id))
 
 
 _TERMINAL = frozenset({DecisionKind.GRANT, DecisionKind.REJECT, DecisionKind.EXPIRE})
@@ -566,14 +653,15 @@ def _run_on_grant(
         ref = new_reference()
         log.error(
             "pipeline task %s run %d failed (reference %s)",
-            run.task.id, run.number, ref, exc_info=exc,
+            run.task.id,
+            run.number,
+            ref,
+            exc_info=exc,
         )
         _release_quietly(platform.ledger, run.reservation_id)
         return None, None, failure_of(exc, what="pipeline", ref=ref).to_json()
 
 
 def _release_quietly(ledger: Ledger, reservation_id: str) -> None:
-    try:
+    with contextlib.suppress(BlockBudgetError):  # the grant closed it already
         ledger.release(reservation_id)
-    except BlockBudgetError:
-        pass  # the grant closed it already
