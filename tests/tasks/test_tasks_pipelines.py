@@ -175,7 +175,7 @@ def test_a_deadline_expires_the_pipeline_and_releases_its_shares(platform: Platf
 def test_a_failing_run_fails_the_task_without_the_exception_text(
     platform: Platform, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import blockbudget.tasks.pipelines as mod
+    import blockbudget.tasks.pipeline_runs as mod
 
     def broken(kind: str, target: float) -> Any:
         raise ValueError("could not convert string to float: 'secret cell 42'")
@@ -231,4 +231,20 @@ def test_a_pipeline_cancelled_elsewhere_stops_before_its_run(platform: Platform)
     assert [r.state for r in _runs(platform, "B")] == [ReservationState.CLOSED]
     assert all(not r.is_open for r in platform.ledger.reservations())
     assert all(tuple(s.charged) == (0, 0) for s in platform.ledger.states(STREAM, CONTEXT))
+    family.close()
+
+
+def test_the_first_run_uses_the_tasks_own_epsilon0_and_window(platform: Platform) -> None:
+    work = PipelineWork(kind="adassp-regression", target=1e-9, epsilon0=0.25, min_window=2)
+    family, rows, lock = _family(platform)
+    with lock:
+        family.enter(_task("W", work))
+        assert _runs(platform, "W") == []  # one block: below its window of 2
+        platform.ingest(STREAM, flight_days(1, first=1)[0])
+        family.pump()
+        (grant,) = _runs(platform, "W")
+    assert len(grant.blocks) == 2
+    assert 0.2499 < float(grant.cost.epsilon) <= 0.25  # max_epsilon / 2**2, not the strategy's
+    assert family.wait_idle(120)
+    assert rows.last("W")[0] is TaskState.WAITING
     family.close()

@@ -31,7 +31,6 @@ ledger operations and real training runs:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import secrets
 import threading
@@ -40,29 +39,27 @@ from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol
 
 from blockbudget.budget import Budget
-from blockbudget.errors import BlockBudgetError, InternalError, InvalidRequestError
+from blockbudget.errors import BlockBudgetError, InternalError
 from blockbudget.scheduling import Decision, DecisionKind, Pool, TaskSpec
-from blockbudget.scheduling.base import scheduler_classes
-from blockbudget.scheduling.ledger_bridge import LedgerBridge
-from blockbudget.scheduling.sage import RunRequest, SageStrategy, Usage
-from blockbudget.tasks.livepool import LEDGER_TASK
+from blockbudget.scheduling.sage import RunRequest, SageStrategy
 from blockbudget.tasks.model import Task, TaskState
-from blockbudget.tasks.pipeline_work import (
-    FLIGHT_COLUMNS,
-    MAX_LEVELS,
-    PipelineWork,
-    build_pipeline,
-    check_stream,
-    describe_model,
+from blockbudget.tasks.pipeline_runs import (
+    RUN_TTL_SECONDS,
+    RunBridge,
+    RunProfile,
+    RunRecord,
+    configure,
+    make_strategy,
+    release_quietly,
+    run_on_grant,
 )
+from blockbudget.tasks.pipeline_work import PipelineWork, check_stream
 from blockbudget.training.validation import Outcome
 
 if TYPE_CHECKING:  # pragma: no cover
-    from blockbudget.ledger import Ledger
     from blockbudget.platform import Platform
     from blockbudget.tasks.livepool import FeedBatch, LedgerFeed, LivePool
 
@@ -100,59 +97,6 @@ class TaskMoves(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class RunRecord:
-    """One run of a pipeline, as shown in its summary.
-
-    Attributes:
-        iteration: 1-based.
-        epsilon, delta: the run's grant per block.
-        blocks: the window (block ids).
-        reservation_id: the run's grant in the ledger.
-        outcome: ACCEPT / REJECT / RETRY, or ``"DISCARDED"`` (the task was stopped meanwhile)
-            or ``"FAILED"``.
-    """
-
-    iteration: int
-    epsilon: Decimal
-    delta: Decimal
-    blocks: tuple[str, ...]
-    reservation_id: str
-    outcome: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "iteration": self.iteration,
-            "epsilon": str(self.epsilon),
-            "delta": str(self.delta),
-            "blocks": len(self.blocks),
-            "reservation_id": self.reservation_id,
-            "outcome": self.outcome,
-        }
-
-
-class _RunProfile:
-    """A :class:`~blockbudget.scheduling.sage.PipelineProfile` whose outcome is not known when
-    the strategy asks: it answers None ("running") and the real run reports later."""
-
-    def outcome(self, *, epsilon_fraction: float, blocks: int, partitioned: bool) -> None:
-        del epsilon_fraction, blocks, partitioned
-        return None
-
-
-class _RunBridge(LedgerBridge):
-    """The RESERVE/RELEASE path of :class:`LedgerBridge` (a pipeline's shares, held by the
-    task id); CHARGE decisions are not applied — a run's charges become its one grant
-    (:meth:`PipelineFamily._start`) — and the ledger task's are skipped (the ledger already
-    shows them)."""
-
-    def apply(self, decision: Decision) -> None:
-        d = decision
-        if d.task_id == LEDGER_TASK or d.kind is DecisionKind.CHARGE:
-            return
-        super().apply(d)
-
-
 @dataclass
 class _Run:
     """A run in flight."""
@@ -171,7 +115,7 @@ class _Lane:
 
     live: LivePool
     strategy: SageStrategy
-    bridge: _RunBridge
+    bridge: RunBridge
     tasks: dict[str, Task] = field(default_factory=dict)
     runs: dict[str, list[RunRecord]] = field(default_factory=dict)
     running: dict[str, _Run] = field(default_factory=dict)
@@ -259,19 +203,25 @@ class PipelineFamily:
         work = PipelineWork.from_json(dict(task.work or {}))
         lane = self._lane(task.stream, task.context)
         timeout = None if task.deadline is None else max(task.deadline - task.submitted_at, 1e-9)
-        spec = TaskSpec(task.id, arrival=task.submitted_at, demand=work.demand, timeout=timeout)
+        spec = TaskSpec(
+            task.id,
+            arrival=task.submitted_at,
+            demand=work.demand,
+            timeout=timeout,
+            min_blocks=work.min_window,
+        )
         pool = lane.pool
         pool.now = self.clock()
         pool.submit(spec)
         lane.tasks[task.id] = task
         lane.runs[task.id] = []
         self._where[task.id] = (task.stream, task.context)
-        lane.strategy.profiles[task.id] = _RunProfile()
+        lane.strategy.profiles[task.id] = RunProfile()
         if spec.deadline < pool.now:
             pool.expire_due()
         else:
             lane.strategy.on_task(pool, spec)
-            _configure(lane.strategy, task.id, work)
+            configure(lane.strategy, task.id, work)
             self._claim(lane)
             lane.strategy.on_tick(pool)
         self._settle(lane)
@@ -341,7 +291,7 @@ class PipelineFamily:
             },
         )
         if task.reservation_id is not None:
-            _release_quietly(self.platform.ledger, task.reservation_id)
+            release_quietly(self.platform.ledger, task.reservation_id)
 
     def step_down(self) -> None:
         """This process lost the leadership: forget every lane (the new leader releases their
@@ -396,7 +346,7 @@ class PipelineFamily:
                 clock=self.clock,
                 feed=self._feed(),
             )
-            bridge = _RunBridge(
+            bridge = RunBridge(
                 ledger,
                 stream=stream,
                 run_id=f"{self.hold_prefix}{self.boot}:pipelines:{stream}:{context}",
@@ -485,7 +435,7 @@ class PipelineFamily:
                 budget,
                 context=task.context,
                 holder=task.principal,
-                ttl_seconds=_RUN_TTL_SECONDS,
+                ttl_seconds=RUN_TTL_SECONDS,
                 request_id=f"{principal}:pipeline:{task.id}:run:{number}",
             )
         except BlockBudgetError as exc:  # another writer took the budget since the sync
@@ -508,7 +458,7 @@ class PipelineFamily:
             reservation_id=res.id,
         )
         if not moved:  # cancelled by another process meanwhile: stop, give the grant back
-            _release_quietly(self.platform.ledger, res.id)
+            release_quietly(self.platform.ledger, res.id)
             self.cancel(task_id, note="cancelled")
             return
         lane.running[task_id] = run
@@ -516,7 +466,14 @@ class PipelineFamily:
 
     def _execute(self, lane: _Lane, run: _Run) -> None:
         """In a worker: the run on its grant, then its outcome under the queue's lock."""
-        outcome, summary, failure = _run_on_grant(self.platform, run, seed=self.seed)
+        outcome, summary, failure = run_on_grant(
+            self.platform,
+            run.task,
+            run.reservation_id,
+            run.budget,
+            number=run.number,
+            seed=self.seed,
+        )
         try:
             with self.lock:
                 self._finish(lane, run, outcome, summary, failure)
@@ -579,89 +536,3 @@ class PipelineFamily:
 
 
 _TERMINAL = frozenset({DecisionKind.GRANT, DecisionKind.REJECT, DecisionKind.EXPIRE})
-#: A run's grant lives this long at most (a run that outlives it is refused by the ledger).
-_RUN_TTL_SECONDS = 86_400.0
-
-
-def make_strategy(spec: str) -> SageStrategy:
-    """A fresh pipeline strategy from ``name[:key=value,...]``.
-
-    Block/Conserve-like strategies get ``levels`` = :data:`MAX_LEVELS` unless the spec says
-    otherwise, so that every task's own ε0 can be honoured (:func:`_configure`).
-
-    Raises:
-        InvalidRequestError: not one of Sage's strategies, or bad options.
-    """
-    from blockbudget.scheduling import get_scheduler
-
-    name, _, rest = spec.partition(":")
-    options: dict[str, Any] = {}
-    for item in filter(None, (x.strip() for x in rest.split(","))):
-        key, eq, value = item.partition("=")
-        if not eq or not value.strip().isdigit():
-            raise InvalidRequestError(f"pipeline scheduler options are key=int, got {item!r}")
-        options[key.strip()] = int(value)
-    cls = scheduler_classes().get(name.strip())
-    if cls is None or not issubclass(cls, SageStrategy):
-        raise InvalidRequestError(f"pipelines need one of Sage's strategies (sage-*), got {spec!r}")
-    if "levels" not in options and cls.usage is Usage.CONSERVE:
-        options["levels"] = MAX_LEVELS
-    strategy = get_scheduler(name.strip(), **options)
-    assert isinstance(strategy, SageStrategy)
-    return strategy
-
-
-def _configure(strategy: SageStrategy, task_id: str, work: PipelineWork) -> None:
-    """Per-task ε0 and first window (the strategy's own are per strategy): Block/Conserve's
-    run spends 2**(level − levels) of the demand, so level = levels − k starts at
-    ``max_epsilon / 2**k``."""
-    state = strategy.state[task_id]
-    if strategy.usage is Usage.CONSERVE:
-        state.level = max(strategy.levels - work.levels, 0)
-    state.window = work.min_window
-
-
-def _run_on_grant(
-    platform: Platform, run: _Run, *, seed: int | None
-) -> tuple[Outcome | None, dict[str, Any] | None, dict[str, str] | None]:
-    """One iteration on the run's grant: (outcome, public summary, None), or (None, None,
-    failure) — the failure in our own words; the traceback goes to the log only."""
-    from blockbudget.service.failures import failure_of, new_reference
-    from blockbudget.training.adaptive import run_iteration
-
-    work = PipelineWork.from_json(dict(run.task.work or {}))
-    try:
-        grant = platform.grant(
-            run.reservation_id, holder=run.task.principal, columns=list(FLIGHT_COLUMNS)
-        )
-        with grant:
-            result = run_iteration(
-                grant,
-                build_pipeline(work.kind, work.target),
-                epsilon=run.budget.epsilon,
-                delta=run.budget.delta,
-                eta=work.eta_of(run.number),
-                iteration=run.number,
-                seed=seed,
-            )
-        summary = {
-            "model": describe_model(result.model),
-            "secure_noise": bool(result.secure_noise),
-        }
-        return result.validation.outcome, summary, None
-    except Exception as exc:  # its text may quote a cell: only our words leave
-        ref = new_reference()
-        log.error(
-            "pipeline task %s run %d failed (reference %s)",
-            run.task.id,
-            run.number,
-            ref,
-            exc_info=exc,
-        )
-        _release_quietly(platform.ledger, run.reservation_id)
-        return None, None, failure_of(exc, what="pipeline", ref=ref).to_json()
-
-
-def _release_quietly(ledger: Ledger, reservation_id: str) -> None:
-    with contextlib.suppress(BlockBudgetError):  # the grant closed it already
-        ledger.release(reservation_id)
