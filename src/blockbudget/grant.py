@@ -49,6 +49,7 @@ from blockbudget.errors import (
     UnknownReservationError,
 )
 from blockbudget.ledger import ReservationState
+from blockbudget.ledger.types import Vector
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -56,7 +57,6 @@ if TYPE_CHECKING:
 
     from blockbudget.engine.plan import Predicate, ScanSource
     from blockbudget.ledger import Ledger, Reservation
-    from blockbudget.ledger.types import Vector
 
 _T = TypeVar("_T")
 
@@ -211,17 +211,11 @@ class Grant:
             ReservationError: the reservation is no longer open.
             InvalidBudgetError: the cost kind does not suit the stream's accounting.
         """
-        remaining = self.remaining()
         f = self._filter
         if f is None:  # a grant rebuilt without its filter: the blocks' own, from the ledger
             state = self._ledger.state(self.blocks[0], self.context)
             f = make_filter(state.accounting, capacity=state.capacity)
-        needs = f.features(group_cost(cost, self.group_size))
-        return tuple(
-            (block, needs, holds)
-            for block, holds in remaining
-            if any(n > h for n, h in zip(needs, holds, strict=True))
-        )
+        return shortfall_of(self.remaining(), f.features(group_cost(cost, self.group_size)))
 
     # --- data ----------------------------------------------------------------------------------
 
@@ -502,6 +496,35 @@ def reservation_stream(ledger: Ledger, res: Reservation) -> str:
     if retired:
         raise RetiredBlockError(retired)
     return streams[0]
+
+
+def shortfall_of(
+    remaining: Sequence[tuple[str, Vector]], needs: Vector
+) -> tuple[tuple[str, Vector, Vector], ...]:
+    """``(block, needs, holds)`` for every block whose remaining features cannot pay ``needs``
+    (the ledger's own rule for a draw on a reservation: no feature may exceed what is held)."""
+    return tuple(
+        (block, needs, holds)
+        for block, holds in remaining
+        if any(n > h for n, h in zip(needs, holds, strict=True))
+    )
+
+
+def refuse_short(
+    reservation_id: str, what: str, short: Sequence[tuple[str, Vector, Vector]]
+) -> None:
+    """Raise the refusal of a draw ``what`` that a reservation cannot pay (nothing done).
+
+    Raises:
+        ReservationError: when ``short`` names any block.
+    """
+    if short:
+        block, needs, holds = short[0]
+        raise ReservationError(
+            f"a draw spends at most what its reservation still holds: {what} needs features "
+            f"{list(needs)} but reservation {reservation_id!r} holds {list(holds)} on "
+            f"{block!r} ({len(short)} block(s) short); nothing was read or charged"
+        )
 
 
 def group_cost(cost: Cost, k: int) -> Cost:

@@ -30,7 +30,14 @@ from blockbudget.errors import (
     UnknownBlockError,
     UnknownColumnError,
 )
-from blockbudget.grant import Grant, open_reservation, reservation_stream
+from blockbudget.grant import (
+    Grant,
+    group_cost,
+    open_reservation,
+    refuse_short,
+    reservation_stream,
+    shortfall_of,
+)
 from blockbudget.ledger import (
     Ledger,
     Reservation,
@@ -461,6 +468,7 @@ class Platform:
         stream: str | None = None,
         context: str | None = None,
         columns: Sequence[str] | None = None,
+        covers: Cost | None = None,
     ) -> Grant:
         """A grant over an EXISTING open reservation: what a scheduler granted, spent here.
 
@@ -476,10 +484,12 @@ class Platform:
             stream: when given, the reservation's blocks must be of this stream.
             context: when given, the reservation must hold budget in this context.
             columns: the grant's projection (default: every column).
+            covers: when given, the reservation must still hold a draw of this cost (as
+                :meth:`Grant.draw` charges it) on every block.
 
         Raises:
             UnknownReservationError: no such reservation, or not held by ``holder``.
-            ReservationError: the reservation is closed or expired.
+            ReservationError: the reservation is closed or expired, or cannot pay ``covers``.
             RetiredBlockError: one of its blocks is retired.
             InvalidRequestError: its blocks are not of ``stream`` (or of several streams),
                 or its context is not ``context``.
@@ -515,7 +525,16 @@ class Platform:
                 f"reservation {res.id!r} holds blocks of stream {of!r}, not of {stream!r}"
             )
         wanted, schema = self._projection(of, columns)
+        if covers is not None:  # before anything is sealed
+            need = self.filter(of).features(group_cost(covers, self._group(of)))
+            refuse_short(res.id, f"a draw of {covers}", shortfall_of(res.remaining, need))
         return self._hand_over(of, res, res.blocks, wanted, schema)
+
+    def _group(self, stream: str) -> int:
+        """The group size a draw on ``stream`` is charged for (``rows_per_user`` on a
+        user-level stream, else 1)."""
+        spec = self.stream(stream)
+        return (spec.blocking.rows_per_user or 1) if spec.blocking.unit is Unit.USER else 1
 
     def _projection(
         self, stream: str, columns: Sequence[str] | None
@@ -547,7 +566,7 @@ class Platform:
         """Seal ``blocks`` (the reservation's, in reading order) and build the grant on them:
         the one path of :meth:`request` and :meth:`grant`."""
         spec = self.stream(stream)
-        group = (spec.blocking.rows_per_user or 1) if spec.blocking.unit is Unit.USER else 1
+        group = self._group(stream)
         self.store.seal(list(blocks))
         return Grant(
             ledger=self.ledger,

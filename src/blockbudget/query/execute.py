@@ -25,12 +25,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from blockbudget.errors import (
-    InternalError,
-    InvalidRequestError,
-    ReservationError,
-    UnknownContextError,
-)
+from blockbudget.errors import InternalError, InvalidRequestError, UnknownContextError
+from blockbudget.grant import refuse_short
 from blockbudget.ledger import validate_context_name
 from blockbudget.mechanisms.noise import NoiseSource, resolve_noise
 from blockbudget.mechanisms.source import draw_then_perturb
@@ -233,14 +229,7 @@ def covered(grant: Grant, query: Query, pricing: Pricing) -> None:
             some block (nothing is read or charged).
     """
     short = grant.shortfall(pricing.cost)
-    if short:
-        block, needs, holds = short[0]
-        raise ReservationError(
-            f"a query spends at most what its grant still holds: the {query.statistic.value} "
-            f"draws {pricing.charged} (features {list(needs)}) but reservation "
-            f"{grant.reservation.id!r} holds {list(holds)} on {block!r} ({len(short)} "
-            "block(s) short); nothing was read or charged"
-        )
+    refuse_short(grant.reservation.id, f"the {query.statistic.value} ({pricing.charged})", short)
 
 
 def run_on(grant: Grant, query: Query, *, noise: NoiseSource | None = None) -> QueryResult:
@@ -257,10 +246,61 @@ def run_on(grant: Grant, query: Query, *, noise: NoiseSource | None = None) -> Q
         charged); DataError and anything the engine raises (the cost drawn: see
         :func:`aggregate`); BudgetExceededError / ReservationError: the draw was refused.
     """
+    return spend(grant, query, prepare_on(grant, query), noise=noise)
+
+
+def prepare_on(grant: Grant, query: Query) -> Pricing:
+    """Everything :func:`run_on` checks before any row is read: the query against the grant's
+    stream and projection, the row limit of sums, and the reservation's cover.
+
+    Raises:
+        As :func:`~blockbudget.query.checks.check_grant`, :func:`check_rows` and
+        :func:`covered` (nothing read or charged).
+    """
     pricing = check_grant(grant, query)
     check_rows(query, 0 if grant.source is None else grant.source.rows)
     covered(grant, query, pricing)
-    return spend(grant, query, pricing, noise=noise)
+    return pricing
+
+
+def open_reserved(
+    platform: Platform,
+    stream: str,
+    query: Query,
+    *,
+    reservation: str,
+    holder: str | None = None,
+    context: str | None = None,
+) -> tuple[Grant, Pricing]:
+    """Check the query, then open a grant over an existing reservation (reserving nothing):
+    the counterpart of :func:`open_grant` for a scheduler's grant.
+
+    The query, and the reservation's cover of its draw, are checked before the reservation's
+    blocks are sealed, so a refused query changes nothing.
+
+    Raises:
+        As :func:`check`, :meth:`Platform.grant` and :func:`prepare_on` (nothing charged).
+    """
+    pricing = check(platform, stream, query)
+    grant = platform.grant(
+        reservation,
+        holder=holder,
+        stream=stream,
+        context=context,
+        columns=query.columns(),
+        covers=pricing.cost,  # refused before any block is sealed
+    )
+    return grant, prepare_on(grant, query)
+
+
+def close_if_spent(grant: Grant) -> bool:
+    """Close the grant when its reservation holds nothing more on any block (closing then
+    releases nothing); returns whether it closed. A reservation that still holds budget stays
+    open for further draws."""
+    if grant.closed or any(any(v) for _, v in grant.remaining()):
+        return False
+    grant.close()
+    return True
 
 
 def spend(
@@ -344,11 +384,9 @@ def run(
         raise InvalidRequestError(
             "a query on a reservation reads the reservation's blocks; do not name 'blocks'"
         )
-    check(platform, stream, query)  # a malformed query seals nothing
-    grant = platform.grant(
-        reservation, holder=holder, stream=stream, context=context, columns=query.columns()
+    grant, pricing = open_reserved(
+        platform, stream, query, reservation=reservation, holder=holder, context=context
     )
-    result = run_on(grant, query, noise=noise)
-    if not any(any(v) for _, v in grant.remaining()):
-        grant.close()  # nothing is left to draw: the reservation closes (it releases nothing)
+    result = spend(grant, query, pricing, noise=noise)
+    close_if_spent(grant)
     return result

@@ -468,6 +468,10 @@ def create_app(
         from blockbudget.query import from_dict
         from blockbudget.service.queries import run_query
 
+        if body.reservation_id is not None:  # spend the caller's reservation (reserve nothing)
+            from blockbudget.service.queries import granted_query_out
+
+            return granted_query_out(platform, names, me, stream, body)
         naming, chosen, ctx = query_place(me, stream, body, body.context)
         q = from_dict(body.query)
         out = run_query(platform, stream, q, selection=chosen, context=ctx).to_dict()
@@ -478,6 +482,11 @@ def create_app(
         from blockbudget.query import from_dict
         from blockbudget.service.queries import price_query
 
+        if body.reservation_id is not None:
+            raise InvalidRequestError(
+                "pricing takes 'blocks' or 'last'; a reservation's cover is checked when the "
+                "query runs on it"
+            )
         naming, chosen, ctx = query_place(me, stream, body, body.context)
         q = from_dict(body.query)
         out = price_query(platform, stream, q, selection=chosen, context=ctx).to_dict()
