@@ -74,12 +74,14 @@ def serve(
         from blockbudget.service.server import serve as run_server
     except ModuleNotFoundError as exc:
         raise missing_extra(exc, "serve") from exc
-    from blockbudget.tasks.queue import DEFAULT_PIPELINE_SCHEDULER, DEFAULT_SCHEDULER, parse_scheduler
+    from blockbudget.service.app import DEFAULT_PIPELINE_SCHEDULER
+    from blockbudget.tasks.queue import DEFAULT_SCHEDULER
+    from blockbudget.tasks.schedspec import parse_spec
 
     scheduler = scheduler or DEFAULT_SCHEDULER
     pipeline_scheduler = pipeline_scheduler or DEFAULT_PIPELINE_SCHEDULER
-    parse_scheduler(scheduler)  # a clear error before anything starts
-    parse_scheduler(pipeline_scheduler)
+    parse_spec(scheduler)  # a clear error before anything starts
+    parse_spec(pipeline_scheduler)
     key = bootstrap_admin(home, database)
     if key is not None:
         console.print(

@@ -407,7 +407,7 @@ def _list_local(
         raise typer.BadParameter(str(exc)) from None
     with _local_queue(home) as queue:
         found = queue.tasks(stream=stream, state=wanted, kind=of_kind)
-        spec = queue.scheduler_for(stream) if stream else queue.scheduler_spec
+        spec = queue.scheduler_for(stream) if stream else queue.default_spec.text
         return {"scheduler": spec, "tasks": [task_json(t) for t in found]}
 
 
@@ -436,7 +436,7 @@ def task_scheduler(
             out = {
                 "stream": stream,
                 "scheduler": queue.scheduler_for(stream),
-                "pipeline_scheduler": queue.pipeline_scheduler,
+                "pipeline_scheduler": queue.pipeline_spec.text,
             }
     if as_json:
         console.print_json(json.dumps(out))

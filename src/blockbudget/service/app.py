@@ -60,8 +60,11 @@ from blockbudget.service.pipelines import Job, PipelineQueue
 from blockbudget.service.queue_routes import Pump, register_queue_routes, revoke_tasks
 from blockbudget.store import Blocking, LatePolicy, Unit
 from blockbudget.store.model import parse_block_id
-from blockbudget.tasks.queue import DEFAULT_PIPELINE_SCHEDULER, DEFAULT_SCHEDULER, TaskQueue
+from blockbudget.tasks.queue import DEFAULT_SCHEDULER, TaskQueue
 from blockbudget.tasks.leader import leadership_for
+
+#: ``serve``'s default pipeline strategy: Sage's Block/Conserve (Lécuyer et al., SOSP'19).
+DEFAULT_PIPELINE_SCHEDULER = "sage-block-conserve"
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": sc.ErrorOut, "description": "no, malformed, unknown or revoked API key"},
@@ -610,4 +613,4 @@ def create_app(
     return app
 
 
-__all__ = ["create_app", "open_platform"]
+__all__ = ["DEFAULT_PIPELINE_SCHEDULER", "create_app", "open_platform"]

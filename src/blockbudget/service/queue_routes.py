@@ -26,7 +26,7 @@ import anyio.to_thread
 from fastapi import Depends, FastAPI, Query
 
 from blockbudget.budget import Budget, Cost, RdpCurve
-from blockbudget.errors import InvalidRequestError, ReservationError
+from blockbudget.errors import InvalidRequestError, TaskStateError
 from blockbudget.platform import Platform
 from blockbudget.service import schemas as sc
 from blockbudget.service.access import (
@@ -292,19 +292,23 @@ def register_queue_routes(
         """Cancel a waiting, granted or running task (its owner or an admin): its reservation
         is released at once, a running pipeline stops. A task already decided is a 409."""
         task = owned(me, task_id)
+        refusal = (
+            f"task {task_id!r} is already decided: only a waiting, granted or running task "
+            "can be cancelled"
+        )
         if task.state.value not in ACTIVE:
-            raise ReservationError(
-                f"task {task_id!r} is {task.state.value}: only a waiting, granted or running "
-                "task can be cancelled"
-            )
-        done = queue.cancel(task_id, by=me.name, admin=me.role is Role.ADMIN)
+            raise TaskStateError(f"{refusal} (it is {task.state.value})")
+        try:
+            done = queue.cancel(task_id, by=me.name, admin=me.role is Role.ADMIN)
+        except InvalidRequestError:  # decided between the read and the cancel
+            raise TaskStateError(refusal) from None
         return task_out(done, names.naming(me, done.stream))
 
     def scheduler_out(stream: str) -> sc.SchedulerOut:
         return sc.SchedulerOut(
             stream=stream,
             scheduler=queue.scheduler_for(stream),
-            pipeline_scheduler=queue.pipeline_scheduler,
+            pipeline_scheduler=queue.pipeline_spec.text,
         )
 
     @app.get("/v1/streams/{stream}/scheduler", tags=["tasks"])
@@ -337,7 +341,10 @@ def revoke_tasks(queue: TaskQueue, principal: str, stream: str | None) -> list[s
     done = []
     for t in queue.tasks(principal=principal, stream=stream, limit=1_000_000):
         if t.state.value in ACTIVE:
-            queue.cancel(t.id, by="access revoked", admin=True)
+            try:
+                queue.cancel(t.id, by="access revoked", admin=True)
+            except InvalidRequestError:
+                continue  # it finished meanwhile
             done.append(t.id)
     return done
 

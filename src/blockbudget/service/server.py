@@ -22,9 +22,10 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
-from blockbudget.service.app import create_app, open_platform
+from blockbudget.service.app import DEFAULT_PIPELINE_SCHEDULER, create_app, open_platform
 from blockbudget.service.auth import KeyStore, Role
-from blockbudget.tasks.queue import DEFAULT_PIPELINE_SCHEDULER, DEFAULT_SCHEDULER, parse_scheduler
+from blockbudget.tasks.queue import DEFAULT_SCHEDULER
+from blockbudget.tasks.schedspec import parse_spec
 
 ENV_HOME = "BLOCKBUDGET_HOME"
 ENV_DATABASE = "BLOCKBUDGET_DATABASE"
@@ -93,8 +94,8 @@ def serve(
     if data_root:
         os.environ[ENV_DATA_ROOT] = data_root
     os.environ[ENV_GROUP_COMMIT] = "1" if group_commit else "0"
-    parse_scheduler(scheduler)  # refuse a bad --scheduler before starting any worker
-    parse_scheduler(pipeline_scheduler)
+    parse_spec(scheduler)  # refuse a bad --scheduler before starting any worker
+    parse_spec(pipeline_scheduler)
     os.environ[ENV_SCHEDULER] = scheduler
     os.environ[ENV_PIPELINE_SCHEDULER] = pipeline_scheduler
     uvicorn.run(

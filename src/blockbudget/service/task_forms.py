@@ -150,5 +150,7 @@ def why_json(queue: TaskQueue, task: Task, naming: Naming | None = None) -> dict
     return {
         "reason": w.reason if naming is None else naming.text(w.reason),
         "affordable": w.affordable,
-        "shortfall": [{"block": _show(naming, r.block), "needs": r.needs, "has": r.has} for r in rows],
+        "shortfall": [
+            {"block": _show(naming, r.block), "needs": r.needs, "has": r.has} for r in rows
+        ],
     }
