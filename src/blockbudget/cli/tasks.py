@@ -55,8 +55,8 @@ LOCAL_WAIT_SECONDS = 30.0
 @contextmanager
 def _local_queue(home: Path) -> Iterator[TaskQueue]:
     """A task queue on the local platform, closed (with the platform) afterwards."""
-    from blockbudget.tasks.queue import TaskQueue
     from blockbudget.tasks.leader import leadership_for
+    from blockbudget.tasks.queue import TaskQueue
 
     platform = open_platform(home)
     queue = TaskQueue(platform, leadership=leadership_for(platform.ledger.engine, name="tasks"))

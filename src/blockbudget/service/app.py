@@ -60,8 +60,8 @@ from blockbudget.service.pipelines import Job, PipelineQueue
 from blockbudget.service.queue_routes import Pump, register_queue_routes, revoke_tasks
 from blockbudget.store import Blocking, LatePolicy, Unit
 from blockbudget.store.model import parse_block_id
-from blockbudget.tasks.queue import DEFAULT_SCHEDULER, TaskQueue
 from blockbudget.tasks.leader import leadership_for
+from blockbudget.tasks.queue import DEFAULT_SCHEDULER, TaskQueue
 
 #: ``serve``'s default pipeline strategy: Sage's Block/Conserve (Lécuyer et al., SOSP'19).
 DEFAULT_PIPELINE_SCHEDULER = "sage-block-conserve"

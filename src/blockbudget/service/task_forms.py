@@ -23,7 +23,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from blockbudget.budget import Budget
-
 from blockbudget.errors import InvalidRequestError
 
 if TYPE_CHECKING:
