@@ -57,10 +57,14 @@ from blockbudget.service.charges import charge_json, register_charge_routes, sco
 from blockbudget.service.dashboard import STATIC_DIR, page
 from blockbudget.service.dashboard_routes import block_out, register_dashboard_routes
 from blockbudget.service.pipelines import Job, PipelineQueue
-from blockbudget.service.queue import DEFAULT_SCHEDULER, SchedulerQueue
-from blockbudget.service.queue_routes import register_queue_routes
+from blockbudget.service.queue_routes import Pump, register_queue_routes, revoke_tasks
 from blockbudget.store import Blocking, LatePolicy, Unit
 from blockbudget.store.model import parse_block_id
+from blockbudget.tasks.leader import leadership_for
+from blockbudget.tasks.queue import DEFAULT_SCHEDULER, TaskQueue
+
+#: ``serve``'s default pipeline strategy: Sage's Block/Conserve (Lécuyer et al., SOSP'19).
+DEFAULT_PIPELINE_SCHEDULER = "sage-block-conserve"
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": sc.ErrorOut, "description": "no, malformed, unknown or revoked API key"},
@@ -95,7 +99,9 @@ def create_app(
     auth_cache_seconds: float = 2.0,
     threads: int = 128,
     scheduler: str = DEFAULT_SCHEDULER,
-    pump_seconds: float = 1.0,
+    pipeline_scheduler: str = DEFAULT_PIPELINE_SCHEDULER,
+    pump_seconds: float = 0.5,
+    tasks: TaskQueue | None = None,
 ) -> FastAPI:
     """The FastAPI application serving ``platform``.
 
@@ -104,31 +110,37 @@ def create_app(
         keys: the key store (default: in the platform's ledger database).
         auth_cache_seconds: how long a key lookup is cached per process.
         threads: the size of the thread pool that runs the (synchronous) routes.
-        scheduler: the scheduler queue's scheduler, ``"name[:key=value,...]"``
-            (:mod:`blockbudget.service.queue`).
-        pump_seconds: how often the queue expires due tasks and ticks its scheduler.
+        scheduler: the default scheduler of every stream's tasks, ``"name[:key=value,...]"``
+            (:mod:`blockbudget.tasks`; an admin overrides it per stream).
+        pipeline_scheduler: the strategy that gives pipelines their budget.
+        pump_seconds: the pause between two rounds of the task pump (grants, query work,
+            deadlines), which runs in a thread of its own while the app is up.
+        tasks: the task queue (default: a new one on ``platform`` with these schedulers and the
+            database's leadership: one process decides at a time).
     """
     keystore = keys if keys is not None else KeyStore(platform.ledger.engine)
     authenticate = Authenticator(keystore, ttl_seconds=auth_cache_seconds)
     names = BlockNames(platform, platform.ledger.engine)
-    tasks = SchedulerQueue(platform.ledger, scheduler=scheduler)
-
-    async def pump_forever() -> None:
-        while True:
-            await anyio.sleep(pump_seconds)
-            try:
-                await anyio.to_thread.run_sync(tasks.pump)
-            except BlockBudgetError:  # pragma: no cover - a ledger hiccup; next round retries
-                continue
+    if tasks is None:
+        tasks = TaskQueue(
+            platform,
+            scheduler=scheduler,
+            pipeline_scheduler=pipeline_scheduler,
+            leadership=leadership_for(platform.ledger.engine, name="tasks"),
+        )
+    queue_of_tasks = tasks
+    pump = Pump(queue_of_tasks, seconds=pump_seconds)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         anyio.to_thread.current_default_thread_limiter().total_tokens = threads
-        async with anyio.create_task_group() as group:
-            group.start_soon(pump_forever)
+        pump.start()
+        try:
             yield
-            group.cancel_scope.cancel()
-        app.state.pipelines.close()
+        finally:
+            await anyio.to_thread.run_sync(pump.stop)
+            queue_of_tasks.close()
+            app.state.pipelines.close()
 
     app = FastAPI(
         title="blockbudget",
@@ -195,7 +207,13 @@ def create_app(
             "requests": gc.requests if gc is not None else 0,
         }
 
-    register_principal_routes(app, platform=platform, keys=keystore, authenticate=authenticate)
+    register_principal_routes(
+        app,
+        platform=platform,
+        keys=keystore,
+        authenticate=authenticate,
+        on_revoke=lambda principal, stream: revoke_tasks(queue_of_tasks, principal, stream),
+    )
 
     # --- contexts ------------------------------------------------------------------------------
 
@@ -580,7 +598,12 @@ def create_app(
         )
 
     register_queue_routes(
-        app, platform=platform, queue=tasks, authenticate=authenticate, names=names
+        app,
+        platform=platform,
+        queue=queue_of_tasks,
+        authenticate=authenticate,
+        names=names,
+        default_scheduler=scheduler,
     )
 
     from blockbudget.service.stream_releases import register_stream_release_routes
@@ -591,7 +614,7 @@ def create_app(
         app,
         platform=platform,
         pipelines=queue,
-        tasks=tasks,
+        tasks=queue_of_tasks,
         authenticate=authenticate,
         names=names,
     )
@@ -599,4 +622,4 @@ def create_app(
     return app
 
 
-__all__ = ["create_app", "open_platform"]
+__all__ = ["DEFAULT_PIPELINE_SCHEDULER", "create_app", "open_platform"]

@@ -6,7 +6,7 @@ user and attribute streams opaque block ids, sorted, instead of keys
 (:mod:`blockbudget.service.blocknames`).
 """
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, FastAPI, Query
 
@@ -19,7 +19,9 @@ from blockbudget.service.auth import Permission, Principal, Role
 from blockbudget.service.blocknames import BlockNames, Naming
 from blockbudget.service.dashboard import RETIRING_FRACTION, heatmap
 from blockbudget.service.pipelines import Job, PipelineQueue
-from blockbudget.service.queue import SchedulerQueue
+
+if TYPE_CHECKING:
+    from blockbudget.tasks.queue import TaskQueue
 
 
 def block_out(v: BlockView, *, with_rows: bool, naming: Naming) -> sc.BlockOut:
@@ -52,7 +54,7 @@ def register_dashboard_routes(
     *,
     platform: Platform,
     pipelines: PipelineQueue,
-    tasks: SchedulerQueue,
+    tasks: TaskQueue,
     authenticate: Authenticator,
     names: BlockNames,
 ) -> None:
@@ -122,7 +124,8 @@ def register_dashboard_routes(
                         "task": t.id[:12],
                         "principal": t.principal,
                         "context": t.context,
-                        "demand": f"ε={t.demand.epsilon}, δ={t.demand.delta}",
+                        "kind": t.kind.value,
+                        "demand": str(t.demand),
                         "blocks": len(t.blocks),
                         "state": t.state.value,
                         "grant": t.reservation_id or "-",
