@@ -27,6 +27,19 @@ ledger operations and real training runs:
 * **Cancel / revoke.** The pipeline's shares are released at once. A run already executing
   is let finish its draw (the noise was drawn against the ledger; stopping midway would not
   undo it); its result is discarded and its unspent budget returns when its grant closes.
+
+How the :class:`~blockbudget.tasks.queue.TaskQueue` hosts the family. A pipeline is not one
+grant handed to work (the QUERY path) but many runs decided while the task waits, each its own
+grant, so the family drives its tasks itself: its own pools (the pipeline strategy is not the
+stream's query scheduler; each sees the other's usage through the ledger), on the queue's lock
+and task rows. The queue registers it and, as leader, calls under its lock:
+:meth:`PipelineFamily.demand` / :meth:`PipelineFamily.selector` at submission,
+:meth:`PipelineFamily.enter` for a waiting pipeline task (idempotent),
+:meth:`PipelineFamily.pump` with the batch its shared feed read, :meth:`PipelineFamily.cancel`
+when a task is cancelled or revoked (the queue moves the row), :meth:`PipelineFamily.recover`
+for a task left ``running`` by a dead leader and :meth:`PipelineFamily.step_down` when it loses
+the leadership; :meth:`PipelineFamily.close` on close. The family moves its rows ``waiting`` ↔
+``running`` while the search goes on, then to one terminal state.
 """
 
 from __future__ import annotations
@@ -39,13 +52,14 @@ from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from blockbudget.budget import Budget
-from blockbudget.errors import BlockBudgetError, InternalError
+from blockbudget.errors import BlockBudgetError, InternalError, InvalidRequestError
 from blockbudget.scheduling import Decision, DecisionKind, Pool, TaskSpec
 from blockbudget.scheduling.sage import RunRequest, SageStrategy
-from blockbudget.tasks.model import Task, TaskState
+from blockbudget.store import Unit
+from blockbudget.tasks.model import Task, TaskState, WorkKind
 from blockbudget.tasks.pipeline_runs import (
     RUN_TTL_SECONDS,
     RunBridge,
@@ -57,6 +71,7 @@ from blockbudget.tasks.pipeline_runs import (
     run_on_grant,
 )
 from blockbudget.tasks.pipeline_work import PipelineWork, check_stream
+from blockbudget.tasks.selectors import AnyBlocks, Selector
 from blockbudget.training.validation import Outcome
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -178,16 +193,42 @@ class PipelineFamily:
         self._idle = threading.Condition()
         make_strategy(scheduler)  # refuse a bad spec now
 
+    #: the work kind it drives, and the name of its pools
+    kind: ClassVar[WorkKind] = WorkKind.PIPELINE
+    family: ClassVar[str] = "pipelines"
+
     # --- the queue's calls ----------------------------------------------------------------------
+
+    def demand(self, platform: Platform, stream: str, work: Mapping[str, Any]) -> Budget:
+        """Check a submitted pipeline's work JSON (nothing changes); its demand per block.
+
+        Raises:
+            InvalidRequestError: a bad work (unknown kind, ε0 above max_epsilon, ...) or a
+                stream it cannot run on (see :meth:`prepare`).
+        """
+        return self.prepare(platform, stream, PipelineWork.from_json(dict(work)))
+
+    def selector(self, work: Mapping[str, Any]) -> Selector:
+        """Any blocks of the stream: the strategy chooses each run's window."""
+        del work
+        return AnyBlocks()
 
     @staticmethod
     def prepare(platform: Platform, stream: str, work: PipelineWork) -> Budget:
         """Check a pipeline at submission (nothing changes) and return its demand per block.
 
         Raises:
-            InvalidRequestError: the stream lacks the flights columns.
+            InvalidRequestError: the stream lacks the flights columns, or is a user-level
+                stream with several rows per user (a run's grant would not cover its group
+                cost).
         """
         check_stream(platform, stream, work.kind)
+        blocking = platform.stream(stream).blocking
+        if blocking.unit is Unit.USER and (blocking.rows_per_user or 1) > 1:
+            raise InvalidRequestError(
+                f"pipelines run on event-level streams (or one row per user); stream "
+                f"{stream!r} has {blocking.rows_per_user} rows per user"
+            )
         return work.demand
 
     def enter(self, task: Task) -> None:
