@@ -10,6 +10,7 @@ import json
 import threading
 import time
 from collections.abc import Collection, Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -248,3 +249,44 @@ def test_the_first_run_uses_the_tasks_own_epsilon0_and_window(platform: Platform
     assert family.wait_idle(120)
     assert rows.last("W")[0] is TaskState.WAITING
     family.close()
+
+
+def test_a_new_leader_goes_on_numbering_runs_and_recovers_running_ones(
+    platform: Platform,
+) -> None:
+    first, rows, lock = _family(platform)
+    with lock:
+        first.enter(_task("B", NEVER))
+    assert first.wait_idle(120)
+    state, _, result = rows.last("B")
+    assert state is TaskState.WAITING and result is not None
+    before = len(result["runs"])
+    with lock:
+        first.step_down()
+    first.close()
+    for res in platform.ledger.reservations():  # what a new leader does to old shares
+        if res.is_open and res.request_id.startswith("tasks-hold:"):
+            platform.ledger.release(res.id)
+    platform.ingest(STREAM, flight_days(1, first=1)[0])
+    second, rows2, lock2 = _family(platform)
+    waiting = replace(_task("B", NEVER), result=result)
+    with lock2:
+        second.enter(waiting)
+    assert second.wait_idle(120)
+    runs = rows2.last("B")[2]
+    assert runs is not None and runs["runs"][:before] == result["runs"]
+    ids = [r.request_id for r in _runs(platform, "B")]
+    assert len(runs["runs"]) == len(ids) > before and len(set(ids)) == len(ids)
+    # a task left running by a dead leader: failed, its run's grant released
+    with lock2:
+        assert second.cancel("B", note="make room")
+    grant = platform.ledger.reserve(
+        [platform.blocks(STREAM)[1].block_id], EASY.demand.scaled("0.01"), context=CONTEXT
+    )
+    running = replace(_task("R", EASY), state=TaskState.RUNNING, reservation_id=grant.id)
+    with lock2:
+        second.recover(running)
+    assert rows2.last("R")[0] is TaskState.FAILED
+    assert not platform.ledger.reservation(grant.id).is_open
+    assert platform.verify().ok
+    second.close()

@@ -133,6 +133,7 @@ class _Lane:
     bridge: RunBridge
     tasks: dict[str, Task] = field(default_factory=dict)
     runs: dict[str, list[RunRecord]] = field(default_factory=dict)
+    earlier: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # a former leader's
     running: dict[str, _Run] = field(default_factory=dict)
     stopped: set[str] = field(default_factory=set)  # cancelled or failed: no REFUSED record
     accepted: dict[str, dict[str, Any]] = field(default_factory=dict)  # task → summary
@@ -256,6 +257,8 @@ class PipelineFamily:
         pool.submit(spec)
         lane.tasks[task.id] = task
         lane.runs[task.id] = []
+        prior = (task.result or {}).get("runs")  # runs made under a leader that stepped down
+        lane.earlier[task.id] = list(prior) if isinstance(prior, list) else []
         self._where[task.id] = (task.stream, task.context)
         lane.strategy.profiles[task.id] = RunProfile()
         if spec.deadline < pool.now:
@@ -347,8 +350,10 @@ class PipelineFamily:
     def progress(self, task_id: str) -> dict[str, Any]:
         """The task's runs so far (JSON)."""
         lane = self._lane_of(task_id)
-        runs = [] if lane is None else lane.runs.get(task_id, [])
-        return {"runs": [r.to_json() for r in runs]}
+        if lane is None:
+            return {"runs": []}
+        runs = [r.to_json() for r in lane.runs.get(task_id, [])]
+        return {"runs": [*lane.earlier.get(task_id, []), *runs]}
 
     def running(self) -> int:
         """How many runs are in flight."""
@@ -467,7 +472,7 @@ class PipelineFamily:
         budget = request.cost
         if not isinstance(budget, Budget):
             raise InternalError(f"a pipeline run charges an (ε, δ) budget, got {budget!r}")
-        number = len(lane.runs[task_id]) + 1
+        number = len(lane.earlier[task_id]) + len(lane.runs[task_id]) + 1  # ids never reused
         blocks = request.blocks
         principal = task.principal.replace(":", "%3A")
         try:
