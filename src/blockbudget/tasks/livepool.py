@@ -155,9 +155,10 @@ class LivePool:
             every block, the existing ones first, oldest first).
         clock: the time the pool and scheduler see (``pool.now``), e.g. wall-clock seconds.
         feed: a shared :class:`LedgerFeed` (the queue's); None gives the pool its own.
+        accounting: the stream's rule (needed only while the stream has no blocks yet).
 
     Raises:
-        UnknownBlockError: the stream has no blocks in the ledger.
+        UnknownBlockError: the stream has no blocks in the ledger and no ``accounting``.
         InvalidRequestError: the scheduler does not support the stream's accounting.
     """
 
@@ -170,6 +171,7 @@ class LivePool:
         scheduler: Scheduler,
         clock: Callable[[], float] | None = None,
         feed: LedgerFeed | None = None,
+        accounting: Accounting | None = None,
     ) -> None:
         self.ledger = ledger
         self.stream = stream
@@ -182,9 +184,10 @@ class LivePool:
         self._dirty: set[str] = set()
         order = [b for b, s in ledger.added_blocks(0)[0] if s == stream]
         states = {s.block: s for s in ledger.states(stream, context)}
-        if not states:
+        if states:
+            accounting = next(iter(states.values())).accounting
+        elif accounting is None:
             raise UnknownBlockError(f"stream {stream!r} has no blocks to schedule yet")
-        accounting = next(iter(states.values())).accounting
         if accounting not in scheduler.accountings:
             raise InvalidRequestError(
                 f"scheduler {scheduler.name!r} cannot schedule stream {stream!r} under "
