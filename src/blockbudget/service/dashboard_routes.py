@@ -54,7 +54,7 @@ def register_dashboard_routes(
     *,
     platform: Platform,
     pipelines: PipelineQueue,
-    tasks: TaskQueue,
+    tasks: "TaskQueue",
     authenticate: Authenticator,
     names: BlockNames,
 ) -> None:
