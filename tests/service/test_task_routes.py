@@ -93,21 +93,34 @@ def test_cancel_releases_the_grant_at_once_and_is_final(seeded: Seeded, fcfs: Te
 
 
 def test_a_waiting_task_says_which_blocks_lack_what(seeded: Seeded) -> None:
-    block = sorted(used(seeded))[0]
+    first, second = sorted(used(seeded))[:2]
     with make_client(seeded, "dpf-n:n=10") as c:
-        task = submit(c, seeded.analyst, epsilon=0.3, context="team-a", blocks=[block])
+        # DPF keeps a 0.3 task waiting on a fresh block (one arrival unlocks 0.1): the ledger
+        # could afford it, the scheduler has not unlocked enough
+        fresh = submit(c, seeded.analyst, epsilon=0.3, context="team-a", blocks=[second])
+        why = get(c, seeded.analyst, fresh["id"])["why"]
+        assert why["affordable"] == 1 and why["shortfall"] == [] and "dpf-n" in why["reason"]
+        # 0.8 charged outside the queue leaves 0.2: the block itself lacks budget
+        r = c.post(
+            "/v1/streams/flights/charges",
+            headers=seeded.headers(seeded.analyst),
+            json={"blocks": [first], "epsilon": 0.8, "context": "team-a"},
+        )
+        assert r.status_code == 200, r.text
+        task = submit(c, seeded.analyst, epsilon=0.3, context="team-a", blocks=[first])
         task = get(c, seeded.analyst, task["id"])
         assert task["state"] == "waiting", task
         why = task["why"]
-        assert why["reason"] and [row["block"] for row in why["shortfall"]] == [block], why
-        assert "0.3" in why["shortfall"][0]["needs"]
+        assert why["affordable"] == 0, why
+        assert [row["block"] for row in why["shortfall"]] == [first], why
+        assert "0.3" in why["shortfall"][0]["needs"] and "0.2" in why["shortfall"][0]["has"]
         # the listing leaves `why` out; an admin may cancel a waiting task
         listed = c.get("/v1/tasks", headers=seeded.headers(seeded.analyst)).json()["tasks"]
-        assert [t["why"] for t in listed] == [None]
+        assert [t["why"] for t in listed] == [None, None]
         r = c.post(f"/v1/tasks/{task['id']}/cancel", headers=seeded.headers(seeded.admin))
         assert r.status_code == 200 and r.json()["state"] == "cancelled"
         assert get(c, seeded.analyst, task["id"])["why"] is None
-    assert used(seeded)[block] == 0
+    assert used(seeded)[first] == Decimal("0.8") and used(seeded)[second] == 0
 
 
 def test_revoking_stream_access_or_a_key_cancels_the_principals_tasks(seeded: Seeded) -> None:

@@ -6,6 +6,8 @@ user and attribute streams opaque block ids, sorted, instead of keys
 (:mod:`blockbudget.service.blocknames`).
 """
 
+from __future__ import annotations
+
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, FastAPI, Query

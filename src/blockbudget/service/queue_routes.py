@@ -16,8 +16,6 @@ charges nothing; no text of an exception raised while touching data reaches a ca
 (:mod:`blockbudget.service.failures`).
 """
 
-from __future__ import annotations
-
 import threading
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -26,7 +24,7 @@ import anyio.to_thread
 from fastapi import Depends, FastAPI, Query
 
 from blockbudget.budget import Budget, Cost, RdpCurve
-from blockbudget.errors import InvalidRequestError, TaskStateError
+from blockbudget.errors import DataError, InvalidRequestError, TaskStateError
 from blockbudget.platform import Platform
 from blockbudget.service import schemas as sc
 from blockbudget.service.access import (
@@ -38,7 +36,7 @@ from blockbudget.service.access import (
 )
 from blockbudget.service.auth import Principal, Role
 from blockbudget.service.blocknames import BlockNames, Naming
-from blockbudget.service.failures import LEDGER_REFUSALS, concealing, log
+from blockbudget.service.failures import ConcealedError, failure_of, log, new_reference
 from blockbudget.service.task_forms import ACTIVE, selector_of_wire, task_json, why_json
 
 if TYPE_CHECKING:
@@ -61,7 +59,7 @@ class Pump:
         seconds: the pause between rounds.
     """
 
-    def __init__(self, queue: TaskQueue, *, seconds: float) -> None:
+    def __init__(self, queue: "TaskQueue", *, seconds: float) -> None:
         self.queue = queue
         self.seconds = seconds
         self._stop = threading.Event()
@@ -85,7 +83,7 @@ class Pump:
 
 
 def task_out(
-    t: Task, naming: Naming, *, why: bool = False, queue: TaskQueue | None = None
+    t: "Task", naming: Naming, *, why: bool = False, queue: "TaskQueue | None" = None
 ) -> sc.TaskOut:
     """The public form of a task, its blocks named as ``naming`` says (with ``why`` when asked
     and the task waits)."""
@@ -96,7 +94,7 @@ def task_out(
 # --- a submission's parts -------------------------------------------------------------------------
 
 
-def selector_of(body: sc.TaskIn, naming: Naming) -> Selector:
+def selector_of(body: sc.TaskIn, naming: Naming) -> "Selector":
     """The selector a body gives: ``selector``, or the older ``blocks`` / ``last``; named
     blocks resolved from the caller's names.
 
@@ -157,8 +155,8 @@ def _refuse_foreign_fields(body: sc.TaskIn) -> None:
 
 
 def submit(
-    queue: TaskQueue, me: Principal, stream: str, context: str, body: sc.TaskIn, naming: Naming
-) -> Task:
+    queue: "TaskQueue", me: Principal, stream: str, context: str, body: sc.TaskIn, naming: Naming
+) -> "Task":
     """Hand a checked body to the queue (see the route)."""
     _refuse_foreign_fields(body)
     selector = selector_of(body, naming)
@@ -207,7 +205,7 @@ def register_queue_routes(
     app: FastAPI,
     *,
     platform: Platform,
-    queue: TaskQueue,
+    queue: "TaskQueue",
     authenticate: Authenticator,
     names: BlockNames,
     default_scheduler: str,
@@ -215,7 +213,7 @@ def register_queue_routes(
     """Add the task routes (module docstring) to ``app``."""
     Auth = Annotated[Principal, Depends(authenticate)]
 
-    def owned(me: Principal, task_id: str) -> Task:
+    def owned(me: Principal, task_id: str) -> "Task":
         task = queue.task(task_id)
         if me.role is not Role.ADMIN and task.principal != me.name:
             raise AuthError(403, f"task {task_id!r} belongs to another principal")
@@ -233,8 +231,12 @@ def register_queue_routes(
         if context not in platform.contexts():
             raise InvalidRequestError(f"unknown or closed context {context!r}")
         naming = names.naming(me, stream)
-        with concealing("task", passing=(*LEDGER_REFUSALS, InvalidRequestError)):
+        try:  # checks schemas and prices, reads no row; a DataError's text may still quote one
             task = submit(queue, me, stream, context, body, naming)
+        except DataError as exc:
+            ref = new_reference()
+            log.error("task submission failed on data (reference %s)", ref, exc_info=exc)
+            raise ConcealedError(failure_of(exc, what="task", ref=ref), status=422) from None
         return task_out(task, naming)
 
     @app.get("/v1/tasks", tags=["tasks"])
@@ -328,7 +330,7 @@ def register_queue_routes(
         return scheduler_out(stream)
 
 
-def revoke_tasks(queue: TaskQueue, principal: str, stream: str | None) -> list[str]:
+def revoke_tasks(queue: "TaskQueue", principal: str, stream: str | None) -> list[str]:
     """Stop what ``principal`` may no longer do: with ``stream``, cancel its active tasks on
     that stream (access to it was revoked); without, every active task of the principal (a key
     was revoked): queued grants are released and running pipelines stop.
