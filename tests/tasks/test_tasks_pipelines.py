@@ -283,9 +283,9 @@ def test_a_new_leader_goes_on_numbering_runs_and_recovers_running_ones(
     grant = platform.ledger.reserve(
         [platform.blocks(STREAM)[1].block_id], EASY.demand.scaled("0.01"), context=CONTEXT
     )
-    running = replace(_task("R", EASY), state=TaskState.RUNNING, reservation_id=grant.id)
+    running = replace(_task("R", EASY), state=TaskState.RUNNING, result={"grant": grant.id})
     with lock2:
-        second.recover(running)
+        second.recover(None, running)
     assert rows2.last("R")[0] is TaskState.FAILED
     assert not platform.ledger.reservation(grant.id).is_open
     assert platform.verify().ok

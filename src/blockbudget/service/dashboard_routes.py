@@ -6,8 +6,6 @@ user and attribute streams opaque block ids, sorted, instead of keys
 (:mod:`blockbudget.service.blocknames`).
 """
 
-from __future__ import annotations
-
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, FastAPI, Query
@@ -56,7 +54,7 @@ def register_dashboard_routes(
     app: FastAPI,
     *,
     platform: Platform,
-    tasks: TaskQueue,
+    tasks: "TaskQueue",
     authenticate: Authenticator,
     names: BlockNames,
 ) -> None:

@@ -52,7 +52,7 @@ from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from blockbudget.budget import Budget
 from blockbudget.errors import BlockBudgetError, InternalError, InvalidRequestError
@@ -195,8 +195,8 @@ class PipelineFamily:
         make_strategy(scheduler)  # refuse a bad spec now
 
     #: the work kind it drives, and the name of its pools
-    kind: ClassVar[WorkKind] = WorkKind.PIPELINE
-    family: ClassVar[str] = "pipelines"
+    kind: WorkKind = WorkKind.PIPELINE
+    family: str = "pipelines"
 
     # --- the queue's calls ----------------------------------------------------------------------
 
@@ -315,10 +315,18 @@ class PipelineFamily:
         self._settle(lane)
         return True
 
-    def recover(self, task: Task) -> None:
+    def run(self, queue: Any, task: Task) -> Mapping[str, Any]:
+        """Not used: the family runs its tasks' iterations itself (:meth:`pump`).
+
+        Raises:
+            InternalError: always (a queue handed a pipeline grant to generic work).
+        """
+        raise InternalError(f"pipeline task {task.id} is driven by its family, not run once")
+
+    def recover(self, queue: Any, task: Task) -> None:
         """A pipeline left ``running`` by a leader that died: its search state is lost, so it
-        ends ``failed``; its run's grant (``task.reservation_id``) is released (what the run
-        drew stays charged). Call under the queue's lock."""
+        ends ``failed``; its run's grant (``result["grant"]``) is released (what the run drew
+        stays charged). Call under the queue's lock."""
         self.rows.move(
             task.id,
             frm=(TaskState.RUNNING,),
@@ -334,8 +342,9 @@ class PipelineFamily:
                 },
             },
         )
-        if task.reservation_id is not None:
-            release_quietly(self.platform.ledger, task.reservation_id)
+        grant = (task.result or {}).get("grant")
+        if isinstance(grant, str):
+            release_quietly(self.platform.ledger, grant)
 
     def step_down(self) -> None:
         """This process lost the leadership: forget every lane (the new leader releases their
@@ -391,6 +400,7 @@ class PipelineFamily:
                 scheduler=strategy,
                 clock=self.clock,
                 feed=self._feed(),
+                accounting=self.platform.stream(stream).accounting,
             )
             bridge = RunBridge(
                 ledger,
@@ -416,7 +426,6 @@ class PipelineFamily:
         *,
         note: str,
         result: Mapping[str, Any] | None = None,
-        reservation_id: str | None = None,
     ) -> bool:
         """Move a pipeline's row (waiting ↔ running while it searches, then terminal); False
         when it is no longer waiting or running (cancelled by another process)."""
@@ -427,7 +436,6 @@ class PipelineFamily:
             when=self.clock() if state.terminal else None,
             note=note,
             result=result,
-            reservation_id=reservation_id,
         )
 
     def _settle(self, lane: _Lane) -> None:
@@ -500,8 +508,7 @@ class PipelineFamily:
             task_id,
             TaskState.RUNNING,
             note=f"run {number}",
-            result=self.progress(task_id),
-            reservation_id=res.id,
+            result={**self.progress(task_id), "grant": res.id},
         )
         if not moved:  # cancelled by another process meanwhile: stop, give the grant back
             release_quietly(self.platform.ledger, res.id)
