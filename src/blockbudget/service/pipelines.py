@@ -25,6 +25,9 @@ from blockbudget.tasks.pipeline_work import FLIGHT_COLUMNS, KINDS, build_pipelin
 
 __all__ = ["FLIGHT_COLUMNS", "KINDS", "build_pipeline", "job_json", "job_state"]
 
+#: The flights columns pipelines read (the name earlier releases used here).
+_FLIGHT_COLUMNS = FLIGHT_COLUMNS
+
 _STATES = {
     TaskState.RUNNING: "training",
     TaskState.DONE: "accepted",

@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from blockbudget.budget import Budget
+import numpy as np
+
+from blockbudget.budget import Budget, Cost
 from blockbudget.errors import BlockBudgetError, InvalidRequestError
-from blockbudget.scheduling import Decision, DecisionKind
+from blockbudget.scheduling import Decision, DecisionKind, Pool
 from blockbudget.scheduling.base import scheduler_classes
 from blockbudget.scheduling.ledger_bridge import LedgerBridge
 from blockbudget.scheduling.sage import SageStrategy, Usage
@@ -38,6 +40,7 @@ __all__ = [
     "RunBridge",
     "RunProfile",
     "RunRecord",
+    "capped",
     "configure",
     "make_strategy",
     "release_quietly",
@@ -130,6 +133,18 @@ def make_strategy(spec: str) -> SageStrategy:
     strategy = get_scheduler(name.strip(), **options)
     assert isinstance(strategy, SageStrategy)
     return strategy
+
+
+def capped(share: Cost, demand: Cost, pool: Pool) -> Cost:
+    """``share`` but never above ``demand`` (feature by feature for (ε, δ) budgets; an RDP
+    share above the demand at every order becomes the demand)."""
+    if isinstance(share, Budget) and isinstance(demand, Budget):
+        return Budget(
+            epsilon=min(share.epsilon, demand.epsilon), delta=min(share.delta, demand.delta)
+        )
+    if bool(np.all(pool.vector(share) >= pool.vector(demand))):
+        return demand
+    return share
 
 
 def configure(strategy: SageStrategy, task_id: str, work: PipelineWork) -> None:

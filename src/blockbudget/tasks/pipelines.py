@@ -65,6 +65,7 @@ from blockbudget.tasks.pipeline_runs import (
     RunBridge,
     RunProfile,
     RunRecord,
+    capped,
     configure,
     make_strategy,
     release_quietly,
@@ -137,7 +138,6 @@ class _Lane:
     running: dict[str, _Run] = field(default_factory=dict)
     stopped: set[str] = field(default_factory=set)  # cancelled or failed: no REFUSED record
     accepted: dict[str, dict[str, Any]] = field(default_factory=dict)  # task → summary
-    claimed: set[str] = field(default_factory=set)  # blocks split while pipelines waited
     started: list[RunRequest] = field(default_factory=list)  # runs to start, in order
 
     @property
@@ -266,19 +266,29 @@ class PipelineFamily:
         else:
             lane.strategy.on_task(pool, spec)
             configure(lane.strategy, task.id, work)
-            self._claim(lane)
+            self._share_existing(lane, task.id)
             lane.strategy.on_tick(pool)
         self._settle(lane)
 
-    def _claim(self, lane: _Lane) -> None:
-        """Blocks that arrived while no pipeline waited (before the first pipeline, or between
-        two) were split among nobody; they count as arriving now, split evenly among the
-        pipelines waiting now (§5.4's rule, applied when the first taker appears)."""
+    def _share_existing(self, lane: _Lane, task_id: str) -> None:
+        """A pipeline that enters finds blocks whose arrival split it missed: it reserves an
+        even share (1/n of a block's budget, n the pipelines waiting now, at most its demand)
+        of each block's budget that no one holds, halving the share (at most
+        :data:`_HALVINGS` times) where it does not fit. Fresh blocks are split on arrival
+        among the waiting pipelines (Sage §5.4); what others hold is never taken."""
         pool = lane.pool
+        demand = pool.tasks[task_id].demand
+        n = max(1, sum(1 for t in lane.strategy.waiting if pool.is_pending(t)))
         for block in pool.blocks:
-            if block.block_id not in lane.claimed and block.block_id not in lane.live.retired:
-                lane.claimed.add(block.block_id)
-                lane.strategy.on_block(pool, block)
+            b = block.block_id
+            if b in lane.live.retired or not pool.eligible(task_id, b):
+                continue
+            fraction = 1.0 / n
+            for _ in range(_HALVINGS + 1):
+                share = capped(pool.capacity_share(b, fraction), demand, pool)
+                if pool.reserve(task_id, b, share, note="share of the unallocated budget"):
+                    break
+                fraction /= 2
 
     def pump(self, batch: FeedBatch | None = None) -> None:
         """Sync every lane with the ledger (a new block is split among the waiting pipelines),
@@ -291,8 +301,6 @@ class PipelineFamily:
             live.pool.now = self.clock()
             if batch is not None:
                 live.absorb(batch)  # new blocks: on_block splits them (decisions)
-            if lane.strategy.waiting:
-                lane.claimed.update(b.block_id for b in live.pool.blocks)
             self._settle(lane)  # ...applied before the pool is compared with the ledger
             live.reconcile()
             live.pool.expire_due()
@@ -588,4 +596,6 @@ class PipelineFamily:
             self._record(task_id, TaskState.WAITING, note=note, result=self.progress(task_id))
 
 
+#: How often an entering pipeline halves its share of a block's unallocated budget.
+_HALVINGS = 6
 _TERMINAL = frozenset({DecisionKind.GRANT, DecisionKind.REJECT, DecisionKind.EXPIRE})
