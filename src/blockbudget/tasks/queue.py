@@ -130,6 +130,18 @@ class TaskQueue(Decider):
         self.poll_seconds = poll_seconds
         self.rows = TaskRows(platform.ledger.engine)
         self._init_decider(workers)
+        from blockbudget.tasks.pipelines import PipelineFamily
+
+        self.register_family(  # pipelines: Sage's strategy drives them (tasks/pipelines.py)
+            PipelineFamily(
+                platform,
+                rows=self.rows,
+                lock=self._lock,
+                scheduler=pipeline_scheduler,
+                clock=clock,
+                workers=workers,
+            )
+        )
         self.pump()
 
     # --- submissions --------------------------------------------------------------------
@@ -492,6 +504,9 @@ class TaskQueue(Decider):
     def close(self) -> None:
         """Finish running work and give up the leadership."""
         self._executor.shutdown(wait=True)
+        for fam in self._families.values():
+            if hasattr(fam, "close"):
+                fam.close()
         with self._lock:
             self._step_down()
         self.leadership.release()
