@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from blockbudget.budget import UNIT
@@ -47,6 +48,11 @@ def clock() -> Clock:
 def fcfs(seeded: Seeded, clock: Clock) -> Iterator[TestClient]:
     with make_client(seeded, "fcfs", clock) as c:
         yield c
+
+
+def pump(c: TestClient) -> None:
+    """One round of the app's task pump (its thread runs every ``pump_seconds``)."""
+    cast(FastAPI, c.app).state.tasks.pump()
 
 
 def submit(c: TestClient, key: str, **body: Any) -> Any:
@@ -107,9 +113,12 @@ def test_refused_task_charges_nothing(seeded: Seeded, clock: Clock) -> None:
     with make_client(seeded, "dpf-n:n=4", clock) as c:
         before = ledger_snapshot(seeded.platform)
         r = submit(c, seeded.analyst, epsilon=1.5, context="team-a", last=1)
-        assert r.status_code == 201, r.text
-        assert r.json()["state"] == "refused", r.json()
+        # a demand above a block's whole capacity could never be granted: refused at
+        # submission, nothing stored or charged
+        assert r.status_code == 422, r.text
+        assert "capacity" in r.json()["detail"]
         assert ledger_snapshot(seeded.platform) == before
+        assert c.get("/v1/tasks", headers=seeded.headers(seeded.admin)).json()["tasks"] == []
 
 
 def test_access_rules_and_nothing_stored_on_refusal(seeded: Seeded, fcfs: TestClient) -> None:
@@ -163,8 +172,10 @@ def test_waiting_task_expires_at_its_deadline_and_charges_nothing(
         assert late["state"] == "waiting" and late["deadline"] == clock.now + 5
         before = ledger_snapshot(seeded.platform)
         clock.now += 4
+        pump(c)  # what the pump thread does every pump_seconds
         assert c.get(f"/v1/tasks/{late['id']}", headers=h).json()["state"] == "waiting"
         clock.now += 2
+        pump(c)
         assert c.get(f"/v1/tasks/{late['id']}", headers=h).json()["state"] == "expired"
         assert ledger_snapshot(seeded.platform) == before
         r = c.get("/v1/dashboard", headers=h, params={"stream": "flights"})

@@ -6,7 +6,10 @@ Two kinds of schedulers (``Scheduler.shapes``):
   random-blocks) choose blocks themselves. A task's selector becomes the set of blocks it may
   use (``TaskSpec.eligible``) and how many (``min_blocks``/``max_blocks``): ``Named`` and
   ``Newest`` → exactly those blocks; ``InRange(k)`` → exactly ``k`` of the range;
-  ``AnyBlocks(k, min_k)`` → between ``min_k`` and ``k`` of any.
+  ``AnyBlocks(k, min_k)`` → between ``min_k`` and ``k`` of any. Schedulers that serve both
+  shapes (FCFS, round-robin) get ``Named`` and ``Newest`` tasks as NAMED ones — the same
+  blocks, all or nothing — so that they keep their rule for tasks that name their blocks
+  (FCFS turns down at once a task whose blocks cannot afford it).
 * **NAMED-only** ones (DPF-N, DPF-T, DPack) serve tasks that name their blocks, so a selector
   task is **bound when it enters the scheduler** — PrivateKube's semantics (Luo et al.,
   "Privacy Budget Scheduling", OSDI'21 §3.2: a claim is bound to the blocks that exist when it
@@ -140,6 +143,7 @@ def task_spec(
     live: LivePool,
     *,
     named_only: bool,
+    takes_named: bool = False,
     in_range: Sequence[str] | None,
     timeout: float | None,
 ) -> TaskSpec:
@@ -149,6 +153,8 @@ def task_spec(
         task: the stored task.
         live: its (stream, context)'s live pool (for binding).
         named_only: whether the scheduler serves NAMED tasks only.
+        takes_named: whether it serves NAMED tasks (too): ``Named`` and ``Newest`` tasks then
+            enter as NAMED tasks (all or nothing on exactly those blocks).
         in_range: the resolved blocks of an ``InRange`` selector (else None).
         timeout: seconds the task may still wait (None: forever).
 
@@ -175,6 +181,8 @@ def task_spec(
         "significance": significance,
         "timeout": timeout,
     }
+    if takes_named and not named_only and isinstance(sel, Named | Newest):
+        return TaskSpec(task.id, blocks=tuple(resolved or ()), **common)
     if named_only:
         if isinstance(sel, Named | Newest):
             blocks = tuple(resolved or ())

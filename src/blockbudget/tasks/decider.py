@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from blockbudget.errors import BlockBudgetError, ReservationError
 from blockbudget.ledger import Reservation, ReservationState
-from blockbudget.scheduling import Decision, DecisionKind
+from blockbudget.scheduling import Decision, DecisionKind, TaskShape
 from blockbudget.tasks.binding import blocks_in_range, task_spec
 from blockbudget.tasks.bridge import HOLD_PREFIX, GrantBridge, grant_request_id
 from blockbudget.tasks.livepool import LEDGER_TASK, FeedBatch, LedgerFeed, LivePool
@@ -275,7 +275,12 @@ class Decider:
                 None if task.deadline is None else max(task.deadline - task.submitted_at, 1e-9)
             )
             spec = task_spec(
-                task, run.live, named_only=run.spec.named_only, in_range=in_range, timeout=timeout
+                task,
+                run.live,
+                named_only=run.spec.named_only,
+                takes_named=TaskShape.NAMED in run.spec.cls.shapes,
+                in_range=in_range,
+                timeout=timeout,
             )
         except BlockBudgetError as exc:
             self._refuse(task.id, now, f"could not enter the scheduler: {exc}")
