@@ -27,7 +27,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +43,13 @@ if TYPE_CHECKING:
     from blockbudget.tasks.livepool import LivePool
     from blockbudget.tasks.model import Task
 
-__all__ = ["blocks_in_range", "check_significance", "shape_of", "task_spec"]
+__all__ = [
+    "blocks_in_range",
+    "check_significance",
+    "resolved_blocks",
+    "shape_of",
+    "task_spec",
+]
 
 
 def blocks_in_range(platform: Platform, stream: str, selector: InRange) -> list[str]:
@@ -138,6 +144,19 @@ def _newest(live: LivePool, n: int) -> list[str]:
     return out[::-1]
 
 
+def resolved_blocks(task: Task, live: LivePool, in_range: Sequence[str] | None) -> list[str] | None:
+    """The blocks a task's selector allows now (None: any block): ``Named`` its blocks,
+    ``Newest(n)`` the n newest live ones, ``InRange`` the range's (``in_range``)."""
+    sel = task.selector
+    if isinstance(sel, Named):
+        return list(sel.blocks)
+    if isinstance(sel, Newest):
+        return _newest(live, sel.n)
+    if isinstance(sel, InRange):
+        return list(in_range or [])
+    return None
+
+
 def task_spec(
     task: Task,
     live: LivePool,
@@ -146,6 +165,7 @@ def task_spec(
     takes_named: bool = False,
     in_range: Sequence[str] | None,
     timeout: float | None,
+    significance: Mapping[str, float] | Callable[[str], float] | None = None,
 ) -> TaskSpec:
     """The :class:`TaskSpec` a task enters its scheduler with (module docstring).
 
@@ -157,22 +177,13 @@ def task_spec(
             enter as NAMED tasks (all or nothing on exactly those blocks).
         in_range: the resolved blocks of an ``InRange`` selector (else None).
         timeout: seconds the task may still wait (None: forever).
+        significance: p_ij as the scheduler reads it (:mod:`blockbudget.tasks.scoring`).
 
     Raises:
         InvalidRequestError: nothing to bind (no live block of the selector yet).
     """
     sel = task.selector
-    sig = task.significance
-    significance = None if sig is None or "provider" in sig else dict(sig)
-    resolved: list[str] | None
-    if isinstance(sel, Named):
-        resolved = list(sel.blocks)
-    elif isinstance(sel, Newest):
-        resolved = _newest(live, sel.n)
-    elif isinstance(sel, InRange):
-        resolved = list(in_range or [])
-    else:
-        resolved = None
+    resolved = resolved_blocks(task, live, in_range)
     if resolved is not None and not resolved:
         raise InvalidRequestError(f"task {task.id}: its selector matches no live block yet")
     common: dict[str, Any] = {

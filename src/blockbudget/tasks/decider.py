@@ -48,15 +48,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from blockbudget.errors import BlockBudgetError, ReservationError
+from blockbudget.errors import BlockBudgetError, InvalidRequestError, ReservationError
 from blockbudget.ledger import Reservation, ReservationState
 from blockbudget.scheduling import Decision, DecisionKind, TaskShape
-from blockbudget.tasks.binding import blocks_in_range, task_spec
+from blockbudget.tasks.binding import blocks_in_range, resolved_blocks, task_spec
 from blockbudget.tasks.bridge import HOLD_PREFIX, GrantBridge, grant_request_id
 from blockbudget.tasks.livepool import LEDGER_TASK, FeedBatch, LedgerFeed, LivePool
 from blockbudget.tasks.model import Task, TaskState, WorkKind
 from blockbudget.tasks.rows import TaskRows
 from blockbudget.tasks.schedspec import SchedulerSpec
+from blockbudget.tasks.scoring import Significance, significance_of
 from blockbudget.tasks.selectors import InRange, Selector
 
 if TYPE_CHECKING:
@@ -274,6 +275,7 @@ class Decider:
             timeout = (
                 None if task.deadline is None else max(task.deadline - task.submitted_at, 1e-9)
             )
+            significance = self._scored(task, resolved_blocks(task, run.live, in_range))
             spec = task_spec(
                 task,
                 run.live,
@@ -281,6 +283,7 @@ class Decider:
                 takes_named=TaskShape.NAMED in run.spec.cls.shapes,
                 in_range=in_range,
                 timeout=timeout,
+                significance=significance,
             )
         except BlockBudgetError as exc:
             self._refuse(task.id, now, f"could not enter the scheduler: {exc}")
@@ -297,6 +300,26 @@ class Decider:
         else:
             self._guard(run, run.live.scheduler.on_task, pool, spec, task_id=task.id)
         self._apply(run)
+
+    def _scored(self, task: Task, blocks: list[str] | None) -> Significance:
+        """The task's significance as its scheduler reads it (:mod:`~.scoring`); a provider's
+        failure while reading data refuses the task with our words only."""
+        from blockbudget.service.failures import LEDGER_REFUSALS, failure_of, new_reference
+
+        def store(values: Mapping[str, float]) -> None:
+            self.rows.set_significance(task.id, values)
+
+        try:
+            return significance_of(
+                self.platform, task, blocks=blocks, noise=self.noise, store=store
+            )
+        except LEDGER_REFUSALS:
+            raise
+        except Exception as exc:
+            ref = new_reference()
+            log.error("significance of task %s failed (reference %s)", task.id, ref, exc_info=exc)
+            failure = failure_of(exc, what="significance", ref=ref)
+            raise InvalidRequestError(f"{failure.code}: {failure.message}") from None
 
     def _guard(
         self, run: _Run, step: Callable[..., None], *args: Any, task_id: str | None = None

@@ -61,7 +61,8 @@ from blockbudget.tasks.decider import Decider, WorkFamily
 from blockbudget.tasks.model import Task, TaskState, Waiting, WorkKind
 from blockbudget.tasks.rows import TaskRows
 from blockbudget.tasks.schedspec import SchedulerSpec, parse_spec
-from blockbudget.tasks.selectors import InRange, Named, Selector
+from blockbudget.tasks.scoring import check_provider
+from blockbudget.tasks.selectors import AnyBlocks, InRange, Named, Selector
 from blockbudget.tasks.table import fingerprint
 from blockbudget.tasks.why import explain
 
@@ -376,7 +377,9 @@ class TaskQueue(Decider):
                     f"{found} block(s); the task needs {selector.k}"
                 )
         named = selector.blocks if isinstance(selector, Named) else None
-        return cost, selector, check_significance(significance, blocks=named)
+        sig = check_significance(significance, blocks=named)
+        check_provider(sig, bounded=not isinstance(selector, AnyBlocks))
+        return cost, selector, sig
 
     # --- reads --------------------------------------------------------------------------
 

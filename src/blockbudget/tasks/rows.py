@@ -164,6 +164,12 @@ class TaskRows:
             )
         return bool(done.rowcount)
 
+    def set_significance(self, task_id: str, values: Mapping[str, float]) -> None:
+        """Store a task's significance table (a paid provider's values, once scored)."""
+        text = json.dumps({str(b): float(v) for b, v in values.items()}, sort_keys=True)
+        with self.engine.begin() as conn:
+            conn.execute(sa.update(t).where(t.c.id == task_id).values(significance=text))
+
     def set_override(self, stream: str, spec: str) -> None:
         """Store a stream's scheduler spec (replacing any)."""
         s = scheduler_table
