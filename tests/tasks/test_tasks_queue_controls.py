@@ -13,6 +13,7 @@ from blockbudget.errors import (
     BlockBudgetError,
     InvalidRequestError,
     RequestIdConflictError,
+    TaskStateError,
     UnknownBlockError,
 )
 from blockbudget.mechanisms.noise import SeededNoise
@@ -225,7 +226,7 @@ def test_cancelling_a_granted_budget_releases_its_reservation(p: Platform) -> No
         "s", Query.count(epsilon=0.1), selector=AnyBlocks(1), context="team", principal="ana"
     )
     assert q.wait(run.id, timeout=20).state is TaskState.DONE
-    with pytest.raises(InvalidRequestError, match="already done"):
+    with pytest.raises(TaskStateError, match="already done"):
         q.cancel(run.id, by="ana")
     q.close()
 

@@ -51,6 +51,7 @@ from blockbudget.budget import Budget, Cost
 from blockbudget.errors import (
     InternalError,
     InvalidRequestError,
+    TaskStateError,
     UnknownBlockError,
     UnknownContextError,
 )
@@ -444,7 +445,7 @@ class TaskQueue(Decider):
 
         Raises:
             UnknownBlockError: no such task, or (not ``admin``) not ``by``'s.
-            InvalidRequestError: the task is already decided for good.
+            TaskStateError: the task is already decided for good.
         """
         task = self.task(task_id)
         if not admin and task.principal != by:
@@ -452,7 +453,10 @@ class TaskQueue(Decider):
         if task.state is TaskState.CANCELLED:
             return task
         if task.state not in _LIVE:
-            raise InvalidRequestError(f"task {task_id} is already {task.state.value}")
+            raise TaskStateError(
+                f"task {task_id} is already {task.state.value}: only a waiting, granted or "
+                "running task can be cancelled"
+            )
         with self._lock:
             moved = self.rows.move(
                 task.id,
@@ -476,7 +480,7 @@ class TaskQueue(Decider):
             try:
                 self.cancel(task.id, by="revoke", admin=True)
                 out.append(task.id)
-            except InvalidRequestError:
+            except TaskStateError:
                 pass  # it finished meanwhile
         return out
 
