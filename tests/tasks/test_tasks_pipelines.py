@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import replace
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -209,6 +210,8 @@ def test_pipeline_work_checks_and_first_epsilon() -> None:
     w = PipelineWork(kind="average-speed", target=1.0, epsilon0=0.1, max_epsilon=1.0)
     assert (w.levels, str(w.first_epsilon)) == (4, "0.0625")  # never above what was asked
     assert PipelineWork.from_json(w.to_json()) == w
+    assert (w.delta, w.demand.delta) == (0.0, 0)  # pure ε-DP: no δ held from others
+    assert PipelineWork(kind="adassp-regression", target=1.0).demand.delta == Decimal("1e-6")
     assert w.eta_of(1) + w.eta_of(2) + w.eta_of(3) < w.eta
     for bad in (
         {"kind": "dpsgd", "target": 1.0},
