@@ -293,3 +293,39 @@ def test_a_new_leader_goes_on_numbering_runs_and_recovers_running_ones(
     assert not platform.ledger.reservation(grant.id).is_open
     assert platform.verify().ok
     second.close()
+
+
+def test_the_task_queue_runs_pipelines_through_the_family(platform: Platform) -> None:
+    """TaskQueue.submit_pipeline → Sage's strategy → runs on grants → done; revoke stops."""
+    from blockbudget.tasks.queue import TaskQueue
+
+    queue = TaskQueue(platform, workers=2)
+    try:
+        easy = queue.submit_pipeline(
+            STREAM, kind="adassp-regression", target=1000.0, context=CONTEXT,
+            principal="ana", epsilon0=0.5, max_epsilon=1.0, min_window=1,
+        )  # fmt: skip
+        never = queue.submit_pipeline(
+            STREAM, kind="adassp-regression", target=1e-9, context=CONTEXT,
+            principal="bob", epsilon0=0.125, max_epsilon=1.0, min_window=1,
+        )  # fmt: skip
+        assert easy.kind is WorkKind.PIPELINE and easy.demand.epsilon == 1
+        done = queue.wait(easy.id, 60)
+        assert done.state is TaskState.DONE and done.result is not None, done
+        assert [r["outcome"] for r in done.result["runs"]] == ["ACCEPT"]
+        assert "AdaSSP" in str(done.result["model"]) or done.result["model"]
+        platform.ingest(STREAM, flight_days(1, first=1)[0])
+        queue.pump()  # the new block goes to the one pipeline still waiting
+        assert any(
+            r.is_open for r in _held(platform, never.id, platform.blocks(STREAM)[1].block_id)
+        )
+        assert queue.revoke("bob") == [never.id]
+        assert queue.task(never.id).state is TaskState.CANCELLED
+        held = [r for r in platform.ledger.reservations() if r.holder == never.id and r.is_open]
+        assert held == []  # its shares went back at once
+        grants = _runs(platform, easy.id)
+        assert len(grants) == 1 and grants[0].holder == "ana"
+    finally:
+        queue.close()
+    assert all(not r.is_open for r in platform.ledger.reservations())
+    assert platform.verify().ok
