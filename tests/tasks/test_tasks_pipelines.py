@@ -33,11 +33,11 @@ NEVER = PipelineWork(kind="adassp-regression", target=1e-9, epsilon0=0.125)
 
 
 class Rows:
-    """The queue's task rows, as the family sees them: every move, in order."""
+    """The queue's task rows, as the family sees them: each task's state and every move."""
 
     def __init__(self) -> None:
         self.states: dict[str, list[tuple[TaskState, str, Mapping[str, Any] | None]]] = {}
-        self.cancelled: set[str] = set()
+        self.state: dict[str, TaskState] = {}
 
     def move(
         self,
@@ -51,9 +51,12 @@ class Rows:
         blocks: tuple[str, ...] | None = None,
         result: Mapping[str, Any] | None = None,
     ) -> bool:
-        if task_id in self.cancelled:
+        now = self.state.get(task_id, TaskState.WAITING)
+        if now not in frm:
             return False
-        assert (when is not None) == to.terminal  # decided_at only when it leaves for good
+        if not now.terminal:  # decided_at only when it leaves for good
+            assert (when is not None) == to.terminal
+        self.state[task_id] = to
         self.states.setdefault(task_id, []).append((to, note or "", result))
         return True
 
@@ -150,14 +153,16 @@ def test_cancel_releases_at_once_and_discards_the_running_iteration(
     with lock:
         family.enter(_task("B", NEVER))
         assert len(_runs(platform, "B")) == 1  # its first run started
+        live = (TaskState.WAITING, TaskState.RUNNING)  # the queue moves the row, then tells us
+        assert host.move("B", frm=live, to=TaskState.CANCELLED, when=time.time())
         assert family.cancel("B", note="cancelled by ana")
         assert [r for r in platform.ledger.reservations() if r.holder == "B" and r.is_open] == []
     assert family.wait_idle(120)
-    runs = family.progress("B")["runs"]
-    assert [r["outcome"] for r in runs] == ["DISCARDED"]  # it finished its draw, unused
+    state, _, result = host.last("B")
+    assert state is TaskState.CANCELLED and result is not None
+    assert [r["outcome"] for r in result["runs"]] == ["DISCARDED"]  # it drew, unused
     assert len(_runs(platform, "B")) == 1  # and no run followed
     assert all(r.state is not ReservationState.OPEN for r in platform.ledger.reservations())
-    assert host.last("B")[0] is TaskState.RUNNING  # the host records the cancel itself
     assert not family.cancel("B", note="again")
     assert platform.verify().ok
     family.close()
@@ -228,10 +233,10 @@ def test_pipeline_work_checks_and_first_epsilon() -> None:
 def test_a_pipeline_cancelled_elsewhere_stops_before_its_run(platform: Platform) -> None:
     """Another process cancelled the row: the run's grant is given back unspent at once."""
     family, rows, lock = _family(platform)
-    rows.cancelled.add("B")
+    rows.state["B"] = TaskState.CANCELLED
     with lock:
         family.enter(_task("B", NEVER))
-    assert family.running() == 0 and "B" not in rows.states
+    assert family.running() == 0 and "B" not in rows.states  # no move: it was cancelled
     assert [r.state for r in _runs(platform, "B")] == [ReservationState.CLOSED]
     assert all(not r.is_open for r in platform.ledger.reservations())
     assert all(tuple(s.charged) == (0, 0) for s in platform.ledger.states(STREAM, CONTEXT))
@@ -287,6 +292,7 @@ def test_a_new_leader_goes_on_numbering_runs_and_recovers_running_ones(
         [platform.blocks(STREAM)[1].block_id], EASY.demand.scaled("0.01"), context=CONTEXT
     )
     running = replace(_task("R", EASY), state=TaskState.RUNNING, result={"grant": grant.id})
+    rows2.state["R"] = TaskState.RUNNING
     with lock2:
         second.recover(None, running)
     assert rows2.last("R")[0] is TaskState.FAILED

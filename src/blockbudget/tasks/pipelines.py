@@ -478,7 +478,7 @@ class PipelineFamily:
             note = "deadline passed" if d.kind is DecisionKind.EXPIRE else d.note
             self._record(task.id, state, note=note, result=progress)
         if task.id not in lane.running:
-            lane.tasks.pop(task.id, None)
+            _forget(lane, task.id)
 
     def _start(self, lane: _Lane, request: RunRequest) -> None:
         """Reserve the run's one grant (its CHARGE decisions, which the bridge did not apply)
@@ -574,7 +574,9 @@ class PipelineFamily:
                 run.number,
             )
             if not lane.pool.is_pending(task_id):
-                lane.tasks.pop(task_id, None)
+                for state in (TaskState.CANCELLED, TaskState.EXPIRED):  # the run, on its row
+                    self.rows.move(task_id, frm=(state,), to=state, result=self.progress(task_id))
+                _forget(lane, task_id)
             return
         if outcome is None:
             lane.stopped.add(task_id)
@@ -594,6 +596,12 @@ class PipelineFamily:
             # it waits for blocks or budget (a next run would have been recorded RUNNING)
             note = f"run {run.number}: {label}; waiting for blocks or budget"
             self._record(task_id, TaskState.WAITING, note=note, result=self.progress(task_id))
+
+
+def _forget(lane: _Lane, task_id: str) -> None:
+    """A task that left the lane for good (its row says how it ended)."""
+    for table in (lane.tasks, lane.runs, lane.earlier, lane.accepted, lane.strategy.profiles):
+        table.pop(task_id, None)
 
 
 #: How often an entering pipeline halves its share of a block's unallocated budget.
