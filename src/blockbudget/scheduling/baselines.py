@@ -30,16 +30,33 @@ from blockbudget.mechanisms.noise import NoiseSource
 from blockbudget.scheduling.base import BlockSpec, Scheduler, TaskShape, TaskSpec
 from blockbudget.scheduling.pool import IntArray, Pool
 
-__all__ = ["SCHEDULERS", "Fcfs", "RandomBlocks", "RoundRobin", "Streaming", "serve_open_in_order"]
+__all__ = [
+    "SCHEDULERS",
+    "Fcfs",
+    "RandomBlocks",
+    "RoundRobin",
+    "Streaming",
+    "newest_first",
+    "serve_open_in_order",
+]
 
 
-def serve_open_in_order(pool: Pool, task: TaskSpec, order: Sequence[int] | IntArray) -> bool:
+def newest_first(pool: Pool, task: TaskSpec) -> IntArray:
+    """The blocks a task may use, newest first (O(its eligible blocks) for a restricted task)."""
+    order: IntArray = pool.usable_indices(task.task_id)[::-1]
+    return order
+
+
+def serve_open_in_order(
+    pool: Pool, task: TaskSpec, order: Sequence[int] | IntArray, *, usable: bool = False
+) -> bool:
     """Charge an OPEN task's demand on blocks taken in ``order`` while they fit, up to c_j or
     until its validator passes; grant if it got at least ``min_blocks``, else reject nothing
     and return False (the caller decides). Blocks the task may not use
-    (:attr:`TaskSpec.eligible`) are skipped (one vectorized mask)."""
+    (:attr:`TaskSpec.eligible`) are skipped (one vectorized mask) unless the caller says the
+    order holds only ``usable`` ones."""
     arr = np.asarray(order, dtype=np.int64)
-    if pool.restricted(task.task_id) and len(arr):
+    if not usable and pool.restricted(task.task_id) and len(arr):
         arr = arr[pool.usable_mask(task.task_id)[arr]]
     if not len(arr):
         return False
@@ -82,7 +99,7 @@ class Fcfs(Scheduler):
     def _try(self, pool: Pool, task: TaskSpec) -> bool:
         if task.blocks is not None:
             return pool.grant(task.task_id)
-        return serve_open_in_order(pool, task, np.arange(pool.n_blocks - 1, -1, -1))
+        return serve_open_in_order(pool, task, newest_first(pool, task), usable=True)
 
     def on_task(self, pool: Pool, task: TaskSpec) -> None:
         if self._try(pool, task) or not pool.is_pending(task.task_id):
@@ -140,7 +157,7 @@ class RoundRobin(Scheduler):
             if task.blocks is not None:
                 pool.grant(tid)
             else:
-                serve_open_in_order(pool, task, np.arange(pool.n_blocks - 1, -1, -1))
+                serve_open_in_order(pool, task, newest_first(pool, task), usable=True)
 
 
 class RandomBlocks(Scheduler):
