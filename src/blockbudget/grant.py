@@ -460,12 +460,14 @@ def open_reservation(
             alike, so that another holder's reservation does not leak).
         ReservationError: the reservation is closed, or past its time-to-live.
     """
+    unheld = f"no reservation {reservation_id!r} is held by {holder!r}"
     try:
         res = ledger.reservation(reservation_id)
     except UnknownBlockError:
-        raise UnknownReservationError(f"unknown reservation {reservation_id!r}") from None
+        text = f"unknown reservation {reservation_id!r}" if holder is None else unheld
+        raise UnknownReservationError(text) from None
     if holder is not None and (res.holder or "") != holder:
-        raise UnknownReservationError(f"no reservation {reservation_id!r} is held by {holder!r}")
+        raise UnknownReservationError(unheld)  # word for word as an unknown id
     if res.state is not ReservationState.OPEN:
         raise ReservationError(
             f"reservation {res.id!r} is {res.state.value}; only an open reservation can back a "
