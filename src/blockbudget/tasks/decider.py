@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from blockbudget.budget import Cost
     from blockbudget.mechanisms.noise import NoiseSource
     from blockbudget.platform import Platform
-    from blockbudget.tasks._standins import LeadershipLike
+    from blockbudget.tasks.leader import Leadership
 
 __all__ = ["Decider", "DrivenFamily", "WorkFamily"]
 
@@ -142,7 +142,7 @@ class Decider:
     clock: Callable[[], float]
     noise: NoiseSource | None
     grant_ttl_seconds: float
-    leadership: LeadershipLike
+    leadership: Leadership
     rows: TaskRows
     poll_seconds: float = 1.0
 

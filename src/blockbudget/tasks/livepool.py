@@ -37,18 +37,21 @@ Example:
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
 from blockbudget.accounting import Accounting
 from blockbudget.budget import UNIT, UNIT_EXPONENT, Budget, Cost, RdpCurve
-from blockbudget.errors import InvalidRequestError, UnknownBlockError
+from blockbudget.errors import BlockBudgetError, InvalidRequestError, UnknownBlockError
 from blockbudget.ledger import BlockState, Ledger
 from blockbudget.ledger.types import EventKind
 from blockbudget.scheduling import BlockSpec, Pool, Scheduler, TaskSpec
 
 __all__ = ["LEDGER_TASK", "FeedBatch", "LedgerFeed", "LivePool", "SyncReport"]
+
+log = logging.getLogger("blockbudget.tasks")
 
 #: The synthetic pool task that carries budget used outside the scheduler.
 LEDGER_TASK = "__ledger__"
@@ -259,7 +262,10 @@ class LivePool:
                 self.retired.add(st.block)
             spec = BlockSpec(st.block, arrival=self.pool.now, capacity=st.capacity)
             self.pool.add_block(spec)
-            self.scheduler.on_block(self.pool, spec)
+            try:
+                self.scheduler.on_block(self.pool, spec)
+            except BlockBudgetError as exc:  # a scheduler bug: the pool refused, unchanged
+                log.error("scheduler %s failed on a new block", self.scheduler.name, exc_info=exc)
 
     def _reconcile_states(self, states: Iterable[BlockState]) -> tuple[int, int]:
         pool = self.pool
