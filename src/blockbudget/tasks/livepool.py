@@ -37,18 +37,21 @@ Example:
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
 from blockbudget.accounting import Accounting
 from blockbudget.budget import UNIT, UNIT_EXPONENT, Budget, Cost, RdpCurve
-from blockbudget.errors import InvalidRequestError, UnknownBlockError
+from blockbudget.errors import BlockBudgetError, InvalidRequestError, UnknownBlockError
 from blockbudget.ledger import BlockState, Ledger
 from blockbudget.ledger.types import EventKind
 from blockbudget.scheduling import BlockSpec, Pool, Scheduler, TaskSpec
 
 __all__ = ["LEDGER_TASK", "FeedBatch", "LedgerFeed", "LivePool", "SyncReport"]
+
+log = logging.getLogger("blockbudget.tasks")
 
 #: The synthetic pool task that carries budget used outside the scheduler.
 LEDGER_TASK = "__ledger__"
@@ -155,9 +158,10 @@ class LivePool:
             every block, the existing ones first, oldest first).
         clock: the time the pool and scheduler see (``pool.now``), e.g. wall-clock seconds.
         feed: a shared :class:`LedgerFeed` (the queue's); None gives the pool its own.
+        accounting: the stream's rule (needed only while the stream has no blocks yet).
 
     Raises:
-        UnknownBlockError: the stream has no blocks in the ledger.
+        UnknownBlockError: the stream has no blocks in the ledger and no ``accounting``.
         InvalidRequestError: the scheduler does not support the stream's accounting.
     """
 
@@ -170,6 +174,7 @@ class LivePool:
         scheduler: Scheduler,
         clock: Callable[[], float] | None = None,
         feed: LedgerFeed | None = None,
+        accounting: Accounting | None = None,
     ) -> None:
         self.ledger = ledger
         self.stream = stream
@@ -182,9 +187,10 @@ class LivePool:
         self._dirty: set[str] = set()
         order = [b for b, s in ledger.added_blocks(0)[0] if s == stream]
         states = {s.block: s for s in ledger.states(stream, context)}
-        if not states:
+        if states:
+            accounting = next(iter(states.values())).accounting
+        elif accounting is None:
             raise UnknownBlockError(f"stream {stream!r} has no blocks to schedule yet")
-        accounting = next(iter(states.values())).accounting
         if accounting not in scheduler.accountings:
             raise InvalidRequestError(
                 f"scheduler {scheduler.name!r} cannot schedule stream {stream!r} under "
@@ -256,7 +262,10 @@ class LivePool:
                 self.retired.add(st.block)
             spec = BlockSpec(st.block, arrival=self.pool.now, capacity=st.capacity)
             self.pool.add_block(spec)
-            self.scheduler.on_block(self.pool, spec)
+            try:
+                self.scheduler.on_block(self.pool, spec)
+            except BlockBudgetError as exc:  # a scheduler bug: the pool refused, unchanged
+                log.error("scheduler %s failed on a new block", self.scheduler.name, exc_info=exc)
 
     def _reconcile_states(self, states: Iterable[BlockState]) -> tuple[int, int]:
         pool = self.pool
