@@ -46,12 +46,12 @@ def test_task_commands_against_a_server(tmp_path: Path) -> None:
         assert sorted(task["result"]["blocks"]) == sorted(task["blocks"])
         res = seeded.platform.ledger.reservation(task["reservation_id"])
         assert res.holder == "ana" and res.request_id == f"ana:queue:{task['id']}"
-        spec = tmp_path / "sum.json"
+        spec = tmp_path / "mean.json"
         spec.write_text(
             json.dumps(
                 {
                     "statistic": "mean",
-                    "epsilon": 0.1,
+                    "epsilon": 0.05,
                     "column": "dep_delay",
                     "lower": -30,
                     "upper": 120,
@@ -111,16 +111,16 @@ def test_task_commands_on_a_local_home(tmp_path: Path) -> None:
         return runner.invoke(app, ["task", *args, "--home", str(home)])
 
     budget = _json(
-        runner.invoke(app, ["task", "submit", "s", "--epsilon", "0.2", "--newest", "1", *where,
+        runner.invoke(app, ["task", "submit", "s", "--epsilon", "0.05", "--newest", "1", *where,
                             "--json"])
     )  # fmt: skip
     assert budget["state"] == "granted" and budget["blocks"] == [blocks[-1]], budget
     query = _json(
         runner.invoke(app, ["task", "submit", "s", "--statistic", "sum", "--column", "v",
-                            "--lower", "0", "--upper", "30", "--epsilon", "0.1", "--any", "1",
+                            "--lower", "0", "--upper", "30", "--epsilon", "0.05", "--any", "1",
                             *where, "--json"])
     )  # fmt: skip
-    assert query["state"] == "done" and query["result"]["cost"]["epsilon"] == "0.1", query
+    assert query["state"] == "done" and query["result"]["cost"]["epsilon"] == "0.05", query
     listed = _json(run("list", "--json"))
     assert [t["id"] for t in listed["tasks"]] == [budget["id"], query["id"]]
     assert _json(run("list", "--kind", "query", "--json"))["tasks"][0]["id"] == query["id"]
