@@ -6,6 +6,7 @@ own filter admits."""
 
 from __future__ import annotations
 
+import time
 from decimal import Decimal
 from typing import Any
 
@@ -28,10 +29,7 @@ class Clock:
 
 def make_client(seeded: Seeded, scheduler: str, clock: Clock | None = None) -> TestClient:
     queue = TaskQueue(
-        seeded.platform,
-        scheduler=scheduler,
-        leadership=AlwaysLeader(),
-        **({} if clock is None else {"clock": clock}),
+        seeded.platform, scheduler=scheduler, leadership=AlwaysLeader(), clock=clock or time.time
     )
     app = create_app(
         seeded.platform, keys=seeded.keys, auth_cache_seconds=0, pump_seconds=3600, tasks=queue
