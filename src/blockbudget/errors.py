@@ -75,6 +75,11 @@ class UnknownBlockError(BlockBudgetError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class UnknownReservationError(UnknownBlockError):
+    """A reservation id that does not exist — or, asked for by a holder, one that this holder
+    does not hold (answered alike, so that another holder's reservation does not leak)."""
+
+
 class UnknownContextError(UnknownBlockError):
     """A request names a context that was never registered.
 

@@ -34,17 +34,22 @@ from decimal import ROUND_CEILING, localcontext
 from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
-from blockbudget.accounting import Accounting
+from blockbudget.accounting import Accounting, Filter, make_filter
 from blockbudget.budget import Budget, Cost, RdpCurve
 from blockbudget.engine.base import Engine
 from blockbudget.errors import (
     BlockBudgetError,
     DataError,
     InvalidBudgetError,
+    InvalidRequestError,
     ReservationError,
+    RetiredBlockError,
+    UnknownBlockError,
     UnknownColumnError,
+    UnknownReservationError,
 )
 from blockbudget.ledger import ReservationState
+from blockbudget.ledger.types import Vector
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -92,6 +97,7 @@ class Grant:
         columns: Sequence[str] | None = None,
         schema: pa.Schema | None = None,
         group_size: int = 1,
+        filter: Filter | None = None,
     ) -> None:
         if group_size < 1:
             raise InvalidBudgetError(f"group_size must be >= 1, got {group_size}")
@@ -109,6 +115,7 @@ class Grant:
         self._schema = schema
         self._engine = engine
         self.group_size = group_size
+        self._filter = filter
         self._draws: list[tuple[str, Cost]] = []
         self._closed = False
         self._lock = threading.Lock()  # draws and close
@@ -174,6 +181,41 @@ class Grant:
                 reservation_id=self.reservation.id,
             )
             self._draws.append((label, charged))
+
+    def remaining(self) -> tuple[tuple[str, Vector], ...]:
+        """What the reservation still holds per block, as the ledger has it now (one read):
+        ``(block, features)`` pairs in block order, in the layout of the stream's filter.
+
+        Raises:
+            ReservationError: the reservation is no longer open.
+        """
+        current = self._ledger.reservation(self.reservation.id)
+        if current.state is not ReservationState.OPEN:
+            raise ReservationError(
+                f"reservation {current.id!r} is {current.state.value}; nothing can be drawn"
+            )
+        return current.remaining
+
+    def shortfall(self, cost: Cost) -> tuple[tuple[str, Vector, Vector], ...]:
+        """Where the reservation, as the ledger holds it now, cannot pay a draw of ``cost``.
+
+        Reads the reservation's remaining features (one ledger read, no row) and compares
+        them with the features of the draw — its group-privacy cost on a user-level stream,
+        as :meth:`draw` charges it — block by block, as the ledger will when drawing.
+
+        Returns:
+            ``(block, needs, holds)`` feature vectors for every block that falls short
+            (empty when the draw fits everywhere).
+
+        Raises:
+            ReservationError: the reservation is no longer open.
+            InvalidBudgetError: the cost kind does not suit the stream's accounting.
+        """
+        f = self._filter
+        if f is None:  # a grant rebuilt without its filter: the blocks' own, from the ledger
+            state = self._ledger.state(self.blocks[0], self.context)
+            f = make_filter(state.accounting, capacity=state.capacity)
+        return shortfall_of(self.remaining(), f.features(group_cost(cost, self.group_size)))
 
     # --- data ----------------------------------------------------------------------------------
 
@@ -405,6 +447,86 @@ def _guard(step: Callable[[], _T]) -> _T:
             f"the granted blocks' part files could not be read ({type(exc).__name__}); the "
             "store's files were changed outside blockbudget"
         ) from None
+
+
+def open_reservation(
+    ledger: Ledger, reservation_id: str, *, holder: str | None, now: float
+) -> Reservation:
+    """The open reservation ``reservation_id`` that a grant may spend (held by ``holder`` when
+    given; ``now`` on the ledger's clock).
+
+    Raises:
+        UnknownReservationError: no such reservation, or not held by ``holder`` (answered
+            alike, so that another holder's reservation does not leak).
+        ReservationError: the reservation is closed, or past its time-to-live.
+    """
+    unheld = f"no reservation {reservation_id!r} is held by {holder!r}"
+    try:
+        res = ledger.reservation(reservation_id)
+    except UnknownBlockError:
+        text = f"unknown reservation {reservation_id!r}" if holder is None else unheld
+        raise UnknownReservationError(text) from None
+    if holder is not None and (res.holder or "") != holder:
+        raise UnknownReservationError(unheld)  # word for word as an unknown id
+    if res.state is not ReservationState.OPEN:
+        raise ReservationError(
+            f"reservation {res.id!r} is {res.state.value}; only an open reservation can back a "
+            "grant"
+        )
+    if now >= res.expires_at:
+        raise ReservationError(
+            f"reservation {res.id!r} is past its time-to-live; an expired reservation is "
+            "released, never charged"
+        )
+    return res
+
+
+def reservation_stream(ledger: Ledger, res: Reservation) -> str:
+    """The one stream of a reservation's blocks, read from the ledger rows of those blocks only.
+
+    Raises:
+        InvalidRequestError: blocks of several streams.
+        RetiredBlockError: a retired block (it never serves again).
+    """
+    states = ledger.states(blocks=list(res.blocks), context=res.context)
+    streams = sorted({s.stream for s in states})
+    if len(streams) != 1:
+        raise InvalidRequestError(
+            f"a grant reads blocks of one stream; reservation {res.id!r} holds {streams}"
+        )
+    retired = sorted({s.block for s in states if s.retired})
+    if retired:
+        raise RetiredBlockError(retired)
+    return streams[0]
+
+
+def shortfall_of(
+    remaining: Sequence[tuple[str, Vector]], needs: Vector
+) -> tuple[tuple[str, Vector, Vector], ...]:
+    """``(block, needs, holds)`` for every block whose remaining features cannot pay ``needs``
+    (the ledger's own rule for a draw on a reservation: no feature may exceed what is held)."""
+    return tuple(
+        (block, needs, holds)
+        for block, holds in remaining
+        if any(n > h for n, h in zip(needs, holds, strict=True))
+    )
+
+
+def refuse_short(
+    reservation_id: str, what: str, short: Sequence[tuple[str, Vector, Vector]]
+) -> None:
+    """Raise the refusal of a draw ``what`` that a reservation cannot pay (nothing done).
+
+    Raises:
+        ReservationError: when ``short`` names any block.
+    """
+    if short:
+        block, needs, holds = short[0]
+        raise ReservationError(
+            f"a draw spends at most what its reservation still holds: {what} needs features "
+            f"{list(needs)} but reservation {reservation_id!r} holds {list(holds)} on "
+            f"{block!r} ({len(short)} block(s) short); nothing was read or charged"
+        )
 
 
 def group_cost(cost: Cost, k: int) -> Cost:

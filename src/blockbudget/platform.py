@@ -12,12 +12,14 @@ sealed before a grant on it is handed out, so a charged block never changes afte
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pyarrow import Schema
 from pyarrow import schema as pa_schema
 
 from blockbudget.accounting import Accounting, Filter, add_vectors, make_filter
@@ -28,8 +30,21 @@ from blockbudget.errors import (
     UnknownBlockError,
     UnknownColumnError,
 )
-from blockbudget.grant import Grant
-from blockbudget.ledger import Ledger, ReservationState, VerifyReport, validate_context_name
+from blockbudget.grant import (
+    Grant,
+    group_cost,
+    open_reservation,
+    refuse_short,
+    reservation_stream,
+    shortfall_of,
+)
+from blockbudget.ledger import (
+    Ledger,
+    Reservation,
+    ReservationState,
+    VerifyReport,
+    validate_context_name,
+)
 from blockbudget.store import (
     Blocking,
     BlockStore,
@@ -411,19 +426,10 @@ class Platform:
                 bad input (nothing is reserved).
         """
         validate_context_name(context)
-        spec = self.stream(stream)
-        wanted = list(columns) if columns else None
-        schema = self.store.schema(stream)
-        if wanted is not None and schema is not None:
-            unknown = [c for c in wanted if c not in schema.names]
-            if unknown:
-                raise UnknownColumnError(stream, unknown, schema.names)
+        wanted, schema = self._projection(stream, columns)
         chosen = self.select(stream, blocks, context=context, cost=budget)
         if not chosen:
             raise InvalidRequestError("a request needs at least one block")
-        group = (spec.blocking.rows_per_user or 1) if spec.blocking.unit is Unit.USER else 1
-        if wanted is not None and schema is not None:
-            schema = pa_schema([schema.field(c) for c in dict.fromkeys(wanted)])
         reservation = self.ledger.reserve(
             list(chosen),
             budget,
@@ -448,22 +454,132 @@ class Platform:
                     "use a new request id"
                 )
         try:
-            self.store.seal(list(chosen))
-            return Grant(
-                ledger=self.ledger,
-                stream=stream,
-                reservation=reservation,
-                accounting=spec.accounting,
-                source=self.store.source(list(chosen)),
-                engine=lambda: self.engine,
-                columns=wanted,
-                schema=schema,
-                group_size=group,
-            )
+            return self._hand_over(stream, reservation, chosen, wanted, schema)
         except BaseException:
             if not replay:  # never release a reservation another holder is using
                 self.ledger.release(reservation.id, request_id=f"{reservation.id}/release")
             raise
+
+    def grant(
+        self,
+        reservation_id: str,
+        *,
+        holder: str | None = None,
+        stream: str | None = None,
+        context: str | None = None,
+        columns: Sequence[str] | None = None,
+        covers: Cost | None = None,
+    ) -> Grant:
+        """A grant over an EXISTING open reservation: what a scheduler granted, spent here.
+
+        It never reserves: every draw on the grant comes out of ``reservation_id`` (the same
+        checks, sealing, projection and group size as :meth:`request`). Closing the grant
+        releases what the reservation still holds; leaving it open keeps the reservation
+        for further draws until it is released or expires. Nothing is read here.
+
+        Args:
+            reservation_id: the ledger reservation to spend.
+            holder: when given, the reservation's holder must be exactly this (a reservation
+                held by anyone else is answered as unknown, so its existence does not leak).
+            stream: when given, the reservation's blocks must be of this stream.
+            context: when given, the reservation must hold budget in this context.
+            columns: the grant's projection (default: every column).
+            covers: when given, the reservation must still hold a draw of this cost (as
+                :meth:`Grant.draw` charges it) on every block.
+
+        Raises:
+            UnknownReservationError: no such reservation, or not held by ``holder``.
+            ReservationError: the reservation is closed or expired, or cannot pay ``covers``.
+            RetiredBlockError: one of its blocks is retired.
+            InvalidRequestError: its blocks are not of ``stream`` (or of several streams),
+                or its context is not ``context``.
+            UnknownColumnError: ``columns`` names a column the stream does not have.
+
+        Example:
+            >>> import tempfile, pandas as pd
+            >>> from blockbudget import Budget
+            >>> from blockbudget.platform import Platform
+            >>> from blockbudget.store import Blocking
+            >>> p = Platform(tempfile.mkdtemp(), engine="arrow")
+            >>> _ = p.create_stream("s", policy=Budget(epsilon=1), blocking=Blocking.by_time("t"))
+            >>> _ = p.add_context("team")
+            >>> _ = p.ingest("s", pd.DataFrame({"t": pd.date_range("2024-01-01", periods=2,
+            ...                                                    freq="h"), "v": [1.0, 2.0]}))
+            >>> blocks = [b.block_id for b in p.blocks("s")]
+            >>> res = p.ledger.reserve(blocks, Budget(epsilon=0.5), context="team", holder="ann")
+            >>> with p.grant(res.id, holder="ann") as g:
+            ...     g.draw(Budget(epsilon=0.2), label="mine")
+            >>> p.ledger.reservation(res.id).state.value  # closing released the other 0.3
+            'closed'
+            >>> p.close()
+        """
+        res = open_reservation(self.ledger, reservation_id, holder=holder, now=time.time())
+        if context is not None and res.context != context:
+            raise InvalidRequestError(
+                f"reservation {res.id!r} holds budget in context {res.context!r}, not in "
+                f"{context!r}"
+            )
+        of = reservation_stream(self.ledger, res)
+        if stream is not None and of != stream:
+            raise InvalidRequestError(
+                f"reservation {res.id!r} holds blocks of stream {of!r}, not of {stream!r}"
+            )
+        wanted, schema = self._projection(of, columns)
+        if covers is not None:  # before anything is sealed
+            need = self.filter(of).features(group_cost(covers, self._group(of)))
+            refuse_short(res.id, f"a draw of {covers}", shortfall_of(res.remaining, need))
+        return self._hand_over(of, res, res.blocks, wanted, schema)
+
+    def _group(self, stream: str) -> int:
+        """The group size a draw on ``stream`` is charged for (``rows_per_user`` on a
+        user-level stream, else 1)."""
+        spec = self.stream(stream)
+        return (spec.blocking.rows_per_user or 1) if spec.blocking.unit is Unit.USER else 1
+
+    def _projection(
+        self, stream: str, columns: Sequence[str] | None
+    ) -> tuple[list[str] | None, Schema | None]:
+        """The wanted columns (None: all) and their Arrow types, checked against the stream.
+
+        Raises:
+            UnknownBlockError: an unknown stream.
+            UnknownColumnError: a column the stream does not have.
+        """
+        self.stream(stream)  # raises for an unknown stream
+        wanted = list(columns) if columns else None
+        schema = self.store.schema(stream)
+        if wanted is not None and schema is not None:
+            unknown = [c for c in wanted if c not in schema.names]
+            if unknown:
+                raise UnknownColumnError(stream, unknown, schema.names)
+            schema = pa_schema([schema.field(c) for c in dict.fromkeys(wanted)])
+        return wanted, schema
+
+    def _hand_over(
+        self,
+        stream: str,
+        reservation: Reservation,
+        blocks: Sequence[str],
+        wanted: list[str] | None,
+        schema: Schema | None,
+    ) -> Grant:
+        """Seal ``blocks`` (the reservation's, in reading order) and build the grant on them:
+        the one path of :meth:`request` and :meth:`grant`."""
+        spec = self.stream(stream)
+        group = self._group(stream)
+        self.store.seal(list(blocks))
+        return Grant(
+            ledger=self.ledger,
+            stream=stream,
+            reservation=reservation,
+            accounting=spec.accounting,
+            source=self.store.source(list(blocks)),
+            engine=lambda: self.engine,
+            columns=wanted,
+            schema=schema,
+            group_size=group,
+            filter=self.filter(stream),
+        )
 
     # --- lifecycle -----------------------------------------------------------------------------
 

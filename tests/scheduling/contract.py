@@ -7,6 +7,7 @@ per-block filter in exact fixed-point integers — independent of the pool's flo
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 import numpy as np
 
@@ -61,15 +62,62 @@ def workload(
     return blocks, tasks
 
 
+def eligible_workload(
+    seed: int, accounting: Accounting, *, n_blocks: int = 6, n_tasks: int = 40
+) -> tuple[list[BlockSpec], list[TaskSpec]]:
+    """OPEN tasks as a live selector makes them: about a third with an ``eligible`` set of 2–4
+    blocks (some not yet arrived: "any 2 of this time range"), a third NAMED-shaped (eligible =
+    k blocks, min_blocks = max_blocks = k: "these blocks" or "the newest k"), the rest free."""
+    rng = np.random.default_rng(seed + 1000)
+    blocks, base = workload(seed, accounting, TaskShape.OPEN, n_blocks=n_blocks, n_tasks=n_tasks)
+    ids = [b.block_id for b in blocks]
+    tasks = []
+    for t in base:
+        kind = rng.integers(0, 3)
+        if kind == 0:
+            chosen = frozenset(rng.choice(ids, int(rng.integers(2, 5)), replace=False).tolist())
+            limit = min(t.max_blocks or 1, len(chosen))
+            t = replace(t, eligible=chosen, max_blocks=limit)
+        elif kind == 1:
+            last = min(int(t.arrival), n_blocks - 1)
+            k = int(rng.integers(1, 4))
+            newest = frozenset(ids[max(0, last - k + 1) : last + 1])
+            t = replace(t, eligible=newest, max_blocks=len(newest), min_blocks=len(newest))
+        tasks.append(t)
+    return blocks, tasks
+
+
+def check_eligibility(pool: Pool) -> None:
+    """No reservation, charge or scheduler overhead lands on a block its task may not use, and a
+    granted OPEN task has at least ``min_blocks`` (NAMED-shaped: exactly its k) blocks."""
+    for d in pool.decisions:
+        if d.kind in (DecisionKind.RESERVE, DecisionKind.CHARGE, DecisionKind.OVERHEAD):
+            assert d.block_id is not None
+            assert pool.tasks[d.task_id].may_use(d.block_id), (d.task_id, d.block_id, d.kind)
+    for tid, task in pool.tasks.items():
+        if task.shape is TaskShape.OPEN and pool.status[tid] is TaskStatus.GRANTED:
+            got = set(pool.charged_blocks[tid])
+            assert len(got) >= task.min_blocks and got <= (task.eligible or got)
+            if task.eligible is not None and task.min_blocks == len(task.eligible):
+                assert got == task.eligible
+
+
 def exact_usage(pool: Pool) -> dict[str, tuple[int, ...]]:
-    """Per block: the exact integer features of everything charged (CHARGE + OVERHEAD)."""
+    """Per block: the exact integer features of everything charged (CHARGE + OVERHEAD), less
+    what was credited back (CREDIT: a live grant spent less), never below zero per feature."""
     filt = make_filter(pool.accounting, capacity=CAPACITY)
     usage: dict[str, tuple[int, ...]] = defaultdict(filt.zero)
     for d in pool.decisions:
-        if d.kind in (DecisionKind.CHARGE, DecisionKind.OVERHEAD):
+        if d.kind in (DecisionKind.CHARGE, DecisionKind.OVERHEAD, DecisionKind.CREDIT):
             assert d.block_id is not None and d.cost is not None
-            usage[d.block_id] = add_vectors(usage[d.block_id], filt.features(d.cost))
+            usage[d.block_id] = _apply(d.kind, usage[d.block_id], filt.features(d.cost))
     return dict(usage)
+
+
+def _apply(kind: DecisionKind, used: tuple[int, ...], f: tuple[int, ...]) -> tuple[int, ...]:
+    if kind is DecisionKind.CREDIT:
+        return tuple(max(0, a - b) for a, b in zip(used, f, strict=True))
+    return add_vectors(used, f)
 
 
 def check_no_overspend(pool: Pool) -> None:
@@ -97,8 +145,8 @@ def check_no_overspend(pool: Pool) -> None:
             used_now[d.block_id] = tuple(
                 a - b for a, b in zip(used_now[d.block_id], pieces, strict=True)
             )
-        else:
-            used_now[d.block_id] = add_vectors(used_now[d.block_id], f)
+        else:  # CHARGE, OVERHEAD add; CREDIT subtracts (clamped at zero)
+            used_now[d.block_id] = _apply(d.kind, used_now[d.block_id], f)
         assert filt.fits(used_now[d.block_id]), f"block {d.block_id} over at decision {d.seq}"
     assert not held, "reservations left open after the run"
 
@@ -107,6 +155,9 @@ def check_irrevocable(pool: Pool) -> None:
     """Exactly one terminal decision per task, nothing after it, and statuses that agree."""
     closed: dict[str, DecisionKind] = {}
     for d in pool.decisions:
+        if d.kind is DecisionKind.CREDIT:
+            assert d.task_id not in pool.tasks, "a CREDIT is logged under the driver's task"
+            continue
         assert d.task_id not in closed, f"decision {d.seq} after task {d.task_id} was closed"
         if d.kind in TERMINAL_KINDS:
             closed[d.task_id] = d.kind
@@ -127,6 +178,8 @@ def check_task_rules(pool: Pool) -> None:
     nothing is charged before a task arrives or after its deadline."""
     charged: dict[str, dict[str, list[Cost]]] = defaultdict(lambda: defaultdict(list))
     for d in pool.decisions:
+        if d.kind is DecisionKind.CREDIT:  # the ledger's, not a task's (check_irrevocable)
+            continue
         task = pool.tasks[d.task_id]
         assert d.time >= task.arrival
         if d.kind is DecisionKind.CHARGE:

@@ -11,9 +11,10 @@ The bounds asserted, derived in ``blockbudget.scheduling.threshold`` and docs/sc
 
 * Thm. 4: OPT_total/ALG ≤ r·e^{r(2δ+ε0)}, r = 1 + ln(U/L), δ = max ε_j + ε0 (Assumption 1's
   discretisation made explicit); OPT_plain/ALG ≤ (1 + ε0/min ε_j) times that.
-* Thm. 5: OPT_total/ALG ≤ r/Z (Z the block's final consumed fraction) when a partial grant earns
-  the query's full p_j and η ≤ eta_limit(ε_j) for every query; the documented failures (η above
-  the limit, ε_j too small for ε0, pro rata credit) are asserted as failures.
+* Thm. 5: OPT_total/ALG ≤ r/Z (Z the block's final consumed fraction) with ALG under
+  ``PartialCredit.FULL`` (a partial grant earns the query's full p_j: the simulator's default)
+  and η ≤ eta_limit(ε_j) for every query; the documented failures (η above the limit, ε_j too
+  small for ε0, ``PartialCredit.PRO_RATA``) are asserted as failures.
 
 ``PYTHONPATH=src:tests python -m scheduling.test_competitive_ratio`` prints the measured ratios
 (JSON lines).
@@ -32,9 +33,10 @@ import pytest
 
 from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget
+from blockbudget.errors import InvalidRequestError
 from blockbudget.scheduling import BlockSpec, DecisionKind, Pool, Scheduler, TaskSpec, TaskStatus
 from blockbudget.scheduling.offline import solve_milp
-from blockbudget.scheduling.simulator import realized_significance, simulate
+from blockbudget.scheduling.simulator import PartialCredit, realized_significance, simulate
 from blockbudget.scheduling.threshold import (
     MixedThreshold,
     OnlineThreshold,
@@ -90,12 +92,17 @@ def _run(sched: Scheduler, stream: Stream, overhead: float) -> Outcome:
         for j, (e, p) in enumerate(zip(stream.eps, stream.sig, strict=True))
     ]
     block = BlockSpec("b0", 0.0, Budget(epsilon=1.0))
-    pool = simulate(sched, [block], tasks, accounting=Accounting.BASIC).pool
-    full = sum(
+    result = simulate(sched, [block], tasks, accounting=Accounting.BASIC)
+    assert result.partial_credit is PartialCredit.FULL  # the default: the seed's accounting
+    pool = result.pool
+    full = realized_significance(pool, partial_credit=PartialCredit.FULL)
+    # by hand: every granted query's whole p_j (one block), whatever ε it was granted
+    by_hand = sum(
         float(stream.sig[int(t[1:])])
         for t, s in pool.status.items()
         if s is TaskStatus.GRANTED and pool.charged_blocks[t]
     )
+    assert full == pytest.approx(by_hand, rel=1e-12) and result.significance == full
     n = len(stream.eps)
 
     def opt(extra: float) -> float:
@@ -106,7 +113,7 @@ def _run(sched: Scheduler, stream: Stream, overhead: float) -> Outcome:
 
     return Outcome(
         full,
-        realized_significance(pool),
+        realized_significance(pool, partial_credit=PartialCredit.PRO_RATA),
         opt(overhead),
         opt(0.0),
         float(pool.used_fraction()[0]),
@@ -281,6 +288,42 @@ def test_thm5_fails_with_pro_rata_credit_documented(spread: float) -> None:
     r = competitive_ratio(upper=spread, lower=1.0)
     assert out.ratio(out.opt_total) <= r / out.used  # full credit: within the bound
     assert out.ratio(out.opt_total, out.alg_pro_rata) > r  # pro rata: beyond it
+
+
+def test_the_simulator_states_how_it_values_partial_grants() -> None:
+    """FULL by default (Thm. 5's accounting), PRO_RATA on request; they differ exactly where
+    Alg. 3 grants partially and agree for Alg. 2, which never does."""
+    spread = 100.0
+    drain = next(s for s in _alg3_streams(spread) if s.name == "drain")
+    tasks = [
+        TaskSpec(f"q{j}", 1.0 + j * 1e-6, Budget(epsilon=float(e)), significance={"b0": float(p)})
+        for j, (e, p) in enumerate(zip(drain.eps, drain.sig, strict=True))
+    ]
+    block = [BlockSpec("b0", 0.0, Budget(epsilon=1.0))]
+
+    def mixed(credit: PartialCredit) -> tuple[float, dict[str, object]]:
+        sched = MixedThreshold(
+            upper=spread, lower=1.0, comparison_epsilon=EPS0_3, noise=ZeroNoise(), seed=0
+        )
+        res = simulate(sched, block, tasks, accounting=Accounting.BASIC, partial_credit=credit)
+        return res.significance, res.row()
+
+    (full, row_full), (pro, row_pro) = mixed(PartialCredit.FULL), mixed(PartialCredit.PRO_RATA)
+    assert row_full["partial_credit"] == "full" and row_pro["partial_credit"] == "pro-rata"
+    out = _alg3(spread, drain)
+    assert full == pytest.approx(out.alg) and pro == pytest.approx(out.alg_pro_rata)
+    assert pro < full  # some density-L queries were granted only part of ε_j
+    stream = next(_alg2_streams(spread))
+    _, two = _alg2(spread, stream)
+    assert two.alg == pytest.approx(two.alg_pro_rata, rel=1e-12)
+    with pytest.raises(InvalidRequestError, match="partial_credit"):
+        simulate(
+            OnlineThreshold(seed=0),
+            block,
+            tasks[:1],
+            accounting=Accounting.BASIC,
+            partial_credit="full",  # type: ignore[arg-type]
+        )
 
 
 def measure() -> Iterator[dict[str, object]]:

@@ -9,12 +9,12 @@ import pytest
 from blockbudget.accounting import Accounting
 from blockbudget.ledger import Ledger
 from blockbudget.mechanisms.noise import SeededNoise
-from blockbudget.scheduling import TaskShape, scheduler_classes
+from blockbudget.scheduling import BlockSpec, TaskShape, TaskSpec, scheduler_classes
 from blockbudget.scheduling.ledger_bridge import LedgerBridge
 from blockbudget.scheduling.pool import Pool
 from blockbudget.scheduling.simulator import simulate
 
-from .contract import exact_usage, workload
+from .contract import eligible_workload, exact_usage, workload
 
 CASES = [
     pytest.param(name, acc, shape, id=f"{name}-{acc.value}-{shape.value}")
@@ -25,11 +25,38 @@ CASES = [
 ]
 
 
+ELIGIBLE = [
+    pytest.param(name, acc, id=f"{name}-{acc.value}-eligible")
+    for name, cls in sorted(scheduler_classes().items())
+    for acc in (Accounting.BASIC, Accounting.RDP, Accounting.STRONG)
+    if acc in cls.accountings and TaskShape.OPEN in cls.shapes and not cls.exact
+]
+
+
 @pytest.mark.parametrize(("name", "accounting", "shape"), CASES)
 def test_decisions_replay_on_a_real_ledger(
     tmp_path: Path, name: str, accounting: Accounting, shape: TaskShape
 ) -> None:
     blocks, tasks = workload(3, accounting, shape, n_blocks=4, n_tasks=25)
+    replay(tmp_path, name, accounting, blocks, tasks)
+
+
+@pytest.mark.parametrize(("name", "accounting"), ELIGIBLE)
+def test_eligible_decisions_replay_on_a_real_ledger(
+    tmp_path: Path, name: str, accounting: Accounting
+) -> None:
+    """Selector-shaped OPEN tasks (eligible sets; k blocks all or nothing) replay too."""
+    blocks, tasks = eligible_workload(3, accounting, n_blocks=4, n_tasks=25)
+    replay(tmp_path, name, accounting, blocks, tasks)
+
+
+def replay(
+    tmp_path: Path,
+    name: str,
+    accounting: Accounting,
+    blocks: list[BlockSpec],
+    tasks: list[TaskSpec],
+) -> None:
     cls = scheduler_classes()[name]
     result = simulate(cls(seed=3, noise=SeededNoise(3)), blocks, tasks, accounting=accounting)
     pool: Pool = result.pool

@@ -262,3 +262,42 @@ def test_bad_parameters_are_refused_with_the_rule(kwargs: dict[str, object]) -> 
         OnlineThreshold(**kwargs)  # type: ignore[arg-type]
     with pytest.raises(InvalidRequestError, match="η"):
         MixedThreshold(eta=1.5)
+
+
+@pytest.mark.parametrize("cls", [OnlineThreshold, MixedThreshold])
+def test_a_task_needing_k_eligible_blocks_is_served_all_or_nothing(
+    cls: type[OnlineThreshold] | type[MixedThreshold],
+) -> None:
+    """A selector's k blocks (eligible = k blocks, min = max = k): the blocks that pass are
+    reserved until all k have, then charged together; a task that gets fewer is charged
+    nothing (only the comparisons' ε0), and no block outside its k is touched."""
+    pool = Pool(Accounting.BASIC)
+    for i in range(4):
+        pool.add_block(BlockSpec(f"b{i}", 0.0, Budget(epsilon=1.0)))
+    pool.submit(TaskSpec("full", 0.0, Budget(epsilon=0.999), max_blocks=1))
+    assert pool.grant("full", {"b2": Budget(epsilon=0.999)})  # b2 can take nothing more
+    sched = cls(upper=U, lower=L, comparison_epsilon=1e-3, noise=ZeroNoise(), seed=0)
+    sig = {f"b{i}": 0.3 * U for i in range(4)}  # density U: passes wherever it fits
+    k2 = frozenset({"b0", "b1"})
+    k3 = frozenset({"b1", "b2", "b3"})
+    for tid, blocks in (("two", k2), ("three", k3)):
+        task = TaskSpec(
+            tid,
+            0.0,
+            Budget(epsilon=0.3),
+            significance=sig,
+            eligible=blocks,
+            min_blocks=len(blocks),
+            max_blocks=len(blocks),
+        )
+        pool.submit(task)
+        sched.on_task(pool, task)
+    assert pool.status["two"] is TaskStatus.GRANTED
+    assert set(pool.charged_blocks["two"]) == k2
+    assert pool.status["three"] is TaskStatus.REJECTED
+    mine = [d for d in pool.decisions if d.task_id in ("two", "three")]
+    assert all(d.block_id is None or d.block_id in (k2 | k3) for d in mine)
+    assert not [d for d in mine if d.task_id == "three" and d.kind is DecisionKind.CHARGE]
+    assert pool.held("three") == {} and float(pool.reserved.sum()) == 0.0
+    # what "three" left on b3 (which only it could use): at most the ε0 of its comparisons
+    assert float(pool.charged[3, 0]) <= 2 * 1e-3 * (1 + 1e-6)

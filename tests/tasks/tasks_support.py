@@ -40,6 +40,12 @@ def add_days(p: Platform, start: str, days: int) -> None:
     p.ingest("s", pd.DataFrame({"t": ts, "v": [1.0, 2.0, 3.0] * days}))
 
 
+def die(queue: object) -> None:
+    """Its process dies: the lock it led with goes (as the kernel drops a dead process's
+    flock); nothing else of it is closed, and it is never used again."""
+    queue.leadership.release()  # type: ignore[attr-defined]
+
+
 def grant_reservations(p: Platform, principal: str) -> list[str]:
     """Ids of the ledger reservations made as grants of ``principal``'s tasks."""
     prefix = f"{principal.replace(':', '%3A')}:queue:"

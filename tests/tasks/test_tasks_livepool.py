@@ -77,7 +77,7 @@ def test_a_charge_made_outside_the_scheduler_is_seen() -> None:
     # releasing that reservation (nobody's grant in this pool) gives the budget back
     ledger.release(res.id)
     assert live.sync().credited == 1
-    assert _eps(live, "s/00002") == pytest.approx(0.0, abs=1e-12)
+    assert 0.0 <= _eps(live, "s/00002") <= 2e-12  # never below the ledger
 
 
 def test_a_grant_spent_less_than_it_held_is_credited_back() -> None:
@@ -94,7 +94,7 @@ def test_a_grant_spent_less_than_it_held_is_credited_back() -> None:
     ledger.release(res.id)
     report = live.sync()
     assert report.credited == 1 and report.charged == 0
-    assert _eps(live, "s/00000") == pytest.approx(0.2, abs=1e-12)
+    assert 0.2 <= _eps(live, "s/00000") <= 0.2 + 2e-12  # never below the ledger
     assert pool.decisions[-1].kind.value == "credit"
     credit = pool.decisions[-1].cost
     assert isinstance(credit, Budget)

@@ -7,7 +7,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from tasks_support import SEED, Clock, add_days, grant_reservations, make_platform
 
 from blockbudget.budget import Budget
 from blockbudget.errors import (
@@ -21,9 +20,11 @@ from blockbudget.platform import Platform
 from blockbudget.query import Query
 from blockbudget.scheduling import Pool, Scheduler, TaskShape, TaskSpec, scheduler_classes
 from blockbudget.tasks import schedspec
+from blockbudget.tasks.leader import Leadership
 from blockbudget.tasks.model import TaskState, WorkKind
 from blockbudget.tasks.queue import TaskQueue
 from blockbudget.tasks.selectors import AnyBlocks, InRange, Named, Newest
+from tasks.tasks_support import SEED, Clock, add_days, die, grant_reservations, make_platform
 
 D = "s/2024-01-0"  # block ids are s/2024-01-01 ... s/2024-01-06
 
@@ -203,6 +204,7 @@ def test_a_new_leader_releases_a_dead_leaders_holds(p: Platform, hold_forever: N
     old = [r.id for r in p.ledger.reservations() if r.holder == t.id]
     assert len(old) == 6
     # q1's process dies (never closed); a new leader takes over
+    die(q1)
     q2 = _queue(Platform(p.home, engine="arrow"), "hold-forever")
     assert {p.ledger.reservation(r).state.value for r in old} == {"closed"}
     again = [r for r in p.ledger.reservations() if r.holder == t.id and r.state.value == "open"]
@@ -279,10 +281,12 @@ def test_a_stream_scheduler_override_is_stored_and_applied(p: Platform) -> None:
     q.close()
 
 
-class _Follower:
+class _Follower(Leadership):
     """A leadership another process holds."""
 
-    held = False
+    @property
+    def held(self) -> bool:
+        return False
 
     def try_acquire(self) -> bool:
         return False

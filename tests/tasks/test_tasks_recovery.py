@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tasks_support import SEED, Clock, grant_reservations, make_platform
 
 from blockbudget.budget import Budget
 from blockbudget.mechanisms.noise import SeededNoise
@@ -15,6 +14,7 @@ from blockbudget.query import Query
 from blockbudget.tasks.model import TaskState
 from blockbudget.tasks.queue import TaskQueue
 from blockbudget.tasks.selectors import AnyBlocks
+from tasks.tasks_support import SEED, Clock, die, grant_reservations, make_platform
 
 QUERY = Query.sum("v", epsilon=0.2, lower=0, upper=3)
 
@@ -36,6 +36,7 @@ def test_a_running_query_with_nothing_drawn_runs_again_under_the_new_leader(
     t = q1.submit_query("s", QUERY, selector=AnyBlocks(2), context="team", principal="ana")
     assert t.state is TaskState.RUNNING and t.reservation_id is not None
     # q1 is dropped without close; a second queue (another process) takes over
+    die(q1)
     q2 = _queue(Platform(tmp_path, engine="arrow"))
     done = q2.wait(t.id, timeout=20)
     assert done.state is TaskState.DONE and done.reservation_id == t.reservation_id
@@ -56,6 +57,7 @@ def test_a_running_query_that_drew_fails_and_its_rest_is_released(
     t = q1.submit_query("s", QUERY, selector=AnyBlocks(2), context="team", principal="ana")
     assert t.reservation_id is not None
     p.ledger.charge(list(t.blocks), Budget(epsilon="0.2"), reservation_id=t.reservation_id)
+    die(q1)
     q2 = _queue(Platform(tmp_path, engine="arrow"))
     failed = q2.task(t.id)
     assert failed.state is TaskState.FAILED and failed.result is not None
@@ -76,6 +78,7 @@ def test_a_grant_whose_row_was_not_written_is_adopted_not_made_twice(
     )
     assert t.state is TaskState.WAITING
     (rid,) = grant_reservations(p, "ana")
+    die(q1)
     q2 = _queue(Platform(tmp_path, engine="arrow"))
     got = q2.task(t.id)
     assert got.state is TaskState.GRANTED and got.reservation_id == rid

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tasks_support import SEED, Clock, add_days, grant_reservations, make_platform
 
 from blockbudget.budget import Budget
 from blockbudget.errors import InvalidRequestError
@@ -16,6 +15,7 @@ from blockbudget.scheduling import scheduler_classes
 from blockbudget.tasks.model import TaskState
 from blockbudget.tasks.queue import TaskQueue
 from blockbudget.tasks.selectors import AnyBlocks
+from tasks.tasks_support import SEED, Clock, add_days, grant_reservations, make_platform
 
 #: spec per scheduler; Sage's strategies give out the budget of blocks arriving after a task
 SPECS = {
@@ -55,18 +55,27 @@ def test_tasks_naming_no_blocks_are_granted_and_run_on_their_grant(
     clock = Clock()
     q = TaskQueue(p, scheduler=SPECS[name], noise=SeededNoise(SEED), clock=clock)
     query = Query.sum("v", epsilon=0.1, lower=0, upper=3)
-    ids = [
-        q.submit_query("s", query, selector=AnyBlocks(2), context="team", principal="ana").id
-        for _ in range(3)
-    ]
-    if name.startswith("sage"):
-        add_days(p, "2024-01-07", 2)  # Sage gives out the budget of blocks that arrive
+
+    def submit() -> str:
+        task = q.submit_query("s", query, selector=AnyBlocks(2), context="team", principal="ana")
+        return task.id
+
     done = []
-    for tid in ids:
-        for _ in range(3):  # time passes: DPF-T unlocks, round robin ticks
-            clock.t += 30
-            q.pump()
-        task = q.wait(tid, timeout=20)
+    if name.startswith("sage"):
+        # Sage gives out the budget of blocks that arrive while tasks wait
+        ids = [submit() for _ in range(3)]
+        add_days(p, "2024-01-07", 2)
+        tasks = [q.wait(tid, timeout=20) for tid in ids]
+    else:
+        # one at a time, so that worker threads' timing cannot change a decision
+        tasks = []
+        for _ in range(3):
+            tid = submit()
+            for _ in range(3):  # time passes: DPF-T unlocks, round robin ticks
+                clock.t += 30
+                q.pump()
+            tasks.append(q.wait(tid, timeout=20))
+    for task in tasks:
         if name == "sage-streaming-composition" and task.state is TaskState.WAITING:
             continue  # each new block goes whole to one pipeline: 2 blocks, 2 tasks
         assert task.state is TaskState.DONE, (name, task.note)

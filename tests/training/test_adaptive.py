@@ -198,3 +198,64 @@ def test_concurrent_pipelines_never_overspend(platform: Platform) -> None:
     # the budget really was contended: some block is nearly exhausted
     assert min(filt.remaining_fraction(s.charged) for s in states) < 0.25
     assert platform.verify().ok
+
+
+def test_run_iteration_spends_the_grant_it_is_given(platform: Platform) -> None:
+    from blockbudget.errors import ReservationError
+    from blockbudget.training.adaptive import run_iteration
+
+    blocks = [b.block_id for b in platform.blocks(STREAM)][:7]
+    pipeline = AverageSpeedPipeline(target=250.0, granularity=Granularity.DAY_OF_WEEK)
+    small = platform.ledger.reserve(blocks, Budget(epsilon="0.25"), context=CONTEXT)
+    events = len(platform.ledger.events())
+    with platform.grant(small.id) as g, pytest.raises(ReservationError, match="nothing was read"):
+        run_iteration(g, pipeline, epsilon=0.5, delta=0, eta=0.025, iteration=1, seed=3)
+    assert len(platform.ledger.events()) == events + 1  # the release only: nothing charged
+    res = platform.ledger.reserve(blocks, Budget(epsilon="0.5"), context=CONTEXT, holder="p")
+    with platform.grant(res.id, holder="p") as g:
+        run = run_iteration(g, pipeline, epsilon=0.5, delta=0, eta=0.025, iteration=1, seed=3)
+        drawn = g.spent
+    assert isinstance(drawn, Budget) and 0 < drawn.epsilon <= Decimal("0.5")
+    assert run.validation.outcome in set(Outcome)
+    assert len(platform.ledger.reservations()) == 2  # no reservation of its own
+    filt = platform.filter(STREAM)
+    for s in platform.ledger.states(stream=STREAM, context=CONTEXT, blocks=blocks):
+        assert tuple(s.charged) == filt.features(drawn) and not any(s.reserved)
+    extra = platform.ledger.reserve(blocks, Budget(epsilon="0.1"), context=CONTEXT)
+    with platform.grant(extra.id) as g, pytest.raises(InvalidRequestError, match="iteration"):
+        run_iteration(g, pipeline, epsilon=0.1, delta=0, eta=0.025, iteration=0)
+
+
+def test_the_window_reads_only_the_blocks_it_walks_past(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pandas as pd
+
+    from blockbudget.store import Blocking
+
+    p = Platform(tmp_path / "w", engine="arrow")  # type: ignore[operator]
+    try:
+        p.add_context(CONTEXT)
+        p.create_stream(STREAM, policy=POLICY, blocking=Blocking.by_time("t"))
+        days = pd.date_range("2024-01-01", periods=60, freq="D")
+        p.ingest(STREAM, pd.DataFrame({"t": days, "v": range(60)}))
+        ids = [b.block_id for b in p.blocks(STREAM)]
+        p.ledger.charge(ids[2:4], Budget(epsilon=1), context=CONTEXT)  # spent: skipped
+        looked: list[str] = []
+        real = p.can_afford
+
+        def spy(blocks: list[str], *args: object, **kwargs: object) -> list[bool]:
+            looked.extend(blocks)
+            return real(blocks, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(p, "can_afford", spy)
+        monkeypatch.setattr(p, "blocks", lambda *a, **k: pytest.fail("lists every block"))
+        pipeline = AverageSpeedPipeline(target=250.0)
+        config = AdaptiveConfig(epsilon0=0.5, delta=0, min_window=4)
+        trainer = AdaptiveTrainer(p, STREAM, pipeline, context=CONTEXT, config=config, start=1)
+        assert trainer._window(Decimal("0.5")) == (ids[1], ids[4], ids[5], ids[6])
+        assert looked == ids[1:17]  # one page of 16 from block 1, not the 60 of the stream
+        trainer.search.window = 59
+        assert trainer._window(Decimal("0.5")) is None  # 57 live blocks from block 1
+    finally:
+        p.close()

@@ -94,22 +94,34 @@ def _execute(
     block: list[str] | None,
     dry_run: bool,
     client: ServiceClient | None,
+    reservation: str | None = None,
 ) -> dict[str, Any]:
     """Validate the JSON form (one validator), run or price it locally or on the server, and
-    return the answer's JSON form."""
+    return the answer's JSON form. With ``reservation`` the query spends that open reservation
+    (its blocks; nothing is reserved) instead of choosing blocks."""
+    from blockbudget.errors import InvalidRequestError
     from blockbudget.query import from_dict, price, run, to_dict
 
     query = from_dict(form)  # refused here, before any request is made
+    if reservation is not None and (block or dry_run):
+        raise InvalidRequestError(
+            "--reservation runs on the reservation's blocks: it takes neither --block nor --dry-run"
+        )
     if client is not None:
         body: dict[str, Any] = {"query": to_dict(query)}
         if context:
             body["context"] = context  # left out: the principal's only bound context
-        body.update({"blocks": list(block)} if block else {"last": last})
+        if reservation is not None:
+            body["reservation_id"] = reservation
+        else:
+            body.update({"blocks": list(block)} if block else {"last": last})
         return client.price(stream, body) if dry_run else client.run_query(stream, body)
     from blockbudget.platform import Last
 
     platform = open_platform(home)
     try:
+        if reservation is not None:  # context: when named, it must be the reservation's
+            return run(platform, stream, query, reservation=reservation, context=context).to_dict()
         ctx = local_context(platform, context)
         selection: list[str] | Last = list(block) if block else Last(last)
         if dry_run:
@@ -180,6 +192,14 @@ DryRunOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the answer's JSON form.")]
 LastOpt = Annotated[int, typer.Option(help="Use the newest N affordable blocks.")]
 BlockOpt = Annotated[list[str] | None, typer.Option(help="Explicit block ids/keys.")]
+ReservationOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--reservation",
+        help="Spend this open reservation (e.g. a granted task's) instead of reserving: its "
+        "blocks are read and the draw comes out of it (--last/--block do not apply).",
+    ),
+]
 
 
 def _query_command(statistic: str, summary: str) -> None:
@@ -189,6 +209,7 @@ def _query_command(statistic: str, summary: str) -> None:
         context: ContextOpt = None,
         last: LastOpt = 7,
         block: BlockOpt = None,
+        reservation: ReservationOpt = None,
         column: Annotated[str | None, typer.Option(help="Value column.")] = None,
         lower: Annotated[float | None, typer.Option(help="Clip values below.")] = None,
         upper: Annotated[float | None, typer.Option(help="Clip values above.")] = None,
@@ -230,6 +251,7 @@ def _query_command(statistic: str, summary: str) -> None:
             block=block,
             dry_run=dry_run,
             client=remote(server, api_key),
+            reservation=reservation,
         )
         print_answer(out, as_json=as_json, dry_run=dry_run)
 
@@ -256,6 +278,7 @@ def query_run(
     context: ContextOpt = None,
     last: LastOpt = 7,
     block: BlockOpt = None,
+    reservation: ReservationOpt = None,
     dry_run: DryRunOpt = False,
     as_json: JsonOpt = False,
     home: HomeOpt = DEFAULT_HOME,
@@ -272,6 +295,7 @@ def query_run(
         block=block,
         dry_run=dry_run,
         client=remote(server, api_key),
+        reservation=reservation,
     )
     print_answer(out, as_json=as_json, dry_run=dry_run)
 

@@ -12,7 +12,9 @@ form (:func:`from_dict`), so one validator and one implementation serve all thre
 * :func:`price` — a dry run: blocks, cost per block, noise of every part, affordability;
   nothing reserved, sealed or charged;
 * :func:`run` (:mod:`~blockbudget.query.execute`) — reserve (one grant), exact integer aggregates
-  by the grant's engine, the cost drawn durably, then secure noise; a :class:`QueryResult`.
+  by the grant's engine, the cost drawn durably, then secure noise; a :class:`QueryResult`;
+  with ``reservation=`` (or :func:`run_on` on a grant) it spends an existing reservation, e.g.
+  a scheduler's grant, and reserves nothing.
 
 Sensitivities, fixed-point sums and budget splits: :mod:`blockbudget.query.parts`; the answer's
 post-processing and intervals: :mod:`blockbudget.query.answers`. See docs/queries.md.
@@ -25,8 +27,20 @@ Example:
 """
 
 from blockbudget.engine.plan import GroupKey, Op, Predicate
-from blockbudget.query.checks import Pricing, check, check_schema
-from blockbudget.query.execute import aggregate, open_grant, price, release, run
+from blockbudget.query.checks import Pricing, check, check_grant, check_schema
+from blockbudget.query.execute import (
+    aggregate,
+    close_if_spent,
+    covered,
+    open_grant,
+    open_reserved,
+    prepare_on,
+    price,
+    release,
+    run,
+    run_on,
+    spend,
+)
 from blockbudget.query.jsonform import from_dict, to_dict
 from blockbudget.query.result import CONFIDENCE, DryRun, GroupAnswer, QueryResult
 from blockbudget.query.spec import Query, Statistic
@@ -44,11 +58,18 @@ __all__ = [
     "Statistic",
     "aggregate",
     "check",
+    "check_grant",
     "check_schema",
+    "close_if_spent",
+    "covered",
     "from_dict",
     "open_grant",
+    "open_reserved",
+    "prepare_on",
     "price",
     "release",
     "run",
+    "run_on",
+    "spend",
     "to_dict",
 ]

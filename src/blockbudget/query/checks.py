@@ -29,10 +29,13 @@ from blockbudget.mechanisms.source import price as price_parts
 from blockbudget.query.literals import kind_of_type, typed_literal
 from blockbudget.query.parts import perturbations
 from blockbudget.query.spec import NUMERIC, Query, Statistic
+from blockbudget.store import Unit
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from blockbudget.accounting import Accounting
+    from blockbudget.grant import Grant
     from blockbudget.platform import Platform
 
 
@@ -175,10 +178,27 @@ def check(platform: Platform, stream: str, query: Query) -> Pricing:
             stream's rule refuses (RDP with ``rows_per_user > 1``).
     """
     spec = platform.stream(stream)  # raises for an unknown stream
-    typed = check_schema(query, platform.store.schema(stream), stream)
+    k = (spec.blocking.rows_per_user or 1) if spec.blocking.unit is Unit.USER else 1
+    return _priced(query, platform.store.schema(stream), stream, spec.accounting, k)
+
+
+def check_grant(grant: Grant, query: Query) -> Pricing:
+    """:func:`check` against a grant's stream as the grant reads it: its projection's schema,
+    its accounting rule and its group size (no I/O: a grant carries all three).
+
+    Raises:
+        UnknownColumnError / InvalidRequestError / InvalidBudgetError: as :func:`check`; a
+            column outside the grant's projection is unknown to it.
+    """
+    return _priced(query, grant.schema, grant.stream, grant.accounting, grant.group_size)
+
+
+def _priced(
+    query: Query, schema: pa.Schema | None, stream: str, accounting: Accounting, k: int
+) -> Pricing:
+    typed = check_schema(query, schema, stream)
     parts = perturbations(query)
-    cost = price_parts(spec.accounting, epsilon=exact_epsilon(query.epsilon), parts=parts)
-    k = spec.blocking.rows_per_user or 1
+    cost = price_parts(accounting, epsilon=exact_epsilon(query.epsilon), parts=parts)
     charged = group_cost(cost, k)
     reserve = group_cost(Budget(epsilon=query.epsilon), k)
     return Pricing(parts=parts, cost=cost, charged=charged, reserve=reserve, typed=typed)

@@ -8,6 +8,11 @@ stream's accounting rule, so an RDP stream is charged the parts' Laplace curves)
 noise from OpenDP's secure samplers unless the caller passes another
 :class:`~blockbudget.mechanisms.NoiseSource`. Closing the grant releases what was not drawn.
 
+:func:`run_on` runs a query on a grant it is given (``run(..., reservation=...)`` builds that
+grant with :meth:`Platform.grant`): it reserves nothing, and refuses before any row is read a
+query whose draw the reservation no longer covers. Both share one path after the grant
+(:func:`spend`): aggregate, draw once, release noise.
+
 :func:`price` runs the same check and resolves the same selection, and reports what a run
 would charge and whether each block can afford it — reserving, sealing and charging nothing.
 """
@@ -20,12 +25,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from blockbudget.errors import InternalError, UnknownContextError
+from blockbudget.errors import InternalError, InvalidRequestError, UnknownContextError
+from blockbudget.grant import refuse_short
 from blockbudget.ledger import validate_context_name
 from blockbudget.mechanisms.noise import NoiseSource, resolve_noise
 from blockbudget.mechanisms.source import draw_then_perturb
 from blockbudget.query.answers import answer
-from blockbudget.query.checks import Pricing, check, check_rows
+from blockbudget.query.checks import Pricing, check, check_grant, check_rows
 from blockbudget.query.parts import bins, fixed_point, plan
 from blockbudget.query.result import CONFIDENCE, DryRun, GroupAnswer, QueryResult
 from blockbudget.query.spec import Query
@@ -215,31 +221,135 @@ def _groups(
     return tuple(answers)
 
 
+def covered(grant: Grant, query: Query, pricing: Pricing) -> None:
+    """Refuse, before any row is read, a query that the grant's reservation cannot pay now.
+
+    Raises:
+        ReservationError: the reservation is closed, or holds less than the query's draw on
+            some block (nothing is read or charged).
+    """
+    short = grant.shortfall(pricing.cost)
+    refuse_short(grant.reservation.id, f"the {query.statistic.value} ({pricing.charged})", short)
+
+
+def run_on(grant: Grant, query: Query, *, noise: NoiseSource | None = None) -> QueryResult:
+    """Run ``query`` on a grant it is given: the draw comes out of the grant's reservation.
+
+    Checks the query against the grant's stream (:func:`~blockbudget.query.checks.check_grant`:
+    its projection, accounting and group size) and that the reservation still covers the
+    query's draw on every block — both before any row is read — then aggregates with the
+    grant's engine, draws once and releases noise (:func:`spend`). Nothing is reserved; the
+    grant stays open (its holder closes it, releasing what is unspent).
+
+    Raises:
+        As :func:`~blockbudget.query.checks.check_grant` and :func:`covered` (nothing read or
+        charged); DataError and anything the engine raises (the cost drawn: see
+        :func:`aggregate`); BudgetExceededError / ReservationError: the draw was refused.
+    """
+    return spend(grant, query, prepare_on(grant, query), noise=noise)
+
+
+def prepare_on(grant: Grant, query: Query) -> Pricing:
+    """Everything :func:`run_on` checks before any row is read: the query against the grant's
+    stream and projection, the row limit of sums, and the reservation's cover.
+
+    Raises:
+        As :func:`~blockbudget.query.checks.check_grant`, :func:`check_rows` and
+        :func:`covered` (nothing read or charged).
+    """
+    pricing = check_grant(grant, query)
+    check_rows(query, 0 if grant.source is None else grant.source.rows)
+    covered(grant, query, pricing)
+    return pricing
+
+
+def open_reserved(
+    platform: Platform,
+    stream: str,
+    query: Query,
+    *,
+    reservation: str,
+    holder: str | None = None,
+    context: str | None = None,
+) -> tuple[Grant, Pricing]:
+    """Check the query, then open a grant over an existing reservation (reserving nothing):
+    the counterpart of :func:`open_grant` for a scheduler's grant.
+
+    The query, and the reservation's cover of its draw, are checked before the reservation's
+    blocks are sealed, so a refused query changes nothing.
+
+    Raises:
+        As :func:`check`, :meth:`Platform.grant` and :func:`prepare_on` (nothing charged).
+    """
+    pricing = check(platform, stream, query)
+    grant = platform.grant(
+        reservation,
+        holder=holder,
+        stream=stream,
+        context=context,
+        columns=query.columns(),
+        covers=pricing.cost,  # refused before any block is sealed
+    )
+    return grant, prepare_on(grant, query)
+
+
+def close_if_spent(grant: Grant) -> bool:
+    """Close the grant when its reservation holds nothing more on any block (closing then
+    releases nothing); returns whether it closed. A reservation that still holds budget stays
+    open for further draws."""
+    if grant.closed or any(any(v) for _, v in grant.remaining()):
+        return False
+    grant.close()
+    return True
+
+
+def spend(
+    grant: Grant, query: Query, pricing: Pricing, *, noise: NoiseSource | None = None
+) -> QueryResult:
+    """The common path of :func:`run` and :func:`run_on`: exact aggregates by the grant's
+    engine (:func:`aggregate`), then one draw and the noisy answer (:func:`release`)."""
+    partials = aggregate(grant, query, pricing)
+    return release(grant, query, partials, pricing, noise=noise)
+
+
 def run(
     platform: Platform,
     stream: str,
     query: Query,
     *,
-    blocks: Sequence[str] | Last,
-    context: str,
+    blocks: Sequence[str] | Last | None = None,
+    context: str | None = None,
+    reservation: str | None = None,
+    holder: str | None = None,
     noise: NoiseSource | None = None,
 ) -> QueryResult:
-    """Run ``query`` on ``blocks`` in ``context`` (see the module docstring).
+    """Run ``query`` on ``blocks`` in ``context``, or on an existing ``reservation``.
+
+    With ``blocks`` and ``context`` the query reserves its cost in one grant (see the module
+    docstring), which is closed afterwards. With ``reservation`` it reserves nothing: the
+    draw comes out of that reservation (:meth:`Platform.grant`, :func:`run_on`); the
+    reservation stays open for further draws until its holder releases it or it expires —
+    unless the draw spent all it held, when it is closed.
 
     Args:
         platform: the platform.
         stream: the stream.
         query: the query.
-        blocks: block ids or keys, or :class:`~blockbudget.platform.Last`.
-        context: the context that pays.
+        blocks: block ids or keys, or :class:`~blockbudget.platform.Last` (not with
+            ``reservation``).
+        context: the context that pays; with ``reservation``, when given, it must be the
+            reservation's.
+        reservation: an open reservation of ``stream`` to spend (e.g. a scheduler's grant).
+        holder: with ``reservation``: its holder must be this one.
         noise: None (the default) means OpenDP's secure samplers; a seeded source makes the
             result say ``secure_noise=False``.
 
     Raises:
-        As :func:`check` and :meth:`Platform.request` (nothing reserved or sealed);
-        DataError: a part file is missing or unreadable (the cost is drawn: see
-            :func:`aggregate`);
-        BudgetExceededError / ReservationError: the draw was refused (nothing released).
+        As :func:`check` and :meth:`Platform.request` / :meth:`Platform.grant` (nothing
+        reserved or sealed); ReservationError: the reservation cannot pay the query (nothing
+        read or charged); DataError: a part file is missing or unreadable (the cost is drawn:
+        see :func:`aggregate`); BudgetExceededError / ReservationError: the draw was refused
+        (nothing released).
 
     Example:
         >>> import tempfile, pandas as pd
@@ -256,9 +366,27 @@ def run(
         >>> answer = run(p, "s", q, blocks=Last(1), context="team")
         >>> 0.0 <= answer.number <= 4.0, answer.cost, answer.secure_noise
         (True, Budget(epsilon='0.5', delta='0'), True)
+        >>> res = p.ledger.reserve([answer.blocks[0]], Budget(epsilon=0.25), context="team")
+        >>> spent = run(p, "s", Query.count(epsilon=0.25), reservation=res.id)
+        >>> p.ledger.reservation(res.id).state.value  # spent in full, so closed
+        'closed'
         >>> p.close()
     """
-    grant, pricing = open_grant(platform, stream, query, blocks=blocks, context=context)
-    with grant:
-        partials = aggregate(grant, query, pricing)
-        return release(grant, query, partials, pricing, noise=noise)
+    if reservation is None:
+        if blocks is None or context is None:
+            raise InvalidRequestError(
+                "a query runs on 'blocks' in a 'context', or on a reservation"
+            )
+        grant, pricing = open_grant(platform, stream, query, blocks=blocks, context=context)
+        with grant:
+            return spend(grant, query, pricing, noise=noise)
+    if blocks is not None:
+        raise InvalidRequestError(
+            "a query on a reservation reads the reservation's blocks; do not name 'blocks'"
+        )
+    grant, pricing = open_reserved(
+        platform, stream, query, reservation=reservation, holder=holder, context=context
+    )
+    result = spend(grant, query, pricing, noise=noise)
+    close_if_spent(grant)
+    return result

@@ -22,25 +22,48 @@ and no noise is drawn): ``self.rng``, from OS entropy unless an experiment passe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from blockbudget.mechanisms.noise import NoiseSource
 from blockbudget.scheduling.base import BlockSpec, Scheduler, TaskShape, TaskSpec
-from blockbudget.scheduling.pool import Pool
+from blockbudget.scheduling.pool import IntArray, Pool
 
-__all__ = ["SCHEDULERS", "Fcfs", "RandomBlocks", "RoundRobin", "Streaming", "serve_open_in_order"]
+__all__ = [
+    "SCHEDULERS",
+    "Fcfs",
+    "RandomBlocks",
+    "RoundRobin",
+    "Streaming",
+    "newest_first",
+    "serve_open_in_order",
+]
 
 
-def serve_open_in_order(pool: Pool, task: TaskSpec, order: list[int]) -> bool:
+def newest_first(pool: Pool, task: TaskSpec) -> IntArray:
+    """The blocks a task may use, newest first (O(its eligible blocks) for a restricted task)."""
+    order: IntArray = pool.usable_indices(task.task_id)[::-1]
+    return order
+
+
+def serve_open_in_order(
+    pool: Pool, task: TaskSpec, order: Sequence[int] | IntArray, *, usable: bool = False
+) -> bool:
     """Charge an OPEN task's demand on blocks taken in ``order`` while they fit, up to c_j or
     until its validator passes; grant if it got at least ``min_blocks``, else reject nothing
-    and return False (the caller decides)."""
-    limit = task.access_limit or len(order)
-    if not order:
+    and return False (the caller decides). Blocks the task may not use
+    (:attr:`TaskSpec.eligible`) are skipped (one vectorized mask) unless the caller says the
+    order holds only ``usable`` ones."""
+    arr = np.asarray(order, dtype=np.int64)
+    if not usable and pool.restricted(task.task_id) and len(arr):
+        arr = arr[pool.usable_mask(task.task_id)[arr]]
+    if not len(arr):
         return False
+    limit = task.access_limit or len(arr)
     vec = pool.vector(task.demand)
-    ok = pool.fits_many(order, vec)
-    chosen = [order[k] for k in np.flatnonzero(ok)[:limit]]
+    ok = pool.fits_many(arr, vec)
+    chosen = [int(i) for i in arr[np.flatnonzero(ok)[:limit]]]
     if len(chosen) < task.min_blocks:
         return False
     if task.validator is None:
@@ -76,8 +99,7 @@ class Fcfs(Scheduler):
     def _try(self, pool: Pool, task: TaskSpec) -> bool:
         if task.blocks is not None:
             return pool.grant(task.task_id)
-        order = list(range(pool.n_blocks - 1, -1, -1))
-        return serve_open_in_order(pool, task, order)
+        return serve_open_in_order(pool, task, newest_first(pool, task), usable=True)
 
     def on_task(self, pool: Pool, task: TaskSpec) -> None:
         if self._try(pool, task) or not pool.is_pending(task.task_id):
@@ -90,8 +112,13 @@ class Fcfs(Scheduler):
     def on_block(self, pool: Pool, block: BlockSpec) -> None:
         still = []
         for tid in self.queue:
-            waiting = pool.is_pending(tid) and not self._try(pool, pool.tasks[tid])
-            if waiting and pool.is_pending(tid):
+            if not pool.is_pending(tid):
+                continue
+            task = pool.tasks[tid]
+            # a block the task may not use changes nothing for it (budgets only go down)
+            if task.may_use(block.block_id) and self._try(pool, task):
+                continue
+            if pool.is_pending(tid):
                 still.append(tid)
         self.queue = still
 
@@ -130,7 +157,7 @@ class RoundRobin(Scheduler):
             if task.blocks is not None:
                 pool.grant(tid)
             else:
-                serve_open_in_order(pool, task, list(range(pool.n_blocks - 1, -1, -1)))
+                serve_open_in_order(pool, task, newest_first(pool, task), usable=True)
 
 
 class RandomBlocks(Scheduler):
@@ -140,7 +167,7 @@ class RandomBlocks(Scheduler):
     shapes = frozenset({TaskShape.OPEN})
 
     def on_task(self, pool: Pool, task: TaskSpec) -> None:
-        order = [int(i) for i in self.rng.permutation(pool.n_blocks)]
+        order = self.rng.permutation(pool.n_blocks)  # serve_open_in_order masks eligibility
         if not serve_open_in_order(pool, task, order) and pool.is_pending(task.task_id):
             pool.reject(task.task_id, note="no block can afford the demand")
 
@@ -157,8 +184,10 @@ class Streaming(Scheduler):
         self.used: set[int] = set()
 
     def on_task(self, pool: Pool, task: TaskSpec) -> None:
-        fresh = [i for i in range(pool.n_blocks) if i not in self.used]
-        order = [fresh[int(k)] for k in self.rng.permutation(len(fresh))]
+        fresh = np.ones(pool.n_blocks, dtype=bool)
+        fresh[list(self.used)] = False
+        unused = np.flatnonzero(fresh)
+        order = unused[self.rng.permutation(len(unused))]  # eligibility masked when served
         if serve_open_in_order(pool, task, order):
             for bid in pool.charged_blocks[task.task_id]:
                 self.used.add(pool.index(bid))

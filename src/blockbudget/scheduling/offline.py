@@ -350,7 +350,11 @@ class OfflineOptimum(Scheduler):
         group: list[int] = []  # the grant variable g_k of each task
         n_g = len(tasks)
         for k, t in enumerate(tasks):
-            blocks = range(nb) if t.blocks is None else [pool.index(b) for b in t.blocks]
+            blocks = (  # an OPEN task: the blocks it may use (all, unless it has `eligible`)
+                pool.usable_indices(t.task_id).tolist()
+                if t.blocks is None
+                else [pool.index(b) for b in t.blocks]
+            )
             for i in blocks:
                 cols.append((k, i))
                 obj.append(t.significance_of(pool.blocks[i].block_id) if t.blocks is None else 0.0)

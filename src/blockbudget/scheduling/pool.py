@@ -98,6 +98,8 @@ class Pool:
         self.charged_blocks: dict[str, list[str]] = {}
         self.granted_at: dict[str, float] = {}
         self.decided_at: dict[str, float] = {}
+        # task id -> (blocks seen, indices of its usable blocks among them), for restricted tasks
+        self._usable: dict[str, tuple[int, list[int]]] = {}
 
     # --- views ------------------------------------------------------------------------------
 
@@ -333,6 +335,41 @@ class Pool:
         """Whether a task may use a block (named by a NAMED task; eligible for an OPEN one)."""
         return self.tasks[task_id].may_use(block_id)
 
+    def restricted(self, task_id: str) -> bool:
+        """Whether a task may use only some blocks (it names them, or says which are eligible)."""
+        task = self.tasks[task_id]
+        return task.blocks is not None or task.eligible is not None
+
+    def usable_indices(self, task_id: str) -> IntArray:
+        """Indices (ascending) of the arrived blocks a task may use — every block for an
+        unrestricted OPEN task.
+
+        Incremental: the first call looks up the task's named or eligible blocks (cost of the
+        set, not of the pool); later calls look only at blocks that arrived since. Schedulers
+        combine it with their vectorized tests (``order[pool.usable_mask(t)[order]]``).
+        """
+        n = self.n_blocks
+        task = self.tasks[task_id]
+        names = task.blocks if task.blocks is not None else task.eligible
+        if names is None:
+            return np.arange(n, dtype=np.int64)
+        seen = self._usable.get(task_id)
+        if seen is None:
+            found = sorted(i for b in names if (i := self.block_index.get(b)) is not None)
+        else:
+            found = seen[1] + [i for i in range(seen[0], n) if self.blocks[i].block_id in names]
+        if self.status.get(task_id) is TaskStatus.PENDING:
+            self._usable[task_id] = (n, found)
+        return np.asarray(found, dtype=np.int64)
+
+    def usable_mask(self, task_id: str) -> npt.NDArray[np.bool_]:
+        """(n_blocks,) True where the task may use the block (see :meth:`usable_indices`)."""
+        if not self.restricted(task_id):
+            return np.ones(self.n_blocks, dtype=bool)
+        mask = np.zeros(self.n_blocks, dtype=bool)
+        mask[self.usable_indices(task_id)] = True
+        return mask
+
     def reserve(self, task_id: str, block_id: str, cost: Cost, *, note: str = "") -> bool:
         """Add ``cost`` to a waiting task's reservation on one block, if it fits.
 
@@ -449,8 +486,9 @@ class Pool:
         Schedulers never call it. The task's status is not checked or changed.
         """
         i = self.index(block_id)
-        vec = self.vector(cost)
-        self._charged[i] = np.maximum(self._charged[i] - vec, 0.0)
+        # conservative the other way: give back a hair less than the cost's features
+        vec = np.nextafter(np.nextafter(self.vector(cost), -np.inf), -np.inf)
+        self._charged[i] = np.maximum(self._charged[i] - np.maximum(vec, 0.0), 0.0)
         self._log(DecisionKind.CREDIT, task_id, i, cost, note)
 
     def grant(
@@ -477,6 +515,7 @@ class Pool:
             )
         self._release(task_id, None, "granted")
         self.status[task_id] = TaskStatus.GRANTED
+        self._usable.pop(task_id, None)
         self.granted_at[task_id] = self.now
         self.decided_at[task_id] = self.now
         self._log(DecisionKind.GRANT, task_id, note=note)
@@ -488,12 +527,14 @@ class Pool:
         self._open(task_id)
         self._release(task_id, None, "rejected")
         self.status[task_id] = TaskStatus.REJECTED
+        self._usable.pop(task_id, None)
         self.decided_at[task_id] = self.now
         self._log(DecisionKind.REJECT, task_id, note=note)
 
     def _expire(self, task_id: str, note: str) -> None:
         self._release(task_id, None, note)
         self.status[task_id] = TaskStatus.EXPIRED
+        self._usable.pop(task_id, None)
         self.decided_at[task_id] = self.now
         self._log(DecisionKind.EXPIRE, task_id, note=note)
 

@@ -30,12 +30,28 @@ so far) cannot express. The strategies therefore take an optional ``profiles`` m
 id → :class:`PipelineProfile` whose ``outcome(epsilon_fraction=, blocks=, partitioned=)`` gives
 the SLAed validator's decision. Without a profile a task falls back to ``TaskSpec.validator``
 (True = ACCEPT) and, without one, is ACCEPTed after its first run.
+
+Live pipelines (asynchronous outcomes). In a simulation the outcome is known at once; on a live
+platform a run is one real training iteration that takes time. A profile may therefore return
+``None`` ("the run is executing"): the strategy records the run as started (a
+:class:`RunRequest`: the task, its iteration, ε fraction, window and the cost charged on each
+block), does not start another run for that pipeline, and keeps its reservations (it still gets
+its even split of new blocks). The driver reads the run with :meth:`SageStrategy.started` (or
+receives it through ``on_run``), turns its CHARGE decisions into one ledger reservation, runs the
+iteration on it, and calls :meth:`SageStrategy.report` with the validator's
+:class:`~blockbudget.training.validation.Outcome`; the strategy resumes exactly where a
+synchronous outcome would have taken it (ACCEPT: grant and reallocate what the pipeline held;
+REJECT: reject; RETRY: double ε if the allocation allows, else the window, and go on).
+
+Eligibility: a pipeline with :attr:`TaskSpec.eligible` (a selector's blocks) takes part only in
+the even split of blocks it may use; the split is among the waiting pipelines that may use the
+block, and so is a released reservation's reallocation.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, Inexact, InvalidOperation
 from enum import Enum
@@ -63,10 +79,42 @@ _SCALE = 1.0 - 1e-6
 class PipelineProfile(Protocol):
     """How a pipeline's SLAed validation turns out for a given budget and amount of data."""
 
-    def outcome(self, *, epsilon_fraction: float, blocks: int, partitioned: bool) -> Outcome:
+    def outcome(self, *, epsilon_fraction: float, blocks: int, partitioned: bool) -> Outcome | None:
         """The validator's decision for a run at ``epsilon_fraction`` × the task's demand on
-        ``blocks`` blocks; ``partitioned`` when each block is queried separately."""
+        ``blocks`` blocks; ``partitioned`` when each block is queried separately. None: the run
+        is executing and its outcome comes later through :meth:`SageStrategy.report`."""
         ...
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One privacy-adaptive run the strategy started (what a live driver executes).
+
+    The pool holds the run's CHARGE decisions (``cost`` on each of ``blocks``, note
+    ``"run <iteration>"``); a live driver turns them into one ledger reservation — the run's
+    grant — and trains one iteration on it.
+
+    Attributes:
+        task_id: the pipeline.
+        iteration: the pipeline's run number, from 0.
+        fraction: ε of the run as a fraction of the task's demand (2**-levels, doubling).
+        blocks: the window, oldest block first.
+        cost: what the run was charged on each block (``demand.scaled(fraction)``, a hair less).
+        partitioned: whether each block is queried separately (Query composition).
+
+    Example:
+        >>> from blockbudget.budget import Budget
+        >>> run = RunRequest("p", 0, 0.0625, ("b0",), Budget(epsilon=0.0625), False)
+        >>> run.blocks, run.iteration
+        (('b0',), 0)
+    """
+
+    task_id: str
+    iteration: int
+    fraction: float
+    blocks: tuple[str, ...]
+    cost: Cost
+    partitioned: bool
 
 
 class Usage(Enum):
@@ -96,6 +144,8 @@ class SageStrategy(Scheduler):
         profiles: task id → :class:`PipelineProfile` (see the module docstring).
         levels: ε0 = demand / 2**levels for Block/Conserve and Query composition.
         min_window: the minimum window, in blocks.
+        on_run: called with each run whose outcome is pending (its profile returned None),
+            right after the run was charged; a live driver's hook (or poll :meth:`started`).
     """
 
     usage: ClassVar[Usage] = Usage.CONSERVE
@@ -111,6 +161,7 @@ class SageStrategy(Scheduler):
         profiles: Mapping[str, PipelineProfile] | None = None,
         levels: int = 4,
         min_window: int = 1,
+        on_run: Callable[[RunRequest], None] | None = None,
     ) -> None:
         super().__init__(seed=seed, noise=noise)
         if isinstance(levels, bool) or not isinstance(levels, int) or not 0 <= levels <= 30:
@@ -122,6 +173,8 @@ class SageStrategy(Scheduler):
         self.min_window = min_window
         self.waiting: list[str] = []
         self.state: dict[str, _State] = {}
+        self.on_run = on_run
+        self._running: dict[str, RunRequest] = {}
 
     def describe(self) -> str:
         return f"{self.name}(levels={self.levels}, min_window={self.min_window})"
@@ -130,17 +183,21 @@ class SageStrategy(Scheduler):
 
     def on_task(self, pool: Pool, task: TaskSpec) -> None:
         start = self.levels if self.usage is not Usage.CONSERVE else 0
-        self.state[task.task_id] = _State(level=start, window=self.min_window)
+        # a window never below the task's own minimum (a selector's k blocks: min = max = k)
+        window = max(self.min_window, task.min_blocks)
+        self.state[task.task_id] = _State(level=start, window=window)
         self.waiting.append(task.task_id)
 
     def on_block(self, pool: Pool, block: BlockSpec) -> None:
         self._prune(pool)
         if self.usage is Usage.STREAMING:
             self._stream_block(pool, block)
-        elif self.waiting:
-            share = 1.0 / len(self.waiting)
-            for tid in list(self.waiting):
-                self._reserve(pool, tid, block.block_id, pool.capacity_share(block.block_id, share))
+        else:
+            takers = [t for t in self.waiting if pool.eligible(t, block.block_id)]
+            if takers:
+                cost = pool.capacity_share(block.block_id, 1.0 / len(takers))
+                for tid in takers:
+                    self._reserve(pool, tid, block.block_id, cost)
         self._run_all(pool)
 
     def on_tick(self, pool: Pool) -> None:
@@ -151,6 +208,47 @@ class SageStrategy(Scheduler):
 
     def _prune(self, pool: Pool) -> None:
         self.waiting = [t for t in self.waiting if pool.is_pending(t)]
+        for tid in [t for t in self._running if not pool.is_pending(t)]:
+            del self._running[tid]  # cancelled or expired while its run executed
+
+    # --- live runs ----------------------------------------------------------------------------
+
+    def started(self, task_id: str) -> RunRequest | None:
+        """The run of ``task_id`` whose outcome is pending, or None."""
+        return self._running.get(task_id)
+
+    def running(self) -> tuple[RunRequest, ...]:
+        """Every run whose outcome is pending, in the order they started."""
+        return tuple(self._running.values())
+
+    def report(self, pool: Pool, task_id: str, outcome: Outcome) -> bool:
+        """The outcome of a pipeline's pending run: resume where a synchronous outcome would
+        have gone (ACCEPT: grant and reallocate; REJECT: reject; RETRY: double ε if the
+        allocation allows, else the window, and run again), then give every waiting pipeline
+        its turn (a grant's reallocation may let them run).
+
+        Returns:
+            True when the outcome was applied; False when the task is no longer waiting (it was
+            cancelled or expired while its run executed; the run is forgotten).
+
+        Raises:
+            InvalidRequestError: ``outcome`` is not an Outcome, the task was never submitted, or
+                it waits with no run pending.
+        """
+        if not isinstance(outcome, Outcome):
+            raise InvalidRequestError(f"outcome must be an Outcome, got {outcome!r}")
+        if task_id not in pool.tasks:
+            raise InvalidRequestError(f"task {task_id!r} was never submitted")
+        run = self._running.pop(task_id, None)
+        if not pool.is_pending(task_id):
+            return False
+        if run is None:
+            raise InvalidRequestError(f"task {task_id!r} has no run in progress to report on")
+        if self._conclude(pool, run, outcome):
+            self._run(pool, task_id)
+        self._prune(pool)
+        self._run_all(pool)
+        return True
 
     def _reserve(self, pool: Pool, task_id: str, block_id: str, cost: Cost) -> None:
         """Add ``cost`` to a pipeline's reservation on a block, as one exact reservation (an
@@ -160,7 +258,13 @@ class SageStrategy(Scheduler):
         total = cost if held is None else _exact_sum(held, cost)
         if total is None:
             return
-        if np.all(pool.vector(total) >= pool.vector(demand)):
+        if isinstance(total, Budget) and isinstance(demand, Budget):
+            # never hold more than the pipeline may spend on a block, feature by feature (a
+            # share a hair below the demand's δ must not keep a whole block's ε)
+            total = Budget(
+                epsilon=min(total.epsilon, demand.epsilon), delta=min(total.delta, demand.delta)
+            )
+        elif np.all(pool.vector(total) >= pool.vector(demand)):
             total = demand  # never hold more than the pipeline may spend on a block
         if held is not None:
             pool.release(task_id, block_id, note="merged into a larger reservation")
@@ -169,6 +273,8 @@ class SageStrategy(Scheduler):
 
     def _stream_block(self, pool: Pool, block: BlockSpec) -> None:
         for tid in self.waiting:
+            if not pool.eligible(tid, block.block_id):
+                continue
             st = self.state[tid]
             held = [b for b in pool.held(tid) if b not in st.spent]
             if len(held) < st.window:
@@ -181,16 +287,18 @@ class SageStrategy(Scheduler):
         self._prune(pool)
         if not self.waiting or self.usage is Usage.STREAMING:
             return
-        share = Decimal(1) / Decimal(len(self.waiting))
         smallest = 2.0 ** -(self.levels + 4)
-        by_demand: dict[Cost, list[str]] = {}
-        for tid in self.waiting:
-            by_demand.setdefault(pool.tasks[tid].demand, []).append(tid)
         for block_id, cost in released.items():
-            part = cost.scaled(share)
+            takers = [t for t in self.waiting if pool.eligible(t, block_id)]
+            if not takers:
+                continue
+            part = cost.scaled(Decimal(1) / Decimal(len(takers)))
             if part.is_zero:
                 continue
             vec = pool.vector(part)
+            by_demand: dict[Cost, list[str]] = {}
+            for tid in takers:
+                by_demand.setdefault(pool.tasks[tid].demand, []).append(tid)
             for demand, tids in by_demand.items():
                 if self._covers(pool, vec, pool.vector(demand) * smallest):
                     for tid in tids:
@@ -252,11 +360,11 @@ class SageStrategy(Scheduler):
                 pool.reserve(task_id, b, rest, note="remainder kept")
         return True
 
-    def _evaluate(self, pool: Pool, task: TaskSpec, fraction: float, blocks: int) -> Outcome:
+    def _evaluate(self, pool: Pool, task: TaskSpec, run: RunRequest) -> Outcome | None:
         profile = self.profiles.get(task.task_id)
         if profile is not None:
             return profile.outcome(
-                epsilon_fraction=fraction, blocks=blocks, partitioned=self.partitioned
+                epsilon_fraction=run.fraction, blocks=len(run.blocks), partitioned=run.partitioned
             )
         if task.validator is not None:
             ok = task.validator(tuple(pool.charged_blocks[task.task_id]))
@@ -264,48 +372,70 @@ class SageStrategy(Scheduler):
         return Outcome.ACCEPT
 
     def _run(self, pool: Pool, task_id: str) -> None:
+        """Runs of one pipeline until it is decided, waits for blocks, or has a run executing."""
+        task = pool.tasks[task_id]
+        while pool.is_pending(task_id) and task_id not in self._running:
+            run = self._start(pool, task_id)
+            if run is None:
+                return
+            outcome = self._evaluate(pool, task, run)
+            if outcome is None:  # executing (a live pipeline): report() resumes it
+                self._running[task_id] = run
+                if self.on_run is not None:
+                    self.on_run(run)
+                return
+            if not self._conclude(pool, run, outcome):
+                return
+
+    def _start(self, pool: Pool, task_id: str) -> RunRequest | None:
+        """First half of a run: choose the window and ε, charge them. None when the pipeline
+        waits for blocks or was rejected (its window outgrew ``max_blocks``)."""
         task = pool.tasks[task_id]
         st = self.state[task_id]
         limit = task.access_limit
-        while pool.is_pending(task_id):
-            if limit is not None and st.window > limit:
-                pool.reject(task_id, note=f"window of {st.window} blocks exceeds max_blocks")
-                return
-            if self.usage is not Usage.CONSERVE:
-                candidates = self._usable(pool, task_id, 2.0**-self.levels)
-                chosen = candidates[-st.window :]
-                fraction = self._aggressive_fraction(pool, task_id, chosen) if chosen else 0.0
-            else:
-                fraction = self._fraction(st)
-                chosen = self._usable(pool, task_id, fraction)[-st.window :]
-            if len(chosen) < st.window or fraction <= 0:
-                return  # wait for more blocks
-            if limit is not None and len(set(pool.charged_blocks[task_id]) | set(chosen)) > limit:
-                pool.reject(task_id, note="the next window would exceed max_blocks")
-                return
-            cost = task.demand.scaled(fraction * _SCALE)
-            if not self._charge(pool, task_id, chosen, cost, f"run {st.runs}"):
-                return
-            for b in chosen:
-                st.spent[b] = st.spent.get(b, 0.0) + fraction
-            st.runs += 1
-            outcome = self._evaluate(pool, task, fraction, len(chosen))
-            if outcome is Outcome.ACCEPT:
-                released = {b: c for b in pool.held(task_id) if (c := pool.held_cost(task_id, b))}
-                pool.grant(task_id, note=f"accepted after {st.runs} run(s)")
-                self._reallocate(pool, released)
-                return
-            if outcome is Outcome.REJECT:
-                pool.reject(task_id, note="validator rejected")
-                return
-            if self.usage is Usage.CONSERVE and st.level < self.levels:
-                doubled = 2.0 * fraction
-                if len(self._usable(pool, task_id, doubled)) >= st.window and all(
-                    b in self._usable(pool, task_id, doubled) for b in chosen
-                ):
-                    st.level += 1
-                    continue
-            st.window *= 2
+        if limit is not None and st.window > limit:
+            pool.reject(task_id, note=f"window of {st.window} blocks exceeds max_blocks")
+            return None
+        if self.usage is not Usage.CONSERVE:
+            candidates = self._usable(pool, task_id, 2.0**-self.levels)
+            chosen = candidates[-st.window :]
+            fraction = self._aggressive_fraction(pool, task_id, chosen) if chosen else 0.0
+        else:
+            fraction = self._fraction(st)
+            chosen = self._usable(pool, task_id, fraction)[-st.window :]
+        if len(chosen) < st.window or fraction <= 0:
+            return None  # wait for more blocks
+        if limit is not None and len(set(pool.charged_blocks[task_id]) | set(chosen)) > limit:
+            pool.reject(task_id, note="the next window would exceed max_blocks")
+            return None
+        cost = task.demand.scaled(fraction * _SCALE)
+        if not self._charge(pool, task_id, chosen, cost, f"run {st.runs}"):
+            return None
+        for b in chosen:
+            st.spent[b] = st.spent.get(b, 0.0) + fraction
+        run = RunRequest(task_id, st.runs, fraction, tuple(chosen), cost, self.partitioned)
+        st.runs += 1
+        return run
+
+    def _conclude(self, pool: Pool, run: RunRequest, outcome: Outcome) -> bool:
+        """Second half of a run: apply its outcome. True when the pipeline goes on (RETRY)."""
+        task_id = run.task_id
+        st = self.state[task_id]
+        if outcome is Outcome.ACCEPT:
+            released = {b: c for b in pool.held(task_id) if (c := pool.held_cost(task_id, b))}
+            pool.grant(task_id, note=f"accepted after {st.runs} run(s)")
+            self._reallocate(pool, released)
+            return False
+        if outcome is Outcome.REJECT:
+            pool.reject(task_id, note="validator rejected")
+            return False
+        if self.usage is Usage.CONSERVE and st.level < self.levels:
+            doubled = self._usable(pool, task_id, 2.0 * run.fraction)
+            if len(doubled) >= st.window and all(b in doubled for b in run.blocks):
+                st.level += 1
+                return True
+        st.window *= 2
+        return True
 
 
 def _up(x: float) -> float:

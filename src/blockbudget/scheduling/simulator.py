@@ -6,10 +6,24 @@ pool expires tasks past their deadline. Each scheduler callback is timed; the su
 scheduler time reported (the pool's own bookkeeping included, the simulator's excluded).
 
 Metrics (:class:`SimulationResult`): tasks allocated (granted), profit of granted tasks,
-realized significance Σ p_ij over charged blocks weighted by the fraction of the demand charged
-(seed 000 Eq. (5) objective, Alg. 3's partial grants counted pro rata), mean and p95 delay of
-granted tasks, the fraction of fair-share tasks served (PrivateKube OSDI'21 §6: a task whose
-demand is at most 1/N of a block's capacity), budget used, and scheduler wall time.
+realized significance Σ p_ij over the blocks charged to granted tasks (seed
+``000_de3e86489c8646aa.txt`` §IV-B, the objective of Eq. (5)), mean and p95 delay of granted
+tasks, the fraction of fair-share tasks served (PrivateKube OSDI'21 §6: a task whose demand is
+at most 1/N of a block's capacity), budget used, and scheduler wall time.
+
+How a *partial* grant counts (seed 000 Alg. 3, Eq. (18): a block grants ε_ij < ε_j) is an
+explicit mode, :class:`PartialCredit`, stated on every result:
+
+* ``FULL`` (the default) — a block charged to a granted task earns the task's whole p_ij,
+  whatever ε it got: Eq. (5)'s Σ p_ij x_ij with x_ij = 1 for every block the task used. This is
+  the seed's accounting in the proof of Thm. 5 (§VI-C, Eq. (20): ALG ≥ T·ε_g), and the only one
+  under which Thm. 5's ratio 1 + ln(U/L) can hold (tests/scheduling/test_competitive_ratio.py).
+* ``PRO_RATA`` — p_ij × (charged ε / demanded ε), capped at p_ij per charge: the value of a
+  partial grant if quality grew linearly with ε. Thm. 5 does not hold under it (a drain of
+  density-L queries before density-U ones exceeds the bound). Use it where an online result is
+  compared with the offline optimum of Eq. (5), which grants whole demands only.
+
+Without partial grants (Alg. 2, every NAMED scheduler) the two modes agree.
 """
 
 from __future__ import annotations
@@ -18,6 +32,7 @@ import heapq
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -30,6 +45,18 @@ from blockbudget.scheduling.pool import Pool
 _BLOCK, _TASK, _TICK = 0, 1, 2
 
 
+class PartialCredit(Enum):
+    """How realized significance values a partial grant (see the module docstring).
+
+    Example:
+        >>> PartialCredit("pro-rata") is PartialCredit.PRO_RATA
+        True
+    """
+
+    FULL = "full"  # the whole p_ij per block used: seed 000 Eq. (5), Thm. 5's accounting
+    PRO_RATA = "pro-rata"  # p_ij × granted ε / demanded ε
+
+
 @dataclass(frozen=True)
 class SimulationResult:
     """What one run produced.
@@ -40,7 +67,7 @@ class SimulationResult:
         allocated: number of granted tasks.
         submitted: number of tasks submitted.
         profit: Σ profit of granted tasks.
-        significance: realized significance (see the module docstring).
+        significance: realized significance, partial grants valued by ``partial_credit``.
         mean_delay: mean (grant time − arrival) over granted tasks (nan if none).
         p95_delay: 95th percentile of the same.
         fair_share_served: fraction of fair-share tasks granted (nan if none).
@@ -48,6 +75,7 @@ class SimulationResult:
         scheduler_seconds: wall time inside scheduler callbacks.
         secure_noise: False when the scheduler's DP decisions used a SeededNoise (experiments
             and tests only; see :class:`~blockbudget.scheduling.base.Scheduler`).
+        partial_credit: how ``significance`` values partial grants (:class:`PartialCredit`).
     """
 
     scheduler: str
@@ -62,6 +90,7 @@ class SimulationResult:
     budget_used: float
     scheduler_seconds: float
     secure_noise: bool = True
+    partial_credit: PartialCredit = PartialCredit.FULL
 
     def row(self) -> dict[str, Any]:
         """The metrics as a flat dict (for CSV rows)."""
@@ -71,6 +100,7 @@ class SimulationResult:
             "submitted": self.submitted,
             "profit": round(self.profit, 6),
             "significance": round(self.significance, 6),
+            "partial_credit": self.partial_credit.value,
             "mean_delay": round(self.mean_delay, 6),
             "p95_delay": round(self.p95_delay, 6),
             "fair_share_served": round(self.fair_share_served, 6),
@@ -88,6 +118,7 @@ def simulate(
     fair_share_n: int = 100,
     horizon: float | None = None,
     slack_delta: float | None = None,
+    partial_credit: PartialCredit = PartialCredit.FULL,
 ) -> SimulationResult:
     """Run ``scheduler`` over arriving ``blocks`` and ``tasks``.
 
@@ -100,10 +131,14 @@ def simulate(
         horizon: last tick time (default: the last arrival plus the longer of the longest
             timeout and the scheduler's ``drain_time``).
         slack_delta: δ̃ for STRONG accounting.
+        partial_credit: how the result's significance values partial grants (default FULL,
+            the seed's accounting; see the module docstring).
 
     Raises:
         InvalidRequestError: the scheduler does not support the accounting rule.
     """
+    if not isinstance(partial_credit, PartialCredit):
+        raise InvalidRequestError(f"partial_credit must be a PartialCredit, got {partial_credit!r}")
     if accounting not in scheduler.accountings:
         raise InvalidRequestError(
             f"scheduler {scheduler.name!r} does not support {accounting.value} accounting"
@@ -131,6 +166,7 @@ def simulate(
         fair_share_n=fair_share_n,
         seconds=spent,
         secure_noise=scheduler.secure_noise,
+        partial_credit=partial_credit,
     )
 
 
@@ -175,13 +211,19 @@ def _run_events(
 
 
 def summarize(
-    name: str, pool: Pool, *, fair_share_n: int, seconds: float, secure_noise: bool = True
+    name: str,
+    pool: Pool,
+    *,
+    fair_share_n: int,
+    seconds: float,
+    secure_noise: bool = True,
+    partial_credit: PartialCredit = PartialCredit.FULL,
 ) -> SimulationResult:
     """Compute the metrics of a finished pool."""
     granted = [t for t, s in pool.status.items() if s is TaskStatus.GRANTED]
     delays = np.array([pool.granted_at[t] - pool.tasks[t].arrival for t in granted])
     profit = float(sum(pool.tasks[t].profit for t in granted))
-    significance = realized_significance(pool)
+    significance = realized_significance(pool, partial_credit=partial_credit)
     fair = [t for t in pool.tasks if is_fair_share(pool, pool.tasks[t], fair_share_n)]
     served_fair = sum(1 for t in fair if pool.status[t] is TaskStatus.GRANTED)
     used = pool.used_fraction() if pool.n_blocks else np.zeros(1)
@@ -198,21 +240,45 @@ def summarize(
         budget_used=float(np.mean(used)),
         scheduler_seconds=seconds,
         secure_noise=secure_noise,
+        partial_credit=partial_credit,
     )
 
 
-def realized_significance(pool: Pool) -> float:
-    """Σ over granted tasks and charged blocks of p_ij × (charged ε / demanded ε), capped at 1.
+def realized_significance(
+    pool: Pool, *, partial_credit: PartialCredit = PartialCredit.FULL
+) -> float:
+    """Σ over granted tasks of their p_ij on the blocks they were charged (seed 000 Eq. (5)).
 
-    For full grants the factor is 1, so this is seed 000 Eq. (5)'s objective Σ p_ij x_ij.
+    FULL: each block a granted task used counts once, with its whole p_ij. PRO_RATA: each
+    charge counts p_ij × (charged ε / demanded ε), capped at 1 per charge. For full grants the
+    two agree.
+
+    Example:
+        >>> from blockbudget.accounting import Accounting
+        >>> from blockbudget.budget import Budget
+        >>> from blockbudget.scheduling import BlockSpec, Pool, TaskSpec
+        >>> pool = Pool(Accounting.BASIC)
+        >>> _ = pool.add_block(BlockSpec("b", 0.0, Budget(epsilon=1.0)))
+        >>> pool.submit(TaskSpec("q", 0.0, Budget(epsilon=0.5), significance={"b": 2.0}))
+        >>> pool.grant("q", {"b": Budget(epsilon=0.125)})  # a partial grant: 1/4 of ε_j
+        True
+        >>> realized_significance(pool), realized_significance(
+        ...     pool, partial_credit=PartialCredit.PRO_RATA)
+        (2.0, 0.5)
     """
     total = 0.0
+    counted: set[tuple[str, str]] = set()
     for d in pool.decisions:
         if d.kind is not DecisionKind.CHARGE or d.block_id is None or d.cost is None:
             continue
-        if pool.status[d.task_id] is not TaskStatus.GRANTED:
-            continue
+        if pool.status.get(d.task_id) is not TaskStatus.GRANTED:
+            continue  # a refused task, or a live driver's synthetic task
         task = pool.tasks[d.task_id]
+        if partial_credit is PartialCredit.FULL:
+            if (d.task_id, d.block_id) not in counted:
+                counted.add((d.task_id, d.block_id))
+                total += task.significance_of(d.block_id)
+            continue
         want = float(np.max(pool.vector(task.demand)))
         got = float(np.max(pool.vector(d.cost)))
         share = 1.0 if want <= 0 else min(1.0, got / want)

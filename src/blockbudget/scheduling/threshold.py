@@ -1,7 +1,9 @@
 """Seed 000's online budgeting: filtering by threshold (Alg. 1), online budgeting (Alg. 2) and
 online budgeting with mixed (large) queries (Alg. 3).
 
-Seed ``000_de3e86489c8646aa.txt`` §VI. Under Assumption 2 (L ≤ p_ij/ε ≤ U, Eq. (8), ε the
+Seed ``000_de3e86489c8646aa.txt`` ("Privacy Budgeting for Growing Machine Learning Datasets")
+§VI: Alg. 1 and Alg. 2 in §VI-A, Thm. 3 and Thm. 4 in §VI-B, Alg. 3 and Thm. 5 in §VI-C. Under
+Assumption 2 (L ≤ p_ij/ε ≤ U, Eq. (8), ε the
 query's *total* privacy cost on the block):
 
 * z0 = 1 / (1 + ln(U/L)) and the threshold of Eq. (9):
@@ -112,7 +114,7 @@ __all__ = [
 
 
 def z_zero(*, upper: float, lower: float) -> float:
-    """z0 = 1/(1 + ln(U/L)) (seed 000 §VI-A, below Eq. (8)).
+    """z0 = 1/(1 + ln(U/L)) (seed ``000_de3e86489c8646aa.txt`` §VI-A, below Eq. (8)).
 
     Raises:
         InvalidRequestError: unless 0 < L ≤ U < inf.
@@ -122,13 +124,15 @@ def z_zero(*, upper: float, lower: float) -> float:
 
 
 def competitive_ratio(*, upper: float, lower: float) -> float:
-    """1 + ln(U/L): the competitive ratio of Alg. 2 (Thm. 4) and Alg. 3 (Thm. 5)."""
+    """1 + ln(U/L): the competitive ratio of Alg. 2 (Thm. 4, §VI-B, Eq. (16)) and Alg. 3
+    (Thm. 5, §VI-C) of seed ``000_de3e86489c8646aa.txt``."""
     _check_bounds(upper, lower)
     return 1.0 + math.log(upper / lower)
 
 
 def threshold(z: float, *, upper: float, lower: float) -> float:
-    """T(z) of seed 000 Eq. (9): L up to z0, then (Ue/L)^z · L/e (reaching U at z = 1)."""
+    """T(z) of seed ``000_de3e86489c8646aa.txt`` §VI-A, Eq. (9): L up to z0, then
+    (Ue/L)^z · L/e (reaching U at z = 1)."""
     z0 = z_zero(upper=upper, lower=lower)
     if z <= z0:
         return lower
@@ -263,11 +267,32 @@ class _ThresholdBase(Scheduler):
             return True
         return False
 
+    def _take(self, pool: Pool, task: TaskSpec, block_id: str, cost: Cost, note: str) -> bool:
+        """Give a task ``cost`` of a block that admitted it: charged at once (seed 000's
+        Alg. 2 trains on each block as it is chosen), or — for a task that needs several
+        blocks or none (``min_blocks`` > 1: a selector's k blocks) — reserved until the task
+        has them all, so a task refused for lack of blocks is charged nothing but the
+        comparisons' ε0."""
+        if task.min_blocks > 1:
+            return pool.reserve(task.task_id, block_id, cost, note=note)
+        return pool.charge(task.task_id, {block_id: cost}, note=note)
+
+    def _taken(self, pool: Pool, task: TaskSpec) -> tuple[str, ...]:
+        """The blocks the task got so far, in the order it got them."""
+        if task.min_blocks > 1:
+            return tuple(pool.held(task.task_id))
+        return tuple(pool.charged_blocks[task.task_id])
+
     def _finish(self, pool: Pool, task: TaskSpec) -> None:
-        if len(pool.charged_blocks[task.task_id]) >= task.min_blocks:
-            pool.grant(task.task_id)
+        taken = self._taken(pool, task)
+        if len(taken) < task.min_blocks:
+            pool.reject(task.task_id, note="too few blocks passed the threshold")
+        elif task.min_blocks > 1:  # all at once: the reservations become the charges
+            costs = {b: pool.held_cost(task.task_id, b) for b in taken}
+            if not pool.grant(task.task_id, {b: c for b, c in costs.items() if c is not None}):
+                raise InternalError(f"task {task.task_id!r}: its own reservations did not fit")
         else:
-            pool.reject(task.task_id, note="no block passed the threshold")
+            pool.grant(task.task_id)
 
     def describe(self) -> str:
         return f"{self.name}(U={self.upper:g}, L={self.lower:g}, ε0={self.epsilon0:g})"
@@ -276,8 +301,12 @@ class _ThresholdBase(Scheduler):
 class OnlineThreshold(_ThresholdBase):
     """Seed 000 Alg. 2 (online budgeting) with Alg. 1 (filtering by threshold) per block.
 
-    Above z0 a block compares p_ij/(ε_j+ε0) with T(z_i) in its open AboveThreshold run (see the
-    module docstring): ε0 is paid when a run starts, never per refused comparison.
+    Seed ``000_de3e86489c8646aa.txt`` §VI-A (Alg. 1, Alg. 2; threshold T(z) of Eq. (9) under
+    Assumption 2, Eq. (8)); competitive ratio 1 + ln(U/L) by Thm. 4, §VI-B, Eqs. (11)–(16).
+    Blocks are visited in random order among those the task may use
+    (:attr:`~blockbudget.scheduling.base.TaskSpec.eligible`). Above z0 a block compares
+    p_ij/(ε_j+ε0) with T(z_i) in its open AboveThreshold run (see the module docstring): ε0 is
+    paid when a run starts, never per refused comparison.
 
     Args:
         seed: seed of the (public) block order; None (default) for OS entropy.
@@ -306,7 +335,7 @@ class OnlineThreshold(_ThresholdBase):
         limit = task.access_limit or pool.n_blocks
         z0 = z_zero(upper=self.upper, lower=self.lower)
         over = pool.vector(self._overhead(pool, self.epsilon0))
-        order = self.rng.permutation(pool.n_blocks)
+        order = self.rng.permutation(pool.usable_indices(task.task_id))  # eligible blocks
         candidates = order[pool.fits_many(order, vec)] if len(order) else order
         taken = 0
         for i in (int(k) for k in candidates):
@@ -314,21 +343,20 @@ class OnlineThreshold(_ThresholdBase):
                 break
             block_id = pool.blocks[i].block_id
             if float(pool.used_fraction([i])[0]) < z0:  # Alg. 1 lines 1–3
-                if not pool.charge(task.task_id, {block_id: task.demand}, note="z < z0"):
+                if not self._take(pool, task, block_id, task.demand, "z < z0"):
                     continue
             elif not self._filter(pool, task, i, vec, over):  # Alg. 1 lines 5–10
                 continue
             taken += 1
-            if task.validator is not None and task.validator(
-                tuple(pool.charged_blocks[task.task_id])
-            ):
+            if task.validator is not None and task.validator(self._taken(pool, task)):
                 break  # Flag = True
         self._finish(pool, task)
 
     def _filter(
         self, pool: Pool, task: TaskSpec, i: int, vec: FloatArray, over: FloatArray
     ) -> bool:
-        """Alg. 1 above z0: compare in the block's run, charge the demand on a pass."""
+        """Alg. 1 lines 5–10 (seed 000 §VI-A) above z0: compare p_ij/(ε_j+ε0) with T(z_i) of
+        Eq. (9) in the block's run, charge the demand on a pass."""
         block_id = pool.blocks[i].block_id
         need = vec if self.has_open_run(pool, block_id) else vec + over
         if not pool.fits_many([i], need)[0]:
@@ -339,12 +367,17 @@ class OnlineThreshold(_ThresholdBase):
         bar = threshold(float(pool.used_fraction([i])[0]), upper=self.upper, lower=self.lower)
         if not self._compare(pool, block_id, run, ratio - bar):
             return False
-        return pool.charge(task.task_id, {block_id: task.demand}, note="above T(z)")
+        return self._take(pool, task, block_id, task.demand, "above T(z)")
 
 
 class MixedThreshold(_ThresholdBase):
     """Seed 000 Alg. 3 (online budgeting with large queries), with partial grants (Eq. (18)).
 
+    Seed ``000_de3e86489c8646aa.txt`` §VI-C: constant threshold T = U/(1 + ln(U/L)), ε* of
+    Eq. (17) (with κ = 2ε0 in place of ε0, module docstring), grant ε_ij of Eq. (18); Thm. 5
+    (§VI-C, Eq. (20)) values a partial grant at the query's full p_ij — the simulator's
+    :attr:`~blockbudget.scheduling.simulator.PartialCredit.FULL`. Blocks are visited in random
+    order among those the task may use (:attr:`~blockbudget.scheduling.base.TaskSpec.eligible`).
     Thm. 5 holds only with full credit for partial grants and η ≤ :meth:`eta_limit` for every
     query (module docstring); the default η = 0 is the only value safe for every demand.
 
@@ -406,7 +439,7 @@ class MixedThreshold(_ThresholdBase):
         vec = pool.vector(task.demand)
         over = pool.vector(self._overhead(pool, self.epsilon0))
         limit = task.access_limit or pool.n_blocks
-        order = self.rng.permutation(pool.n_blocks)
+        order = self.rng.permutation(pool.usable_indices(task.task_id))  # eligible blocks
         # worth a comparison only if the block can take the release's ε0 and some demand
         candidates = order[pool.fits_many(order, over + vec * 1e-3)] if len(order) else order
         taken = 0
@@ -416,14 +449,13 @@ class MixedThreshold(_ThresholdBase):
             if not self._admit(pool, task, i, vec, over):
                 continue
             taken += 1
-            if task.validator is not None and task.validator(
-                tuple(pool.charged_blocks[task.task_id])
-            ):
+            if task.validator is not None and task.validator(self._taken(pool, task)):
                 break
         self._finish(pool, task)
 
     def _admit(self, pool: Pool, task: TaskSpec, i: int, vec: FloatArray, over: FloatArray) -> bool:
-        """Alg. 3 lines 7–12 on block ``i``: compare, release ε*, charge the partial grant."""
+        """Alg. 3 lines 7–12 (seed 000 §VI-C) on block ``i``: compare ε* of Eq. (17) with
+        η·ε_j, release ε*, charge the partial grant ε_ij of Eq. (18)."""
         block_id = pool.blocks[i].block_id
         runs = 1 if self.has_open_run(pool, block_id) else 2
         if not pool.fits_many([i], over * runs + vec * 1e-3)[0]:
@@ -442,7 +474,7 @@ class MixedThreshold(_ThresholdBase):
         if fraction <= 1e-6:
             return False
         cost = task.demand if fraction >= 1.0 else task.demand.scaled(round(fraction, 9))
-        return pool.charge(task.task_id, {block_id: cost}, note=f"partial {fraction:.3f}")
+        return self._take(pool, task, block_id, cost, f"partial {fraction:.3f}")
 
     def describe(self) -> str:
         return f"{super().describe()[:-1]}, η={self.eta:g})"

@@ -15,7 +15,7 @@ ledger batches concurrent writes of all those threads into single durable transa
 
 import os
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -35,6 +35,7 @@ from blockbudget.errors import (
     InvalidRequestError,
     ReservationError,
     StreamExistsError,
+    UnknownBlockError,
 )
 from blockbudget.ledger import ContextInfo, Ledger, Reservation, ReservationState
 from blockbudget.platform import Last, Platform
@@ -56,7 +57,6 @@ from blockbudget.service.blocknames import BlockNames, Naming
 from blockbudget.service.charges import charge_json, register_charge_routes, scoped
 from blockbudget.service.dashboard import STATIC_DIR, page
 from blockbudget.service.dashboard_routes import block_out, register_dashboard_routes
-from blockbudget.service.pipelines import Job, PipelineQueue
 from blockbudget.service.queue_routes import Pump, register_queue_routes, revoke_tasks
 from blockbudget.store import Blocking, LatePolicy, Unit
 from blockbudget.store.model import parse_block_id
@@ -140,7 +140,6 @@ def create_app(
         finally:
             await anyio.to_thread.run_sync(pump.stop)
             queue_of_tasks.close()
-            app.state.pipelines.close()
 
     app = FastAPI(
         title="blockbudget",
@@ -486,6 +485,10 @@ def create_app(
         from blockbudget.query import from_dict
         from blockbudget.service.queries import run_query
 
+        if body.reservation_id is not None:  # spend the caller's reservation (reserve nothing)
+            from blockbudget.service.queries import granted_query_out
+
+            return granted_query_out(platform, names, me, stream, body)
         naming, chosen, ctx = query_place(me, stream, body, body.context)
         q = from_dict(body.query)
         out = run_query(platform, stream, q, selection=chosen, context=ctx).to_dict()
@@ -496,6 +499,11 @@ def create_app(
         from blockbudget.query import from_dict
         from blockbudget.service.queries import price_query
 
+        if body.reservation_id is not None:
+            raise InvalidRequestError(
+                "pricing takes 'blocks' or 'last'; a reservation's cover is checked when the "
+                "query runs on it"
+            )
         naming, chosen, ctx = query_place(me, stream, body, body.context)
         q = from_dict(body.query)
         out = price_query(platform, stream, q, selection=chosen, context=ctx).to_dict()
@@ -517,42 +525,47 @@ def create_app(
         out = legacy_out(kind.value, result)
         return out.model_copy(update={"blocks": naming.show_all(out.blocks)})
 
-    # --- pipelines ---------------------------------------------------------------------------
+    # --- pipelines: tasks of kind pipeline (the TaskQueue's pipeline family) ---------------
 
-    queue = PipelineQueue(platform)
-    app.state.pipelines = queue
-
-    def may_see(me: Principal) -> Callable[[Job], bool]:
-        return lambda job: me.role is Role.ADMIN or job.owner == me.name
+    from blockbudget.service.pipelines import job_json
+    from blockbudget.tasks.model import WorkKind
 
     @app.post("/v1/streams/{stream}/pipelines", status_code=201, tags=["pipelines"])
     def submit_pipeline(me: Auth, stream: str, body: sc.PipelineIn) -> sc.JobOut:
+        """Submit a pipeline: a task of kind ``pipeline`` for the stream's pipeline strategy
+        (Sage's Block/Conserve by default); the job's id is the task's id."""
         require_stream(me, stream)
         context = resolve_context(me, body.context)
         if context not in platform.contexts():
             raise InvalidRequestError(f"unknown or closed context {context!r}")
-        job = queue.submit(
-            owner=me.name,
-            stream=stream,
-            context=context,
+        task = queue_of_tasks.submit_pipeline(
+            stream,
             kind=body.kind.value,
             target=body.target,
+            context=context,
+            principal=me.name,
             epsilon0=body.epsilon0,
             max_epsilon=body.max_epsilon,
             min_window=body.min_window,
         )
-        return sc.JobOut.model_validate(job.to_json())
+        return sc.JobOut.model_validate(job_json(task))
 
     @app.get("/v1/pipelines", tags=["pipelines"])
     def list_pipelines(me: Auth) -> list[sc.JobOut]:
-        return [sc.JobOut.model_validate(j.to_json()) for j in queue.jobs(may_see(me))]
+        """The caller's pipeline jobs (admins: everyone's), oldest first."""
+        found = queue_of_tasks.tasks(
+            principal=None if me.role is Role.ADMIN else me.name, kind=WorkKind.PIPELINE
+        )
+        return [sc.JobOut.model_validate(job_json(t)) for t in found]
 
     @app.get("/v1/pipelines/{job_id}", tags=["pipelines"])
     def get_pipeline(me: Auth, job_id: str) -> sc.JobOut:
-        job = queue.job(job_id)
-        if not may_see(me)(job):
+        task = queue_of_tasks.task(job_id)
+        if task.kind is not WorkKind.PIPELINE:
+            raise UnknownBlockError(f"unknown pipeline job {job_id!r}")
+        if me.role is not Role.ADMIN and task.principal != me.name:
             raise AuthError(403, f"pipeline job {job_id!r} belongs to another principal")
-        return sc.JobOut.model_validate(job.to_json())
+        return sc.JobOut.model_validate(job_json(task))
 
     # --- audit ---------------------------------------------------------------------------------
 
@@ -604,7 +617,6 @@ def create_app(
     register_dashboard_routes(
         app,
         platform=platform,
-        pipelines=queue,
         tasks=queue_of_tasks,
         authenticate=authenticate,
         names=names,

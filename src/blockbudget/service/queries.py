@@ -14,16 +14,35 @@ is drawn durably *before* any noise, and closing the grant releases the rest. On
 and its public metadata go back. A failure while reading or processing rows is answered with a
 stable code (``query_failed_data``) and our own message, never the exception's text, which may
 quote a cell (:mod:`blockbudget.service.failures`).
+
+With ``reservation_id`` the query spends the caller's open reservation instead (e.g. what the
+scheduler granted its task): nothing is reserved, the reservation's blocks are read, the draw
+comes out of it and must fit what it still holds (:func:`run_granted_query`).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from blockbudget.errors import InvalidRequestError
 from blockbudget.platform import Last, Platform
-from blockbudget.query import DryRun, Query, QueryResult, aggregate, open_grant, price, release
+from blockbudget.query import (
+    DryRun,
+    Query,
+    QueryResult,
+    aggregate,
+    close_if_spent,
+    open_grant,
+    open_reserved,
+    price,
+    release,
+    spend,
+)
 from blockbudget.service import schemas as sc
+from blockbudget.service.access import require_context, require_stream
+from blockbudget.service.auth import Principal
+from blockbudget.service.blocknames import BlockNames
 from blockbudget.service.failures import LEDGER_REFUSALS, concealing
 
 
@@ -56,6 +75,76 @@ def run_query(
     with grant, concealing("query"):
         partials = aggregate(grant, query, pricing)
         return release(grant, query, partials, pricing)
+
+
+def run_granted_query(
+    platform: Platform,
+    me: Principal,
+    stream: str,
+    query: Query,
+    *,
+    reservation_id: str,
+    context: str | None,
+) -> QueryResult:
+    """Run ``query`` on the caller's open reservation ``reservation_id``: reserve nothing, draw
+    from it (``POST /v1/streams/{s}/query`` with ``reservation_id``).
+
+    Only the reservation's holder may spend it (anyone else, admins included, gets the 404 of
+    an unknown reservation: whether it exists does not leak); it must hold budget on blocks of
+    ``stream``, in a context the caller is bound to (and, when ``context`` is named, in that
+    one); the query's draw must fit what it still holds on every block. Every refusal comes
+    before any row is read and charges nothing. The reservation stays open for further draws
+    (the holder releases it, or it expires) unless this draw spent all it held: then it is
+    closed.
+
+    Raises:
+        UnknownReservationError: unknown, or not the caller's (404).
+        AuthError: 403 for a stream the caller may not read or a context it is not bound to.
+        InvalidRequestError: another stream's or context's reservation, or a query that does
+            not fit the stream (422).
+        ReservationError: closed or expired, or too little left for the query (409).
+        ConcealedError: a failure while reading or computing on rows (a stable code only).
+    """
+    from blockbudget.grant import open_reservation
+
+    require_stream(me, stream)
+    res = open_reservation(platform.ledger, reservation_id, holder=me.name, now=time.time())
+    require_context(me, res.context)  # still bound to the context it spends in
+    with concealing("query", passing=(*LEDGER_REFUSALS, InvalidRequestError)):
+        grant, pricing = open_reserved(
+            platform, stream, query, reservation=res.id, holder=me.name, context=context
+        )
+    with concealing("query"):
+        result = spend(grant, query, pricing)
+    with concealing("query", passing=(*LEDGER_REFUSALS, InvalidRequestError)):
+        close_if_spent(grant)
+    return result
+
+
+def granted_query_out(
+    platform: Platform, names: BlockNames, me: Principal, stream: str, body: sc.QueryRunIn
+) -> sc.QueryResultOut:
+    """``POST /v1/streams/{s}/query`` with ``reservation_id`` (:func:`run_granted_query`),
+    its blocks named as the caller may see them.
+
+    Raises:
+        InvalidRequestError: ``blocks`` or ``last`` given as well; as
+            :func:`run_granted_query`.
+    """
+    from blockbudget.query import from_dict
+
+    assert body.reservation_id is not None
+    if body.blocks is not None or body.last is not None:
+        raise InvalidRequestError(
+            "a query on a reservation reads the reservation's blocks: give 'reservation_id' "
+            "without 'blocks' or 'last'"
+        )
+    q = from_dict(body.query)
+    result = run_granted_query(
+        platform, me, stream, q, reservation_id=body.reservation_id, context=body.context
+    )
+    out = result.to_dict()
+    return sc.QueryResultOut(**{**out, "blocks": names.naming(me, stream).show_all(out["blocks"])})
 
 
 def price_query(

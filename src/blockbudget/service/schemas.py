@@ -239,6 +239,14 @@ class QueryRunIn(Selection):
         "categories, other, quantiles, bins, where, group_by (docs/queries.md)"
     )
     context: str | None = ContextName
+    reservation_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="run on this open reservation of the caller's (e.g. a scheduler's grant) "
+        "instead of reserving: its blocks are read and the draw comes out of it (no "
+        "'blocks' or 'last' then)",
+    )
 
 
 class PartOut(BaseModel):

@@ -437,6 +437,12 @@ class BlockStore:
         with self._engine.connect() as conn:
             return catalog.select_blocks(conn, stream, sealed)
 
+    def block_ids(self, stream: str, *, offset: int = 0, limit: int = 1000) -> list[str]:
+        """One page of the stream's block ids in :meth:`blocks`' order, skipping the
+        ``offset`` first: reads that page's index rows only (no block metadata)."""
+        with self._engine.connect() as conn:
+            return catalog.select_block_ids(conn, stream, offset=offset, limit=limit)
+
     def block(self, block_id: str) -> BlockMeta:
         """One block's metadata.
 

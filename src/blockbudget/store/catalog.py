@@ -356,6 +356,20 @@ def select_newest_block_ids(conn: Connection, stream: str, *, offset: int, limit
     return [r[0] for r in conn.execute(query)]
 
 
+def select_block_ids(conn: Connection, stream: str, *, offset: int, limit: int) -> list[str]:
+    """One page of a stream's block ids, oldest first (:func:`select_blocks`'s order),
+    skipping the ``offset`` oldest. Reads :data:`order_index` rows only."""
+    b = blocks_table
+    query = (
+        sa.select(b.c.block_id)
+        .where(b.c.stream == stream)
+        .order_by(b.c.ordinal, b.c.block_key, b.c.seq)
+        .limit(limit)
+        .offset(offset)
+    )
+    return [r[0] for r in conn.execute(query)]
+
+
 def select_named_blocks(
     conn: Connection, stream: str, names: Sequence[str]
 ) -> tuple[set[str], dict[str, list[str]]]:

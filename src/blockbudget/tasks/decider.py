@@ -53,7 +53,7 @@ from blockbudget.ledger import Reservation, ReservationState
 from blockbudget.scheduling import Decision, DecisionKind
 from blockbudget.tasks.binding import blocks_in_range, task_spec
 from blockbudget.tasks.bridge import HOLD_PREFIX, GrantBridge, grant_request_id
-from blockbudget.tasks.livepool import LEDGER_TASK, LedgerFeed, LivePool
+from blockbudget.tasks.livepool import LEDGER_TASK, FeedBatch, LedgerFeed, LivePool
 from blockbudget.tasks.model import Task, TaskState, WorkKind
 from blockbudget.tasks.rows import TaskRows
 from blockbudget.tasks.schedspec import SchedulerSpec
@@ -63,9 +63,9 @@ if TYPE_CHECKING:
     from blockbudget.budget import Cost
     from blockbudget.mechanisms.noise import NoiseSource
     from blockbudget.platform import Platform
-    from blockbudget.tasks._standins import LeadershipLike
+    from blockbudget.tasks.leader import Leadership
 
-__all__ = ["Decider", "WorkFamily"]
+__all__ = ["Decider", "DrivenFamily", "WorkFamily"]
 
 log = logging.getLogger("blockbudget.tasks")
 
@@ -98,6 +98,31 @@ class WorkFamily(Protocol):
         """A task left ``running`` by a dead leader (default: fail it, release its grant)."""
 
 
+class DrivenFamily(WorkFamily, Protocol):
+    """A family that decides its tasks itself, in pools of its own, on the queue's lock and
+    rows (the pipelines: many runs while a task waits, each its own grant;
+    :mod:`blockbudget.tasks.pipelines`). The leader calls these under its lock."""
+
+    def enter(self, task: Task) -> None:
+        """A waiting task (idempotent)."""
+
+    def pump(self, batch: FeedBatch) -> None:
+        """After the leader's own pools: sync with the feed's batch, decide, start work."""
+
+    def cancel(self, task_id: str, *, note: str) -> bool:
+        """Stop a task whose row was cancelled (its holds released at once)."""
+
+    def step_down(self) -> None:
+        """The leadership is lost: forget the pools."""
+
+    def close(self) -> None:
+        """Finish running work."""
+
+
+def _driven(family: WorkFamily | None) -> DrivenFamily | None:
+    return family if family is not None and hasattr(family, "pump") else None  # type: ignore[return-value]
+
+
 @dataclass
 class _Run:
     family: str
@@ -117,7 +142,7 @@ class Decider:
     clock: Callable[[], float]
     noise: NoiseSource | None
     grant_ttl_seconds: float
-    leadership: LeadershipLike
+    leadership: Leadership
     rows: TaskRows
     poll_seconds: float = 1.0
 
@@ -174,9 +199,15 @@ class Decider:
                     run.last_tick = now
                     self._guard(run, run.live.scheduler.on_tick, pool)
                 self._apply(run)
+            for fam in self._families.values():
+                if (driven := _driven(fam)) is not None:
+                    driven.pump(batch)
 
     def _step_down(self) -> None:
         with self._lock:
+            for fam in self._families.values():
+                if (driven := _driven(fam)) is not None:
+                    driven.step_down()
             self._runs.clear()
             self._where.clear()
             self._leading = False
@@ -227,6 +258,12 @@ class Decider:
         if task.id in self._where:
             return
         now = self.clock()
+        if (driven := _driven(self._families.get(task.kind))) is not None:
+            try:
+                driven.enter(task)
+            except BlockBudgetError as exc:
+                self._refuse(task.id, now, f"could not enter the scheduler: {exc}")
+            return
         try:
             run = self._run(self._family_of(task.kind), task.stream, task.context)
             in_range = (
@@ -416,6 +453,9 @@ class Decider:
         """A task cancelled elsewhere: out of its pool, its holds released."""
         key = self._where.get(task_id)
         if key is None:
+            for fam in self._families.values():
+                if (driven := _driven(fam)) is not None:
+                    driven.cancel(task_id, note="cancelled")
             return
         run = self._runs[key]
         if run.live.pool.is_pending(task_id):

@@ -56,7 +56,6 @@ from blockbudget.errors import (
 )
 from blockbudget.ledger import validate_context_name
 from blockbudget.store import Unit
-from blockbudget.tasks._standins import OneProcess, grant_over, run_query_on
 from blockbudget.tasks.binding import blocks_in_range, check_significance
 from blockbudget.tasks.decider import Decider, WorkFamily
 from blockbudget.tasks.model import Task, TaskState, Waiting, WorkKind
@@ -70,7 +69,7 @@ if TYPE_CHECKING:
     from blockbudget.mechanisms.noise import NoiseSource
     from blockbudget.platform import Platform
     from blockbudget.query import Query
-    from blockbudget.tasks._standins import LeadershipLike
+    from blockbudget.tasks.leader import Leadership
 
 __all__ = ["DEFAULT_SCHEDULER", "TaskQueue"]
 
@@ -89,7 +88,9 @@ class TaskQueue(Decider):
         pipeline_scheduler: spec of the pipeline family's scheduler.
         grant_ttl_seconds: how long a grant's reservation stays open.
         clock: wall-clock seconds (deadlines, scheduler time); tests pass a fake one.
-        leadership: who decides among processes (default: this process alone).
+        leadership: who decides among processes (default: ``leadership_for`` the ledger's
+            database, name ``"tasks"``: a lock file beside a SQLite file, an advisory lock on
+            PostgreSQL — the same one the service takes, so a CLI and a server coordinate).
         workers: threads that run granted work.
         noise: the noise source of queries and of schedulers' DP decisions (None: OpenDP's
             secure samplers; a seeded one makes results say ``secure_noise=False``).
@@ -108,7 +109,7 @@ class TaskQueue(Decider):
         pipeline_scheduler: str = "sage-block-conserve",
         grant_ttl_seconds: float = 86_400.0,
         clock: Callable[[], float] = time.time,
-        leadership: LeadershipLike | None = None,
+        leadership: Leadership | None = None,
         workers: int = 2,
         noise: NoiseSource | None = None,
         poll_seconds: float = 1.0,
@@ -120,11 +121,27 @@ class TaskQueue(Decider):
             raise InvalidRequestError(f"grant_ttl_seconds must be > 0, got {grant_ttl_seconds!r}")
         self.grant_ttl_seconds = grant_ttl_seconds
         self.clock = clock
-        self.leadership = leadership if leadership is not None else OneProcess()
+        if leadership is None:
+            from blockbudget.tasks.leader import leadership_for
+
+            leadership = leadership_for(platform.ledger.engine, name="tasks")
+        self.leadership = leadership
         self.noise = noise
         self.poll_seconds = poll_seconds
         self.rows = TaskRows(platform.ledger.engine)
         self._init_decider(workers)
+        from blockbudget.tasks.pipelines import PipelineFamily
+
+        self.register_family(  # pipelines: Sage's strategy drives them (tasks/pipelines.py)
+            PipelineFamily(
+                platform,
+                rows=self.rows,
+                lock=self._lock,
+                scheduler=pipeline_scheduler,
+                clock=clock,
+                workers=workers,
+            )
+        )
         self.pump()
 
     # --- submissions --------------------------------------------------------------------
@@ -487,6 +504,9 @@ class TaskQueue(Decider):
     def close(self) -> None:
         """Finish running work and give up the leadership."""
         self._executor.shutdown(wait=True)
+        for fam in self._families.values():
+            if hasattr(fam, "close"):
+                fam.close()
         with self._lock:
             self._step_down()
         self.leadership.release()
@@ -507,8 +527,16 @@ class TaskQueue(Decider):
         held = self.ledger.reservation(task.reservation_id).cost
         if held != task.demand:  # a partial grant: the query runs at the ε it holds
             query = self._at(query, held, task.stream)
-        grant = grant_over(self.platform, task.reservation_id, stream=task.stream)
-        return run_query_on(grant, self.platform, query, noise=self.noise).to_dict()
+        from blockbudget.tasks.work import run_query_on
+
+        with self.platform.grant(
+            task.reservation_id,
+            holder=task.principal,
+            stream=task.stream,
+            context=task.context,
+            columns=query.columns(),
+        ) as grant:
+            return run_query_on(grant, query, noise=self.noise).to_dict()
 
     def _at(self, query: Query, held: Cost, stream: str) -> Query:
         """The query at the largest ε whose reservation ``held`` covers (rounded down)."""

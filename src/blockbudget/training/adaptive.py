@@ -18,10 +18,11 @@ Confidence over iterations. The decisions of all iterations must hold together: 
 (1-based) validates at η_i = η/(i(i+1)), so Σ η_i < η (the schedule PrivateKube's
 ``non_adaptive_profile`` uses for the same purpose).
 
-:class:`AdaptiveSearch` is the pure state machine; :class:`AdaptiveTrainer` drives it on a
-:class:`~blockbudget.platform.Platform`: it requests a grant on the window, runs the pipeline
-through an :class:`~blockbudget.training.executors.Executor`, and closes the grant (releasing
-what the run did not draw).
+:class:`AdaptiveSearch` is the pure state machine; :func:`run_iteration` runs one iteration on
+a grant it is given (a scheduler's, or its own) through an
+:class:`~blockbudget.training.executors.Executor`; :class:`AdaptiveTrainer` drives the search
+on a :class:`~blockbudget.platform.Platform`: it requests a grant on the window, runs
+:func:`run_iteration` on it, and closes the grant (releasing what the run did not draw).
 """
 
 from __future__ import annotations
@@ -35,12 +36,15 @@ from typing import TYPE_CHECKING, Any
 
 from blockbudget.budget import Budget, Number
 from blockbudget.errors import BudgetExceededError, InternalError, InvalidRequestError
+from blockbudget.grant import group_cost
 from blockbudget.mechanisms.calibration import exact_delta, exact_epsilon
+from blockbudget.store import Unit
 from blockbudget.training.bounds import check_probability
 from blockbudget.training.checks import check_int
 from blockbudget.training.validation import Outcome
 
 if TYPE_CHECKING:  # pragma: no cover
+    from blockbudget.grant import Grant
     from blockbudget.platform import Platform
     from blockbudget.training.executors import Executor
     from blockbudget.training.pipeline import Pipeline, PipelineRun
@@ -264,29 +268,38 @@ class AdaptiveTrainer:
 
     def _window(self, epsilon: Decimal) -> tuple[str, ...] | None:
         """The first ``window`` blocks from ``start`` that can still pay (ε, δ): Sage offers a
-        pipeline only blocks with budget left (§3.2), so spent blocks drop out and the window
-        grows into new data. None when the stream does not have enough yet."""
-        blocks = [b.block_id for b in self.platform.blocks(self.stream) if not b.retired]
-        candidates = blocks[self.start :]
-        if not candidates:
-            return None
+        pipeline only blocks with budget left (§3.2), so spent (and retired) blocks drop out
+        and the window grows into new data. None when the stream does not have enough yet.
+
+        Walks the stream from block ``start`` in pages and reads the ledger rows of the
+        blocks walked past only (not every block of the stream)."""
+        want = self.search.window
         cost = Budget(epsilon=epsilon, delta=self.search.delta)
-        ok = self.platform.can_afford(candidates, cost, context=self.context, stream=self.stream)
-        chosen = [b for b, good in zip(candidates, ok, strict=True) if good]
-        chosen = chosen[: self.search.window]
-        return tuple(chosen) if len(chosen) == self.search.window else None
+        chosen: list[str] = []
+        offset, page = self.start, max(2 * want, 16)
+        while len(chosen) < want:
+            ids = self.platform.store.block_ids(self.stream, offset=offset, limit=page)
+            if not ids:
+                return None
+            offset += len(ids)
+            ok = self.platform.can_afford(ids, cost, context=self.context, stream=self.stream)
+            chosen.extend(b for b, good in zip(ids, ok, strict=True) if good)
+            page = min(2 * page, 4096)
+        return tuple(chosen[:want])
+
+    def _group(self) -> int:
+        """The group size the stream's draws are charged for (group privacy)."""
+        blocking = self.platform.stream(self.stream).blocking
+        return (blocking.rows_per_user or 1) if blocking.unit is Unit.USER else 1
 
     def _affordable(self, blocks: tuple[str, ...], epsilon: Decimal) -> bool:
-        cost = Budget(epsilon=epsilon, delta=self.search.delta)
+        cost = group_cost(Budget(epsilon=epsilon, delta=self.search.delta), self._group())
         ok = self.platform.can_afford(blocks, cost, context=self.context, stream=self.stream)
         return all(ok)
 
     def step(self) -> Status:
         """Run iterations while possible; return RUNNING never — WAITING when it needs new
         blocks, or a terminal status."""
-        from blockbudget.training.executors import PipelineJob
-
-        assert self.executor is not None
         while self.search.status not in TERMINAL:
             eps = self.search.epsilon
             blocks = self._window(eps)
@@ -299,7 +312,7 @@ class AdaptiveTrainer:
                 grant = self.platform.request(
                     self.stream,
                     blocks=list(blocks),
-                    budget=cost,
+                    budget=group_cost(cost, self._group()),  # what its draws are charged
                     context=self.context,
                     holder=self.pipeline.name,
                     columns=list(self.columns) if self.columns else None,
@@ -308,15 +321,16 @@ class AdaptiveTrainer:
                 self.search.status = Status.WAITING
                 return self.search.status
             with grant:
-                job = PipelineJob(
-                    pipeline=self.pipeline,
+                run = run_iteration(
+                    grant,
+                    self.pipeline,
                     epsilon=eps,
                     delta=self.search.delta,
                     eta=eta,
-                    seed=self.seed,
                     iteration=len(self.search.attempts) + 1,
+                    executor=self.executor,
+                    seed=self.seed,
                 )
-                run = self.executor.run(job, grant)
             self.runs.append(run)
             attempt = Attempt(
                 iteration=len(self.search.attempts) + 1,
@@ -330,6 +344,64 @@ class AdaptiveTrainer:
             allowed = self.search.can_double_epsilon() and self._affordable(blocks, 2 * eps)
             self.search.record(attempt, epsilon_allowed=allowed)
         return self.search.status
+
+
+def run_iteration(
+    grant: Grant,
+    pipeline: Pipeline,
+    *,
+    epsilon: Number,
+    delta: Number,
+    eta: float,
+    iteration: int,
+    executor: Executor | None = None,
+    seed: int | None = None,
+) -> PipelineRun:
+    """One privacy-adaptive iteration (seed 004 §3.3) on a grant it is given.
+
+    It reserves nothing: the pipeline's draws come out of ``grant``'s reservation (e.g. a
+    scheduler's grant, :meth:`Platform.grant`), which must still hold (``epsilon``,
+    ``delta``) on every block — group privacy included — or the iteration is refused before
+    any row is read. The grant is not closed: its holder closes it, releasing what the
+    iteration did not draw.
+
+    Args:
+        grant: an open grant on the iteration's window.
+        pipeline: the (ε, δ)-DP pipeline.
+        epsilon: the iteration's ε (keyword-only, as every DP parameter).
+        delta: the iteration's δ.
+        eta: the validator's confidence for this iteration (η/(i(i+1)) in a search).
+        iteration: the 1-based iteration number (varies seeded noise between iterations).
+        executor: where the pipeline runs (default: in this process).
+        seed: seeds split, training and noise (experiments only; the model then says
+            ``secure_noise_ = False``); None uses secure noise and fresh OS entropy.
+
+    Returns:
+        The pipeline's run: its model, validation and what it drew.
+
+    Raises:
+        ReservationError: the grant cannot pay (ε, δ) (nothing read or charged).
+        InvalidRequestError / InvalidBudgetError: malformed parameters.
+
+    Example:
+        >>> from blockbudget.training import AverageSpeedPipeline  # doctest: +SKIP
+        >>> with platform.grant(task.reservation_id, holder="ann") as g:  # doctest: +SKIP
+        ...     run = run_iteration(g, AverageSpeedPipeline(target=250.0), epsilon=0.5,
+        ...                         delta=1e-6, eta=0.025, iteration=1)
+    """
+    from blockbudget.grant import refuse_short
+    from blockbudget.training.executors import InProcessExecutor, PipelineJob
+
+    eps = exact_epsilon(epsilon)
+    dlt = exact_delta(delta, positive=False)
+    check_probability(eta, name="eta")
+    check_int(iteration, name="iteration")
+    what = f"iteration {iteration} of pipeline {pipeline.name!r} ((ε={eps}, δ={dlt}))"
+    refuse_short(grant.reservation.id, what, grant.shortfall(Budget(epsilon=eps, delta=dlt)))
+    job = PipelineJob(
+        pipeline=pipeline, epsilon=eps, delta=dlt, eta=eta, seed=seed, iteration=iteration
+    )
+    return (executor if executor is not None else InProcessExecutor()).run(job, grant)
 
 
 def total_over_accepted(search: AdaptiveSearch) -> float:
