@@ -378,8 +378,13 @@ class PipelineFamily:
 
     def wait_idle(self, timeout: float) -> bool:
         """Block until no run is in flight (tests, shutdown); False on timeout."""
+
+        def idle() -> bool:
+            with self.lock:  # a finishing run may start the next one under the lock
+                return self.running() == 0
+
         with self._idle:
-            return self._idle.wait_for(lambda: self.running() == 0, timeout)
+            return self._idle.wait_for(idle, timeout)
 
     def close(self) -> None:
         """Wait for the runs in flight (their outcomes are still applied) and stop."""
