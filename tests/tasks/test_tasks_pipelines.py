@@ -21,6 +21,7 @@ from training.conftest import CONTEXT, STREAM, flight_days, make_platform
 from blockbudget.errors import InvalidRequestError
 from blockbudget.ledger import ReservationState
 from blockbudget.platform import Platform
+from blockbudget.scheduling import DecisionKind
 from blockbudget.tasks.model import Task, TaskState, WorkKind
 from blockbudget.tasks.pipeline_work import PipelineWork
 from blockbudget.tasks.pipelines import PipelineFamily, make_strategy
@@ -197,6 +198,13 @@ def test_a_failing_run_fails_the_task_without_the_exception_text(
     assert result is not None and result["error"]["code"] == "pipeline_failed_data"
     assert "secret" not in json.dumps(result)
     assert all(not r.is_open for r in platform.ledger.reservations())
+    # the run's grant went back undrawn: the strategy's pool learns it as a credit
+    with lock:
+        family.pump()
+        (lane,) = family._lanes.values()
+        credits = [d for d in lane.pool.decisions if d.kind is DecisionKind.CREDIT]
+        assert [d.block_id for d in credits] == [platform.blocks(STREAM)[0].block_id]
+        assert lane.pool.used_fraction()[0] < 1e-6  # nothing counted as used any more
     assert platform.verify().ok
     family.close()
 
