@@ -48,11 +48,11 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from blockbudget.budget import Budget
 from blockbudget.errors import BlockBudgetError, InternalError, InvalidRequestError
@@ -65,6 +65,7 @@ from blockbudget.tasks.pipeline_runs import (
     RunBridge,
     RunProfile,
     RunRecord,
+    TaskMoves,
     capped,
     configure,
     make_strategy,
@@ -91,26 +92,6 @@ log = logging.getLogger("blockbudget.tasks")
 
 #: The pipeline strategy by default: Sage's Block/Conserve (seed 004 §5.4).
 DEFAULT_PIPELINE_SCHEDULER = "sage-block-conserve"
-
-
-class TaskMoves(Protocol):
-    """The queue's task rows (:class:`~blockbudget.tasks.rows.TaskRows`): the one write the
-    family makes to them."""
-
-    def move(
-        self,
-        task_id: str,
-        *,
-        frm: Collection[TaskState],
-        to: TaskState,
-        when: float | None = None,
-        note: str | None = None,
-        reservation_id: str | None = None,
-        blocks: tuple[str, ...] | None = None,
-        result: Mapping[str, Any] | None = None,
-    ) -> bool:
-        """Move a task from one of ``frm`` to ``to``; False when it was in none of them."""
-        ...
 
 
 @dataclass
