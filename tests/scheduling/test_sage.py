@@ -170,3 +170,27 @@ def test_bad_parameters_are_refused() -> None:
         BlockConserve(levels=-1)
     with pytest.raises(InvalidRequestError, match="min_window"):
         BlockAggressive(min_window=0)
+
+
+def test_a_pipeline_bound_to_blocks_already_here_gets_their_unallocated_budget() -> None:
+    """A selector's blocks (``eligible``) may all be in the past: the pipeline gets an even
+    share of what is unallocated on them at arrival and runs at once; an unrestricted pipeline
+    keeps Sage's rule (fresh blocks only). One whose window outgrows its blocks is refused
+    instead of waiting for blocks that cannot come."""
+    bound = TaskSpec("bound", 5.0, DEMAND, eligible=frozenset({"b001", "b002"}), min_blocks=2)
+    free = TaskSpec("free", 5.0, DEMAND)
+    greedy = TaskSpec("greedy", 5.0, DEMAND, eligible=frozenset({"b003"}))
+    profiles = {"bound": Need(0.5, min_blocks=2), "free": Need(0.1), "greedy": Need(5.0)}
+    result = run(BlockConserve(profiles=profiles, levels=2), [bound, free, greedy], 4)
+    pool = result.pool
+    assert pool.status["bound"] is TaskStatus.GRANTED
+    assert set(pool.charged_blocks["bound"]) == {"b001", "b002"}
+    first = [d for d in pool.decisions if d.task_id == "bound" and d.kind is DecisionKind.RESERVE]
+    assert {d.block_id for d in first[:2]} == {"b001", "b002"}
+    assert float(first[0].cost.epsilon) == pytest.approx(1.0, rel=1e-5)  # type: ignore[union-attr]
+    assert not [d for d in pool.decisions if d.task_id == "free" and d.kind is DecisionKind.RESERVE]
+    assert pool.status["free"] is TaskStatus.EXPIRED  # no block arrived after it
+    assert pool.status["greedy"] is TaskStatus.REJECTED
+    rejected = [d for d in pool.decisions if d.task_id == "greedy"]
+    note = next(d.note for d in rejected if d.kind is DecisionKind.REJECT)
+    assert "exceeds its 1 blocks" in note

@@ -68,10 +68,10 @@ def test_three_analysts_submit_fifty_query_tasks_naming_no_blocks(seeded: Seeded
             threading.Thread(target=_submit_all, args=(url, keys[n], n, submitted))
             for n in ANALYSTS
         ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
         assert sorted(submitted) == sorted(ANALYSTS)
         tasks = _settled(url, seeded.admin)
     assert len(tasks) == len(ANALYSTS) * PER_ANALYST

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import replace
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from training.conftest import CONTEXT, STREAM, flight_days, make_platform
 from blockbudget.errors import InvalidRequestError
 from blockbudget.ledger import ReservationState
 from blockbudget.platform import Platform
+from blockbudget.scheduling import DecisionKind
 from blockbudget.tasks.model import Task, TaskState, WorkKind
 from blockbudget.tasks.pipeline_work import PipelineWork
 from blockbudget.tasks.pipelines import PipelineFamily, make_strategy
@@ -32,11 +34,11 @@ NEVER = PipelineWork(kind="adassp-regression", target=1e-9, epsilon0=0.125)
 
 
 class Rows:
-    """The queue's task rows, as the family sees them: every move, in order."""
+    """The queue's task rows, as the family sees them: each task's state and every move."""
 
     def __init__(self) -> None:
         self.states: dict[str, list[tuple[TaskState, str, Mapping[str, Any] | None]]] = {}
-        self.cancelled: set[str] = set()
+        self.state: dict[str, TaskState] = {}
 
     def move(
         self,
@@ -50,9 +52,12 @@ class Rows:
         blocks: tuple[str, ...] | None = None,
         result: Mapping[str, Any] | None = None,
     ) -> bool:
-        if task_id in self.cancelled:
+        now = self.state.get(task_id, TaskState.WAITING)
+        if now not in frm:
             return False
-        assert (when is not None) == to.terminal  # decided_at only when it leaves for good
+        if not now.terminal:  # decided_at only when it leaves for good
+            assert (when is not None) == to.terminal
+        self.state[task_id] = to
         self.states.setdefault(task_id, []).append((to, note or "", result))
         return True
 
@@ -149,14 +154,16 @@ def test_cancel_releases_at_once_and_discards_the_running_iteration(
     with lock:
         family.enter(_task("B", NEVER))
         assert len(_runs(platform, "B")) == 1  # its first run started
+        live = (TaskState.WAITING, TaskState.RUNNING)  # the queue moves the row, then tells us
+        assert host.move("B", frm=live, to=TaskState.CANCELLED, when=time.time())
         assert family.cancel("B", note="cancelled by ana")
         assert [r for r in platform.ledger.reservations() if r.holder == "B" and r.is_open] == []
     assert family.wait_idle(120)
-    runs = family.progress("B")["runs"]
-    assert [r["outcome"] for r in runs] == ["DISCARDED"]  # it finished its draw, unused
+    state, _, result = host.last("B")
+    assert state is TaskState.CANCELLED and result is not None
+    assert [r["outcome"] for r in result["runs"]] == ["DISCARDED"]  # it drew, unused
     assert len(_runs(platform, "B")) == 1  # and no run followed
     assert all(r.state is not ReservationState.OPEN for r in platform.ledger.reservations())
-    assert host.last("B")[0] is TaskState.RUNNING  # the host records the cancel itself
     assert not family.cancel("B", note="again")
     assert platform.verify().ok
     family.close()
@@ -191,6 +198,13 @@ def test_a_failing_run_fails_the_task_without_the_exception_text(
     assert result is not None and result["error"]["code"] == "pipeline_failed_data"
     assert "secret" not in json.dumps(result)
     assert all(not r.is_open for r in platform.ledger.reservations())
+    # the run's grant went back undrawn: the strategy's pool learns it as a credit
+    with lock:
+        family.pump()
+        (lane,) = family._lanes.values()
+        credits = [d for d in lane.pool.decisions if d.kind is DecisionKind.CREDIT]
+        assert [d.block_id for d in credits] == [platform.blocks(STREAM)[0].block_id]
+        assert lane.pool.used_fraction()[0] < 1e-6  # nothing counted as used any more
     assert platform.verify().ok
     family.close()
 
@@ -209,6 +223,8 @@ def test_pipeline_work_checks_and_first_epsilon() -> None:
     w = PipelineWork(kind="average-speed", target=1.0, epsilon0=0.1, max_epsilon=1.0)
     assert (w.levels, str(w.first_epsilon)) == (4, "0.0625")  # never above what was asked
     assert PipelineWork.from_json(w.to_json()) == w
+    assert (w.delta, w.demand.delta) == (0.0, 0)  # pure ε-DP: no δ held from others
+    assert PipelineWork(kind="adassp-regression", target=1.0).demand.delta == Decimal("1e-6")
     assert w.eta_of(1) + w.eta_of(2) + w.eta_of(3) < w.eta
     for bad in (
         {"kind": "dpsgd", "target": 1.0},
@@ -225,10 +241,10 @@ def test_pipeline_work_checks_and_first_epsilon() -> None:
 def test_a_pipeline_cancelled_elsewhere_stops_before_its_run(platform: Platform) -> None:
     """Another process cancelled the row: the run's grant is given back unspent at once."""
     family, rows, lock = _family(platform)
-    rows.cancelled.add("B")
+    rows.state["B"] = TaskState.CANCELLED
     with lock:
         family.enter(_task("B", NEVER))
-    assert family.running() == 0 and "B" not in rows.states
+    assert family.running() == 0 and "B" not in rows.states  # no move: it was cancelled
     assert [r.state for r in _runs(platform, "B")] == [ReservationState.CLOSED]
     assert all(not r.is_open for r in platform.ledger.reservations())
     assert all(tuple(s.charged) == (0, 0) for s in platform.ledger.states(STREAM, CONTEXT))
@@ -284,9 +300,49 @@ def test_a_new_leader_goes_on_numbering_runs_and_recovers_running_ones(
         [platform.blocks(STREAM)[1].block_id], EASY.demand.scaled("0.01"), context=CONTEXT
     )
     running = replace(_task("R", EASY), state=TaskState.RUNNING, result={"grant": grant.id})
+    rows2.state["R"] = TaskState.RUNNING
     with lock2:
         second.recover(None, running)
     assert rows2.last("R")[0] is TaskState.FAILED
     assert not platform.ledger.reservation(grant.id).is_open
     assert platform.verify().ok
     second.close()
+
+
+def test_the_task_queue_runs_pipelines_through_the_family(platform: Platform) -> None:
+    """TaskQueue.submit_pipeline → Sage's strategy → runs on grants → done; revoke stops."""
+    from blockbudget.tasks.queue import TaskQueue
+
+    queue = TaskQueue(platform, workers=2)
+    family = queue._families[WorkKind.PIPELINE]
+    assert isinstance(family, PipelineFamily)
+    family.seed = 7  # seeded runs: the outcomes below cannot depend on chance
+    try:
+        easy = queue.submit_pipeline(
+            STREAM, kind="adassp-regression", target=1000.0, context=CONTEXT,
+            principal="ana", epsilon0=0.5, max_epsilon=1.0, min_window=1,
+        )  # fmt: skip
+        never = queue.submit_pipeline(
+            STREAM, kind="adassp-regression", target=1e-9, context=CONTEXT,
+            principal="bob", epsilon0=0.125, max_epsilon=1.0, min_window=1,
+        )  # fmt: skip
+        assert easy.kind is WorkKind.PIPELINE and easy.demand.epsilon == 1
+        done = queue.wait(easy.id, 60)
+        assert done.state is TaskState.DONE and done.result is not None, done
+        assert [r["outcome"] for r in done.result["runs"]] == ["ACCEPT"]
+        assert "AdaSSP" in str(done.result["model"]) or done.result["model"]
+        platform.ingest(STREAM, flight_days(1, first=1)[0])
+        queue.pump()  # the new block goes to the one pipeline still waiting
+        assert any(
+            r.is_open for r in _held(platform, never.id, platform.blocks(STREAM)[1].block_id)
+        )
+        assert queue.revoke("bob") == [never.id]
+        assert queue.task(never.id).state is TaskState.CANCELLED
+        held = [r for r in platform.ledger.reservations() if r.holder == never.id and r.is_open]
+        assert held == []  # its shares went back at once
+        grants = _runs(platform, easy.id)
+        assert len(grants) == 1 and grants[0].holder == "ana"
+    finally:
+        queue.close()
+    assert all(not r.is_open for r in platform.ledger.reservations())
+    assert platform.verify().ok

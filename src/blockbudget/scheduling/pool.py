@@ -347,6 +347,19 @@ class Pool:
         Incremental: the first call looks up the task's named or eligible blocks (cost of the
         set, not of the pool); later calls look only at blocks that arrived since. Schedulers
         combine it with their vectorized tests (``order[pool.usable_mask(t)[order]]``).
+
+        Example:
+            >>> from blockbudget.accounting import Accounting
+            >>> pool = Pool(Accounting.BASIC)
+            >>> for b in ("b0", "b1", "b2"):
+            ...     _ = pool.add_block(BlockSpec(b, 0.0, Budget(epsilon=1.0)))
+            >>> pool.submit(TaskSpec("t", 0.0, Budget(epsilon=0.1),
+            ...                      eligible=frozenset({"b2", "b0", "b9"})))
+            >>> pool.usable_indices("t").tolist()
+            [0, 2]
+            >>> _ = pool.add_block(BlockSpec("b9", 1.0, Budget(epsilon=1.0)))
+            >>> pool.usable_indices("t").tolist(), pool.usable_mask("t").tolist()
+            ([0, 2, 3], [True, False, True, True])
         """
         n = self.n_blocks
         task = self.tasks[task_id]
@@ -486,9 +499,8 @@ class Pool:
         Schedulers never call it. The task's status is not checked or changed.
         """
         i = self.index(block_id)
-        # conservative the other way: give back a hair less than the cost's features
-        vec = np.nextafter(np.nextafter(self.vector(cost), -np.inf), -np.inf)
-        self._charged[i] = np.maximum(self._charged[i] - np.maximum(vec, 0.0), 0.0)
+        vec = self.vector(cost)  # the ledger's units; float error stays within CAPACITY_MARGIN
+        self._charged[i] = np.maximum(self._charged[i] - vec, 0.0)
         self._log(DecisionKind.CREDIT, task_id, i, cost, note)
 
     def grant(

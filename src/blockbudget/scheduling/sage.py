@@ -187,6 +187,33 @@ class SageStrategy(Scheduler):
         window = max(self.min_window, task.min_blocks)
         self.state[task.task_id] = _State(level=start, window=window)
         self.waiting.append(task.task_id)
+        if task.eligible is not None:  # bound to blocks that may all be here already
+            self._offer_unallocated(pool, task.task_id)
+            self._run(pool, task.task_id)
+
+    def _offer_unallocated(self, pool: Pool, task_id: str) -> None:
+        """A pipeline bound to a selector's blocks cannot wait for fresh ones: it gets a share
+        of what is still unallocated on its blocks that are already here — an even split among
+        the waiting pipelines that may use the block (Streaming composition: a whole block
+        nobody holds, up to its window). Unrestricted pipelines keep Sage's rule (fresh blocks
+        only)."""
+        idx = pool.usable_indices(task_id)
+        if not len(idx):
+            return
+        free = 1.0 - pool.used_fraction(idx)
+        smallest = 2.0 ** -(self.levels + 4)
+        window = self.state[task_id].window
+        for i, left in zip(idx.tolist(), free.tolist(), strict=True):
+            block_id = pool.blocks[i].block_id
+            if self.usage is Usage.STREAMING:
+                if left >= 1.0 - 1e-9 and len(pool.held(task_id)) < window:
+                    self._reserve(pool, task_id, block_id, pool.capacity_share(block_id, 1.0))
+                continue
+            if left <= smallest:
+                continue
+            takers = sum(1 for t in self.waiting if pool.eligible(t, block_id))
+            share = left * (1 - 1e-6) / takers
+            self._reserve(pool, task_id, block_id, pool.capacity_share(block_id, share))
 
     def on_block(self, pool: Pool, block: BlockSpec) -> None:
         self._prune(pool)
@@ -234,6 +261,29 @@ class SageStrategy(Scheduler):
         Raises:
             InvalidRequestError: ``outcome`` is not an Outcome, the task was never submitted, or
                 it waits with no run pending.
+
+        Example:
+            >>> from blockbudget.accounting import Accounting
+            >>> from blockbudget.budget import Budget
+            >>> from blockbudget.scheduling import BlockSpec, Pool, TaskSpec
+            >>> class Live:  # a live pipeline: every run executes elsewhere
+            ...     def outcome(self, *, epsilon_fraction, blocks, partitioned):
+            ...         return None
+            >>> sage = BlockConserve(profiles={"p": Live()}, levels=2)
+            >>> pool = Pool(Accounting.BASIC)
+            >>> pool.submit(TaskSpec("p", 0.0, Budget(epsilon=1.0)))
+            >>> sage.on_task(pool, pool.tasks["p"])
+            >>> _ = pool.add_block(BlockSpec("b0", 0.0, Budget(epsilon=1.0)))
+            >>> sage.on_block(pool, pool.blocks[0])
+            >>> run = sage.started("p")
+            >>> run.iteration, run.fraction, run.blocks
+            (0, 0.25, ('b0',))
+            >>> sage.report(pool, "p", Outcome.RETRY)  # ε doubles on the same block
+            True
+            >>> sage.started("p").fraction
+            0.5
+            >>> sage.report(pool, "p", Outcome.ACCEPT), pool.status["p"].value
+            (True, 'granted')
         """
         if not isinstance(outcome, Outcome):
             raise InvalidRequestError(f"outcome must be an Outcome, got {outcome!r}")
@@ -393,8 +443,10 @@ class SageStrategy(Scheduler):
         task = pool.tasks[task_id]
         st = self.state[task_id]
         limit = task.access_limit
+        if task.eligible is not None:  # never more blocks than it may use
+            limit = min(len(task.eligible), limit or len(task.eligible))
         if limit is not None and st.window > limit:
-            pool.reject(task_id, note=f"window of {st.window} blocks exceeds max_blocks")
+            pool.reject(task_id, note=f"window of {st.window} blocks exceeds its {limit} blocks")
             return None
         if self.usage is not Usage.CONSERVE:
             candidates = self._usable(pool, task_id, 2.0**-self.levels)

@@ -138,6 +138,7 @@ def demand_of(body: sc.TaskIn) -> Cost:
         raise InvalidRequestError("a budget task gives exactly one of 'epsilon' and 'rdp'")
     if body.rdp is not None:
         return RdpCurve(body.rdp)
+    assert body.epsilon is not None
     return Budget(epsilon=body.epsilon, delta=body.delta)
 
 

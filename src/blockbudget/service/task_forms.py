@@ -110,7 +110,7 @@ def task_json(
     """The public form of a task (``TaskOut`` over HTTP), its blocks named as ``naming`` says
     (None: as stored)."""
     demand = t.demand.to_json()
-    basic = isinstance(t.demand, Budget)
+    basic = t.demand if isinstance(t.demand, Budget) else None
     kind = t.kind.value
     work = None if t.work is None else dict(t.work)
     return {
@@ -121,8 +121,8 @@ def task_json(
         "kind": kind,
         "selector": shown_selector(t.selector.to_json(), naming),
         "demand": demand,
-        "epsilon": str(t.demand.epsilon) if basic else None,
-        "delta": str(t.demand.delta) if basic else None,
+        "epsilon": None if basic is None else str(basic.epsilon),
+        "delta": None if basic is None else str(basic.delta),
         "query": work if kind == "query" else None,
         "pipeline": work if kind == "pipeline" else None,
         "blocks": _show_all(naming, t.blocks),

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -21,7 +22,7 @@ from blockbudget.scheduling.base import scheduler_classes
 from blockbudget.scheduling.ledger_bridge import LedgerBridge
 from blockbudget.scheduling.sage import SageStrategy, Usage
 from blockbudget.tasks.livepool import LEDGER_TASK
-from blockbudget.tasks.model import Task
+from blockbudget.tasks.model import Task, TaskState
 from blockbudget.tasks.pipeline_work import (
     FLIGHT_COLUMNS,
     MAX_LEVELS,
@@ -40,6 +41,7 @@ __all__ = [
     "RunBridge",
     "RunProfile",
     "RunRecord",
+    "TaskMoves",
     "capped",
     "configure",
     "make_strategy",
@@ -48,6 +50,26 @@ __all__ = [
 ]
 
 log = logging.getLogger("blockbudget.tasks")
+
+
+class TaskMoves(Protocol):
+    """The queue's task rows (:class:`~blockbudget.tasks.rows.TaskRows`): the one write the
+    family makes to them."""
+
+    def move(
+        self,
+        task_id: str,
+        *,
+        frm: Collection[TaskState],
+        to: TaskState,
+        when: float | None = None,
+        note: str | None = None,
+        reservation_id: str | None = None,
+        blocks: tuple[str, ...] | None = None,
+        result: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Move a task from one of ``frm`` to ``to``; False when it was in none of them."""
+        ...
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,9 @@ pipeline strategy (Sage's Block/Conserve by default, §5.4) hands it budget run 
 first run's ε is ``max_epsilon / 2**k`` for the smallest k that brings it to ``epsilon0`` or
 below: ``epsilon0`` 0.0625 of ``max_epsilon`` 1 starts at exactly 0.0625; ``epsilon0`` 0.1
 starts at 0.0625 (never above what was asked). Every run's (ε, δ) is that fraction of the
-demand, δ included, so a block's δ over the whole search stays within δ.
+demand, δ included, so a block's δ over the whole search stays within δ. δ defaults to what the
+kind uses (:data:`KIND_DELTA`): a pure ε-DP pipeline asks no δ, so it never holds a block's δ
+that other pipelines need.
 
 Example:
     >>> w = PipelineWork(kind="average-speed", target=150.0, epsilon0=0.25)
@@ -40,6 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "FLIGHT_COLUMNS",
     "KINDS",
+    "KIND_DELTA",
     "MAX_LEVELS",
     "PipelineWork",
     "build_pipeline",
@@ -67,6 +70,10 @@ FLIGHT_COLUMNS: tuple[str, ...] = (
     "arr_delay",
     "sched_dep_datetime",
 )
+
+#: δ a kind's demand asks per block by default: average-speed is pure ε-DP (Laplace counts and
+#: sums, δ = 0), AdaSSP uses δ (seed 004 §5: δ = 1e-6).
+KIND_DELTA: dict[str, float] = {"average-speed": 0.0, "adassp-regression": 1e-6}
 
 #: The most doublings of ε one search may make (ε0 ≥ max_epsilon / 2**MAX_LEVELS).
 MAX_LEVELS = 20
@@ -120,7 +127,7 @@ class PipelineWork:
         epsilon0: the ε the search starts from (at most; see the module docstring).
         max_epsilon: the most ε the search may spend on one block (Sage's upper bound).
         min_window: the first window, in blocks.
-        delta: δ of the demand per block.
+        delta: δ of the demand per block (None: the kind's :data:`KIND_DELTA`).
         eta: η: all decisions of the search hold together with probability ≥ 1 − η (run i
             validates at η/(i(i+1))).
     """
@@ -130,7 +137,7 @@ class PipelineWork:
     epsilon0: float = 0.0625
     max_epsilon: float = 1.0
     min_window: int = 1
-    delta: float = 1e-6
+    delta: float | None = None
     eta: float = 0.05
 
     def __post_init__(self) -> None:
@@ -150,7 +157,9 @@ class PipelineWork:
             raise InvalidRequestError(
                 f"max_epsilon / epsilon0 must be at most 2**{MAX_LEVELS}, got {top / eps0}"
             )
-        exact_delta(self.delta, positive=False)
+        delta = KIND_DELTA[self.kind] if self.delta is None else self.delta
+        object.__setattr__(self, "delta", delta)
+        exact_delta(delta, positive=False)
         check_probability(self.eta, name="eta")
         w = self.min_window
         if isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= 10_000:
@@ -174,7 +183,7 @@ class PipelineWork:
     @property
     def demand(self) -> Budget:
         """(max_epsilon, δ): the most the search may spend on one block."""
-        return Budget(epsilon=self.max_epsilon, delta=self.delta)
+        return Budget(epsilon=self.max_epsilon, delta=self.delta or 0)
 
     def eta_of(self, iteration: int) -> float:
         """η_i = η/(i(i+1)) for the 1-based run ``iteration`` (Σ η_i < η)."""

@@ -48,11 +48,11 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from blockbudget.budget import Budget
 from blockbudget.errors import BlockBudgetError, InternalError, InvalidRequestError
@@ -65,6 +65,7 @@ from blockbudget.tasks.pipeline_runs import (
     RunBridge,
     RunProfile,
     RunRecord,
+    TaskMoves,
     capped,
     configure,
     make_strategy,
@@ -91,26 +92,6 @@ log = logging.getLogger("blockbudget.tasks")
 
 #: The pipeline strategy by default: Sage's Block/Conserve (seed 004 §5.4).
 DEFAULT_PIPELINE_SCHEDULER = "sage-block-conserve"
-
-
-class TaskMoves(Protocol):
-    """The queue's task rows (:class:`~blockbudget.tasks.rows.TaskRows`): the one write the
-    family makes to them."""
-
-    def move(
-        self,
-        task_id: str,
-        *,
-        frm: Collection[TaskState],
-        to: TaskState,
-        when: float | None = None,
-        note: str | None = None,
-        reservation_id: str | None = None,
-        blocks: tuple[str, ...] | None = None,
-        result: Mapping[str, Any] | None = None,
-    ) -> bool:
-        """Move a task from one of ``frm`` to ``to``; False when it was in none of them."""
-        ...
 
 
 @dataclass
@@ -378,8 +359,13 @@ class PipelineFamily:
 
     def wait_idle(self, timeout: float) -> bool:
         """Block until no run is in flight (tests, shutdown); False on timeout."""
+
+        def idle() -> bool:
+            with self.lock:  # a finishing run may start the next one under the lock
+                return self.running() == 0
+
         with self._idle:
-            return self._idle.wait_for(lambda: self.running() == 0, timeout)
+            return self._idle.wait_for(idle, timeout)
 
     def close(self) -> None:
         """Wait for the runs in flight (their outcomes are still applied) and stop."""
@@ -478,7 +464,7 @@ class PipelineFamily:
             note = "deadline passed" if d.kind is DecisionKind.EXPIRE else d.note
             self._record(task.id, state, note=note, result=progress)
         if task.id not in lane.running:
-            lane.tasks.pop(task.id, None)
+            _forget(lane, task.id)
 
     def _start(self, lane: _Lane, request: RunRequest) -> None:
         """Reserve the run's one grant (its CHARGE decisions, which the bridge did not apply)
@@ -574,7 +560,9 @@ class PipelineFamily:
                 run.number,
             )
             if not lane.pool.is_pending(task_id):
-                lane.tasks.pop(task_id, None)
+                for state in (TaskState.CANCELLED, TaskState.EXPIRED):  # the run, on its row
+                    self.rows.move(task_id, frm=(state,), to=state, result=self.progress(task_id))
+                _forget(lane, task_id)
             return
         if outcome is None:
             lane.stopped.add(task_id)
@@ -594,6 +582,12 @@ class PipelineFamily:
             # it waits for blocks or budget (a next run would have been recorded RUNNING)
             note = f"run {run.number}: {label}; waiting for blocks or budget"
             self._record(task_id, TaskState.WAITING, note=note, result=self.progress(task_id))
+
+
+def _forget(lane: _Lane, task_id: str) -> None:
+    """A task that left the lane for good (its row says how it ended)."""
+    for table in (lane.tasks, lane.runs, lane.earlier, lane.accepted, lane.strategy.profiles):
+        table.pop(task_id, None)
 
 
 #: How often an entering pipeline halves its share of a block's unallocated budget.

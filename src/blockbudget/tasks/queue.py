@@ -132,6 +132,7 @@ class TaskQueue(Decider):
         self.poll_seconds = poll_seconds
         self.rows = TaskRows(platform.ledger.engine)
         self._init_decider(workers)
+        from blockbudget.tasks.bridge import HOLD_PREFIX
         from blockbudget.tasks.pipelines import PipelineFamily
 
         self.register_family(  # pipelines: Sage's strategy drives them (tasks/pipelines.py)
@@ -142,6 +143,7 @@ class TaskQueue(Decider):
                 scheduler=pipeline_scheduler,
                 clock=clock,
                 workers=workers,
+                hold_prefix=HOLD_PREFIX,  # a new leader releases the pipelines' shares too
             )
         )
         self.pump()
