@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -228,3 +229,38 @@ def test_listing_filters_and_owners(seeded: Seeded, fcfs: TestClient) -> None:
     shown = get(fcfs, seeded.analyst, q["id"])
     assert shown["result"]["cost"]["epsilon"] == "0.05" and shown["query"]["statistic"] == "count"
     assert shown["result"]["blocks"] == shown["blocks"] and len(shown["blocks"]) == 1
+
+
+def test_a_pipeline_task_is_listed_as_a_job_and_cancelled(seeded: Seeded, tmp_path: Path) -> None:
+    from service.test_pipelines import _full_flights
+
+    ha, hroot = seeded.headers(seeded.analyst), seeded.headers(seeded.admin)
+    with make_client(seeded, "dpf-n:n=10") as c:
+        r = c.post("/v1/streams", headers=hroot, json={"name": "full", "epsilon": 8.0})
+        assert r.status_code == 201, r.text
+        r = c.post(
+            "/v1/streams/full/ingest",
+            headers={**hroot, "Content-Type": "text/csv"},
+            content=_full_flights(tmp_path / "a.csv", 1, 1),
+        )
+        assert r.status_code == 200, r.text
+        seeded.keys.grant("ana", "full", Permission.READ)
+        body = {
+            "kind": "pipeline",
+            "pipeline": {"kind": "adassp-regression", "target": 1e-9, "epsilon0": 0.25},
+            "context": "team-a",
+        }
+        r = c.post("/v1/streams/full/tasks", headers=ha, json=body)
+        assert r.status_code == 201, r.text
+        task = r.json()
+        assert task["kind"] == "pipeline" and task["pipeline"]["kind"] == "adassp-regression"
+        job = c.get(f"/v1/pipelines/{task['id']}", headers=ha)
+        assert job.status_code == 200, job.text
+        listed = c.get("/v1/tasks", headers=ha, params={"kind": "pipeline"}).json()["tasks"]
+        assert [t["id"] for t in listed] == [task["id"]]
+        r = c.post(f"/v1/tasks/{task['id']}/cancel", headers=ha)
+        assert r.status_code == 200 and r.json()["state"] == "cancelled", r.text
+        bad = {**body, "selector": {"newest": 1}}
+        r = c.post("/v1/streams/full/tasks", headers=ha, json=bad)
+        assert r.status_code == 422, r.text
+    assert not any(s.reserved[0] for s in seeded.platform.ledger.states("full", "team-a"))

@@ -160,14 +160,16 @@ def submit(
 ) -> "Task":
     """Hand a checked body to the queue (see the route)."""
     _refuse_foreign_fields(body)
-    selector = selector_of(body, naming)
-    significance = significance_of(body, naming)
     common: dict[str, Any] = {
         "context": context,
         "principal": me.name,
         "deadline_seconds": body.timeout_seconds,
         "request_id": body.request_id,
     }
+    if body.kind is sc.TaskKind.PIPELINE:
+        return _submit_pipeline(queue, stream, body, common)
+    selector = selector_of(body, naming)
+    significance = significance_of(body, naming)
     if body.kind is sc.TaskKind.QUERY:
         from blockbudget.query import from_dict
 
@@ -177,16 +179,30 @@ def submit(
         return queue.submit_query(
             stream, query, selector=selector, significance=significance, **common
         )
-    if body.kind is sc.TaskKind.BUDGET:
-        return queue.submit_budget(
-            stream, demand_of(body), selector=selector, significance=significance, **common
-        )
+    return queue.submit_budget(
+        stream, demand_of(body), selector=selector, significance=significance, **common
+    )
+
+
+def _submit_pipeline(
+    queue: "TaskQueue", stream: str, body: sc.TaskIn, common: dict[str, Any]
+) -> "Task":
     p = body.pipeline
     if p is None:
         raise InvalidRequestError("a pipeline task needs 'pipeline' (kind, target, ...)")
-    if body.significance is not None or body.selector is not None:
+    given = [
+        name
+        for name, value in (
+            ("selector", body.selector),
+            ("blocks", body.blocks),
+            ("last", body.last),
+            ("significance", body.significance),
+        )
+        if value is not None
+    ]
+    if given:
         raise InvalidRequestError(
-            "a pipeline task takes no selector or significance: its scheduler chooses windows"
+            f"a pipeline task takes no {given}: its strategy chooses the windows it trains on"
         )
     return queue.submit_pipeline(
         stream,
