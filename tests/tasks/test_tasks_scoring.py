@@ -28,9 +28,10 @@ PAID = {
 }
 
 
-def _queue(p: Platform) -> TaskQueue:
-    # Sage waits for new blocks: the tasks stay in the pool, where their specs can be read
-    return TaskQueue(p, scheduler="sage-block-conserve", noise=SeededNoise(SEED), clock=Clock())
+def _queue(p: Platform, spec: str = "sage-block-conserve") -> TaskQueue:
+    # Sage keeps AnyBlocks tasks for new blocks, DPF with a large N keeps every task waiting:
+    # the tasks stay in the pool, where their specs can be read
+    return TaskQueue(p, scheduler=spec, noise=SeededNoise(SEED), clock=Clock())
 
 
 def _spec_significance(q: TaskQueue, task_id: str, block: str) -> float:
@@ -58,7 +59,7 @@ def test_tables_and_free_providers_reach_the_scheduler(tmp_path: Path) -> None:
 
 def test_a_paid_provider_scores_once_at_entry_and_never_twice(tmp_path: Path) -> None:
     p = make_platform(tmp_path)
-    q = _queue(p)
+    q = _queue(p, "dpf-n:n=1000")
     with pytest.raises(InvalidRequestError, match="names the blocks"):
         q.submit_budget(
             "s", Budget(epsilon="0.1"), selector=AnyBlocks(2), context="team", significance=PAID
@@ -73,7 +74,7 @@ def test_a_paid_provider_scores_once_at_entry_and_never_twice(tmp_path: Path) ->
     charged = [e for e in p.ledger.events(before) if e.kind.value == "charged"]
     assert len(charged) == 2  # ε_s on each scored block, before the values were used
     die(q)
-    q2 = _queue(Platform(tmp_path, engine="arrow"))  # re-enters the task: reads the values
+    q2 = _queue(Platform(tmp_path, engine="arrow"), "dpf-n:n=1000")  # re-enters: reads values
     assert [e for e in p.ledger.events(before) if e.kind.value == "charged"] == charged
     assert _spec_significance(q2, t.id, f"{D}1") == stored[f"{D}1"]
     q2.close()
