@@ -150,6 +150,11 @@ class ReservationError(BlockBudgetError):
     """
 
 
+class TaskStateError(BlockBudgetError):
+    """A task cannot change as asked: cancelling a task that is already decided for good
+    (done, failed, refused, expired or cancelled)."""
+
+
 class DataError(BlockBudgetError, ValueError):
     """Input data is malformed: an unreadable file, a missing or mistyped column, a record whose
     block cannot be determined, or a late record refused by the stream's policy."""

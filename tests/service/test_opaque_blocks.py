@@ -94,7 +94,15 @@ def test_an_analyst_sees_and_uses_only_opaque_block_ids_on_a_user_stream(
     assert call("GET", f"/v1/tasks/{r.json()['id']}").json()["blocks"] == [target]
     assert [t["blocks"] for t in call("GET", "/v1/tasks").json()["tasks"]] == [[target]]
     r = call("POST", "/v1/streams/users/tasks", json={**q, "epsilon": 9.0, "blocks": [target]})
-    assert r.status_code == 201 and r.json()["state"] == "refused", r.text  # its note: no key
+    assert r.status_code == 422, r.text  # more than any block holds: refused, names no key
+    # A waiting task says why by opaque id: 0.9 charged leaves less than it needs.
+    r = call("POST", "/v1/streams/users/charges", json={**charge, "epsilon": 0.9})
+    assert r.status_code == 200, r.text
+    r = call("POST", "/v1/streams/users/tasks", json={**q, "epsilon": 0.3, "selector": {"any": {}}})
+    assert r.status_code == 201, r.text
+    why = call("GET", f"/v1/tasks/{r.json()['id']}").json()["why"]
+    assert target in [row["block"] for row in why["shortfall"]], why
+    assert {row["block"] for row in why["shortfall"]} <= set(ids), why
     # The dashboard.
     dash = call("GET", "/v1/dashboard?stream=users").json()
     assert [b["block_id"] for b in dash["blocks"]] == ids

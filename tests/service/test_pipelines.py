@@ -12,9 +12,10 @@ from pathlib import Path
 import pandas as pd
 from fastapi.testclient import TestClient
 
+from blockbudget.budget import UNIT_EXPONENT
 from blockbudget.data.flights import load_flights
 from blockbudget.service import Permission
-from blockbudget.service.pipelines import _FLIGHT_COLUMNS
+from blockbudget.tasks.pipeline_work import FLIGHT_COLUMNS as _FLIGHT_COLUMNS
 from service.support import Seeded, ledger_snapshot
 
 TERMINAL = {"accepted", "rejected", "timed_out", "failed"}
@@ -78,18 +79,23 @@ def test_pipeline_queue_end_to_end(seeded: Seeded, client: TestClient, tmp_path:
         assert attempts[-1]["outcome"] == "ACCEPT" and first["model"]
     elif first["state"] == "waiting":
         assert attempts[-1]["outcome"] == "RETRY" and first["model"] is None
-    # Everything the job drew is in the ledger, in team-a, within what its attempts reserved.
+    # Everything the job drew is in the ledger, in team-a, within what its attempts reserved
+    # (each attempt is one grant of the pipeline strategy; the rest of the pipeline's share of
+    # the block stays reserved for it, at most its max_epsilon in all).
     block = seeded.platform.store.blocks("full")[0].block_id
     state = seeded.platform.ledger.state(block, "team-a")
-    left = Decimal(state.remaining.split("ε=")[1].split(",")[0])
-    drawn = Decimal(8) - left
+    drawn = Decimal(state.charged[0]).scaleb(-UNIT_EXPONENT)
+    held = Decimal(state.reserved[0]).scaleb(-UNIT_EXPONENT)
     assert 0 < drawn <= sum(Decimal(a["epsilon"]) for a in attempts)
+    assert drawn + held <= 1  # max_epsilon: the pipeline never holds more of a block
     # Other principals do not see the job; the admin does; the dashboard lists it.
     hb = seeded.headers(seeded.other)
     assert client.get(f"/v1/pipelines/{job_id}", headers=hb).status_code == 403
     assert client.get("/v1/pipelines", headers=hb).json() == []
     assert [j["id"] for j in client.get("/v1/pipelines", headers=hroot).json()] == [job_id]
-    extras = client.get("/v1/dashboard?stream=full", headers=ha).json()["extras"]
+    dash = client.get("/v1/dashboard?stream=full", headers=ha)
+    assert dash.status_code == 200, dash.text
+    extras = dash.json()["extras"]
     assert [p["job"] for p in extras["pipelines"]] == [job_id]
     assert extras["pipelines"][0]["outcomes"].split() == [a["outcome"] for a in attempts]
     if first["state"] == "waiting":  # more data arrives: the job resumes by itself

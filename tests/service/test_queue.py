@@ -1,18 +1,21 @@
-"""The scheduler queue against the real ledger: grants are ledger reservations held by the
-analyst, the ledger is never overspent (also by budget spent outside the queue), refused and
-expired tasks charge nothing, access rules hold, and a restart loses no waiting task."""
+"""The task queue behind the service, against the real ledger: a grant is a reservation the
+analyst draws from; a demand no block could ever afford is refused with nothing stored; a
+waiting task survives a restart of the service; a deadline expires a task and charges nothing
+(the dashboard lists it); on an RDP stream exactly as many tasks are granted as the ledger's
+own filter admits."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
 from decimal import Decimal
 from typing import Any
 
-import pytest
 from fastapi.testclient import TestClient
 
 from blockbudget.budget import UNIT
-from blockbudget.service import create_app
+from blockbudget.service import Permission, create_app
+from blockbudget.tasks.leader import AlwaysLeader
+from blockbudget.tasks.queue import TaskQueue
 from service.support import Seeded, ledger_snapshot
 
 
@@ -24,33 +27,25 @@ class Clock:
         return self.now
 
 
-def make_client(
-    seeded: Seeded, scheduler: str, clock: Clock, *, raise_server_exceptions: bool = True
-) -> TestClient:
-    app = create_app(
-        seeded.platform,
-        keys=seeded.keys,
-        auth_cache_seconds=0,
-        scheduler=scheduler,
-        pump_seconds=3600,
+def make_client(seeded: Seeded, scheduler: str, clock: Clock | None = None) -> TestClient:
+    queue = TaskQueue(
+        seeded.platform, scheduler=scheduler, leadership=AlwaysLeader(), clock=clock or time.time
     )
-    app.state.tasks.clock = clock
-    return TestClient(app, raise_server_exceptions=raise_server_exceptions)
+    app = create_app(
+        seeded.platform, keys=seeded.keys, auth_cache_seconds=0, pump_seconds=3600, tasks=queue
+    )
+    return TestClient(app)
 
 
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def submit(c: TestClient, key: str, stream: str = "flights", **body: Any) -> Any:
+    r = c.post(f"/v1/streams/{stream}/tasks", headers={"X-API-Key": key}, json=body)
+    c.app.state.tasks.pump()  # type: ignore[attr-defined]
+    return r
 
 
-@pytest.fixture
-def fcfs(seeded: Seeded, clock: Clock) -> Iterator[TestClient]:
-    with make_client(seeded, "fcfs", clock) as c:
-        yield c
-
-
-def submit(c: TestClient, key: str, **body: Any) -> Any:
-    return c.post("/v1/streams/flights/tasks", headers={"X-API-Key": key}, json=body)
+def state(c: TestClient, key: str, task_id: str) -> str:
+    out: str = c.get(f"/v1/tasks/{task_id}", headers={"X-API-Key": key}).json()["state"]
+    return out
 
 
 def used_eps(seeded: Seeded, context: str = "team-a") -> dict[str, Decimal]:
@@ -60,100 +55,49 @@ def used_eps(seeded: Seeded, context: str = "team-a") -> dict[str, Decimal]:
     }
 
 
-def test_grant_is_a_ledger_reservation_the_analyst_draws_from(
-    seeded: Seeded, fcfs: TestClient
-) -> None:
-    blocks = sorted(used_eps(seeded))[-2:]
-    r = submit(fcfs, seeded.analyst, epsilon=0.3, context="team-a", last=2, request_id="t1")
-    assert r.status_code == 201, r.text
-    task = r.json()
-    assert task["state"] == "granted" and sorted(task["blocks"]) == blocks
-    res = seeded.platform.ledger.reservation(task["reservation_id"])
-    assert res.holder == "ana" and res.context == "team-a" and sorted(res.blocks) == blocks
-    assert used_eps(seeded) == {b: Decimal("0.3") if b in blocks else 0 for b in used_eps(seeded)}
-    # a replayed submission is the same task; nothing more is reserved
-    again = submit(fcfs, seeded.analyst, epsilon=0.3, context="team-a", last=2, request_id="t1")
-    assert again.json()["id"] == task["id"]
-    assert len(seeded.platform.ledger.reservations()) == 1
-    # the analyst draws from its grant through the reservation routes
-    h = seeded.headers(seeded.analyst)
-    r = fcfs.post(f"/v1/reservations/{res.id}/charges", headers=h, json={"epsilon": 0.1})
-    assert r.status_code == 200, r.text
-    q = fcfs.get("/v1/tasks", headers=h).json()
-    assert q["scheduler"] == "fcfs" and [t["id"] for t in q["tasks"]] == [task["id"]]
+def test_the_analyst_draws_from_its_grant(seeded: Seeded) -> None:
+    with make_client(seeded, "dpf-n:n=1") as c:
+        r = submit(c, seeded.analyst, epsilon=0.3, context="team-a", last=2)
+        assert r.status_code == 201, r.text
+        task = c.get(f"/v1/tasks/{r.json()['id']}", headers={"X-API-Key": seeded.analyst}).json()
+        assert task["state"] == "granted", task
+        h = seeded.headers(seeded.analyst)
+        path = f"/v1/reservations/{task['reservation_id']}/charges"
+        r = c.post(path, headers=h, json={"epsilon": 0.1})
+        assert r.status_code == 200, r.text
+        r = c.post(path, headers=seeded.headers(seeded.other), json={"epsilon": 0.1})
+        assert r.status_code == 403, r.text
+        r = c.post(f"/v1/reservations/{task['reservation_id']}/release", headers=h)
+        assert r.status_code == 200, r.text
+    blocks = sorted(task["blocks"])
+    assert used_eps(seeded) == {b: Decimal("0.1") if b in blocks else 0 for b in used_eps(seeded)}
+    assert seeded.platform.verify().ok
 
 
-def test_never_overspends_and_counts_budget_spent_outside(seeded: Seeded, fcfs: TestClient) -> None:
-    block = sorted(used_eps(seeded))[0]
-    h = seeded.headers(seeded.analyst)
-    r = fcfs.post(
-        "/v1/streams/flights/charges",
-        headers=h,
-        json={"blocks": [block], "epsilon": 0.5, "context": "team-a"},
-    )
-    assert r.status_code == 200, r.text
-    states = [
-        submit(fcfs, seeded.analyst, epsilon=0.2, context="team-a", blocks=[block]).json()
-        for _ in range(4)
-    ]
-    # FCFS grants what fits now and turns the rest down: 0.5 outside + 2 × 0.2 leaves 0.1
-    assert [t["state"] for t in states] == ["granted", "granted", "refused", "refused"]
-    assert used_eps(seeded)[block] == Decimal("0.9")  # refused tasks charged nothing
-    q = fcfs.get("/v1/tasks", headers=h).json()["tasks"]
-    assert sorted(t["state"] for t in q) == ["granted", "granted", "refused", "refused"]
-
-
-def test_refused_task_charges_nothing(seeded: Seeded, clock: Clock) -> None:
-    with make_client(seeded, "dpf-n:n=4", clock) as c:
+def test_a_demand_no_block_could_afford_is_refused_with_nothing_stored(seeded: Seeded) -> None:
+    with make_client(seeded, "dpf-n:n=4") as c:
         before = ledger_snapshot(seeded.platform)
         r = submit(c, seeded.analyst, epsilon=1.5, context="team-a", last=1)
-        assert r.status_code == 201, r.text
-        assert r.json()["state"] == "refused", r.json()
+        assert r.status_code == 422 and "whole capacity" in r.json()["detail"], r.text
+        assert c.get("/v1/tasks", headers={"X-API-Key": seeded.admin}).json()["tasks"] == []
         assert ledger_snapshot(seeded.platform) == before
 
 
-def test_access_rules_and_nothing_stored_on_refusal(seeded: Seeded, fcfs: TestClient) -> None:
-    before = ledger_snapshot(seeded.platform)
-    assert submit(fcfs, seeded.other, epsilon=0.1, context="team-b", last=1).status_code == 403
-    assert submit(fcfs, seeded.analyst, epsilon=0.1, context="team-b", last=1).status_code == 403
-    r = fcfs.post(
-        "/v1/streams/secret/tasks",
-        headers=seeded.headers(seeded.analyst),
-        json={"epsilon": 0.1, "context": "team-a", "last": 1},
-    )
-    assert r.status_code == 403
-    assert submit(fcfs, seeded.analyst, epsilon=-1, context="team-a", last=1).status_code == 422
-    assert ledger_snapshot(seeded.platform) == before
-    assert fcfs.get("/v1/tasks", headers=seeded.headers(seeded.admin)).json()["tasks"] == []
-    mine = submit(fcfs, seeded.analyst, epsilon=0.1, context="team-a", last=1).json()
-    r = fcfs.get(f"/v1/tasks/{mine['id']}", headers=seeded.headers(seeded.other))
-    assert r.status_code == 403
-    assert fcfs.get("/v1/tasks", headers=seeded.headers(seeded.other)).json()["tasks"] == []
-    assert len(fcfs.get("/v1/tasks", headers=seeded.headers(seeded.admin)).json()["tasks"]) == 1
-
-
-def test_dpf_waits_for_unlocked_budget_and_survives_a_restart(seeded: Seeded, clock: Clock) -> None:
+def test_a_waiting_task_survives_a_restart(seeded: Seeded) -> None:
     block = sorted(used_eps(seeded))[0]
-    with make_client(seeded, "dpf-n:n=4", clock) as c:
+    with make_client(seeded, "dpf-n:n=4") as c:
         first = submit(c, seeded.analyst, epsilon=0.3, context="team-a", blocks=[block]).json()
-        assert first["state"] == "waiting"  # one arrival unlocks 1/4 = 0.25 < 0.3
+        assert state(c, seeded.analyst, first["id"]) == "waiting"  # 1/4 unlocked < 0.3
     assert used_eps(seeded)[block] == 0
-    with make_client(seeded, "dpf-n:n=4", clock) as c:  # a new process: resumes the queue
+    with make_client(seeded, "dpf-n:n=4") as c:  # a new process: takes the queue over
         second = submit(c, seeded.analyst, epsilon=0.3, context="team-a", blocks=[block]).json()
-        tasks = {
-            t["id"]: t
-            for t in c.get("/v1/tasks", headers=seeded.headers(seeded.analyst)).json()["tasks"]
-        }
-    states = sorted(t["state"] for t in tasks.values())
-    assert set(tasks) == {first["id"], second["id"]} and states == ["granted", "waiting"]
+        states = sorted(state(c, seeded.analyst, t["id"]) for t in (first, second))
+    assert states == ["granted", "waiting"]  # two arrivals unlock 0.5: one fits
     assert used_eps(seeded)[block] == Decimal("0.3")
-    granted = next(t for t in tasks.values() if t["state"] == "granted")
-    assert seeded.platform.ledger.reservation(granted["reservation_id"]).holder == "ana"
 
 
-def test_waiting_task_expires_at_its_deadline_and_charges_nothing(
-    seeded: Seeded, clock: Clock
-) -> None:
+def test_a_waiting_task_expires_at_its_deadline_and_charges_nothing(seeded: Seeded) -> None:
+    clock = Clock()
     block = sorted(used_eps(seeded))[0]
     h = seeded.headers(seeded.analyst)
     with make_client(seeded, "dpf-n:n=10", clock) as c:
@@ -163,77 +107,42 @@ def test_waiting_task_expires_at_its_deadline_and_charges_nothing(
         assert late["state"] == "waiting" and late["deadline"] == clock.now + 5
         before = ledger_snapshot(seeded.platform)
         clock.now += 4
-        assert c.get(f"/v1/tasks/{late['id']}", headers=h).json()["state"] == "waiting"
+        c.app.state.tasks.pump()  # type: ignore[attr-defined]
+        assert state(c, seeded.analyst, late["id"]) == "waiting"
         clock.now += 2
-        assert c.get(f"/v1/tasks/{late['id']}", headers=h).json()["state"] == "expired"
+        c.app.state.tasks.pump()  # type: ignore[attr-defined]
+        assert state(c, seeded.analyst, late["id"]) == "expired"
         assert ledger_snapshot(seeded.platform) == before
         r = c.get("/v1/dashboard", headers=h, params={"stream": "flights"})
         rows = r.json()["extras"]["scheduler_queue"]
         assert [(row["task"], row["state"]) for row in rows] == [(late["id"][:12], "expired")]
 
 
-def test_rdp_stream_grants_exactly_what_the_filter_admits(seeded: Seeded, fcfs: TestClient) -> None:
+def test_rdp_stream_grants_exactly_what_the_filter_admits(seeded: Seeded) -> None:
     from blockbudget.accounting import Accounting, make_filter
     from blockbudget.budget import Budget
-    from blockbudget.service.auth import Permission
 
-    h = seeded.headers(seeded.admin)
-    body = {"name": "r", "epsilon": 3, "delta": 1e-6, "accounting": "rdp"}
-    assert fcfs.post("/v1/streams", headers=h, json=body).status_code == 201
-    r = fcfs.post(
-        "/v1/streams/r/ingest",
-        headers={**h, "Content-Type": "text/csv"},
-        content=seeded.csv.read_bytes(),
-    )
-    assert r.status_code == 200
-    seeded.keys.grant("ana", "r", Permission.READ)
-    ha = seeded.headers(seeded.analyst)
-    states = [
-        fcfs.post(
-            "/v1/streams/r/tasks", headers=ha, json={"epsilon": 0.5, "context": "team-a", "last": 1}
-        ).json()["state"]
-        for _ in range(8)
-    ]
-    filt = make_filter(Accounting.RDP, capacity=Budget(epsilon=3, delta=1e-6))
-    one = filt.features(Budget(epsilon=0.5))
-    fits = max(k for k in range(9) if filt.fits(tuple(k * u for u in one)))
-    assert 0 < fits < 8 and states == ["granted"] * fits + ["refused"] * (8 - fits)
-    st = seeded.platform.ledger.states("r", "team-a")[-1]
-    assert st.used == tuple(fits * u for u in one)  # refused tasks charged nothing
-    r = fcfs.post(
-        "/v1/streams/r/tasks",
-        headers=ha,
-        json={"epsilon": 0.5, "delta": 1e-7, "context": "team-a", "last": 1},
-    )
-    assert r.status_code == 422 and r.json()["error"] == "InvalidBudgetError"
-
-
-def test_a_grant_whose_ledger_write_failed_is_applied_on_the_next_pump(
-    seeded: Seeded, clock: Clock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The queue's count of applied decisions moves only after a decision's ledger write
-    committed. Before, it moved first: a transient database error during a grant's reservation
-    left the task waiting forever while the scheduler's pool counted its budget as used."""
-    from sqlalchemy.exc import OperationalError
-
-    ledger = seeded.platform.ledger
-    real_reserve = ledger.reserve
-    calls = {"n": 0}
-
-    def flaky_reserve(*args: Any, **kwargs: Any) -> Any:
-        calls["n"] += 1
-        if calls["n"] == 1:
-            raise OperationalError("reserve", {}, Exception("connection lost"))
-        return real_reserve(*args, **kwargs)
-
-    with make_client(seeded, "fcfs", clock, raise_server_exceptions=False) as c:
-        h = {"X-API-Key": seeded.analyst}
-        monkeypatch.setattr(ledger, "reserve", flaky_reserve)
-        r = submit(c, seeded.analyst, epsilon=0.2, context="team-a", last=1)
-        assert r.status_code == 500 and r.json()["code"] == "internal_error", r.text
-        c.app.state.tasks.pump()  # type: ignore[attr-defined]
-        (task,) = c.get("/v1/tasks", headers=h).json()["tasks"]  # (listing pumps too)
-        assert task["state"] == "granted", task
-        reservations = [e for e in ledger.events() if e.kind.value == "reserved"]
-        assert len(reservations) == 1  # applied once, on the retry
-        assert seeded.platform.verify().ok
+    with make_client(seeded, "dpf-n:n=1") as c:
+        h = seeded.headers(seeded.admin)
+        body = {"name": "r", "epsilon": 3, "delta": 1e-6, "accounting": "rdp"}
+        assert c.post("/v1/streams", headers=h, json=body).status_code == 201
+        r = c.post(
+            "/v1/streams/r/ingest",
+            headers={**h, "Content-Type": "text/csv"},
+            content=seeded.csv.read_bytes(),
+        )
+        assert r.status_code == 200
+        seeded.keys.grant("ana", "r", Permission.READ)
+        ids = [
+            submit(c, seeded.analyst, "r", epsilon=0.5, context="team-a", last=1).json()["id"]
+            for _ in range(8)
+        ]
+        states = [state(c, seeded.analyst, i) for i in ids]
+        filt = make_filter(Accounting.RDP, capacity=Budget(epsilon=3, delta=1e-6))
+        one = filt.features(Budget(epsilon=0.5))
+        fits = max(k for k in range(9) if filt.fits(tuple(k * u for u in one)))
+        assert 0 < fits < 8 and states == ["granted"] * fits + ["waiting"] * (8 - fits), states
+        st = seeded.platform.ledger.states("r", "team-a")[-1]
+        assert st.used == tuple(fits * u for u in one)  # waiting tasks hold nothing
+        r = submit(c, seeded.analyst, "r", epsilon=0.5, delta=1e-7, context="team-a", last=1)
+        assert r.status_code == 422 and r.json()["error"] == "InvalidBudgetError", r.text

@@ -12,7 +12,7 @@ import httpx
 import sqlalchemy as sa
 
 from blockbudget.service import create_app
-from blockbudget.service.queue import tasks_table
+from blockbudget.tasks.table import tasks_table
 from service.support import Seeded, thread_server
 
 THREADS = 8

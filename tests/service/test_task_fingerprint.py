@@ -1,28 +1,52 @@
-"""Queue task fingerprints keep every digit of the demand (no 28-digit collisions)."""
+"""A task's request id is tied to every digit of its demand (no 28-digit collisions): demands
+differing after 28 significant digits are different arguments (409), equal demands written
+differently are the same task."""
 
 from __future__ import annotations
 
-from blockbudget.budget import Budget
-from blockbudget.service.queue_store import task_fingerprint
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from blockbudget import Budget
+from blockbudget.errors import RequestIdConflictError
+from blockbudget.platform import Platform
+from blockbudget.store import Blocking
+from blockbudget.tasks.leader import AlwaysLeader
+from blockbudget.tasks.queue import TaskQueue
+from blockbudget.tasks.selectors import Newest
 
 
-def _fp(epsilon: str, delta: str = "0") -> str:
-    return task_fingerprint(
-        stream="s",
-        context="a",
-        demand=Budget(epsilon=epsilon, delta=delta),
-        selection={"last": 1},
-        significance=None,
-        timeout_seconds=None,
+@pytest.fixture
+def queue(tmp_path: Path) -> TaskQueue:
+    p = Platform(tmp_path / "home", engine="arrow")
+    p.create_stream("s", policy=Budget(epsilon=1, delta=1e-5), blocking=Blocking.by_time("t"))
+    p.add_context("team")
+    p.ingest("s", pd.DataFrame({"t": pd.date_range("2024-01-01", periods=2, freq="D")}))
+    return TaskQueue(p, scheduler="dpf-n:n=10", leadership=AlwaysLeader())
+
+
+def _submit(queue: TaskQueue, epsilon: str, delta: str = "0", rid: str = "r") -> str:
+    demand = Budget(epsilon=epsilon, delta=delta)
+    task = queue.submit_budget(
+        "s", demand, selector=Newest(1), context="team", principal="ana", request_id=rid
     )
+    return task.id
 
 
-def test_demands_differing_after_28_digits_have_different_fingerprints() -> None:
-    assert _fp("0.10000000000000000000000000001") != _fp("0.10000000000000000000000000004")
-    assert _fp("1", "1.0000000000000000000000000001e-6") != _fp(
-        "1", "1.0000000000000000000000000004e-6"
-    )
+def test_demands_differing_after_28_digits_are_other_arguments(queue: TaskQueue) -> None:
+    _submit(queue, "0.10000000000000000000000000001", rid="a")
+    with pytest.raises(RequestIdConflictError):
+        _submit(queue, "0.10000000000000000000000000004", rid="a")
+    _submit(queue, "0.1", "1.0000000000000000000000000001e-6", rid="b")
+    with pytest.raises(RequestIdConflictError):
+        _submit(queue, "0.1", "1.0000000000000000000000000004e-6", rid="b")
+    queue.close()
 
 
-def test_equal_demands_have_equal_fingerprints() -> None:
-    assert _fp("0.1") == _fp("0.10") and _fp("100") == _fp("1E+2") and _fp("0") == _fp("0.000")
+def test_equal_demands_written_differently_are_one_task(queue: TaskQueue) -> None:
+    assert _submit(queue, "0.1", rid="c") == _submit(queue, "0.10", rid="c")
+    assert _submit(queue, "0.5", "0", rid="d") == _submit(queue, "5E-1", "0.000", rid="d")
+    assert len(queue.tasks()) == 2
+    queue.close()

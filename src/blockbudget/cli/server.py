@@ -53,8 +53,15 @@ def serve(
     scheduler: Annotated[
         str | None,
         typer.Option(
-            help="The scheduler queue's scheduler, name[:key=value,...] (e.g. dpf-n:n=10, "
-            "dpf-t:lifetime=3600, dpack, fcfs; default dpf-n:n=10).",
+            help="The default scheduler of every stream's tasks, name[:key=value,...] (e.g. "
+            "dpf-n:n=10, dpf-t:lifetime=3600, dpack, online-threshold, fcfs; default "
+            "dpf-n:n=10; an admin overrides it per stream).",
+        ),
+    ] = None,
+    pipeline_scheduler: Annotated[
+        str | None,
+        typer.Option(
+            help="The strategy that gives pipelines their budget (default sage-block-conserve)."
         ),
     ] = None,
 ) -> None:
@@ -63,15 +70,18 @@ def serve(
     On first start (no principal yet) an admin principal is created and its key printed once.
     """
     try:
-        from blockbudget.service.queue import DEFAULT_SCHEDULER, parse_scheduler
         from blockbudget.service.server import bootstrap_admin
         from blockbudget.service.server import serve as run_server
     except ModuleNotFoundError as exc:
         raise missing_extra(exc, "serve") from exc
+    from blockbudget.service.app import DEFAULT_PIPELINE_SCHEDULER
+    from blockbudget.tasks.queue import DEFAULT_SCHEDULER
+    from blockbudget.tasks.schedspec import parse_spec
 
     scheduler = scheduler or DEFAULT_SCHEDULER
-
-    parse_scheduler(scheduler)  # a clear error before anything starts
+    pipeline_scheduler = pipeline_scheduler or DEFAULT_PIPELINE_SCHEDULER
+    parse_spec(scheduler)  # a clear error before anything starts
+    parse_spec(pipeline_scheduler)
     key = bootstrap_admin(home, database)
     if key is not None:
         console.print(
@@ -88,6 +98,7 @@ def serve(
         workers=workers,
         group_commit=group_commit,
         scheduler=scheduler,
+        pipeline_scheduler=pipeline_scheduler,
         data_root=data_root,
     )
 

@@ -1,104 +1,447 @@
-"""``blockbudget task submit|list``: the scheduler queue of a running service (server mode only:
-the queue lives in the service, see :mod:`blockbudget.service.queue`)."""
+"""``blockbudget task submit|list|show|why|cancel|scheduler``: tasks decided by a stream's
+scheduler, on a running service (``--server``) or on the local platform.
+
+A task says what it needs — a DP query (``--statistic`` with the query commands' flags, or
+``--query-spec``), or a plain budget (``--epsilon``/``--delta``) — and which blocks it may use
+(``--block``, ``--newest``, ``--range START END --k K``, ``--any K``); the stream's scheduler
+chooses blocks and budget, and its grant is the reservation the work spends. Without
+``--server`` the commands open a :class:`~blockbudget.tasks.TaskQueue` on the local platform
+(``--home``, ``$BLOCKBUDGET_DATABASE``) and ``submit`` pumps it until the task is decided
+(``--wait``). Every command prints the task's JSON form with ``--json``.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Column, Table
 
 from blockbudget.cli.common import (
+    DEFAULT_HOME,
     ContextOpt,
+    HomeOpt,
     KeyOpt,
     ServerOpt,
     app,
     console,
     handle_errors,
+    local_context,
+    open_platform,
     remote,
 )
+from blockbudget.cli.queries import GroupOpt, WhereOpt, _query_form, _read_spec, print_answer
+from blockbudget.errors import InvalidRequestError
 
 if TYPE_CHECKING:
-    from blockbudget.service.client import ServiceClient
+    from blockbudget.tasks.queue import TaskQueue
 
 task_app = typer.Typer(
-    help="Submit tasks to a service's scheduler queue and follow them.", no_args_is_help=True
+    help="Tasks: DP queries and budget demands decided by a stream's scheduler.",
+    no_args_is_help=True,
 )
 app.add_typer(task_app, name="task")
 
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the JSON form.")]
+#: How long a local ``submit`` pumps by default (a server pumps by itself: no wait there).
+LOCAL_WAIT_SECONDS = 30.0
 
-def _client(server: str | None, api_key: str | None) -> ServiceClient:
-    client = remote(server, api_key)
-    if client is None:
-        raise typer.BadParameter("the scheduler queue lives in a service: give --server URL")
-    return client
+
+@contextmanager
+def _local_queue(home: Path) -> Iterator[TaskQueue]:
+    """A task queue on the local platform, closed (with the platform) afterwards."""
+    from blockbudget.tasks.leader import leadership_for
+    from blockbudget.tasks.queue import TaskQueue
+
+    platform = open_platform(home)
+    queue = TaskQueue(platform, leadership=leadership_for(platform.ledger.engine, name="tasks"))
+    try:
+        yield queue
+    finally:
+        queue.close()
+        platform.close()
+
+
+def _selector(
+    block: list[str] | None,
+    newest: int | None,
+    range_: tuple[str, str] | None,
+    k: int | None,
+    any_: int | None,
+    min_k: int,
+) -> dict[str, Any]:
+    """The selector's JSON form from the options (exactly one way of choosing blocks)."""
+    given = [
+        name
+        for name, value in (
+            ("--block", block),
+            ("--newest", newest),
+            ("--range", range_),
+            ("--any", any_),
+        )
+        if value
+    ]
+    if len(given) != 1:
+        raise typer.BadParameter(
+            f"give exactly one of --block, --newest, --range START END --k K, --any K; got {given}"
+        )
+    if block:
+        return {"named": list(block)}
+    if newest:
+        return {"newest": newest}
+    if range_:
+        if k is None:
+            raise typer.BadParameter("--range START END needs --k K (how many blocks)")
+        return {"range": {"k": k, "start": range_[0], "end": range_[1]}}
+    return {"any": {"k": any_, "min_k": min_k}}
+
+
+def _query_spec(spec: str) -> dict[str, Any]:
+    """A query's JSON form: inline JSON, ``@FILE`` or a file path."""
+    return _read_spec(spec if spec.lstrip().startswith(("{", "@")) else f"@{spec}")
+
+
+def _work(query_spec: str | None, statistic: str | None, epsilon: float | None) -> dict[str, Any]:
+    """The body's kind and work: a query from a spec, a query from the flags (its ``query`` is
+    filled in by the caller) or a budget."""
+    if query_spec and statistic:
+        raise typer.BadParameter("give --query-spec or --statistic, not both")
+    if query_spec:
+        if epsilon is not None:
+            raise typer.BadParameter("--epsilon goes into the --query-spec's JSON form")
+        return {"kind": "query", "query": _query_spec(query_spec)}
+    if epsilon is None:
+        raise typer.BadParameter("give --epsilon (the query's ε, or the budget demanded)")
+    if statistic:
+        return {"kind": "query"}
+    return {"kind": "budget", "epsilon": epsilon}
+
+
+def _submit_local(
+    queue: TaskQueue, stream: str, body: dict[str, Any], context: str, wait: float
+) -> dict[str, Any]:
+    from blockbudget.budget import Budget
+    from blockbudget.query import from_dict
+    from blockbudget.service.task_forms import selector_of_wire, task_json
+
+    selector = selector_of_wire(body["selector"])
+    common: dict[str, Any] = {
+        "selector": selector,
+        "context": context,
+        "significance": body.get("significance"),
+        "deadline_seconds": body.get("timeout_seconds"),
+        "request_id": body.get("request_id"),
+    }
+    if body["kind"] == "query":
+        task = queue.submit_query(stream, from_dict(body["query"]), **common)
+    else:
+        demand = Budget(epsilon=body["epsilon"], delta=body.get("delta", 0.0))
+        task = queue.submit_budget(stream, demand, **common)
+    if wait > 0:
+        task = queue.wait(task.id, timeout=wait)
+    return task_json(task)
 
 
 @task_app.command("submit")
 @handle_errors
 def task_submit(
-    stream: Annotated[str, typer.Argument(help="Stream whose blocks the task needs.")],
-    epsilon: Annotated[float, typer.Option(help="ε demanded on each block.")],
-    delta: Annotated[float, typer.Option(help="δ demanded on each block.")] = 0.0,
-    context: ContextOpt = None,
-    last: Annotated[int | None, typer.Option(help="The newest N blocks.")] = None,
+    stream: Annotated[str, typer.Argument(help="Stream whose blocks the task may use.")],
+    epsilon: Annotated[
+        float | None, typer.Option(help="The query's ε (with --statistic), or the ε demanded.")
+    ] = None,
+    delta: Annotated[float, typer.Option(help="δ demanded on each block (budget).")] = 0.0,
+    query_spec: Annotated[
+        str | None, typer.Option(help="A query's JSON form: a file, @FILE or inline JSON.")
+    ] = None,
+    statistic: Annotated[
+        str | None,
+        typer.Option(help="A query: count, sum, mean, variance, quantiles or histogram."),
+    ] = None,
+    column: Annotated[str | None, typer.Option(help="Query: value column.")] = None,
+    lower: Annotated[float | None, typer.Option(help="Query: clip values below.")] = None,
+    upper: Annotated[float | None, typer.Option(help="Query: clip values above.")] = None,
+    categories: Annotated[str | None, typer.Option(help="Query: comma-separated bins.")] = None,
+    quantiles: Annotated[str | None, typer.Option(help="Query: probabilities.")] = None,
+    bins: Annotated[int | None, typer.Option(help="Query (quantiles): bins.")] = None,
+    where: WhereOpt = None,
+    group_by: GroupOpt = None,
     block: Annotated[
         list[str] | None, typer.Option("--block", help="A block id or key (repeatable).")
+    ] = None,
+    newest: Annotated[int | None, typer.Option(help="The newest N blocks.")] = None,
+    last: Annotated[int | None, typer.Option(help="The same as --newest.", hidden=True)] = None,
+    range_: Annotated[
+        tuple[str, str] | None,
+        typer.Option("--range", help="Any --k blocks whose window starts in [START, END)."),
+    ] = None,
+    k: Annotated[int | None, typer.Option("--k", help="How many blocks (--range).")] = None,
+    any_: Annotated[
+        int | None, typer.Option("--any", help="Any blocks of the stream, at most K.")
+    ] = None,
+    min_k: Annotated[int, typer.Option(help="--any: at least this many blocks.")] = 1,
+    significance: Annotated[
+        str | None,
+        typer.Option(help='JSON: {block: p} or a provider, e.g. \'{"provider": "recency"}\'.'),
     ] = None,
     timeout: Annotated[
         float | None, typer.Option(help="Seconds the task may wait before it expires.")
     ] = None,
+    request_id: Annotated[str | None, typer.Option(help="Idempotency key.")] = None,
+    wait: Annotated[
+        float | None,
+        typer.Option(help="Seconds to wait for a decision (default: 30 locally, 0 on a server)."),
+    ] = None,
+    context: ContextOpt = None,
+    as_json: JsonOpt = False,
+    home: HomeOpt = DEFAULT_HOME,
     server: ServerOpt = None,
     api_key: KeyOpt = None,
 ) -> None:
-    """Queue a task; the service's scheduler grants it as a reservation you draw from."""
-    if (last is None) == (not block):
-        raise typer.BadParameter("give exactly one of --last N and --block ID")
-    body: dict[str, object] = {"epsilon": epsilon, "delta": delta}
-    if context:
-        body["context"] = context  # left out: the principal's only bound context
-    body.update({"last": last} if last is not None else {"blocks": list(block or [])})
-    if timeout is not None:
-        body["timeout_seconds"] = timeout
-    with _client(server, api_key) as client:
-        task = client.submit_task(stream, body)
+    """Submit a task; the stream's scheduler grants it, and the grant is what the work spends."""
+    body = _work(query_spec, statistic, epsilon)
+    if statistic and epsilon is not None:
+        body["query"] = _query_form(
+            statistic,
+            epsilon=epsilon,
+            column=column,
+            lower=lower,
+            upper=upper,
+            categories=categories,
+            other=False,
+            quantiles=quantiles,
+            bins=bins,
+            where=where,
+            group_by=group_by,
+        )
+    if body["kind"] == "budget" and delta:
+        body["delta"] = delta
+    body["selector"] = _selector(block, newest or last, range_, k, any_, min_k)
+    for name, value in (("timeout_seconds", timeout), ("request_id", request_id)):
+        if value is not None:
+            body[name] = value
+    if significance:
+        try:
+            body["significance"] = json.loads(significance)
+        except ValueError as exc:
+            raise InvalidRequestError(f"--significance is not JSON: {exc}") from None
+    client = remote(server, api_key)
+    if client is not None:
+        if context:
+            body["context"] = context  # left out: the principal's only bound context
+        with client:
+            task = client.submit_task(stream, body)
+            if wait:
+                task = client.wait_task(task["id"], wait)
+    else:
+        with _local_queue(home) as queue:
+            ctx = local_context(queue.platform, context)
+            task = _submit_local(
+                queue, stream, body, ctx, LOCAL_WAIT_SECONDS if wait is None else wait
+            )
+    print_task(task, as_json=as_json)
+
+
+def print_task(task: dict[str, Any], *, as_json: bool) -> None:
+    """A task's JSON form, as JSON or as a few lines of text (with its answer once done)."""
+    if as_json:
+        console.print_json(json.dumps(task))
+        return
     grant = f", reservation {task['reservation_id']}" if task["reservation_id"] else ""
-    console.print(f"task {task['id']}: [bold]{task['state']}[/]{grant} {task['note']}".rstrip())
+    note = escape(task["note"] or "")
+    console.print(f"task {task['id']}: [bold]{task['state']}[/]{grant} {note}".rstrip())
+    demand = task["demand"] or {}
+    console.print(
+        f"  {task['kind']} on {task['stream']} in context {task['context']!r}; selector "
+        f"{escape(json.dumps(task['selector']))}; demand {escape(json.dumps(demand))}; "
+        f"{len(task['blocks'])} block(s) granted"
+    )
+    if task.get("why"):
+        print_why(task["why"])
+    if task.get("result") and task["kind"] == "query":
+        print_answer(task["result"], as_json=False, dry_run=False)
+
+
+def print_why(why: dict[str, Any]) -> None:
+    console.print(f"  waits: {escape(why['reason'])}")
+    for row in why["shortfall"][:20]:
+        console.print(
+            f"    {row['block']}: needs {escape(json.dumps(row['needs']))}, "
+            f"has {escape(json.dumps(row['has']))}"
+        )
+
+
+def _one(task_id: str, home: Path, server: str | None, api_key: str | None) -> dict[str, Any]:
+    client = remote(server, api_key)
+    if client is not None:
+        with client:
+            return client.task(task_id)
+    from blockbudget.service.task_forms import task_json, why_json
+
+    with _local_queue(home) as queue:
+        task = queue.task(task_id)
+        return task_json(task, why=why_json(queue, task))
+
+
+@task_app.command("show")
+@handle_errors
+def task_show(
+    task_id: str,
+    as_json: JsonOpt = False,
+    home: HomeOpt = DEFAULT_HOME,
+    server: ServerOpt = None,
+    api_key: KeyOpt = None,
+) -> None:
+    """One task: its state, grant, why it waits, its answer once done."""
+    print_task(_one(task_id, home, server, api_key), as_json=as_json)
+
+
+@task_app.command("why")
+@handle_errors
+def task_why(
+    task_id: str,
+    as_json: JsonOpt = False,
+    home: HomeOpt = DEFAULT_HOME,
+    server: ServerOpt = None,
+    api_key: KeyOpt = None,
+) -> None:
+    """Why a task waits: which blocks lack what."""
+    task = _one(task_id, home, server, api_key)
+    why = task.get("why")
+    if as_json:
+        console.print_json(json.dumps({"id": task["id"], "state": task["state"], "why": why}))
+    elif why is None:
+        console.print(f"task {task['id']} does not wait: it is [bold]{task['state']}[/]")
+    else:
+        console.print(f"task {task['id']}: [bold]waiting[/]")
+        print_why(why)
+
+
+@task_app.command("cancel")
+@handle_errors
+def task_cancel(
+    task_id: str,
+    as_json: JsonOpt = False,
+    home: HomeOpt = DEFAULT_HOME,
+    server: ServerOpt = None,
+    api_key: KeyOpt = None,
+) -> None:
+    """Cancel a waiting, granted or running task; its reservation is released at once."""
+    client = remote(server, api_key)
+    if client is not None:
+        with client:
+            task = client.cancel_task(task_id)
+    else:
+        from blockbudget.service.task_forms import task_json
+
+        with _local_queue(home) as queue:
+            task = task_json(queue.cancel(task_id, by="local", admin=True))
+    print_task(task, as_json=as_json)
 
 
 @task_app.command("list")
 @handle_errors
 def task_list(
     stream: Annotated[str | None, typer.Option(help="Only this stream's tasks.")] = None,
-    state: Annotated[str | None, typer.Option(help="waiting, granted, expired, refused.")] = None,
+    state: Annotated[
+        str | None, typer.Option(help="waiting, granted, running, done, failed, ...")
+    ] = None,
+    kind: Annotated[str | None, typer.Option(help="query, budget or pipeline.")] = None,
+    as_json: JsonOpt = False,
+    home: HomeOpt = DEFAULT_HOME,
     server: ServerOpt = None,
     api_key: KeyOpt = None,
 ) -> None:
-    """The queue: your tasks (an admin's key: everyone's) with state and grant."""
-    with _client(server, api_key) as client:
-        queue = client.tasks(stream, state)
+    """Tasks with state and grant: yours on a server (an admin's key: everyone's), all locally."""
+    client = remote(server, api_key)
+    if client is not None:
+        with client:
+            queue_json = client.tasks(stream, state, kind)
+    else:
+        queue_json = _list_local(home, stream, state, kind)
+    if as_json:
+        console.print_json(json.dumps(queue_json))
+        return
     table = Table(
         Column("task", no_wrap=True),
         "principal",
         "stream",
         "context",
-        "ε",
-        "δ",
+        "kind",
+        "demand",
         "blocks",
         Column("state", no_wrap=True),
         "grant",
-        title=f"scheduler queue ({queue['scheduler']})",
+        title=f"tasks (scheduler {queue_json['scheduler']})",
     )
-    for t in queue["tasks"]:
+    for t in queue_json["tasks"]:
+        demand = t["demand"] or {}
         table.add_row(
             t["id"][:12],
             t["principal"],
             t["stream"],
             t["context"],
-            t["epsilon"],
-            t["delta"],
+            t["kind"],
+            ", ".join(f"{k}={v}" for k, v in demand.items() if k != "rdp") or "rdp",
             str(len(t["blocks"])),
             t["state"],
             t["reservation_id"] or "-",
         )
     console.print(table)
+
+
+def _list_local(
+    home: Path, stream: str | None, state: str | None, kind: str | None
+) -> dict[str, Any]:
+    from blockbudget.service.task_forms import task_json
+    from blockbudget.tasks.model import TaskState, WorkKind
+
+    try:
+        wanted = None if state is None else TaskState(state)
+        of_kind = None if kind is None else WorkKind(kind)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    with _local_queue(home) as queue:
+        found = queue.tasks(stream=stream, state=wanted, kind=of_kind)
+        spec = queue.scheduler_for(stream) if stream else queue.default_spec.text
+        return {"scheduler": spec, "tasks": [task_json(t) for t in found]}
+
+
+@task_app.command("scheduler")
+@handle_errors
+def task_scheduler(
+    stream: str,
+    spec: Annotated[
+        str | None, typer.Argument(help="Set it: name[:key=value,...] (admins).")
+    ] = None,
+    as_json: JsonOpt = False,
+    home: HomeOpt = DEFAULT_HOME,
+    server: ServerOpt = None,
+    api_key: KeyOpt = None,
+) -> None:
+    """Show (or set) the scheduler that decides a stream's tasks."""
+    client = remote(server, api_key)
+    if client is not None:
+        with client:
+            out = client.scheduler(stream) if spec is None else client.set_scheduler(stream, spec)
+    else:
+        with _local_queue(home) as queue:
+            queue.platform.stream(stream)
+            if spec is not None:
+                queue.set_scheduler(stream, spec)
+            out = {
+                "stream": stream,
+                "scheduler": queue.scheduler_for(stream),
+                "pipeline_scheduler": queue.pipeline_spec.text,
+            }
+    if as_json:
+        console.print_json(json.dumps(out))
+    else:
+        console.print(
+            f"stream {stream}: scheduler [bold]{out['scheduler']}[/], pipelines "
+            f"{out['pipeline_scheduler']}"
+        )

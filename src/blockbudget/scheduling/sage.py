@@ -308,7 +308,13 @@ class SageStrategy(Scheduler):
         total = cost if held is None else _exact_sum(held, cost)
         if total is None:
             return
-        if np.all(pool.vector(total) >= pool.vector(demand)):
+        if isinstance(total, Budget) and isinstance(demand, Budget):
+            # never hold more than the pipeline may spend on a block, feature by feature (a
+            # share a hair below the demand's δ must not keep a whole block's ε)
+            total = Budget(
+                epsilon=min(total.epsilon, demand.epsilon), delta=min(total.delta, demand.delta)
+            )
+        elif np.all(pool.vector(total) >= pool.vector(demand)):
             total = demand  # never hold more than the pipeline may spend on a block
         if held is not None:
             pool.release(task_id, block_id, note="merged into a larger reservation")

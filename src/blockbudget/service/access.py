@@ -10,7 +10,7 @@ answered without touching the ledger (nothing reserved, nothing charged):
   cannot probe which streams exist);
 * 409 — refused by the state of the ledger: budget exceeded, retired block, a reservation that
   is closed, expired or overdrawn, a store conflict, a request id reused with other arguments,
-  a stream name already taken;
+  a stream name already taken, a task already decided;
 * 422 — a malformed request: bad budget, bad selection, unknown column or context, bad data;
   or stored rows that could not be processed (a stable code, never the exception's text:
   :mod:`blockbudget.service.failures`);
@@ -39,6 +39,7 @@ from blockbudget.errors import (
     RetiredBlockError,
     StoreConflictError,
     StreamExistsError,
+    TaskStateError,
     UnknownBlockError,
     UnknownContextError,
 )
@@ -75,6 +76,7 @@ def status_of(exc: BlockBudgetError) -> int:
             StoreConflictError,
             StreamExistsError,
             RequestIdConflictError,
+            TaskStateError,
         ),
     ):
         return 409

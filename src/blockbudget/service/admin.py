@@ -9,8 +9,13 @@ for an unknown principal as for one without access (granting to an unknown name 
 grant needs a principal). Every
 change to a principal drops the authenticator's cache, so it takes effect at once in this
 process (within the cache's time-to-live in others).
+
+Revoking stops the principal's work too (``on_revoke``): revoking its access to a stream cancels
+its tasks on that stream, revoking one of its keys cancels all its tasks — their queued grants
+are released and running pipelines stop (:func:`blockbudget.service.queue_routes.revoke_tasks`).
 """
 
+from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import Depends, FastAPI
@@ -30,10 +35,25 @@ def principal_out(p: Principal) -> sc.PrincipalOut:
 
 
 def register_principal_routes(
-    app: FastAPI, *, platform: Platform, keys: KeyStore, authenticate: Authenticator
+    app: FastAPI,
+    *,
+    platform: Platform,
+    keys: KeyStore,
+    authenticate: Authenticator,
+    on_revoke: Callable[[str, str | None], object] | None = None,
 ) -> None:
-    """Add the ``/v1/whoami`` and ``/v1/principals…`` routes to ``app``."""
+    """Add the ``/v1/whoami`` and ``/v1/principals…`` routes to ``app``.
+
+    Args:
+        on_revoke: called with (principal, stream) after its access to a stream was revoked,
+            and with (principal, None) after one of its keys was revoked.
+    """
     keystore = keys
+
+    def revoked(principal: str, stream: str | None) -> None:
+        if on_revoke is not None:
+            on_revoke(principal, stream)
+
     Auth = Annotated[Principal, Depends(authenticate)]
 
     @app.get("/v1/whoami", tags=["principals"])
@@ -60,6 +80,16 @@ def register_principal_routes(
         require_role(me)
         key = keystore.create_key(name)
         return sc.NewKeyOut(principal=principal_out(keystore.principal(name)), api_key=key)
+
+    @app.delete("/v1/principals/{name}/keys/{key_id}", tags=["principals"])
+    def revoke_key(me: Auth, name: str, key_id: str) -> sc.PrincipalOut:
+        """Revoke one of the principal's keys (the middle part ``bbk_<key id>_…``); every task of
+        the principal is cancelled (its grants released, its pipelines stopped)."""
+        require_role(me)
+        keystore.revoke_key(key_id, principal=name)
+        authenticate.invalidate()
+        revoked(name, None)
+        return principal_out(keystore.principal(name))
 
     @app.put("/v1/principals/{name}/contexts", tags=["principals"])
     def set_contexts(me: Auth, name: str, body: sc.ContextsIn) -> sc.PrincipalOut:
@@ -96,10 +126,12 @@ def register_principal_routes(
         if me.role is Role.ADMIN:
             out = keystore.revoke(name, stream)
             authenticate.invalidate()
+            revoked(name, stream)
             return principal_out(out)
         # An owner learns only the right on its own stream afterwards (none): the same answer
         # for an unknown principal as for one that never had access.
         require_stream(me, stream, own=True)
         keystore.revoke_right(name, stream, keep_owner=True)
         authenticate.invalidate()
+        revoked(name, stream)
         return sc.StreamAccessOut(principal=name, stream=stream, permission=None)

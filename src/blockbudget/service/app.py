@@ -15,7 +15,7 @@ ledger batches concurrent writes of all those threads into single durable transa
 
 import os
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -35,6 +35,7 @@ from blockbudget.errors import (
     InvalidRequestError,
     ReservationError,
     StreamExistsError,
+    UnknownBlockError,
 )
 from blockbudget.ledger import ContextInfo, Ledger, Reservation, ReservationState
 from blockbudget.platform import Last, Platform
@@ -56,11 +57,14 @@ from blockbudget.service.blocknames import BlockNames, Naming
 from blockbudget.service.charges import charge_json, register_charge_routes, scoped
 from blockbudget.service.dashboard import STATIC_DIR, page
 from blockbudget.service.dashboard_routes import block_out, register_dashboard_routes
-from blockbudget.service.pipelines import Job, PipelineQueue
-from blockbudget.service.queue import DEFAULT_SCHEDULER, SchedulerQueue
-from blockbudget.service.queue_routes import register_queue_routes
+from blockbudget.service.queue_routes import Pump, register_queue_routes, revoke_tasks
 from blockbudget.store import Blocking, LatePolicy, Unit
 from blockbudget.store.model import parse_block_id
+from blockbudget.tasks.leader import leadership_for
+from blockbudget.tasks.queue import DEFAULT_SCHEDULER, TaskQueue
+
+#: ``serve``'s default pipeline strategy: Sage's Block/Conserve (Lécuyer et al., SOSP'19).
+DEFAULT_PIPELINE_SCHEDULER = "sage-block-conserve"
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": sc.ErrorOut, "description": "no, malformed, unknown or revoked API key"},
@@ -95,7 +99,9 @@ def create_app(
     auth_cache_seconds: float = 2.0,
     threads: int = 128,
     scheduler: str = DEFAULT_SCHEDULER,
-    pump_seconds: float = 1.0,
+    pipeline_scheduler: str = DEFAULT_PIPELINE_SCHEDULER,
+    pump_seconds: float = 0.5,
+    tasks: TaskQueue | None = None,
 ) -> FastAPI:
     """The FastAPI application serving ``platform``.
 
@@ -104,31 +110,36 @@ def create_app(
         keys: the key store (default: in the platform's ledger database).
         auth_cache_seconds: how long a key lookup is cached per process.
         threads: the size of the thread pool that runs the (synchronous) routes.
-        scheduler: the scheduler queue's scheduler, ``"name[:key=value,...]"``
-            (:mod:`blockbudget.service.queue`).
-        pump_seconds: how often the queue expires due tasks and ticks its scheduler.
+        scheduler: the default scheduler of every stream's tasks, ``"name[:key=value,...]"``
+            (:mod:`blockbudget.tasks`; an admin overrides it per stream).
+        pipeline_scheduler: the strategy that gives pipelines their budget.
+        pump_seconds: the pause between two rounds of the task pump (grants, query work,
+            deadlines), which runs in a thread of its own while the app is up.
+        tasks: the task queue (default: a new one on ``platform`` with these schedulers and the
+            database's leadership: one process decides at a time).
     """
     keystore = keys if keys is not None else KeyStore(platform.ledger.engine)
     authenticate = Authenticator(keystore, ttl_seconds=auth_cache_seconds)
     names = BlockNames(platform, platform.ledger.engine)
-    tasks = SchedulerQueue(platform.ledger, scheduler=scheduler)
-
-    async def pump_forever() -> None:
-        while True:
-            await anyio.sleep(pump_seconds)
-            try:
-                await anyio.to_thread.run_sync(tasks.pump)
-            except BlockBudgetError:  # pragma: no cover - a ledger hiccup; next round retries
-                continue
+    if tasks is None:
+        tasks = TaskQueue(
+            platform,
+            scheduler=scheduler,
+            pipeline_scheduler=pipeline_scheduler,
+            leadership=leadership_for(platform.ledger.engine, name="tasks"),
+        )
+    queue_of_tasks = tasks
+    pump = Pump(queue_of_tasks, seconds=pump_seconds)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         anyio.to_thread.current_default_thread_limiter().total_tokens = threads
-        async with anyio.create_task_group() as group:
-            group.start_soon(pump_forever)
+        pump.start()
+        try:
             yield
-            group.cancel_scope.cancel()
-        app.state.pipelines.close()
+        finally:
+            await anyio.to_thread.run_sync(pump.stop)
+            queue_of_tasks.close()
 
     app = FastAPI(
         title="blockbudget",
@@ -195,7 +206,13 @@ def create_app(
             "requests": gc.requests if gc is not None else 0,
         }
 
-    register_principal_routes(app, platform=platform, keys=keystore, authenticate=authenticate)
+    register_principal_routes(
+        app,
+        platform=platform,
+        keys=keystore,
+        authenticate=authenticate,
+        on_revoke=lambda principal, stream: revoke_tasks(queue_of_tasks, principal, stream),
+    )
 
     # --- contexts ------------------------------------------------------------------------------
 
@@ -508,42 +525,47 @@ def create_app(
         out = legacy_out(kind.value, result)
         return out.model_copy(update={"blocks": naming.show_all(out.blocks)})
 
-    # --- pipelines ---------------------------------------------------------------------------
+    # --- pipelines: tasks of kind pipeline (the TaskQueue's pipeline family) ---------------
 
-    queue = PipelineQueue(platform)
-    app.state.pipelines = queue
-
-    def may_see(me: Principal) -> Callable[[Job], bool]:
-        return lambda job: me.role is Role.ADMIN or job.owner == me.name
+    from blockbudget.service.pipelines import job_json
+    from blockbudget.tasks.model import WorkKind
 
     @app.post("/v1/streams/{stream}/pipelines", status_code=201, tags=["pipelines"])
     def submit_pipeline(me: Auth, stream: str, body: sc.PipelineIn) -> sc.JobOut:
+        """Submit a pipeline: a task of kind ``pipeline`` for the stream's pipeline strategy
+        (Sage's Block/Conserve by default); the job's id is the task's id."""
         require_stream(me, stream)
         context = resolve_context(me, body.context)
         if context not in platform.contexts():
             raise InvalidRequestError(f"unknown or closed context {context!r}")
-        job = queue.submit(
-            owner=me.name,
-            stream=stream,
-            context=context,
+        task = queue_of_tasks.submit_pipeline(
+            stream,
             kind=body.kind.value,
             target=body.target,
+            context=context,
+            principal=me.name,
             epsilon0=body.epsilon0,
             max_epsilon=body.max_epsilon,
             min_window=body.min_window,
         )
-        return sc.JobOut.model_validate(job.to_json())
+        return sc.JobOut.model_validate(job_json(task))
 
     @app.get("/v1/pipelines", tags=["pipelines"])
     def list_pipelines(me: Auth) -> list[sc.JobOut]:
-        return [sc.JobOut.model_validate(j.to_json()) for j in queue.jobs(may_see(me))]
+        """The caller's pipeline jobs (admins: everyone's), oldest first."""
+        found = queue_of_tasks.tasks(
+            principal=None if me.role is Role.ADMIN else me.name, kind=WorkKind.PIPELINE
+        )
+        return [sc.JobOut.model_validate(job_json(t)) for t in found]
 
     @app.get("/v1/pipelines/{job_id}", tags=["pipelines"])
     def get_pipeline(me: Auth, job_id: str) -> sc.JobOut:
-        job = queue.job(job_id)
-        if not may_see(me)(job):
+        task = queue_of_tasks.task(job_id)
+        if task.kind is not WorkKind.PIPELINE:
+            raise UnknownBlockError(f"unknown pipeline job {job_id!r}")
+        if me.role is not Role.ADMIN and task.principal != me.name:
             raise AuthError(403, f"pipeline job {job_id!r} belongs to another principal")
-        return sc.JobOut.model_validate(job.to_json())
+        return sc.JobOut.model_validate(job_json(task))
 
     # --- audit ---------------------------------------------------------------------------------
 
@@ -580,7 +602,12 @@ def create_app(
         )
 
     register_queue_routes(
-        app, platform=platform, queue=tasks, authenticate=authenticate, names=names
+        app,
+        platform=platform,
+        queue=queue_of_tasks,
+        authenticate=authenticate,
+        names=names,
+        default_scheduler=scheduler,
     )
 
     from blockbudget.service.stream_releases import register_stream_release_routes
@@ -590,8 +617,7 @@ def create_app(
     register_dashboard_routes(
         app,
         platform=platform,
-        pipelines=queue,
-        tasks=tasks,
+        tasks=queue_of_tasks,
         authenticate=authenticate,
         names=names,
     )
@@ -599,4 +625,4 @@ def create_app(
     return app
 
 
-__all__ = ["create_app", "open_platform"]
+__all__ = ["DEFAULT_PIPELINE_SCHEDULER", "create_app", "open_platform"]

@@ -253,14 +253,24 @@ class KeyStore:
             )
         return f"{KEY_PREFIX}_{key_id}_{secret}"
 
-    def revoke_key(self, key_id: str) -> None:
-        """Revoke a key by its id (the middle part of the key)."""
+    def revoke_key(self, key_id: str, *, principal: str | None = None) -> None:
+        """Revoke a key by its id (the middle part of the key).
+
+        Args:
+            key_id: the key's id.
+            principal: when given, the key must be this principal's.
+
+        Raises:
+            UnknownBlockError: no such key (of ``principal``).
+        """
+        row = api_keys.c.key_id == key_id
+        if principal is not None:
+            row = row & (api_keys.c.principal == principal)
         with self._engine.begin() as conn:
-            done = conn.execute(
-                api_keys.update().where(api_keys.c.key_id == key_id).values(revoked=True)
-            )
+            done = conn.execute(api_keys.update().where(row).values(revoked=True))
         if done.rowcount == 0:
-            raise UnknownBlockError(f"unknown key id {key_id!r}")
+            whose = "" if principal is None else f" of principal {principal!r}"
+            raise UnknownBlockError(f"unknown key id {key_id!r}{whose}")
 
     def authenticate(self, key: str) -> Principal | None:
         """The principal a key belongs to, or None for a malformed, unknown or revoked key."""

@@ -141,9 +141,41 @@ class ServiceClient:
             self.call("GET", "/v1/audit/events", params={"after_seq": after_seq, "limit": limit})
         )
 
+    # --- tasks ----------------------------------------------------------------------------------
+
     def submit_task(self, stream: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Submit a task (``POST /v1/streams/{stream}/tasks``; body as docs/service.md)."""
         return dict(self.call("POST", f"/v1/streams/{stream}/tasks", json=body))
 
-    def tasks(self, stream: str | None = None, state: str | None = None) -> dict[str, Any]:
-        params = {k: v for k, v in (("stream", stream), ("state", state)) if v is not None}
-        return dict(self.call("GET", "/v1/tasks", params=params))
+    def tasks(
+        self, stream: str | None = None, state: str | None = None, kind: str | None = None
+    ) -> dict[str, Any]:
+        """The caller's tasks (an admin's key: everyone's) and the scheduler's name."""
+        given = (("stream", stream), ("state", state), ("kind", kind))
+        return dict(self.call("GET", "/v1/tasks", params={k: v for k, v in given if v}))
+
+    def task(self, task_id: str, *, wait: float = 0.0) -> dict[str, Any]:
+        """One task (with ``why`` while waiting, ``result`` once done); ``wait`` seconds (at most
+        60 per request) until it is neither waiting nor running."""
+        params = {"wait": wait} if wait > 0 else {}
+        return dict(self.call("GET", f"/v1/tasks/{task_id}", params=params))
+
+    def wait_task(self, task_id: str, timeout: float) -> dict[str, Any]:
+        """The task once neither waiting nor running, or as it is after ``timeout`` seconds."""
+        import time
+
+        end = time.monotonic() + timeout
+        while True:
+            left = end - time.monotonic()
+            task = self.task(task_id, wait=min(max(left, 0.0), 60.0))
+            if task["state"] not in ("waiting", "running") or left <= 0:
+                return task
+
+    def cancel_task(self, task_id: str) -> dict[str, Any]:
+        return dict(self.call("POST", f"/v1/tasks/{task_id}/cancel"))
+
+    def scheduler(self, stream: str) -> dict[str, Any]:
+        return dict(self.call("GET", f"/v1/streams/{stream}/scheduler"))
+
+    def set_scheduler(self, stream: str, spec: str) -> dict[str, Any]:
+        return dict(self.call("PUT", f"/v1/streams/{stream}/scheduler", json={"spec": spec}))

@@ -1,12 +1,12 @@
 """The dashboard's data route: ``GET /v1/dashboard`` (blocks, heatmap, retiring blocks, the
-scheduler queue, the pipeline queue and released models) for one stream the caller may see.
+task queue, pipeline jobs and released models) for one stream the caller may see.
 
 An analyst sees only its streams, its contexts and its own tasks and jobs, no row counts, and on
 user and attribute streams opaque block ids, sorted, instead of keys
 (:mod:`blockbudget.service.blocknames`).
 """
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, FastAPI, Query
 
@@ -18,8 +18,11 @@ from blockbudget.service.access import Authenticator, require_stream, visible_co
 from blockbudget.service.auth import Permission, Principal, Role
 from blockbudget.service.blocknames import BlockNames, Naming
 from blockbudget.service.dashboard import RETIRING_FRACTION, heatmap
-from blockbudget.service.pipelines import Job, PipelineQueue
-from blockbudget.service.queue import SchedulerQueue
+from blockbudget.service.pipelines import job_json
+from blockbudget.tasks.model import WorkKind
+
+if TYPE_CHECKING:
+    from blockbudget.tasks.queue import TaskQueue
 
 
 def block_out(v: BlockView, *, with_rows: bool, naming: Naming) -> sc.BlockOut:
@@ -51,8 +54,7 @@ def register_dashboard_routes(
     app: FastAPI,
     *,
     platform: Platform,
-    pipelines: PipelineQueue,
-    tasks: SchedulerQueue,
+    tasks: "TaskQueue",
     authenticate: Authenticator,
     names: BlockNames,
 ) -> None:
@@ -66,9 +68,6 @@ def register_dashboard_routes(
         stream: Annotated[str | None, Query(max_length=256)] = None,
         buckets: Annotated[int, Query(ge=1, le=200)] = 24,
     ) -> sc.DashboardOut:
-        def may_see(job: Job) -> bool:
-            return me.role is Role.ADMIN or job.owner == me.name
-
         names = [s.name for s in platform.streams()]
         if me.role is not Role.ADMIN:
             names = [n for n in names if me.permission(n) is not None]
@@ -100,6 +99,14 @@ def register_dashboard_routes(
             and ctxs
             and all(v.remaining_fraction[c] <= RETIRING_FRACTION for c in ctxs)
         ]
+        jobs = [  # pipeline jobs: tasks of kind pipeline (the TaskQueue's pipeline family)
+            job_json(t)
+            for t in tasks.tasks(
+                stream=stream,
+                kind=WorkKind.PIPELINE,
+                principal=None if me.role is Role.ADMIN else me.name,
+            )[-200:]
+        ]
         return sc.DashboardOut(
             stream=stream,
             streams=names,
@@ -122,7 +129,8 @@ def register_dashboard_routes(
                         "task": t.id[:12],
                         "principal": t.principal,
                         "context": t.context,
-                        "demand": f"ε={t.demand.epsilon}, δ={t.demand.delta}",
+                        "kind": t.kind.value,
+                        "demand": str(t.demand),
                         "blocks": len(t.blocks),
                         "state": t.state.value,
                         "grant": t.reservation_id or "-",
@@ -134,20 +142,19 @@ def register_dashboard_routes(
                 ],
                 "pipelines": [
                     {
-                        "job": j.id,
-                        "owner": j.owner,
-                        "kind": j.kind,
-                        "context": j.context,
-                        "state": j.state,
-                        "outcomes": " ".join(a["outcome"] for a in j.attempts) or "-",
+                        "job": j["id"],
+                        "owner": j["owner"],
+                        "kind": j["kind"],
+                        "context": j["context"],
+                        "state": j["state"],
+                        "outcomes": " ".join(a["outcome"] for a in j["attempts"]) or "-",
                     }
-                    for j in pipelines.jobs(may_see)
-                    if j.stream == stream
+                    for j in jobs
                 ],
                 "released_models": [
-                    {"job": j.id, "kind": j.kind, "model": j.model or ""}
-                    for j in pipelines.jobs(may_see)
-                    if j.stream == stream and j.state == "accepted"
+                    {"job": j["id"], "kind": j["kind"], "model": j["model"] or ""}
+                    for j in jobs
+                    if j["state"] == "accepted"
                 ],
             },
         )

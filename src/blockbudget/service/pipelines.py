@@ -1,274 +1,87 @@
-"""Pipeline submission and status: Sage's privacy-adaptive training as a service queue.
+"""Pipeline jobs over HTTP: ``/v1/streams/{s}/pipelines`` and ``/v1/pipelines[/{id}]``.
 
-A principal submits a pipeline (one of :data:`KINDS`, from :mod:`blockbudget.training`) on a
-stream it may read, in a context it is bound to. A single worker thread per server process runs
-the queue in submission order: each job is an
-:class:`~blockbudget.training.adaptive.AdaptiveTrainer` (seed ``004_2b5d216070ae2ded.txt``
-§3.3): it requests a grant on its window, trains and validates, and on RETRY doubles ε or waits
-for more blocks. Every draw goes through the ledger before noise, as everywhere.
+A pipeline job is a task of kind ``pipeline`` in the task queue
+(:mod:`blockbudget.tasks.pipelines`): the stream's pipeline strategy — Sage's Block/Conserve by
+default (seed ``004_2b5d216070ae2ded.txt`` §5.4) — gives it an even share of each new block and
+decides its privacy-adaptive runs (§3.3); each run trains on one grant. The job's id is the
+task's id, so ``/v1/tasks/{id}`` shows the same job and ``POST /v1/tasks/{id}/cancel`` stops it.
 
-States shown to users and on the dashboard: ``queued`` (not started), ``training`` (iterations
-run), ``waiting`` (it needs new blocks or budget — after a RETRY with no budget left to double
-ε, or before its first window exists; it is tried again when new blocks arrive),
-``accepted`` (the model is released), ``rejected``, ``timed_out``, ``failed``. A failed job
-shows a stable code and a message written here (``pipeline_failed_data``,
-``pipeline_failed_budget``, ``pipeline_failed_internal``) — never the exception's text, which
-may quote a cell of the data; the traceback goes to the server log only, under the job's id
-(:mod:`blockbudget.service.failures`). Released models are DP outputs and are shown; exact row
-counts are not.
-
-Jobs live in the memory of the server process that accepted them (a restart forgets the queue;
-what they charged stays in the ledger). With several server processes each runs its own queue.
+This module keeps the routes' JSON of earlier releases (:func:`job_json`). States:
+``queued`` (waiting, no run yet), ``training`` (a run executes), ``waiting`` (runs were made;
+it waits for new blocks or budget), ``accepted`` (the model is released), ``rejected``
+(the validator rejected it, or the ledger refused a run), ``timed_out`` (its deadline passed),
+``failed``, ``cancelled``. A failed job shows a stable code and our own message
+(``pipeline_failed_data``, ``pipeline_failed_budget``, ``pipeline_failed_internal``), never the
+exception's text (:mod:`blockbudget.service.failures`). Released models are DP outputs and are
+shown; exact row counts are not.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from blockbudget.errors import InvalidRequestError, UnknownBlockError
-from blockbudget.platform import Platform
-from blockbudget.service.failures import Failure, failure_of, log
+from blockbudget.tasks.model import Task, TaskState
+from blockbudget.tasks.pipeline_work import FLIGHT_COLUMNS, KINDS, build_pipeline
 
-#: Pipeline kinds offered over HTTP: name → what it trains (each attempt's outcome is the
-#: validator's ACCEPT / REJECT / RETRY).
-KINDS: dict[str, str] = {
-    "average-speed": "average speed per hour of day (dp_group_by_mean, sum-statistic validator)",
-    "adassp-regression": "air-time linear regression (AdaSSP, loss validator)",
+__all__ = ["FLIGHT_COLUMNS", "KINDS", "build_pipeline", "job_json", "job_state"]
+
+#: The flights columns pipelines read (the name earlier releases used here).
+_FLIGHT_COLUMNS = FLIGHT_COLUMNS
+
+_STATES = {
+    TaskState.RUNNING: "training",
+    TaskState.DONE: "accepted",
+    TaskState.REFUSED: "rejected",
+    TaskState.EXPIRED: "timed_out",
+    TaskState.FAILED: "failed",
+    TaskState.CANCELLED: "cancelled",
+    TaskState.GRANTED: "training",  # never for a pipeline; shown as in progress
 }
 
-_FLIGHT_COLUMNS = (
-    "month",
-    "day",
-    "hour",
-    "origin",
-    "carrier",
-    "distance",
-    "air_time",
-    "dep_delay",
-    "arr_delay",
-    "sched_dep_datetime",
-)
+
+def job_state(task: Task) -> str:
+    """The job state of earlier releases for a pipeline task (see the module docstring)."""
+    if task.state is TaskState.WAITING:
+        return "waiting" if _runs(task) else "queued"
+    return _STATES[task.state]
 
 
-def build_pipeline(kind: str, target: float) -> Any:
-    """The :class:`~blockbudget.training.pipeline.Pipeline` of ``kind`` with its target."""
-    from blockbudget.training import AdaSSPPipeline, AverageSpeedPipeline
-
-    if kind == "average-speed":
-        return AverageSpeedPipeline(target=target)
-    if kind == "adassp-regression":
-        return AdaSSPPipeline(target=target)
-    raise InvalidRequestError(f"unknown pipeline kind {kind!r}; one of {sorted(KINDS)}")
+def _runs(task: Task) -> list[dict[str, Any]]:
+    runs = (task.result or {}).get("runs")
+    return list(runs) if isinstance(runs, list) else []
 
 
-@dataclass
-class Job:
-    """One submitted pipeline and what became of it."""
+def job_json(task: Task) -> dict[str, Any]:
+    """A pipeline task as the pipeline routes show it (``JobOut``).
 
-    id: str
-    owner: str
-    stream: str
-    context: str
-    kind: str
-    target: float
-    epsilon0: float
-    max_epsilon: float
-    min_window: int
-    submitted_at: float
-    state: str = "queued"
-    error: Failure | None = None
-    attempts: list[dict[str, Any]] = field(default_factory=list)
-    model: str | None = None
-    trainer: Any = None
-    blocks_seen: int = -1
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "owner": self.owner,
-            "stream": self.stream,
-            "context": self.context,
-            "kind": self.kind,
-            "target": self.target,
-            "state": self.state,
-            "error": None if self.error is None else self.error.to_json(),
-            "attempts": list(self.attempts),
-            "model": self.model,
-            "submitted_at": self.submitted_at,
-        }
-
-
-class PipelineQueue:
-    """The per-process queue and its worker (see the module docstring).
-
-    Args:
-        platform: the platform the pipelines run on.
-        poll_seconds: how often a waiting job is looked at again.
+    Example:
+        >>> import time
+        >>> from blockbudget.budget import Budget
+        >>> from blockbudget.tasks.model import WorkKind
+        >>> from blockbudget.tasks.selectors import AnyBlocks
+        >>> t = Task(id="t1", principal="ana", stream="s", context="c",
+        ...          kind=WorkKind.PIPELINE, selector=AnyBlocks(), demand=Budget(epsilon=1),
+        ...          submitted_at=0.0, state=TaskState.WAITING,
+        ...          work={"kind": "average-speed", "target": 150.0})
+        >>> job_json(t)["state"], job_json(t)["attempts"]
+        ('queued', [])
     """
-
-    def __init__(self, platform: Platform, *, poll_seconds: float = 1.0) -> None:
-        self._platform = platform
-        self._jobs: dict[str, Job] = {}
-        self._order: list[str] = []
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._poll = poll_seconds
-        self._thread: threading.Thread | None = None
-        self._stop = False
-
-    def submit(
-        self,
-        *,
-        owner: str,
-        stream: str,
-        context: str,
-        kind: str,
-        target: float,
-        epsilon0: float,
-        max_epsilon: float,
-        min_window: int,
-    ) -> Job:
-        """Queue a pipeline; everything is validated now, so a bad job is refused at once.
-
-        Raises:
-            InvalidRequestError: an unknown kind, a bad configuration, or a stream without the
-                columns the pipeline reads.
-        """
-        from blockbudget.training import AdaptiveConfig
-
-        build_pipeline(kind, target)
-        AdaptiveConfig(epsilon0=epsilon0, max_epsilon=max_epsilon, min_window=min_window)
-        schema = self._platform.store.schema(stream)
-        missing = [c for c in _FLIGHT_COLUMNS if schema is None or c not in schema.names]
-        if missing:
-            raise InvalidRequestError(
-                f"pipeline {kind!r} reads the flights columns; stream {stream!r} lacks {missing}"
-            )
-        job = Job(
-            id=f"job-{uuid.uuid4().hex[:16]}",
-            owner=owner,
-            stream=stream,
-            context=context,
-            kind=kind,
-            target=target,
-            epsilon0=epsilon0,
-            max_epsilon=max_epsilon,
-            min_window=min_window,
-            submitted_at=time.time(),
-        )
-        with self._lock:
-            self._jobs[job.id] = job
-            self._order.append(job.id)
-        self._ensure_worker()
-        self._wake.set()
-        return job
-
-    def job(self, job_id: str) -> Job:
-        try:
-            return self._jobs[job_id]
-        except KeyError:
-            raise UnknownBlockError(f"unknown pipeline job {job_id!r}") from None
-
-    def jobs(self, visible: Callable[[Job], bool] = lambda _: True) -> list[Job]:
-        with self._lock:
-            return [self._jobs[i] for i in self._order if visible(self._jobs[i])]
-
-    def close(self) -> None:
-        """Stop the worker after the iteration it is running (jobs keep their state)."""
-        with self._lock:
-            self._stop = True
-            thread = self._thread
-        self._wake.set()
-        if thread is not None:
-            thread.join(timeout=30)
-
-    # --- the worker --------------------------------------------------------------------------
-
-    def _ensure_worker(self) -> None:
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._stop = False  # a queue closed by a server's shutdown restarts on submit
-                self._thread = threading.Thread(
-                    target=self._loop, name="blockbudget-pipelines", daemon=True
-                )
-                self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stop:
-            ran = False
-            for job in self.jobs(lambda j: j.state in ("queued", "waiting")):
-                if self._stop:
-                    return
-                if job.state == "waiting":
-                    n = len(self._platform.store.blocks(job.stream))
-                    if n == job.blocks_seen:
-                        continue  # nothing new since it last waited
-                ran = True
-                self._advance(job)
-            if not ran:
-                self._wake.wait(self._poll)
-                self._wake.clear()
-
-    def _advance(self, job: Job) -> None:
-        from blockbudget.training import AdaptiveConfig, AdaptiveTrainer, Status
-
-        try:
-            if job.trainer is None:
-                job.trainer = AdaptiveTrainer(
-                    platform=self._platform,
-                    stream=job.stream,
-                    pipeline=build_pipeline(job.kind, job.target),
-                    context=job.context,
-                    config=AdaptiveConfig(
-                        epsilon0=job.epsilon0,
-                        max_epsilon=job.max_epsilon,
-                        min_window=job.min_window,
-                    ),
-                    columns=_FLIGHT_COLUMNS,
-                )
-            job.state = "training"
-            job.blocks_seen = len(self._platform.store.blocks(job.stream))
-            status = job.trainer.step()
-        except Exception as exc:  # a data problem or a pipeline bug must not kill the queue
-            # Nothing of the exception's text leaves the service: it may quote a cell.
-            log.error(
-                "pipeline job %s (%s on stream %r) failed",
-                job.id,
-                job.kind,
-                job.stream,
-                exc_info=exc,
-            )
-            job.state, job.error = "failed", failure_of(exc, what="pipeline", ref=job.id)
-            return
-        job.attempts = [
-            {
-                "iteration": a.iteration,
-                "epsilon": str(a.epsilon),
-                "delta": str(a.delta),
-                "blocks": len(a.blocks),
-                "outcome": a.outcome.value.upper(),
-            }
-            for a in job.trainer.search.attempts
-        ]
-        if status is Status.ACCEPTED:
-            job.state = "accepted"
-            job.model = _describe(job.trainer.model)
-        elif status is Status.WAITING:
-            job.state = "waiting"
-        else:
-            job.state = status.value
-
-
-def _describe(model: Any) -> str:
-    """A short public description of a released (DP) model."""
-    for attr in ("coef_", "coefficients", "means", "value"):
-        value = getattr(model, attr, None)
-        if value is not None:
-            text = repr(value)
-            return f"{type(model).__name__}: {attr}={text[:400]}"
-    return repr(model)[:400]
+    work = dict(task.work or {})
+    result = dict(task.result or {})
+    error = result.get("error")
+    return {
+        "id": task.id,
+        "owner": task.principal,
+        "stream": task.stream,
+        "context": task.context,
+        "kind": str(work.get("kind", "")),
+        "target": float(work.get("target", 0.0)),
+        "state": job_state(task),
+        "error": error if isinstance(error, dict) else None,
+        "attempts": [
+            {k: r[k] for k in ("iteration", "epsilon", "delta", "blocks", "outcome")}
+            for r in _runs(task)
+        ],
+        "model": result.get("model") if task.state is TaskState.DONE else None,
+        "submitted_at": task.submitted_at,
+    }

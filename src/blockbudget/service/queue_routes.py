@@ -1,135 +1,371 @@
-"""The scheduler queue's routes: submit a task, list the queue, follow one task.
+"""The task routes: submit a task to a stream's scheduler, follow it, cancel it, steer the
+scheduler.
+
+Every DP query, budget demand and pipeline can be a *task* (:mod:`blockbudget.tasks`): it says
+which blocks it may use (a selector), what it needs, and how long it may wait; the stream's
+scheduler chooses blocks and budget on the live ledger, and its grant — one ledger reservation
+held by the caller — is what the work spends. A background :class:`Pump` thread per server
+advances the queue (grants, query work, deadlines) without a client polling.
 
 Same rules as the rest of the API (:mod:`blockbudget.service.access`): an analyst submits only
-on streams it may read, in contexts it is bound to, and sees only its own tasks; admins see
-every task. On user and attribute streams an analyst names and sees blocks by opaque ids
-(:mod:`blockbudget.service.blocknames`). A refused submission stores nothing and charges nothing.
+on streams it may read, in contexts it is bound to, and sees and cancels only its own tasks;
+admins see and cancel every task and set a stream's scheduler. On user and attribute streams an
+analyst names and sees blocks by opaque ids (:mod:`blockbudget.service.blocknames`) — in
+selectors, ``blocks``, ``why``, notes and results. A refused submission stores nothing and
+charges nothing; no text of an exception raised while touching data reaches a caller
+(:mod:`blockbudget.service.failures`).
 """
 
-from typing import Annotated
+import threading
+from typing import TYPE_CHECKING, Annotated, Any
 
+import anyio
 import anyio.to_thread
 from fastapi import Depends, FastAPI, Query
 
-from blockbudget.budget import Budget
-from blockbudget.errors import InvalidRequestError
-from blockbudget.platform import Last, Platform
+from blockbudget.budget import Budget, Cost, RdpCurve
+from blockbudget.errors import DataError, InvalidRequestError, TaskStateError
+from blockbudget.platform import Platform
 from blockbudget.service import schemas as sc
-from blockbudget.service.access import Authenticator, AuthError, require_stream, resolve_context
+from blockbudget.service.access import (
+    Authenticator,
+    AuthError,
+    require_role,
+    require_stream,
+    resolve_context,
+)
 from blockbudget.service.auth import Principal, Role
 from blockbudget.service.blocknames import BlockNames, Naming
-from blockbudget.service.queue import QueuedTask, SchedulerQueue, TaskState, task_fingerprint
+from blockbudget.service.failures import ConcealedError, failure_of, log, new_reference
+from blockbudget.service.task_forms import ACTIVE, selector_of_wire, task_json, why_json
+
+if TYPE_CHECKING:
+    from blockbudget.tasks.model import Task
+    from blockbudget.tasks.queue import TaskQueue
+    from blockbudget.tasks.selectors import Selector
+
+#: The longest ``GET /v1/tasks/{id}?wait=`` holds a request.
+MAX_WAIT_SECONDS = 60.0
 
 
-def task_out(t: QueuedTask, naming: Naming) -> sc.TaskOut:
-    """The public form of a queued task, its blocks named as ``naming`` says."""
-    return sc.TaskOut(
-        id=t.id,
-        principal=t.principal,
-        stream=t.stream,
-        context=t.context,
-        epsilon=str(t.demand.epsilon),
-        delta=str(t.demand.delta),
-        blocks=naming.show_all(t.blocks),
-        significance=None
-        if t.significance is None
-        else {
-            naming.show(b): p
-            for b, p in naming.arrange(t.significance.items(), lambda item: item[0])
-        },
-        submitted_at=t.submitted_at,
-        deadline=t.deadline,
-        state=t.state.value,
-        reservation_id=t.reservation_id,
-        decided_at=t.decided_at,
-        note=naming.text(t.note),
+class Pump:
+    """A daemon thread calling ``queue.pump()`` every ``seconds`` until :meth:`stop`.
+
+    A failing round is logged (never raised: the next round retries); the pump only decides
+    while its process holds the queue's leadership (:class:`blockbudget.tasks.TaskQueue`).
+
+    Args:
+        queue: the queue to advance.
+        seconds: the pause between rounds.
+    """
+
+    def __init__(self, queue: "TaskQueue", *, seconds: float) -> None:
+        self.queue = queue
+        self.seconds = seconds
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="task-pump", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop after the current round (waits for it, at most ``timeout`` seconds)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.seconds):
+            try:
+                self.queue.pump()
+            except Exception:  # a ledger hiccup or a bug: logged, the next round retries
+                log.exception("the task pump failed; retrying in %s s", self.seconds)
+
+
+def task_out(
+    t: "Task", naming: Naming, *, why: bool = False, queue: "TaskQueue | None" = None
+) -> sc.TaskOut:
+    """The public form of a task, its blocks named as ``naming`` says (with ``why`` when asked
+    and the task waits)."""
+    reason = why_json(queue, t, naming) if why and queue is not None else None
+    return sc.TaskOut.model_validate(task_json(t, naming, why=reason))
+
+
+# --- a submission's parts -------------------------------------------------------------------------
+
+
+def selector_of(body: sc.TaskIn, naming: Naming) -> "Selector":
+    """The selector a body gives: ``selector``, or the older ``blocks`` / ``last``; named
+    blocks resolved from the caller's names.
+
+    Raises:
+        InvalidRequestError: none or several ways of choosing blocks (422).
+    """
+    given = [x for x in (body.selector, body.blocks, body.last) if x is not None]
+    if len(given) != 1:
+        raise InvalidRequestError("give exactly one of 'selector', 'blocks' and 'last'")
+    if body.blocks is not None:
+        wire: dict[str, Any] = {"named": body.blocks}
+    elif body.last is not None:
+        wire = {"newest": body.last}
+    else:
+        assert body.selector is not None
+        wire = body.selector.model_dump(mode="json", exclude_none=True)
+    if "named" in wire:
+        wire["named"] = naming.resolve(wire["named"])
+    return selector_of_wire(wire)
+
+
+def significance_of(body: sc.TaskIn, naming: Naming) -> dict[str, Any] | None:
+    """The significance to store: p per block id (resolved from the caller's names), or a
+    provider's spec."""
+    sig = body.significance
+    if sig is None:
+        return None
+    if isinstance(sig, sc.ProviderIn):
+        return sig.model_dump()
+    ids = naming.resolve(list(sig))
+    return dict(zip(ids, sig.values(), strict=True))
+
+
+def demand_of(body: sc.TaskIn) -> Cost:
+    """A budget task's demand: ``epsilon``/``delta`` or an ``rdp`` curve.
+
+    Raises:
+        InvalidRequestError: none or both given (422); InvalidBudgetError: a malformed curve.
+    """
+    if (body.epsilon is None) == (body.rdp is None):
+        raise InvalidRequestError("a budget task gives exactly one of 'epsilon' and 'rdp'")
+    if body.rdp is not None:
+        return RdpCurve(body.rdp)
+    assert body.epsilon is not None
+    return Budget(epsilon=body.epsilon, delta=body.delta)
+
+
+def _refuse_foreign_fields(body: sc.TaskIn) -> None:
+    kind = body.kind
+    extra = {
+        "query": body.query is not None and kind is not sc.TaskKind.QUERY,
+        "pipeline": body.pipeline is not None and kind is not sc.TaskKind.PIPELINE,
+        "epsilon": body.epsilon is not None and kind is not sc.TaskKind.BUDGET,
+        "rdp": body.rdp is not None and kind is not sc.TaskKind.BUDGET,
+    }
+    bad = sorted(k for k, v in extra.items() if v)
+    if bad:
+        raise InvalidRequestError(f"a {kind.value} task does not take {bad}")
+
+
+def submit(
+    queue: "TaskQueue", me: Principal, stream: str, context: str, body: sc.TaskIn, naming: Naming
+) -> "Task":
+    """Hand a checked body to the queue (see the route)."""
+    _refuse_foreign_fields(body)
+    common: dict[str, Any] = {
+        "context": context,
+        "principal": me.name,
+        "deadline_seconds": body.timeout_seconds,
+        "request_id": body.request_id,
+    }
+    if body.kind is sc.TaskKind.PIPELINE:
+        return _submit_pipeline(queue, stream, body, common)
+    selector = selector_of(body, naming)
+    significance = significance_of(body, naming)
+    if body.kind is sc.TaskKind.QUERY:
+        from blockbudget.query import from_dict
+
+        if body.query is None:
+            raise InvalidRequestError("a query task needs 'query' (the query's JSON form)")
+        query = from_dict(body.query)
+        return queue.submit_query(
+            stream, query, selector=selector, significance=significance, **common
+        )
+    return queue.submit_budget(
+        stream, demand_of(body), selector=selector, significance=significance, **common
     )
+
+
+def _submit_pipeline(
+    queue: "TaskQueue", stream: str, body: sc.TaskIn, common: dict[str, Any]
+) -> "Task":
+    p = body.pipeline
+    if p is None:
+        raise InvalidRequestError("a pipeline task needs 'pipeline' (kind, target, ...)")
+    given = [
+        name
+        for name, value in (
+            ("selector", body.selector),
+            ("blocks", body.blocks),
+            ("last", body.last),
+            ("significance", body.significance),
+        )
+        if value is not None
+    ]
+    if given:
+        raise InvalidRequestError(
+            f"a pipeline task takes no {given}: its strategy chooses the windows it trains on"
+        )
+    return queue.submit_pipeline(
+        stream,
+        kind=p.kind.value,
+        target=p.target,
+        epsilon0=p.epsilon0,
+        max_epsilon=p.max_epsilon,
+        min_window=p.min_window,
+        **common,
+    )
+
+
+# --- the routes -----------------------------------------------------------------------------------
 
 
 def register_queue_routes(
     app: FastAPI,
     *,
     platform: Platform,
-    queue: SchedulerQueue,
+    queue: "TaskQueue",
     authenticate: Authenticator,
     names: BlockNames,
+    default_scheduler: str,
 ) -> None:
-    """Add ``POST /v1/streams/{stream}/tasks``, ``GET /v1/tasks`` and ``GET /v1/tasks/{id}``."""
+    """Add the task routes (module docstring) to ``app``."""
     Auth = Annotated[Principal, Depends(authenticate)]
 
-    @app.post("/v1/streams/{stream}/tasks", status_code=201, tags=["queue"])
-    def submit_task(me: Auth, stream: str, body: sc.TaskIn) -> sc.TaskOut:
-        """Queue a task: ``epsilon``/``delta`` on each of its blocks, granted (as a reservation
-        held by the caller) when the service's scheduler decides. A replayed ``request_id``
-        with the same arguments answers with the first task (its current state; nothing new
-        is queued, also under concurrent replays); with other arguments it is a 409."""
-        require_stream(me, stream)
-        context = resolve_context(me, body.context)
-        if (body.blocks is None) == (body.last is None):
-            raise InvalidRequestError("give exactly one of 'blocks' and 'last'")
-        cost = Budget(epsilon=body.epsilon, delta=body.delta)
-        naming = names.naming(me, stream)
-        fingerprint = task_fingerprint(
-            stream=stream,
-            context=context,
-            demand=cost,
-            selection=list(body.blocks) if body.blocks is not None else {"last": body.last},
-            significance=body.significance,
-            timeout_seconds=body.timeout_seconds,
-        )
-        if body.request_id is not None:  # a replay answers before the selection is resolved
-            done = queue.replay(me.name, body.request_id, fingerprint)
-            if done is not None:
-                return task_out(done, naming)
-        sel: list[str] | Last = (
-            naming.resolve(body.blocks) if body.blocks is not None else Last(body.last or 1, False)
-        )
-        significance = body.significance
-        if significance is not None and naming.hidden:
-            ids = naming.resolve(list(significance))
-            significance = dict(zip(ids, significance.values(), strict=True))
-        blocks = list(platform.select(stream, sel, context=context, cost=cost))
-        task = queue.submit(
-            principal=me.name,
-            stream=stream,
-            context=context,
-            demand=cost,
-            blocks=blocks,
-            significance=significance,
-            timeout_seconds=body.timeout_seconds,
-            request_id=body.request_id,
-            fingerprint=fingerprint,
-        )
-        return task_out(task, naming)
-
-    @app.get("/v1/tasks", tags=["queue"])
-    async def list_tasks(
-        me: Auth,
-        stream: str | None = None,
-        state: Annotated[TaskState | None, Query()] = None,
-        limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-    ) -> sc.QueueOut:
-        """The queue: the caller's tasks (admins: everyone's), oldest first, with state and
-        grant."""
-        if stream is not None:
-            require_stream(me, stream)
-        who = None if me.role is Role.ADMIN else me.name
-
-        def read() -> list[QueuedTask]:
-            queue.pump()
-            return queue.tasks(principal=who, stream=stream, state=state, limit=limit)
-
-        def shown() -> list[sc.TaskOut]:
-            return [task_out(t, names.naming(me, t.stream)) for t in read()]
-
-        return sc.QueueOut(
-            scheduler=queue.scheduler_spec, tasks=await anyio.to_thread.run_sync(shown)
-        )
-
-    @app.get("/v1/tasks/{task_id}", tags=["queue"])
-    def get_task(me: Auth, task_id: str) -> sc.TaskOut:
-        queue.pump()
+    def owned(me: Principal, task_id: str) -> "Task":
         task = queue.task(task_id)
         if me.role is not Role.ADMIN and task.principal != me.name:
             raise AuthError(403, f"task {task_id!r} belongs to another principal")
-        return task_out(task, names.naming(me, task.stream))
+        return task
+
+    @app.post("/v1/streams/{stream}/tasks", status_code=201, tags=["tasks"])
+    def submit_task(me: Auth, stream: str, body: sc.TaskIn) -> sc.TaskOut:
+        """Submit a task (a DP query, a budget demand or a pipeline) to the stream's scheduler.
+
+        The blocks come from ``selector`` (or the older ``blocks`` / ``last``); the grant is one
+        reservation held by the caller that the work spends. A replayed ``request_id`` with the
+        same arguments answers with the first task; with other arguments it is a 409."""
+        require_stream(me, stream)
+        context = resolve_context(me, body.context)
+        if context not in platform.contexts():
+            raise InvalidRequestError(f"unknown or closed context {context!r}")
+        naming = names.naming(me, stream)
+        try:  # checks schemas and prices, reads no row; a DataError's text may still quote one
+            task = submit(queue, me, stream, context, body, naming)
+        except DataError as exc:
+            ref = new_reference()
+            log.error("task submission failed on data (reference %s)", ref, exc_info=exc)
+            raise ConcealedError(failure_of(exc, what="task", ref=ref), status=422) from None
+        return task_out(task, naming)
+
+    @app.get("/v1/tasks", tags=["tasks"])
+    def list_tasks(
+        me: Auth,
+        stream: str | None = None,
+        state: Annotated[str | None, Query(max_length=16)] = None,
+        kind: Annotated[sc.TaskKind | None, Query()] = None,
+        limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    ) -> sc.QueueOut:
+        """Tasks, oldest first: the caller's (admins: everyone's), with state and grant."""
+        from blockbudget.tasks.model import TaskState, WorkKind
+
+        if stream is not None:
+            require_stream(me, stream)
+        try:
+            wanted = None if state is None else TaskState(state)
+        except ValueError:
+            known = [s.value for s in TaskState]
+            raise InvalidRequestError(f"state must be one of {known}, not {state!r}") from None
+        found = queue.tasks(
+            principal=None if me.role is Role.ADMIN else me.name,
+            stream=stream,
+            state=wanted,
+            kind=None if kind is None else WorkKind(kind.value),
+            limit=limit,
+        )
+        return sc.QueueOut(
+            scheduler=queue.scheduler_for(stream) if stream is not None else default_scheduler,
+            tasks=[task_out(t, names.naming(me, t.stream)) for t in found],
+        )
+
+    def read_task(me: Principal, task_id: str) -> sc.TaskOut:
+        task = owned(me, task_id)
+        naming = names.naming(me, task.stream)
+        return task_out(task, naming, why=True, queue=queue)
+
+    @app.get("/v1/tasks/{task_id}", tags=["tasks"])
+    async def get_task(
+        me: Auth,
+        task_id: str,
+        wait: Annotated[float, Query(ge=0, le=MAX_WAIT_SECONDS, allow_inf_nan=False)] = 0.0,
+    ) -> sc.TaskOut:
+        """One task with ``why`` while it waits and ``result`` once done; ``wait`` seconds
+        (at most 60) holds the answer until the task is no longer waiting or running."""
+        out = await anyio.to_thread.run_sync(read_task, me, task_id)
+        deadline = anyio.current_time() + wait
+        while out.state in ("waiting", "running") and anyio.current_time() < deadline:
+            await anyio.sleep(min(0.1, max(deadline - anyio.current_time(), 0.0)))
+            out = await anyio.to_thread.run_sync(read_task, me, task_id)
+        return out
+
+    @app.post("/v1/tasks/{task_id}/cancel", tags=["tasks"])
+    def cancel_task(me: Auth, task_id: str) -> sc.TaskOut:
+        """Cancel a waiting, granted or running task (its owner or an admin): its reservation
+        is released at once, a running pipeline stops. A task already decided is a 409."""
+        task = owned(me, task_id)
+        refusal = (
+            f"task {task_id!r} is already decided: only a waiting, granted or running task "
+            "can be cancelled"
+        )
+        if task.state.value not in ACTIVE:
+            raise TaskStateError(f"{refusal} (it is {task.state.value})")
+        try:
+            done = queue.cancel(task_id, by=me.name, admin=me.role is Role.ADMIN)
+        except InvalidRequestError:  # decided between the read and the cancel
+            raise TaskStateError(refusal) from None
+        return task_out(done, names.naming(me, done.stream))
+
+    def scheduler_out(stream: str) -> sc.SchedulerOut:
+        return sc.SchedulerOut(
+            stream=stream,
+            scheduler=queue.scheduler_for(stream),
+            pipeline_scheduler=queue.pipeline_spec.text,
+        )
+
+    @app.get("/v1/streams/{stream}/scheduler", tags=["tasks"])
+    def get_scheduler(me: Auth, stream: str) -> sc.SchedulerOut:
+        """The scheduler deciding the stream's tasks (any reader)."""
+        require_stream(me, stream)
+        platform.stream(stream)
+        return scheduler_out(stream)
+
+    @app.put("/v1/streams/{stream}/scheduler", tags=["tasks"])
+    def put_scheduler(me: Auth, stream: str, body: sc.SchedulerIn) -> sc.SchedulerOut:
+        """Set the stream's scheduler (admins; stored in the database, every server process
+        follows it)."""
+        require_role(me)
+        platform.stream(stream)
+        queue.set_scheduler(stream, body.spec)
+        return scheduler_out(stream)
+
+
+def revoke_tasks(queue: "TaskQueue", principal: str, stream: str | None) -> list[str]:
+    """Stop what ``principal`` may no longer do: with ``stream``, cancel its active tasks on
+    that stream (access to it was revoked); without, every active task of the principal (a key
+    was revoked): queued grants are released and running pipelines stop.
+
+    Returns:
+        The ids of the cancelled tasks.
+    """
+    if stream is None:
+        return list(queue.revoke(principal))
+    done = []
+    for t in queue.tasks(principal=principal, stream=stream, limit=1_000_000):
+        if t.state.value in ACTIVE:
+            try:
+                queue.cancel(t.id, by="access revoked", admin=True)
+            except InvalidRequestError:
+                continue  # it finished meanwhile
+            done.append(t.id)
+    return done
+
+
+__all__ = ["Pump", "register_queue_routes", "revoke_tasks", "task_out"]

@@ -9,7 +9,9 @@ environment as for any AWS client), which every process then shares instead.
 
 Configuration reaches worker processes through environment variables (uvicorn starts them by
 importing :func:`app_from_env`): ``BLOCKBUDGET_HOME``, ``BLOCKBUDGET_DATABASE`` (optional),
-``BLOCKBUDGET_DATA_ROOT`` (optional), ``BLOCKBUDGET_GROUP_COMMIT`` (``1``/``0``, default 1).
+``BLOCKBUDGET_DATA_ROOT`` (optional), ``BLOCKBUDGET_GROUP_COMMIT`` (``1``/``0``, default 1),
+``BLOCKBUDGET_SCHEDULER`` and ``BLOCKBUDGET_PIPELINE_SCHEDULER`` (the task schedulers). Every
+process accepts and lists tasks; one at a time decides (:mod:`blockbudget.tasks.leader`).
 """
 
 from __future__ import annotations
@@ -20,15 +22,17 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
-from blockbudget.service.app import create_app, open_platform
+from blockbudget.service.app import DEFAULT_PIPELINE_SCHEDULER, create_app, open_platform
 from blockbudget.service.auth import KeyStore, Role
-from blockbudget.service.queue import DEFAULT_SCHEDULER, parse_scheduler
+from blockbudget.tasks.queue import DEFAULT_SCHEDULER
+from blockbudget.tasks.schedspec import parse_spec
 
 ENV_HOME = "BLOCKBUDGET_HOME"
 ENV_DATABASE = "BLOCKBUDGET_DATABASE"
 ENV_DATA_ROOT = "BLOCKBUDGET_DATA_ROOT"
 ENV_GROUP_COMMIT = "BLOCKBUDGET_GROUP_COMMIT"
 ENV_SCHEDULER = "BLOCKBUDGET_SCHEDULER"
+ENV_PIPELINE_SCHEDULER = "BLOCKBUDGET_PIPELINE_SCHEDULER"
 
 
 #: GIL switch interval of a server process. The group committer thread releases the GIL on
@@ -44,9 +48,10 @@ def app_from_env() -> FastAPI:
     database = os.environ.get(ENV_DATABASE) or None
     group = os.environ.get(ENV_GROUP_COMMIT, "1") != "0"
     scheduler = os.environ.get(ENV_SCHEDULER) or DEFAULT_SCHEDULER
+    pipeline_scheduler = os.environ.get(ENV_PIPELINE_SCHEDULER) or DEFAULT_PIPELINE_SCHEDULER
     data_root = os.environ.get(ENV_DATA_ROOT) or None
     platform = open_platform(home, database, group_commit=group, data_root=data_root)
-    return create_app(platform, scheduler=scheduler)
+    return create_app(platform, scheduler=scheduler, pipeline_scheduler=pipeline_scheduler)
 
 
 def bootstrap_admin(home: str | Path, database: str | None, name: str = "admin") -> str | None:
@@ -76,6 +81,7 @@ def serve(
     group_commit: bool,
     log_level: str = "warning",
     scheduler: str = DEFAULT_SCHEDULER,
+    pipeline_scheduler: str = DEFAULT_PIPELINE_SCHEDULER,
     data_root: str | None = None,
 ) -> None:
     """Run uvicorn with ``workers`` processes serving one platform (block files under
@@ -88,8 +94,10 @@ def serve(
     if data_root:
         os.environ[ENV_DATA_ROOT] = data_root
     os.environ[ENV_GROUP_COMMIT] = "1" if group_commit else "0"
-    parse_scheduler(scheduler)  # refuse a bad --scheduler before starting any worker
+    parse_spec(scheduler)  # refuse a bad --scheduler before starting any worker
+    parse_spec(pipeline_scheduler)
     os.environ[ENV_SCHEDULER] = scheduler
+    os.environ[ENV_PIPELINE_SCHEDULER] = pipeline_scheduler
     uvicorn.run(
         "blockbudget.service.server:app_from_env",
         factory=True,

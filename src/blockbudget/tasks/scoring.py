@@ -1,0 +1,95 @@
+"""A task's significance as its scheduler reads it: a table, or a live provider's values.
+
+A task stores ``None``, a table ``{block: p_ij}`` or a provider spec ``{"provider": ...}``
+(:mod:`blockbudget.tasks.significance`). When the task enters its scheduler:
+
+* a table is passed as is (a block it does not list has p = 0);
+* a **free** provider (``recency``, ``user``: nothing charged) becomes a function of the block,
+  scored on first use and cached, so blocks that arrive while the task waits are scored too;
+* a **paid** provider (``loss-reduction``: a DP measurement charged to each block it scores,
+  before the value is used) scores the blocks the task may use once, at its first entry, and
+  the values — DP outputs, public from then on — replace the spec in the task's row, so a new
+  leader re-entering the task reads them instead of paying again. A paid provider therefore
+  needs a selector that bounds its blocks (``Named``, ``Newest``, ``InRange``): scoring every
+  block of a stream would charge blocks the task never uses.
+
+Example:
+    >>> check_provider({"provider": "recency", "half_life_seconds": 3600}, bounded=False)
+    >>> check_provider({"s/1": 2.0}, bounded=False)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from blockbudget.errors import InvalidRequestError
+
+if TYPE_CHECKING:
+    from blockbudget.mechanisms.noise import NoiseSource
+    from blockbudget.platform import Platform
+    from blockbudget.tasks.model import Task
+
+__all__ = ["check_provider", "significance_of"]
+
+Significance = Mapping[str, float] | Callable[[str], float] | None
+
+
+def check_provider(spec: Mapping[str, Any] | None, *, bounded: bool) -> None:
+    """Refuse a bad provider spec, or a paid one on a selector that does not bound its blocks
+    (before anything is stored, read or charged).
+
+    Raises:
+        InvalidRequestError: as said.
+    """
+    if spec is None or "provider" not in spec:
+        return
+    from blockbudget.tasks.significance import provider_from_json
+
+    provider = provider_from_json(spec)
+    if provider.cost_per_block is not None and not bounded:
+        raise InvalidRequestError(
+            f"significance provider {provider.name!r} pays a DP measurement on every block it "
+            "scores: give a selector that names the blocks (named, newest or a time range), "
+            "not any blocks of the stream"
+        )
+
+
+def significance_of(
+    platform: Platform,
+    task: Task,
+    *,
+    blocks: Sequence[str] | None,
+    noise: NoiseSource | None,
+    store: Callable[[Mapping[str, float]], None],
+) -> Significance:
+    """What the scheduler reads for ``task`` (module docstring).
+
+    Args:
+        blocks: the blocks the task may use (None: any block of its stream).
+        store: saves a paid provider's values as the task's significance table.
+    """
+    sig = task.significance
+    if sig is None:
+        return None
+    if "provider" not in sig:
+        return {str(b): float(p) for b, p in sig.items()}
+    from blockbudget.tasks.significance import provider_from_json
+
+    provider = provider_from_json(sig)
+    kw: dict[str, Any] = {"context": task.context, "task": task.id, "holder": task.principal}
+    if provider.cost_per_block is not None:
+        if blocks is None:  # refused at submission; a row written otherwise scores nothing
+            return {}
+        values = provider.values(platform, task.stream, list(blocks), noise=noise, **kw)
+        store(values)
+        return dict(values)
+    cache: dict[str, float] = {}
+
+    def value(block: str) -> float:
+        if block not in cache:
+            got = provider.values(platform, task.stream, [block], noise=noise, **kw)
+            cache[block] = float(got.get(block, 0.0))
+        return cache[block]
+
+    return value
