@@ -1,0 +1,1 @@
+"""Tasks: work that the configured scheduler decides on the live ledger."""

@@ -1,0 +1,197 @@
+"""From a stored task to what its scheduler sees: selectors resolved and bound.
+
+Two kinds of schedulers (``Scheduler.shapes``):
+
+* **OPEN-capable** ones (online-threshold, mixed-threshold, Sage's, FCFS, round-robin,
+  random-blocks) choose blocks themselves. A task's selector becomes the set of blocks it may
+  use (``TaskSpec.eligible``) and how many (``min_blocks``/``max_blocks``): ``Named`` and
+  ``Newest`` → exactly those blocks; ``InRange(k)`` → exactly ``k`` of the range;
+  ``AnyBlocks(k, min_k)`` → between ``min_k`` and ``k`` of any.
+* **NAMED-only** ones (DPF-N, DPF-T, DPack) serve tasks that name their blocks, so a selector
+  task is **bound when it enters the scheduler** — PrivateKube's semantics (Luo et al.,
+  "Privacy Budget Scheduling", OSDI'21 §3.2: a claim is bound to the blocks that exist when it
+  is made): the ``k`` eligible blocks with the most budget left in the pool, newest first on
+  ties; ``AnyBlocks`` without ``k``: every block that can afford the demand now (at least
+  ``min_k``).
+
+``Newest(n)`` is bound at entry too (the n newest live blocks then), for both kinds.
+
+Example:
+    >>> from blockbudget.tasks.selectors import AnyBlocks
+    >>> shape_of(AnyBlocks(3, min_k=2), eligible=None)
+    (None, 2, 3)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import sqlalchemy as sa
+
+from blockbudget.errors import InvalidRequestError
+from blockbudget.scheduling import TaskShape, TaskSpec
+from blockbudget.tasks.selectors import AnyBlocks, InRange, Named, Newest, Selector
+
+if TYPE_CHECKING:
+    from blockbudget.platform import Platform
+    from blockbudget.tasks.livepool import LivePool
+    from blockbudget.tasks.model import Task
+
+__all__ = ["blocks_in_range", "check_significance", "shape_of", "task_spec"]
+
+
+def blocks_in_range(platform: Platform, stream: str, selector: InRange) -> list[str]:
+    """The blocks of ``stream`` whose time window starts in ``[start, end)``, oldest first
+    (one range read of the store's catalog)."""
+    from blockbudget.store.catalog import blocks_table as b
+
+    start = selector.start.astimezone(UTC).replace(tzinfo=None)
+    end = selector.end.astimezone(UTC).replace(tzinfo=None)
+    q = (
+        sa.select(b.c.block_id)
+        .where(b.c.stream == stream, b.c.window_start >= start, b.c.window_start < end)
+        .order_by(b.c.window_start, b.c.seq)
+    )
+    with platform.store.engine.connect() as conn:
+        return [r[0] for r in conn.execute(q)]
+
+
+def check_significance(value: Any, *, blocks: Sequence[str] | None) -> Mapping[str, Any] | None:
+    """A task's significance: None, ``{block: p_ij}`` (finite, >= 0; for a Named task only
+    its blocks) or a provider spec ``{"provider": name, ...}``.
+
+    Raises:
+        InvalidRequestError: anything else.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise InvalidRequestError(f"significance must be an object, got {value!r}")
+    if "provider" in value:
+        if not isinstance(value["provider"], str):
+            raise InvalidRequestError(f"a significance provider is named, got {value!r}")
+        return dict(value)
+    out: dict[str, float] = {}
+    for block, p in value.items():
+        if isinstance(p, bool) or not isinstance(p, int | float) or not np.isfinite(p) or p < 0:
+            raise InvalidRequestError(
+                f"significance of block {block!r} must be a finite number >= 0, got {p!r}"
+            )
+        out[str(block)] = float(p)
+    if blocks is not None and set(out) - set(blocks):
+        extra = sorted(set(out) - set(blocks))[:5]
+        raise InvalidRequestError(f"significance given for blocks the task omits: {extra}")
+    return out
+
+
+def shape_of(
+    selector: Selector, *, eligible: Sequence[str] | None
+) -> tuple[frozenset[str] | None, int, int | None]:
+    """(eligible, min_blocks, max_blocks) of a selector for an OPEN-capable scheduler;
+    ``eligible`` is the resolved block list (Named, Newest, InRange)."""
+    if isinstance(selector, AnyBlocks):
+        return None, selector.min_k, selector.k
+    assert eligible is not None
+    k = selector.k if isinstance(selector, InRange) else len(eligible)
+    return frozenset(eligible), k, k
+
+
+def _bind(
+    live: LivePool, task: Task, candidates: Sequence[str] | None, k: int | None, min_k: int
+) -> tuple[str, ...]:
+    """NAMED-only schedulers: the blocks a selector task is bound to (module docstring)."""
+    pool = live.pool
+    if candidates is None:
+        idx = [i for i in range(pool.n_blocks) if pool.blocks[i].block_id not in live.retired]
+    else:
+        idx = [pool.block_index[b] for b in candidates if b in pool.block_index]
+    if not idx:
+        return ()
+    arr = np.asarray(idx, dtype=np.int64)
+    left = 1.0 - pool.used_fraction(arr)
+    order = arr[np.lexsort((-arr, -left))]  # most left first; newest first on ties
+    if k is None:
+        fits = pool.fits_many(order, pool.vector(task.demand))
+        chosen = [int(i) for i in order[fits]]
+        if len(chosen) < min_k:
+            chosen = [int(i) for i in order[:min_k]]
+    else:
+        chosen = [int(i) for i in order[:k]]
+    return tuple(pool.blocks[i].block_id for i in sorted(chosen))
+
+
+def _newest(live: LivePool, n: int) -> list[str]:
+    pool = live.pool
+    out: list[str] = []
+    for i in range(pool.n_blocks - 1, -1, -1):
+        b = pool.blocks[i].block_id
+        if b not in live.retired:
+            out.append(b)
+            if len(out) == n:
+                break
+    return out[::-1]
+
+
+def task_spec(
+    task: Task,
+    live: LivePool,
+    *,
+    named_only: bool,
+    in_range: Sequence[str] | None,
+    timeout: float | None,
+) -> TaskSpec:
+    """The :class:`TaskSpec` a task enters its scheduler with (module docstring).
+
+    Args:
+        task: the stored task.
+        live: its (stream, context)'s live pool (for binding).
+        named_only: whether the scheduler serves NAMED tasks only.
+        in_range: the resolved blocks of an ``InRange`` selector (else None).
+        timeout: seconds the task may still wait (None: forever).
+
+    Raises:
+        InvalidRequestError: nothing to bind (no live block of the selector yet).
+    """
+    sel = task.selector
+    sig = task.significance
+    significance = None if sig is None or "provider" in sig else dict(sig)
+    resolved: list[str] | None
+    if isinstance(sel, Named):
+        resolved = list(sel.blocks)
+    elif isinstance(sel, Newest):
+        resolved = _newest(live, sel.n)
+    elif isinstance(sel, InRange):
+        resolved = list(in_range or [])
+    else:
+        resolved = None
+    if resolved is not None and not resolved:
+        raise InvalidRequestError(f"task {task.id}: its selector matches no live block yet")
+    common: dict[str, Any] = {
+        "arrival": task.submitted_at,
+        "demand": task.demand,
+        "significance": significance,
+        "timeout": timeout,
+    }
+    if named_only:
+        if isinstance(sel, Named | Newest):
+            blocks = tuple(resolved or ())
+        elif isinstance(sel, InRange):
+            blocks = _bind(live, task, resolved, sel.k, sel.k)
+        else:
+            assert isinstance(sel, AnyBlocks)
+            blocks = _bind(live, task, None, sel.k, sel.min_k)
+        if not blocks:
+            raise InvalidRequestError(f"task {task.id}: no live block to bind it to")
+        return TaskSpec(task.id, blocks=blocks, **common)
+    eligible, lo, hi = shape_of(sel, eligible=resolved)
+    if hi is not None and resolved is not None:
+        hi = lo = min(hi, len(resolved))
+    return TaskSpec(task.id, eligible=eligible, min_blocks=lo, max_blocks=hi, **common)
+
+
+def named_only(shapes: frozenset[TaskShape]) -> bool:
+    """Whether a scheduler with these shapes serves only NAMED tasks."""
+    return TaskShape.OPEN not in shapes

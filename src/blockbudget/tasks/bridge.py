@@ -1,0 +1,133 @@
+"""Applying a live pool's decisions to the ledger: a grant is ONE reservation.
+
+:class:`GrantBridge` is a :class:`~blockbudget.scheduling.ledger_bridge.LedgerBridge` whose
+``CHARGE`` decisions for a task are only collected, and whose ``GRANT`` reserves, in one
+all-or-nothing ledger operation, the task's grant on the blocks it was charged: held by the
+task's principal, with the idempotent request id ``<principal %3A-escaped>:queue:<task id>``
+(:func:`grant_request_id`; a replay after a crash reserves once). The work then spends exactly
+that reservation.
+
+Per-block partial grants (seed 000 Alg. 3, Eq. (18): a block may give less than the demand)
+become one **uniform** grant of the smallest per-block amount (:func:`smallest`): a
+reservation holds one cost on every block, and a query then runs at that ε. What the pool
+charged beyond it on some blocks comes back to the pool as a credit at the next sync.
+
+``RESERVE``/``RELEASE`` (a waiting task's holds, e.g. Sage's Block/Conserve) become ledger
+reservations held by the task id with request ids under :data:`HOLD_PREFIX`, so that a new
+leader finds and releases the holds of a dead one; ``OVERHEAD`` (Alg. 1's ε0) is a direct
+charge; the synthetic ``__ledger__`` task's decisions are the ledger's own and are skipped.
+
+Example:
+    >>> from blockbudget import Budget
+    >>> smallest([Budget(epsilon="0.5", delta="1e-6"), Budget(epsilon="0.2", delta="1e-5")])
+    Budget(epsilon='0.2', delta='0.000001')
+    >>> grant_request_id("team:alice", "t1")
+    'team%3Aalice:queue:t1'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from blockbudget.budget import Budget, Cost, RdpCurve, sum_costs
+from blockbudget.errors import InvalidBudgetError
+from blockbudget.ledger import Ledger
+from blockbudget.scheduling import Decision, DecisionKind
+from blockbudget.scheduling.ledger_bridge import LedgerBridge
+from blockbudget.tasks.livepool import LEDGER_TASK
+
+__all__ = ["HOLD_PREFIX", "GrantBridge", "grant_request_id", "smallest"]
+
+#: Request-id prefix of the ledger reservations that carry waiting tasks' pool holds.
+HOLD_PREFIX = "tasks-hold:"
+
+
+def grant_request_id(principal: str, task_id: str) -> str:
+    """The request id of a task's grant: the principal's name encoded as the service scopes
+    request ids (``:`` → ``%3A``), so no other principal's request id can equal it."""
+    return f"{principal.replace(':', '%3A')}:queue:{task_id}"
+
+
+def smallest(costs: Sequence[Cost]) -> Cost:
+    """The largest cost that is at most each of ``costs`` (componentwise minimum).
+
+    Raises:
+        InvalidBudgetError: no costs, or an RDP curve mixed with a Budget of δ > 0.
+    """
+    if not costs:
+        raise InvalidBudgetError("a grant needs at least one block's cost")
+    if all(isinstance(c, Budget) for c in costs):
+        budgets = [c for c in costs if isinstance(c, Budget)]
+        return Budget(epsilon=min(b.epsilon for b in budgets), delta=min(b.delta for b in budgets))
+    curves: list[RdpCurve] = []
+    for c in costs:
+        if isinstance(c, Budget):
+            if c.delta != 0:
+                raise InvalidBudgetError(f"cannot compare {c} with an RDP curve")
+            c = RdpCurve.from_pure_dp(c.epsilon)
+        curves.append(c)
+    return RdpCurve([min(vals) for vals in zip(*(c.epsilons for c in curves), strict=True)])
+
+
+class GrantBridge(LedgerBridge):
+    """See the module docstring.
+
+    Args:
+        ledger, stream, context: as :class:`LedgerBridge`.
+        run_id: unique per pool and leader term; hold request ids are ``<run_id>:<seq>``.
+        holder_of: task id → (principal, grant request id).
+        grant_ttl_seconds: how long a grant's reservation stays open.
+
+    Attributes:
+        granted: task id → (reservation id, blocks, the uniform cost), for grants applied and
+            not yet taken by the queue.
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        stream: str,
+        context: str,
+        run_id: str,
+        holder_of: Callable[[str], tuple[str, str]],
+        grant_ttl_seconds: float,
+    ) -> None:
+        super().__init__(ledger, stream=stream, run_id=run_id, context=context)
+        self.holder_of = holder_of
+        self.grant_ttl_seconds = grant_ttl_seconds
+        self.charged: dict[str, dict[str, list[Cost]]] = {}
+        self.granted: dict[str, tuple[str, tuple[str, ...], Cost]] = {}
+
+    def apply(self, decision: Decision) -> None:
+        """Apply one decision.
+
+        Raises:
+            BlockBudgetError: the ledger refused (nothing of this decision happened).
+        """
+        d = decision
+        if d.task_id == LEDGER_TASK:
+            return
+        if d.kind is DecisionKind.CHARGE and d.block_id is not None and d.cost is not None:
+            per_block = self.charged.setdefault(d.task_id, {})
+            seen = per_block.setdefault(d.block_id, [])
+            seen.append(d.cost)
+        elif d.kind is DecisionKind.GRANT:
+            per_block = self.charged.get(d.task_id, {})
+            blocks = sorted(per_block)
+            cost = smallest([sum_costs(per_block[b]) for b in blocks])
+            principal, request_id = self.holder_of(d.task_id)
+            res = self.ledger.reserve(
+                blocks,
+                cost,
+                context=self.context,
+                holder=principal,
+                ttl_seconds=self.grant_ttl_seconds,
+                request_id=request_id,
+            )
+            self.charged.pop(d.task_id, None)  # only once the reservation committed
+            self.granted[d.task_id] = (res.id, tuple(res.blocks), cost)
+        elif d.kind in (DecisionKind.REJECT, DecisionKind.EXPIRE):
+            self.charged.pop(d.task_id, None)
+        else:
+            super().apply(d)

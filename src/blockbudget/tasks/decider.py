@@ -1,0 +1,501 @@
+"""The leader's side of the task queue: pools, decisions, grants, work, recovery.
+
+Only the process that holds the leadership runs this (:class:`Decider`); every process stores
+submissions and reads tasks. Per (family, stream, context) the leader keeps a
+:class:`~blockbudget.tasks.livepool.LivePool` (one scheduler on the live ledger) and a
+:class:`~blockbudget.tasks.bridge.GrantBridge`. A pump:
+
+1. reads the audit log since the last pump once (:class:`~blockbudget.tasks.livepool.LedgerFeed`)
+   and syncs every pool to it (new blocks, usage beyond or below the pool);
+2. every ``poll_seconds``, looks for tasks submitted or cancelled by other processes (ranges
+   of indexed columns) and for changed per-stream scheduler overrides;
+3. expires due tasks (a deadline heap: nothing is scanned while none is due), ticks the
+   schedulers whose interval passed, and applies the pools' new decisions to the ledger.
+
+Decisions are applied in order and the count of applied ones moves past a decision only once
+its ledger write and its task's row committed (the cache rule): a failed write is retried at
+the next pump, and every write is idempotent (request ids derived from the run and decision).
+
+A grant is one reservation (:mod:`~blockbudget.tasks.bridge`). The row moves
+``waiting → granted`` (BUDGET) or ``→ running`` (QUERY, PIPELINE) only if it is still
+waiting; if a cancel won the race, the fresh reservation is released at once. Work runs in a
+thread pool, outside the scheduler lock, on exactly that reservation; what it leaves unspent is
+released after, and the ledger's release comes back to the pool as a credit at the next sync.
+
+Taking over (a new leader, or the first pump): open reservations of dead leaders' pool holds
+are released; a waiting task whose grant reservation exists (the leader died between the
+reservation and the row) adopts it; ``running`` tasks are recovered (QUERY: run again on its
+open reservation if nothing was drawn from it — a draw is at most once, because the
+reservation holds one query's cost — else failed and released; other kinds: the family's
+``recover``, by default failed and released); then every waiting task enters its pool. This
+reads every open reservation and every waiting task once.
+
+Costs per pump: the new audit events, the touched blocks' rows, the decisions made. O(n) in
+the waiting tasks: scheduler callbacks that scan their queues (DPF and DPack re-examine
+waiting tasks when budget unlocks, round-robin every tick), and ``Pool.expire_due`` when some
+task is due.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import logging
+import secrets
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from blockbudget.errors import BlockBudgetError, ReservationError
+from blockbudget.ledger import Reservation, ReservationState
+from blockbudget.scheduling import Decision, DecisionKind
+from blockbudget.tasks.binding import blocks_in_range, task_spec
+from blockbudget.tasks.bridge import HOLD_PREFIX, GrantBridge, grant_request_id
+from blockbudget.tasks.livepool import LEDGER_TASK, LedgerFeed, LivePool
+from blockbudget.tasks.model import Task, TaskState, WorkKind
+from blockbudget.tasks.rows import TaskRows
+from blockbudget.tasks.schedspec import SchedulerSpec
+from blockbudget.tasks.selectors import InRange, Selector
+
+if TYPE_CHECKING:
+    from blockbudget.budget import Cost
+    from blockbudget.mechanisms.noise import NoiseSource
+    from blockbudget.platform import Platform
+    from blockbudget.tasks._standins import LeadershipLike
+
+__all__ = ["Decider", "WorkFamily"]
+
+log = logging.getLogger("blockbudget.tasks")
+
+#: Clock skew tolerated between processes when looking for their submissions and cancels.
+SKEW_SECONDS = 120.0
+_WAITING = (TaskState.WAITING,)
+
+
+class WorkFamily(Protocol):
+    """A kind of work with its own scheduler (the hook for the pipeline family).
+
+    Attributes:
+        kind: the work kind it runs.
+        family: the name its pools are keyed by (``"pipelines"``).
+    """
+
+    kind: WorkKind
+    family: str
+
+    def demand(self, platform: Platform, stream: str, work: Mapping[str, Any]) -> Cost:
+        """Validate the work's config and price it (raises to refuse the submission)."""
+
+    def selector(self, work: Mapping[str, Any]) -> Selector:
+        """Which blocks the work may use."""
+
+    def run(self, queue: Any, task: Task) -> Mapping[str, Any]:
+        """Run the work on its grant (``task.reservation_id``); the result JSON."""
+
+    def recover(self, queue: Any, task: Task) -> None:
+        """A task left ``running`` by a dead leader (default: fail it, release its grant)."""
+
+
+@dataclass
+class _Run:
+    family: str
+    spec: SchedulerSpec
+    live: LivePool
+    bridge: GrantBridge
+    last_tick: float
+    tasks: dict[str, Task] = field(default_factory=dict)
+    deadlines: list[tuple[float, str]] = field(default_factory=list)
+    closing: bool = False
+
+
+class Decider:
+    """The leader's machinery (see the module docstring); :class:`TaskQueue` is its face."""
+
+    platform: Platform
+    clock: Callable[[], float]
+    noise: NoiseSource | None
+    grant_ttl_seconds: float
+    leadership: LeadershipLike
+    rows: TaskRows
+    poll_seconds: float = 1.0
+
+    def _init_decider(self, workers: int) -> None:
+        self.ledger = self.platform.ledger
+        self._lock = threading.RLock()
+        self._runs: dict[tuple[str, str, str], _Run] = {}
+        self._where: dict[str, tuple[str, str, str]] = {}
+        self._feed: LedgerFeed | None = None
+        self._leading = False
+        self._term = ""
+        self._last_poll = -float("inf")
+        self._families: dict[WorkKind, WorkFamily] = {}
+        self._specs: dict[str, str] = {}
+        self._executor = ThreadPoolExecutor(max(1, workers), thread_name_prefix="tasks")
+
+    # --- to be provided by the queue --------------------------------------------------------
+
+    def _spec_for(self, family: str, stream: str) -> SchedulerSpec:  # pragma: no cover
+        raise NotImplementedError
+
+    def _run_query(self, task: Task) -> Mapping[str, Any]:  # pragma: no cover
+        raise NotImplementedError
+
+    # --- pump ---------------------------------------------------------------------------
+
+    def pump(self) -> None:
+        """Decide, if this process holds the leadership (see the module docstring)."""
+        if not self.leadership.try_acquire():
+            if self._leading:
+                self._step_down()
+            return
+        with self._lock:
+            if not self._leading:
+                self._take_over()
+            assert self._feed is not None
+            now = self.clock()
+            batch = self._feed.poll()
+            if now - self._last_poll >= self.poll_seconds:
+                self._poll_table(now)
+            for run in list(self._runs.values()):
+                pool = run.live.pool
+                pool.now = now
+                run.live.absorb(batch)
+                self._apply(run)
+                if run.bridge.applied == len(pool.decisions):
+                    run.live.reconcile()
+                if run.deadlines and run.deadlines[0][0] < now:
+                    while run.deadlines and run.deadlines[0][0] < now:
+                        heapq.heappop(run.deadlines)
+                    pool.expire_due()
+                interval = run.live.scheduler.tick_interval
+                if interval is not None and now - run.last_tick >= interval:
+                    run.last_tick = now
+                    self._guard(run, run.live.scheduler.on_tick, pool)
+                self._apply(run)
+
+    def _step_down(self) -> None:
+        with self._lock:
+            self._runs.clear()
+            self._where.clear()
+            self._leading = False
+
+    # --- pools --------------------------------------------------------------------------
+
+    def _family_of(self, kind: WorkKind) -> str:
+        fam = self._families.get(kind)
+        return "tasks" if fam is None else fam.family
+
+    def _run(self, family: str, stream: str, context: str) -> _Run:
+        key = (family, stream, context)
+        run = self._runs.get(key)
+        if run is not None:
+            return run
+        spec = self._spec_for(family, stream)
+        scheduler = spec.build(noise=self.noise)
+        assert self._feed is not None
+        live = LivePool(
+            self.ledger,
+            stream=stream,
+            context=context,
+            scheduler=scheduler,
+            clock=self.clock,
+            feed=self._feed,
+            accounting=self.platform.stream(stream).accounting,
+        )
+
+        def holder_of(task_id: str) -> tuple[str, str]:
+            task = self._runs[key].tasks[task_id]
+            return task.principal, grant_request_id(task.principal, task.id)
+
+        bridge = GrantBridge(
+            self.ledger,
+            stream=stream,
+            context=context,
+            run_id=f"{HOLD_PREFIX}{self._term}:{family}:{stream}:{context}",
+            holder_of=holder_of,
+            grant_ttl_seconds=self.grant_ttl_seconds,
+        )
+        run = _Run(family, spec, live, bridge, last_tick=self.clock())
+        self._runs[key] = run
+        self._apply(run)  # decisions on_block made for existing blocks (none hold tasks)
+        return run
+
+    def _enter(self, task: Task) -> None:
+        """Put a waiting task in front of its scheduler (under the lock, as leader)."""
+        if task.id in self._where:
+            return
+        now = self.clock()
+        try:
+            run = self._run(self._family_of(task.kind), task.stream, task.context)
+            in_range = (
+                blocks_in_range(self.platform, task.stream, task.selector)
+                if isinstance(task.selector, InRange)
+                else None
+            )
+            timeout = (
+                None if task.deadline is None else max(task.deadline - task.submitted_at, 1e-9)
+            )
+            spec = task_spec(
+                task, run.live, named_only=run.spec.named_only, in_range=in_range, timeout=timeout
+            )
+        except BlockBudgetError as exc:
+            self._refuse(task.id, now, f"could not enter the scheduler: {exc}")
+            return
+        run.tasks[task.id] = task
+        self._where[task.id] = (run.family, task.stream, task.context)
+        pool = run.live.pool
+        pool.now = now
+        pool.submit(spec)
+        if spec.deadline < float("inf"):
+            heapq.heappush(run.deadlines, (spec.deadline, task.id))
+        if spec.deadline < now:
+            pool.expire_due()
+        else:
+            self._guard(run, run.live.scheduler.on_task, pool, spec, task_id=task.id)
+        self._apply(run)
+
+    def _guard(
+        self, run: _Run, step: Callable[..., None], *args: Any, task_id: str | None = None
+    ) -> None:
+        """Run a scheduler callback; a scheduler's refusal of a task rejects that task."""
+        try:
+            step(*args)
+        except BlockBudgetError as exc:
+            log.error("scheduler %s failed (%s)", run.spec.name, type(exc).__name__, exc_info=exc)
+            pool = run.live.pool
+            if task_id is not None and pool.is_pending(task_id):
+                pool.reject(task_id, note=f"the scheduler could not serve it: {exc}")
+
+    # --- decisions ----------------------------------------------------------------------
+
+    def _apply(self, run: _Run) -> None:
+        start = run.bridge.applied
+        for done, d in enumerate(run.live.pool.decisions[start:], start=start + 1):
+            self._apply_one(run, d)
+            run.bridge.applied = done
+
+    def _apply_one(self, run: _Run, d: Decision) -> None:
+        if d.task_id == LEDGER_TASK or d.kind is DecisionKind.CREDIT:
+            return
+        try:
+            run.bridge.apply(d)
+        except BlockBudgetError as exc:  # a refusal of the ledger (not a lost connection)
+            run.bridge.charged.pop(d.task_id, None)
+            pool = run.live.pool
+            if d.kind is DecisionKind.GRANT or not pool.is_pending(d.task_id):
+                note = f"the ledger refused the grant: {type(exc).__name__}: {exc}"
+                self._forget(run, d.task_id)
+                self._refuse(d.task_id, d.time, note)
+            else:
+                pool.reject(d.task_id, note=f"the ledger refused a hold: {exc}")
+            return
+        if d.kind is DecisionKind.GRANT:
+            rid, blocks, _ = run.bridge.granted.pop(d.task_id)
+            task = self._forget(run, d.task_id)
+            if task is not None:
+                self._granted(task, rid, blocks, d.time, d.note)
+        elif d.kind in (DecisionKind.REJECT, DecisionKind.EXPIRE):
+            self._forget(run, d.task_id)
+            if run.closing:
+                return
+            if d.kind is DecisionKind.REJECT:
+                self._refuse(d.task_id, d.time, d.note or "rejected by the scheduler")
+            else:
+                self.rows.move(
+                    d.task_id, frm=_WAITING, to=TaskState.EXPIRED, when=d.time, note="deadline"
+                )
+
+    def _forget(self, run: _Run, task_id: str) -> Task | None:
+        self._where.pop(task_id, None)
+        return run.tasks.pop(task_id, None)
+
+    def _refuse(self, task_id: str, when: float, note: str) -> None:
+        self.rows.move(task_id, frm=_WAITING, to=TaskState.REFUSED, when=when, note=note)
+
+    def _granted(
+        self, task: Task, rid: str, blocks: tuple[str, ...], when: float, note: str
+    ) -> None:
+        to = TaskState.GRANTED if task.kind is WorkKind.BUDGET else TaskState.RUNNING
+        moved = self.rows.move(
+            task.id,
+            frm=_WAITING,
+            to=to,
+            when=when,
+            note=note or "granted",
+            reservation_id=rid,
+            blocks=blocks,
+        )
+        if not moved:  # cancelled while the leader was granting: give the grant back
+            self._release(rid)
+            return
+        if to is TaskState.RUNNING:
+            self._start(task.id)
+
+    def _release(self, rid: str) -> None:
+        with contextlib.suppress(ReservationError):  # closed or expired: nothing to return
+            self.ledger.release(rid)
+
+    # --- work ---------------------------------------------------------------------------
+
+    def _start(self, task_id: str) -> None:
+        self._executor.submit(self._work, task_id)
+
+    def _work(self, task_id: str) -> None:
+        """Run a granted task's work (a worker thread, outside the scheduler lock)."""
+        from blockbudget.service.failures import failure_of, new_reference
+
+        task = self.rows.get(task_id)
+        if task is None or task.state is not TaskState.RUNNING or task.reservation_id is None:
+            return
+        try:
+            family = self._families.get(task.kind)
+            if task.kind is WorkKind.QUERY:
+                result = self._run_query(task)
+            elif family is not None:
+                result = family.run(self, task)
+            else:
+                raise BlockBudgetError(f"no family runs {task.kind.value} work")
+            self.rows.move(
+                task.id,
+                frm=(TaskState.RUNNING,),
+                to=TaskState.DONE,
+                when=self.clock(),
+                note="done",
+                result=result,
+            )
+        except Exception as exc:  # its text may quote data: only our code and words go out
+            ref = new_reference()
+            log.error("task %s failed (reference %s)", task.id, ref, exc_info=exc)
+            failure = failure_of(exc, what=task.kind.value, ref=ref)
+            self.rows.move(
+                task.id,
+                frm=(TaskState.RUNNING,),
+                to=TaskState.FAILED,
+                when=self.clock(),
+                note=f"{failure.code}: {failure.message}",
+                result=failure.to_json(),
+            )
+        finally:
+            self._release_if_open(task.reservation_id)
+
+    def _release_if_open(self, rid: str) -> None:
+        try:
+            if self.ledger.reservation(rid).state is ReservationState.OPEN:
+                self._release(rid)
+        except BlockBudgetError:
+            log.exception("could not release reservation %s", rid)
+
+    # --- other processes ----------------------------------------------------------------
+
+    def _poll_table(self, now: float) -> None:
+        """Submissions and cancels by other processes; changed scheduler overrides."""
+        since = self._last_poll - SKEW_SECONDS
+        self._last_poll = now
+        fresh = [
+            i
+            for i in self.rows.ids_since("submitted_at", since, TaskState.WAITING)
+            if i not in self._where
+        ]
+        for task in self.rows.many(fresh):
+            if task.state is TaskState.WAITING:
+                self._enter(task)
+        for tid in self.rows.ids_since("decided_at", since, TaskState.CANCELLED):
+            self._drop_waiting(tid)
+        specs = self.rows.overrides()
+        if specs != self._specs:
+            changed = {
+                s for s in set(specs) | set(self._specs) if specs.get(s) != self._specs.get(s)
+            }
+            self._specs = specs
+            for stream in changed:
+                self._rebuild(stream)
+
+    def _drop_waiting(self, task_id: str) -> None:
+        """A task cancelled elsewhere: out of its pool, its holds released."""
+        key = self._where.get(task_id)
+        if key is None:
+            return
+        run = self._runs[key]
+        if run.live.pool.is_pending(task_id):
+            run.closing = True  # its row is already cancelled
+            try:
+                run.live.pool.reject(task_id, note="cancelled")
+                self._apply(run)
+            finally:
+                run.closing = False
+        self._forget(run, task_id)
+
+    def _rebuild(self, stream: str) -> None:
+        """A stream's scheduler changed: its waiting tasks go to a fresh pool."""
+        for key in [k for k in self._runs if k[0] == "tasks" and k[1] == stream]:
+            run = self._runs[key]
+            run.closing = True
+            for tid in list(run.tasks):
+                if run.live.pool.is_pending(tid):
+                    run.live.pool.reject(tid, note="the stream's scheduler changed")
+            self._apply(run)
+            del self._runs[key]
+        for task in self.rows.select(stream=stream, states=_WAITING, limit=10**9):
+            if self._family_of(task.kind) == "tasks":
+                self._enter(task)
+
+    # --- taking over --------------------------------------------------------------------
+
+    def _take_over(self) -> None:
+        self._runs.clear()
+        self._where.clear()
+        self._term = secrets.token_hex(4)
+        self._feed = LedgerFeed(self.ledger)
+        self._specs = self.rows.overrides()
+        self._last_poll = self.clock()
+        opened = self.ledger.reservations(state=ReservationState.OPEN)
+        grants: dict[str, Reservation] = {}
+        for res in opened:
+            rid_text = res.request_id or ""
+            if rid_text.startswith(HOLD_PREFIX):
+                self._release(res.id)
+            elif ":queue:" in rid_text:
+                grants[rid_text] = res
+        for task in self.rows.select(states=(TaskState.RUNNING,), limit=10**9):
+            self._recover(task)
+        for task in self.rows.select(states=_WAITING, limit=10**9):
+            held = grants.get(grant_request_id(task.principal, task.id))
+            if held is not None:  # granted, then the leader died before the row said so
+                self._granted(task, held.id, held.blocks, self.clock(), "granted (recovered)")
+            else:
+                self._enter(task)
+        self._leading = True
+
+    def _recover(self, task: Task) -> None:
+        rid = task.reservation_id
+        family = self._families.get(task.kind)
+        if task.kind is not WorkKind.QUERY and family is not None:
+            family.recover(self, task)
+            return
+        if rid is not None and task.kind is WorkKind.QUERY and self._untouched(rid):
+            self._start(task.id)
+            return
+        self.rows.move(
+            task.id,
+            frm=(TaskState.RUNNING,),
+            to=TaskState.FAILED,
+            when=self.clock(),
+            note="interrupted: the process running it stopped after its grant was drawn on",
+            result={
+                "code": f"{task.kind.value}_interrupted",
+                "message": "the process running it stopped; what it drew stays charged",
+            },
+        )
+        if rid is not None:
+            self._release_if_open(rid)
+
+    def _untouched(self, rid: str) -> bool:
+        """Whether an open reservation was never drawn on."""
+        res = self.ledger.reservation(rid)
+        if res.state is not ReservationState.OPEN or not res.blocks:
+            return False
+        f = self.platform.filter(self.ledger.state(res.blocks[0], res.context).stream)
+        full = tuple(f.features(res.cost))
+        return all(tuple(left) == full for _, left in res.remaining)
