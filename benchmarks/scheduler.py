@@ -28,6 +28,12 @@ figure that survives a shared, loaded machine. Allocations must be the same in e
   allocated / optimum for each heuristic.
 * ``seed000`` — seed 000's online algorithms vs Sage random choice and the offline optimum on
   the small- and mixed-cost query workloads (realized significance).
+* ``live`` (not in the default sections) — decision latency of the live task queue
+  (``tasks.queue.TaskQueue`` on SQLite in a temporary folder): 10k BUDGET tasks over 1k blocks
+  (``--quick``: 500 over 50) for ``dpf-n:n=10``, ``fcfs`` and ``online-threshold``
+  (``--live-schedulers``); p50/p95/max milliseconds per submission (the decision on arrival),
+  per idle pump, per pump that absorbs a new block, and per submission and pump once the queue
+  is full. ``python benchmarks/scheduler.py --sections live [--quick]``.
 """
 
 from __future__ import annotations
@@ -40,7 +46,8 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from blockbudget.accounting import Accounting
 from blockbudget.mechanisms.noise import SeededNoise
@@ -54,6 +61,9 @@ from blockbudget.scheduling.simulator import SimulationResult, simulate
 from blockbudget.scheduling.threshold import MixedThreshold, OnlineThreshold
 from blockbudget.scheduling.unlocking import UnlockMode
 from blockbudget.scheduling.workloads import Workload, privatekube_micro, seed000_queries
+
+if TYPE_CHECKING:
+    from blockbudget.platform import Platform
 
 
 def emit(**fields: Any) -> None:
@@ -304,10 +314,132 @@ def bench_seed000(quick: bool) -> None:
             )
 
 
+# --- live: decision latency of the task queue ---------------------------------------------------
+
+LIVE_SCHEDULERS = ("dpf-n:n=10", "fcfs", "online-threshold:seed=1")
+
+
+def percentiles(ms: list[float]) -> dict[str, float]:
+    """p50, p95 and max of some milliseconds (p95 by linear interpolation)."""
+    xs = sorted(ms)
+    pos = 0.95 * (len(xs) - 1)
+    lo = int(pos)
+    p95 = xs[lo] + (xs[min(lo + 1, len(xs) - 1)] - xs[lo]) * (pos - lo)
+    return {
+        "p50_ms": round(statistics.median(xs), 3),
+        "p95_ms": round(p95, 3),
+        "max_ms": round(xs[-1], 3),
+        "n": len(xs),
+    }
+
+
+def live_platform(home: Path, n_blocks: int) -> Platform:
+    """A platform in ``home`` (SQLite) with stream ``s`` of ``n_blocks`` daily blocks of one
+    row each (ε_g = 1) and context ``c``."""
+    from blockbudget.budget import Budget
+    from blockbudget.platform import Platform
+    from blockbudget.store import Blocking
+
+    p = Platform(home, engine="arrow")
+    p.create_stream("s", policy=Budget(epsilon=1), blocking=Blocking.by_time("t"))
+    p.add_context("c")
+    add_live_blocks(p, 0, n_blocks)
+    return p
+
+
+def add_live_blocks(p: Platform, start: int, n: int) -> None:
+    """Ingest ``n`` daily blocks of one row each, from day ``start`` after 2024-01-01."""
+    import pandas as pd
+
+    days = pd.date_range("2024-01-01", periods=start + n, freq="D")[start:]
+    p.ingest("s", pd.DataFrame({"t": days, "v": [1.0] * n}))
+
+
+def timed_ms(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1000
+
+
+def bench_live_one(spec: str, *, n_tasks: int, n_blocks: int, k: int, rounds: int) -> None:
+    """One scheduler in a fresh live queue (see :func:`bench_live`)."""
+    import tempfile
+
+    from blockbudget.budget import Budget
+    from blockbudget.tasks.model import TaskState
+    from blockbudget.tasks.queue import TaskQueue
+    from blockbudget.tasks.selectors import AnyBlocks
+
+    with tempfile.TemporaryDirectory(prefix="bb-live-") as home:
+        t0 = time.perf_counter()
+        p = live_platform(Path(home), n_blocks)
+        setup = time.perf_counter() - t0
+        q = TaskQueue(p, scheduler=spec, noise=SeededNoise(1), workers=1)
+        demand = Budget(epsilon="0.05")
+
+        def submit(i: int) -> float:
+            t0 = time.perf_counter()
+            q.submit_budget("s", demand, selector=AnyBlocks(k), context="c", principal=f"a{i % 3}")
+            return (time.perf_counter() - t0) * 1000
+
+        submit_ms = [submit(i) for i in range(n_tasks)]
+        idle_ms = [timed_ms(q.pump) for _ in range(rounds)]
+        block_ms, steady_submit_ms, steady_pump_ms = [], [], []
+        for r in range(rounds):
+            add_live_blocks(p, n_blocks + r, 1)  # not timed: the pump that absorbs it is
+            block_ms.append(timed_ms(q.pump))
+            steady_submit_ms.append(submit(n_tasks + r))
+            steady_pump_ms.append(timed_ms(q.pump))
+        counts = {
+            state.value: len(q.tasks(state=state, limit=10 * n_tasks))
+            for state in (TaskState.WAITING, TaskState.GRANTED, TaskState.REFUSED)
+        }
+        q.close()
+        p.close()
+    row: dict[str, Any] = {
+        "bench": "live",
+        "scheduler": spec,
+        "tasks": n_tasks,
+        "blocks": n_blocks,
+        "k": k,
+        "demand_epsilon": 0.05,
+        "setup_seconds": round(setup, 3),
+        **{f"end_{state}": n for state, n in counts.items()},
+    }
+    tail = max(1, n_tasks // 10)
+    for name, ms in (
+        ("submit", submit_ms),
+        ("submit_last_tenth", submit_ms[-tail:]),
+        ("pump_idle", idle_ms),
+        ("pump_new_block", block_ms),
+        ("submit_steady", steady_submit_ms),
+        ("pump_after_submit", steady_pump_ms),
+    ):
+        emit(**row, op=name, **percentiles(ms))
+
+
+def bench_live(*, n_tasks: int, n_blocks: int, k: int, rounds: int, schedulers: list[str]) -> None:
+    """Decision latency of the live :class:`~blockbudget.tasks.queue.TaskQueue` (SQLite in a
+    temporary folder, this process the leader): ``n_tasks`` BUDGET tasks of ε = 0.05 on any
+    ``k`` blocks (ε_g = 1, so about ``n_blocks``/(0.05·k) of them fit and the rest wait) are
+    submitted one by one; then ``rounds`` idle pumps, and ``rounds`` times: one new block
+    ingested (untimed) and the pump that absorbs it, one more submission and a pump. A
+    submission enters the scheduler at once (the decision on arrival, with its ledger write
+    if granted); a pump syncs the pools with the ledger, polls the task table once a second,
+    ticks the schedulers and applies their decisions."""
+    for spec in schedulers:
+        bench_live_one(spec, n_tasks=n_tasks, n_blocks=n_blocks, k=k, rounds=rounds)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds)")
-    parser.add_argument("--sections", default="scale,allocations,alibaba,optimum,seed000")
+    parser.add_argument(
+        "--sections", default="scale,allocations,alibaba,optimum,seed000", help="or live"
+    )
+    parser.add_argument("--live-tasks", type=int, default=None, help="live: waiting tasks")
+    parser.add_argument("--live-blocks", type=int, default=None, help="live: blocks")
+    parser.add_argument("--live-schedulers", default=",".join(LIVE_SCHEDULERS))
     parser.add_argument("--offline-blocks", type=int, default=None, help="Alibaba-DP offline")
     parser.add_argument("--online-blocks", type=int, default=None, help="after 100 initial ones")
     parser.add_argument("--tasks-per-block", type=float, default=None, help="Alibaba-DP")
@@ -346,6 +478,14 @@ def main() -> None:
         bench_optimum(args.quick)
     if "seed000" in sections:
         bench_seed000(args.quick)
+    if "live" in sections:
+        bench_live(
+            n_tasks=args.live_tasks or (500 if args.quick else 10_000),
+            n_blocks=args.live_blocks or (50 if args.quick else 1000),
+            k=10,
+            rounds=5 if args.quick else 20,
+            schedulers=args.live_schedulers.split(","),
+        )
 
 
 if __name__ == "__main__":
