@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +46,15 @@ def test_benchmark_quick() -> None:
             )
         # seed 000's Alg. 2 runs on the OPEN variant of the same tasks
         assert (f"{name}-open", "rdp", "online-threshold") in alloc
+    # timings come from interleaved rounds, each ratio against FCFS of the same round
+    scale = [x for x in lines if x["bench"] == "scale"]
+    assert {x["scheduler"].split("(")[0] for x in scale} == {"fcfs", "dpf-n", "dpack"}
+    for x in scale:
+        assert x["rounds"] == 2 and len(x["scheduler_seconds_rounds"]) == 2
+        median = statistics.median(x["scheduler_seconds_rounds"])
+        assert abs(x["scheduler_seconds"] - median) <= 1e-3
+        if x["scheduler"] == "fcfs":
+            assert x["time_vs_fcfs"] == 1.0
     for x in lines:
         if x["bench"] == "optimum":
             assert x["allocated"] <= x["optimum"]  # nothing beats the optimum
