@@ -180,7 +180,8 @@ def test_dashboard_in_headless_chromium(tmp_path: Path) -> None:
             table = page.locator("#extra-pipelines").inner_text()
             assert job in table and state["state"] in table
             outcomes = " ".join(a["outcome"] for a in state["attempts"])
-            assert outcomes and outcomes in table  # each attempt's ACCEPT / REJECT / RETRY
+            # each attempt's ACCEPT / REJECT / RETRY
+            assert outcomes and outcomes in table, repr(state)
             page.screenshot(path=str(RESULTS / "dashboard-pipelines.png"), full_page=True)
             # The scheduler queue: an analyst's task, decided by the service's scheduler.
             with TestClient(app) as api:

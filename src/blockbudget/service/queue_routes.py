@@ -62,20 +62,33 @@ class Pump:
     def __init__(self, queue: "TaskQueue", *, seconds: float) -> None:
         self.queue = queue
         self.seconds = seconds
+        self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="task-pump", daemon=True)
+        self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self._thread.start()
+        """Start the pump thread; a second start while it runs does nothing, and a start
+        after :meth:`stop` starts a new thread (an app's startup may run more than once)."""
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            stop = threading.Event()
+            self._stop = stop
+            self._thread = threading.Thread(
+                target=self._run, args=(stop,), name="task-pump", daemon=True
+            )
+            self._thread.start()
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop after the current round (waits for it, at most ``timeout`` seconds)."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        with self._lock:
+            self._stop.set()
+            thread = self._thread
+        if thread is not None and thread.is_alive():
+            thread.join(timeout)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.seconds):
+    def _run(self, stop: threading.Event) -> None:
+        while not stop.wait(self.seconds):
             try:
                 self.queue.pump()
             except Exception:  # a ledger hiccup or a bug: logged, the next round retries

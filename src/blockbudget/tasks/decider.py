@@ -158,7 +158,8 @@ class Decider:
         self._last_poll = -float("inf")
         self._families: dict[WorkKind, WorkFamily] = {}
         self._specs: dict[str, str] = {}
-        self._executor = ThreadPoolExecutor(max(1, workers), thread_name_prefix="tasks")
+        self._workers = max(1, workers)
+        self._executor = self._new_executor()
 
     # --- to be provided by the queue --------------------------------------------------------
 
@@ -167,6 +168,10 @@ class Decider:
 
     def _run_query(self, task: Task) -> Mapping[str, Any]:  # pragma: no cover
         raise NotImplementedError
+
+    def _new_executor(self) -> ThreadPoolExecutor:
+        """The worker threads that run granted work (threads start on first use)."""
+        return ThreadPoolExecutor(self._workers, thread_name_prefix="tasks")
 
     # --- pump ---------------------------------------------------------------------------
 

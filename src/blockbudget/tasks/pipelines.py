@@ -171,6 +171,7 @@ class PipelineFamily:
         self.boot = secrets.token_hex(6)
         self._lanes: dict[tuple[str, str], _Lane] = {}
         self._where: dict[str, tuple[str, str]] = {}
+        self._worker_count = workers
         self._workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bb-pipeline")
         self._idle = threading.Condition()
         make_strategy(scheduler)  # refuse a bad spec now
@@ -368,8 +369,12 @@ class PipelineFamily:
             return self._idle.wait_for(idle, timeout)
 
     def close(self) -> None:
-        """Wait for the runs in flight (their outcomes are still applied) and stop."""
+        """Wait for the runs in flight (their outcomes are still applied) and stop; the family
+        may run again afterwards, with fresh worker threads."""
         self._workers.shutdown(wait=True)
+        self._workers = ThreadPoolExecutor(
+            max_workers=self._worker_count, thread_name_prefix="bb-pipeline"
+        )
 
     # --- lanes -----------------------------------------------------------------------------------
 

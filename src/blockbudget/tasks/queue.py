@@ -511,8 +511,11 @@ class TaskQueue(Decider):
                 self._rebuild(stream)
 
     def close(self) -> None:
-        """Finish running work and give up the leadership."""
+        """Finish running work and give up the leadership. The queue may be used again
+        afterwards (a server's startup may run more than once): its next pump takes the
+        leadership back with fresh worker threads."""
         self._executor.shutdown(wait=True)
+        self._executor = self._new_executor()
         for fam in self._families.values():
             if hasattr(fam, "close"):
                 fam.close()
