@@ -13,6 +13,13 @@ the block's unlocked budget minus what is already charged or reserved there — 
 feature; RDP: some order α with positive capacity (PrivateKube's "exists α" rule). Unlocked
 budget never exceeds the capacity, so anything that fits here also fits the pool.
 
+The unlock limit is a fairness rule, not a safety bound: it tolerates a relative
+:data:`UNLOCK_TOLERANCE` so that a demand of exactly one share (ε_G/N under N-unlocking) fits
+once its share is unlocked, although the pool's float demand is nudged up and its float
+capacity shrunk (:mod:`.pool`). The limit is capped by the pool's conservative capacity, and
+every grant goes through the pool's own fit test, so nothing beyond what the ledger admits is
+ever granted.
+
 :class:`Waiting` keeps the waiting tasks indexed by block, so that a pass only looks at tasks
 touching blocks whose available budget grew (a grant only shrinks availability, so a task that
 cannot run cannot become runnable through another grant). Feasibility of many tasks is tested
@@ -40,7 +47,12 @@ from blockbudget.scheduling.base import (
 )
 from blockbudget.scheduling.pool import FloatArray, IntArray, Pool
 
-__all__ = ["UnlockMode", "UnlockingScheduler", "Waiting", "WaitingTask"]
+__all__ = ["UNLOCK_TOLERANCE", "UnlockMode", "UnlockingScheduler", "Waiting", "WaitingTask"]
+
+#: Relative tolerance of the unlock limit: covers the pool's capacity margin (1e-9), the ulp
+#: its demands are nudged up by and the rounding of summed unlock fractions, so that exactly
+#: one unlocked share fits (it never lets the pool itself admit more: see the module docstring).
+UNLOCK_TOLERANCE = 1e-8
 
 
 class UnlockMode(Enum):
@@ -166,9 +178,11 @@ class UnlockingScheduler(Scheduler):
         return changed
 
     def limits(self, pool: Pool, blocks: IntArray) -> FloatArray:
-        """Unlocked budget per feature on ``blocks`` (−inf where the capacity is not positive)."""
+        """Unlocked budget per feature on ``blocks`` (−inf where the capacity is not positive),
+        within :data:`UNLOCK_TOLERANCE` and never above the pool's capacity."""
         cap = pool.capacity[blocks]
-        lim: FloatArray = np.where(cap > 0, cap * self.unlocked[blocks][:, None], -np.inf)
+        share = np.minimum(cap, cap * self.unlocked[blocks][:, None] * (1 + UNLOCK_TOLERANCE))
+        lim: FloatArray = np.where(cap > 0, share, -np.inf)
         if pool.accounting is Accounting.BASIC:
             lim = np.where(cap > 0, lim, cap)  # BASIC: a zero capacity (δ_g = 0) is a real 0
         return lim
