@@ -138,13 +138,20 @@ class CreditingDriver(Scheduler):
         self._credit(pool)
 
     def _credit(self, pool: Pool) -> None:
-        new, self.seen = pool.decisions[self.seen :], len(pool.decisions)
-        for grant in (d for d in new if d.kind is DecisionKind.GRANT):
-            for d in [d for d in pool.decisions if d.task_id == grant.task_id]:
-                if d.kind is DecisionKind.CHARGE and d.block_id and d.cost:
-                    back = d.cost.scaled(self.unspent)
-                    pool.credit(d.block_id, back, task_id=LEDGER, note="grant spent less")
-        self.seen = len(pool.decisions)
+        """Credit every new grant, then let the scheduler retry (:meth:`Scheduler.on_credit`),
+        until its retries grant nothing more."""
+        while self.seen < len(pool.decisions):
+            new, self.seen = pool.decisions[self.seen :], len(pool.decisions)
+            credited: list[str] = []
+            for grant in (d for d in new if d.kind is DecisionKind.GRANT):
+                for d in [d for d in pool.decisions if d.task_id == grant.task_id]:
+                    if d.kind is DecisionKind.CHARGE and d.block_id and d.cost:
+                        back = d.cost.scaled(self.unspent)
+                        pool.credit(d.block_id, back, task_id=LEDGER, note="grant spent less")
+                        credited.append(d.block_id)
+            self.seen = len(pool.decisions)
+            if credited:
+                self.inner.on_credit(pool, sorted(set(credited)))
 
 
 LEDGER = "__ledger__"

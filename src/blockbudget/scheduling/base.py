@@ -438,6 +438,12 @@ class Scheduler(ABC):
     def on_tick(self, pool: Pool) -> None:  # noqa: B027 - optional hook
         """Periodic call every :attr:`tick_interval` (when set). Default: nothing."""
 
+    def on_credit(self, pool: Pool, block_ids: Sequence[str]) -> None:  # noqa: B027
+        """A live driver credited budget back to ``block_ids`` (:meth:`Pool.credit`: a grant
+        spent less, a cancel, a released hold): waiting tasks that may use one of them may
+        fit now. Schedulers that keep waiting tasks retry those, in their own order.
+        Default: nothing (a simulation never credits)."""
+
     def on_finish(self, pool: Pool) -> None:  # noqa: B027 - optional hook
         """The run ends; last chance to decide. What still waits is then expired."""
 

@@ -110,13 +110,20 @@ class Fcfs(Scheduler):
             self.queue.append(task.task_id)
 
     def on_block(self, pool: Pool, block: BlockSpec) -> None:
+        self._retry(pool, (block.block_id,))
+
+    def on_credit(self, pool: Pool, block_ids: Sequence[str]) -> None:
+        self._retry(pool, block_ids)
+
+    def _retry(self, pool: Pool, block_ids: Sequence[str]) -> None:
+        """Retry, oldest first, the waiting tasks that may use one of ``block_ids`` (a block
+        a task may not use changes nothing for it)."""
         still = []
         for tid in self.queue:
             if not pool.is_pending(tid):
                 continue
             task = pool.tasks[tid]
-            # a block the task may not use changes nothing for it (budgets only go down)
-            if task.may_use(block.block_id) and self._try(pool, task):
+            if any(task.may_use(b) for b in block_ids) and self._try(pool, task):
                 continue
             if pool.is_pending(tid):
                 still.append(tid)
@@ -144,16 +151,26 @@ class RoundRobin(Scheduler):
     def on_tick(self, pool: Pool) -> None:
         self._pass(pool)
 
-    def _pass(self, pool: Pool) -> None:
+    def on_credit(self, pool: Pool, block_ids: Sequence[str]) -> None:
+        """Retry, in the current turn order (the turn does not move), the waiting tasks that
+        may use a credited block."""
+        self._pass(pool, block_ids)
+
+    def _pass(self, pool: Pool, block_ids: Sequence[str] | None = None) -> None:
         self.waiting = [t for t in self.waiting if pool.is_pending(t)]
         if not self.waiting:
             return
         n = len(self.waiting)
         start = self.start % n
         order = self.waiting[start:] + self.waiting[:start]
-        self.start += 1
+        if block_ids is None:
+            self.start += 1
         for tid in order:
             task = pool.tasks[tid]
+            if block_ids is not None and not any(task.may_use(b) for b in block_ids):
+                continue
+            if not pool.is_pending(tid):
+                continue
             if task.blocks is not None:
                 pool.grant(tid)
             else:

@@ -133,6 +133,12 @@ class DPack(UnlockingScheduler):
             if items[k].task.task_id not in self.waiting.tasks:
                 self.blocked.add(items[k])
 
+    def revive(self, pool: Pool, blocks: IntArray) -> list[str]:
+        revived = super().revive(pool, blocks)
+        for tid in revived:
+            self.blocked.remove(tid)
+        return revived
+
     def _queued_rows(
         self, pool: Pool, used: IntArray, others: list[WaitingTask]
     ) -> tuple[IntArray, FloatArray]:

@@ -29,6 +29,7 @@ in one vectorized step.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -161,6 +162,8 @@ class UnlockingScheduler(Scheduler):
         self.changed: set[int] = set()
         self.unlocked = np.zeros(16)
         self.waiting = Waiting()
+        # waiting tasks dropped as dead (fully unlocked, not fitting): a credit revives them
+        self.dormant = Waiting()
 
     # --- unlocking ---------------------------------------------------------------------------
 
@@ -214,9 +217,11 @@ class UnlockingScheduler(Scheduler):
         return ok
 
     def drop_dead(self, pool: Pool, items: list[WaitingTask], ok: npt.NDArray[np.bool_]) -> None:
-        """Forget waiting tasks that cannot run and never will: every block they name is fully
-        unlocked, and availability only shrinks from here. They stay PENDING in the pool
-        (until their timeout or the end of the run), as in PrivateKube."""
+        """Set aside waiting tasks that cannot run and never will without a credit: every
+        block they name is fully unlocked, and availability only shrinks from here (in a
+        simulation). They stay PENDING in the pool (until their timeout or the end of the
+        run), as in PrivateKube; a live driver's credit on one of their blocks brings them
+        back (:meth:`on_credit`)."""
         if not items:
             return
         blocks = np.concatenate([w.blocks for w in items])
@@ -224,6 +229,7 @@ class UnlockingScheduler(Scheduler):
         full = np.logical_and.reduceat(self.unlocked[blocks] >= 1.0, starts)
         for k in np.flatnonzero(full & ~ok).tolist():
             self.waiting.remove(items[k].task.task_id)
+            self.dormant.add(items[k])
 
     def prepare(self, pool: Pool, task: TaskSpec) -> WaitingTask:
         assert task.blocks is not None
@@ -253,6 +259,31 @@ class UnlockingScheduler(Scheduler):
             changed = np.union1d(changed, np.fromiter(self.changed, dtype=np.int64))
             self.changed.clear()
         self.schedule(pool, changed)
+
+    def on_credit(self, pool: Pool, block_ids: Sequence[str]) -> None:
+        """Budget came back to ``block_ids``: the tasks set aside as dead that name one of
+        them wait again, and a scheduling pass runs over the tasks touching them (in the
+        scheduler's own order)."""
+        idx = np.array(
+            sorted(i for b in block_ids if (i := pool.block_index.get(b)) is not None),
+            dtype=np.int64,
+        )
+        if not len(idx):
+            return
+        self.revive(pool, idx)
+        self.schedule(pool, idx)
+
+    def revive(self, pool: Pool, blocks: IntArray) -> list[str]:
+        """Put the dormant tasks naming one of ``blocks`` back in the waiting index; forget
+        those no longer pending. Returns the ids revived."""
+        revived = []
+        for tid in self.dormant.touching(blocks):
+            item = self.dormant.tasks[tid]
+            self.dormant.remove(tid)
+            if pool.is_pending(tid):
+                self.waiting.add(item)
+                revived.append(tid)
+        return revived
 
     def schedule(self, pool: Pool, changed: IntArray) -> None:
         """One scheduling pass over the tasks touching ``changed`` blocks."""

@@ -10,7 +10,9 @@ The ledger is the truth; a pool is one scheduler's in-memory view of one (stream
   charged in the pool to the synthetic, never-scheduled task ``__ledger__``;
 * **usage below the pool** — the ledger shows less (a grant spent less than it held and was
   closed, a cancelled grant, an expired reservation) → :meth:`Pool.credit` gives the difference
-  back (a ``CREDIT`` decision).
+  back (a ``CREDIT`` decision), and the scheduler retries the waiting tasks that may use the
+  credited blocks (:meth:`Scheduler.on_credit`): a task waiting behind a cancelled grant is
+  granted at once, with no new block and no tick.
 
 Each sync reads the audit log after the last seq it saw (:class:`LedgerFeed`, one range read
 of the log's key shared by every pool of a queue) and then the ledger rows of the blocks those
@@ -232,7 +234,12 @@ class LivePool:
         dirty, self._dirty = sorted(self._dirty), set()
         states = self._read(dirty)
         charged, credited = self._reconcile_states(states)
-        return SyncReport(charged=charged, credited=credited, read=len(states))
+        if credited:
+            try:
+                self.scheduler.on_credit(self.pool, credited)
+            except BlockBudgetError as exc:  # a scheduler bug: the pool refused, unchanged
+                log.error("scheduler %s failed on a credit", self.scheduler.name, exc_info=exc)
+        return SyncReport(charged=charged, credited=len(credited), read=len(states))
 
     def sync(self, batch: FeedBatch | None = None) -> SyncReport:
         """:meth:`absorb` a batch (polled from the pool's own feed when None) and
@@ -267,9 +274,11 @@ class LivePool:
             except BlockBudgetError as exc:  # a scheduler bug: the pool refused, unchanged
                 log.error("scheduler %s failed on a new block", self.scheduler.name, exc_info=exc)
 
-    def _reconcile_states(self, states: Iterable[BlockState]) -> tuple[int, int]:
+    def _reconcile_states(self, states: Iterable[BlockState]) -> tuple[int, list[str]]:
+        """Charges and credits (see the module docstring): (blocks charged, blocks credited)."""
         pool = self.pool
-        charged = credited = 0
+        charged = 0
+        credited: list[str] = []
         for st in states:
             i = pool.block_index.get(st.block)
             if i is None:
@@ -295,7 +304,7 @@ class LivePool:
                     task_id=LEDGER_TASK,
                     note="the ledger shows less used",
                 )
-                credited += 1
+                credited.append(st.block)
         return charged, credited
 
 
