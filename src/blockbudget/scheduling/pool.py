@@ -10,6 +10,8 @@ changed:
 * an operation that would push a block beyond its filter returns ``False``;
 * an operation on a task that already has a terminal decision raises
   :class:`~blockbudget.errors.InternalError` (decisions are irrevocable);
+* an operation that needs budget on a retired block (:meth:`Pool.retire`, a live platform's
+  retirement) returns ``False``;
 * a reservation or charge on a block a NAMED task did not ask for or an OPEN task may not use
   (:attr:`TaskSpec.eligible`), or beyond an OPEN task's ``max_blocks``, raises
   :class:`~blockbudget.errors.InternalError` (a scheduler bug).
@@ -93,6 +95,7 @@ class Pool:
         self._cap = np.zeros((16, self.dims))
         self._charged = np.zeros((16, self.dims))
         self._reserved = np.zeros((16, self.dims))
+        self._retired = np.zeros(16, dtype=bool)
         # task id -> block index -> (summed vector, costs) of its open reservation there
         self._holds: dict[str, dict[int, tuple[FloatArray, list[Cost]]]] = {}
         self.charged_blocks: dict[str, list[str]] = {}
@@ -123,15 +126,26 @@ class Pool:
         """(n_blocks, dims) features reserved for waiting tasks (read-only view)."""
         return self._view(self._reserved)
 
+    @property
+    def retired(self) -> npt.NDArray[np.bool_]:
+        """(n_blocks,) True where the block is retired (:meth:`retire`; read-only view)."""
+        view = self._retired[: self.n_blocks]
+        view.flags.writeable = False
+        return view
+
     def _view(self, array: FloatArray) -> FloatArray:
         view = array[: self.n_blocks]
         view.flags.writeable = False
         return view
 
     def remaining(self) -> FloatArray:
-        """(n_blocks, dims) capacity − charged − reserved (negative where an order is spent)."""
+        """(n_blocks, dims) capacity − charged − reserved (negative where an order is spent;
+        at most 0 on a retired block)."""
         n = self.n_blocks
         out: FloatArray = self._cap[:n] - self._charged[:n] - self._reserved[:n]
+        retired = self._retired[:n]
+        if retired.any():
+            out[retired] = np.minimum(out[retired], 0.0)
         return out
 
     def used_fraction(self, indices: Sequence[int] | IntArray | None = None) -> FloatArray:
@@ -139,24 +153,27 @@ class Pool:
 
         BASIC: the largest used/capacity over (ε, δ); RDP: the smallest over usable orders (the
         block lasts while its best order lasts); STRONG: 1 − the filter's remaining fraction.
+        A retired block is wholly used (1).
         """
         idx = np.arange(self.n_blocks) if indices is None else np.asarray(indices, dtype=np.int64)
         used = self._charged[idx] + self._reserved[idx]
         cap = self._cap[idx]
         if self.accounting is Accounting.STRONG:
-            return np.array(
+            out = np.array(
                 [
                     1.0 - self.filters[i].remaining_fraction(_to_units(used[k]))
                     for k, i in enumerate(idx)
                 ]
             )
-        with np.errstate(divide="ignore", invalid="ignore"):
-            frac = np.where(cap > 0, used / np.where(cap > 0, cap, 1.0), np.nan)
-        if self.accounting is Accounting.BASIC:
-            out = np.nanmax(np.where(np.isnan(frac), -np.inf, frac), axis=1)
         else:
-            out = np.nanmin(np.where(np.isnan(frac), np.inf, frac), axis=1)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                frac = np.where(cap > 0, used / np.where(cap > 0, cap, 1.0), np.nan)
+            if self.accounting is Accounting.BASIC:
+                out = np.nanmax(np.where(np.isnan(frac), -np.inf, frac), axis=1)
+            else:
+                out = np.nanmin(np.where(np.isnan(frac), np.inf, frac), axis=1)
         clipped: FloatArray = np.clip(out, 0.0, 1.0)
+        clipped[self._retired[idx]] = 1.0
         return clipped
 
     def index(self, block_id: str) -> int:
@@ -229,13 +246,14 @@ class Pool:
         ok: npt.NDArray[np.bool_]
         if self.accounting is Accounting.BASIC:
             ok = np.all(used <= self._cap[idx], axis=-1)
-            return ok
-        if self.accounting is Accounting.RDP:
+        elif self.accounting is Accounting.RDP:
             ok = np.any(used <= self._cap[idx], axis=-1)
-            return ok
-        return np.array(
-            [self.filters[i].fits(_to_units(used[k])) for k, i in enumerate(idx)], dtype=bool
-        )
+        else:
+            ok = np.array(
+                [self.filters[i].fits(_to_units(used[k])) for k, i in enumerate(idx)],
+                dtype=bool,
+            )
+        return ok & ~self._retired[idx]
 
     def fits_many(
         self, indices: Sequence[int] | IntArray, vec: FloatArray
@@ -282,11 +300,31 @@ class Pool:
             self._cap = np.vstack([self._cap, pad])
             self._charged = np.vstack([self._charged, pad])
             self._reserved = np.vstack([self._reserved, pad])
+            self._retired = np.concatenate([self._retired, np.zeros(grow, dtype=bool)])
         self._cap[n] = cached[1]
         self.blocks.append(block)
         self.filters.append(cached[0])
         self.block_index[block.block_id] = n
         return n
+
+    def retire(self, block_id: str) -> None:
+        """The block never serves again (a live platform retired it): every later reserve,
+        charge or grant that needs budget there is refused (``False``), :meth:`remaining` is
+        at most 0 and :meth:`used_fraction` 1 there. What is reserved there may still be
+        released; credits still count. Idempotent; not a decision about any task.
+
+        Raises:
+            UnknownBlockError: the block has not arrived.
+
+        Example:
+            >>> from blockbudget.accounting import Accounting
+            >>> pool = Pool(Accounting.BASIC)
+            >>> _ = pool.add_block(BlockSpec("b", 0.0, Budget(epsilon=1.0)))
+            >>> pool.retire("b")
+            >>> bool(pool.fits(None, "b", Budget(epsilon=0.1))), pool.used_fraction().tolist()
+            (False, [1.0])
+        """
+        self._retired[self.index(block_id)] = True
 
     def submit(self, task: TaskSpec) -> None:
         """Register an arriving task as PENDING.

@@ -188,6 +188,9 @@ class UnlockingScheduler(Scheduler):
         lim: FloatArray = np.where(cap > 0, share, -np.inf)
         if pool.accounting is Accounting.BASIC:
             lim = np.where(cap > 0, lim, cap)  # BASIC: a zero capacity (δ_g = 0) is a real 0
+        retired = pool.retired[blocks]
+        if retired.any():  # a retired block unlocks nothing more (the pool refuses it)
+            lim = np.where(retired[:, None], -np.inf, lim)
         return lim
 
     def available(self, pool: Pool, blocks: IntArray) -> FloatArray:

@@ -146,14 +146,15 @@ def _newest(live: LivePool, n: int) -> list[str]:
 
 def resolved_blocks(task: Task, live: LivePool, in_range: Sequence[str] | None) -> list[str] | None:
     """The blocks a task's selector allows now (None: any block): ``Named`` its blocks,
-    ``Newest(n)`` the n newest live ones, ``InRange`` the range's (``in_range``)."""
+    ``Newest(n)`` the n newest live ones, ``InRange`` the live ones of the range
+    (``in_range``)."""
     sel = task.selector
     if isinstance(sel, Named):
         return list(sel.blocks)
     if isinstance(sel, Newest):
         return _newest(live, sel.n)
     if isinstance(sel, InRange):
-        return list(in_range or [])
+        return [b for b in in_range or [] if b not in live.retired]
     return None
 
 

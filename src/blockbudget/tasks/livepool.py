@@ -3,6 +3,8 @@
 The ledger is the truth; a pool is one scheduler's in-memory view of one (stream, context).
 :class:`LivePool` keeps the two in step, incrementally:
 
+* **retired blocks** — a ``retired`` event → :meth:`Pool.retire`: no scheduler can place
+  budget there again (the ledger would refuse it), and selectors never bind to it;
 * **new blocks** — a ``block_added`` event of the stream → :meth:`Pool.add_block` and
   :meth:`Scheduler.on_block` (the block arrives now, all its budget unallocated);
 * **usage beyond the pool** — the ledger shows more used on a block (charged + reserved) than
@@ -221,7 +223,10 @@ class LivePool:
             states = self._read(new)
             self._add([s for s in states if not s.retired])
             self._dirty.update(s.block for s in states if not s.retired)
-        self.retired.update(b for b in batch.retired if b in self.pool.block_index)
+        for b in sorted(batch.retired - self.retired):
+            if b in self.pool.block_index:
+                self.retired.add(b)
+                self.pool.retire(b)  # never used again: every fit there is refused
         touched = batch.touched.get(self.context, ())
         self._dirty.update(b for b in touched if b in self.pool.block_index)
 
@@ -265,10 +270,11 @@ class LivePool:
         for st in states:
             if st.block in self.pool.block_index:
                 continue
-            if st.retired:
-                self.retired.add(st.block)
             spec = BlockSpec(st.block, arrival=self.pool.now, capacity=st.capacity)
             self.pool.add_block(spec)
+            if st.retired:
+                self.retired.add(st.block)
+                self.pool.retire(st.block)
             try:
                 self.scheduler.on_block(self.pool, spec)
             except BlockBudgetError as exc:  # a scheduler bug: the pool refused, unchanged
