@@ -1,36 +1,23 @@
-"""Failures whose cause must not reach a principal: stable codes, our own words, the log.
+"""Failures whose cause must not reach a principal, on the service's HTTP side.
 
 The service's third rule: no text of an exception raised while touching data leaves the
-service. Exceptions of pandas, NumPy and Arrow quote the cell they choke on (``could not
-convert string to float: '…'``), and :class:`~blockbudget.errors.DataError` often wraps them, so
-any such text may carry a data value. Where the service reads or processes stored rows (DP
-queries, pipelines), every failure except the ledger's own refusals — budget exceeded, retired
-block, reservation state, unknown block, all raised before any row is read or about budgets
-only — is replaced by a :class:`ConcealedError`: a stable ``code`` and a message written here.
-The full traceback goes to the server log (logger ``blockbudget.service``) with a random
-reference that the message repeats, so an operator can find it; nobody sees it over HTTP, the
-owner of the data included. Unexpected exceptions on any route (500) are answered the same way.
+service. Where the service reads or processes stored rows (DP queries, pipelines), every
+failure except the ledger's own refusals is replaced by a :class:`ConcealedError`: a stable
+``code`` and a message written in :mod:`blockbudget.failures` (which also serves the task
+queue, below the service). The full traceback goes to the server log (logger
+``blockbudget.service``) with a random reference that the message repeats, so an operator can
+find it; nobody sees it over HTTP, the owner of the data included. Unexpected exceptions on any
+route (500) are answered the same way.
 """
 
 from __future__ import annotations
 
 import logging
-import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
-from blockbudget.errors import (
-    AuditError,
-    BlockBudgetError,
-    BudgetExceededError,
-    InternalError,
-    InvalidBudgetError,
-    ReservationError,
-    RetiredBlockError,
-    StoreConflictError,
-    UnknownBlockError,
-)
+from blockbudget.errors import BlockBudgetError
+from blockbudget.failures import LEDGER_REFUSALS, Failure, failure_of, new_reference
 
 __all__ = [
     "LEDGER_REFUSALS",
@@ -43,35 +30,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("blockbudget.service")
-
-#: Refusals of the ledger: raised before any row is read, or about budgets and block ids only
-#: (which the service rewrites for callers who may not see block keys). Their text may go out.
-LEDGER_REFUSALS: tuple[type[BlockBudgetError], ...] = (
-    BudgetExceededError,
-    RetiredBlockError,
-    ReservationError,
-    UnknownBlockError,
-    InvalidBudgetError,
-    StoreConflictError,
-)
-
-_OPERATOR = "an operator can find the cause in the server log under reference {ref}"
-
-
-@dataclass(frozen=True)
-class Failure:
-    """What a principal learns about a failure: a stable code and a message written by us.
-
-    Attributes:
-        code: machine-readable and stable, e.g. ``pipeline_failed_data``.
-        message: one sentence of ours; never text taken from the exception.
-    """
-
-    code: str
-    message: str
-
-    def to_json(self) -> dict[str, str]:
-        return {"code": self.code, "message": self.message}
 
 
 class ConcealedError(BlockBudgetError):
@@ -86,33 +44,6 @@ class ConcealedError(BlockBudgetError):
         super().__init__(failure.message)
         self.failure = failure
         self.status = status
-
-
-def failure_of(exc: BaseException, *, what: str, ref: str) -> Failure:
-    """The public face of ``exc``, raised while ``what`` (``"pipeline"``, ``"query"``) ran.
-
-    Ledger refusals become ``<what>_failed_budget``, broken invariants (InternalError,
-    AuditError) ``<what>_failed_internal``, everything else ``<what>_failed_data``; no message
-    contains any text of ``exc``.
-    """
-    where = _OPERATOR.format(ref=ref)
-    if isinstance(exc, (BudgetExceededError, RetiredBlockError, ReservationError)):
-        return Failure(
-            f"{what}_failed_budget",
-            f"the ledger refused the {what}'s budget (exceeded, retired block or closed "
-            f"reservation); what it drew before stays charged; {where}",
-        )
-    if isinstance(exc, (InternalError, AuditError)):
-        return Failure(f"{what}_failed_internal", f"the {what} hit an internal error; {where}")
-    return Failure(
-        f"{what}_failed_data",
-        f"the {what} failed while reading or processing data; {where}",
-    )
-
-
-def new_reference() -> str:
-    """A random reference tying a response to its log record."""
-    return secrets.token_hex(6)
 
 
 @contextmanager

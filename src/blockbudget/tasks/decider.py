@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from blockbudget.errors import BlockBudgetError, InvalidRequestError, ReservationError
+from blockbudget.failures import LEDGER_REFUSALS, failure_of, new_reference
 from blockbudget.ledger import Reservation, ReservationState
 from blockbudget.scheduling import Decision, DecisionKind, TaskShape
 from blockbudget.tasks.binding import blocks_in_range, resolved_blocks, task_spec
@@ -309,8 +310,6 @@ class Decider:
     def _scored(self, task: Task, blocks: list[str] | None) -> Significance:
         """The task's significance as its scheduler reads it (:mod:`~.scoring`); a provider's
         failure while reading data refuses the task with our words only."""
-        from blockbudget.service.failures import LEDGER_REFUSALS, failure_of, new_reference
-
         def store(values: Mapping[str, float]) -> None:
             self.rows.set_significance(task.id, values)
 
@@ -414,8 +413,6 @@ class Decider:
 
     def _work(self, task_id: str) -> None:
         """Run a granted task's work (a worker thread, outside the scheduler lock)."""
-        from blockbudget.service.failures import failure_of, new_reference
-
         task = self.rows.get(task_id)
         if task is None or task.state is not TaskState.RUNNING or task.reservation_id is None:
             return

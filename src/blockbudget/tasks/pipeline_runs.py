@@ -17,6 +17,7 @@ import numpy as np
 
 from blockbudget.budget import Budget, Cost
 from blockbudget.errors import BlockBudgetError, InvalidRequestError
+from blockbudget.failures import failure_of, new_reference
 from blockbudget.scheduling import Decision, DecisionKind, Pool
 from blockbudget.scheduling.base import scheduler_classes
 from blockbudget.scheduling.ledger_bridge import LedgerBridge
@@ -191,10 +192,9 @@ def run_on_grant(
 
     Returns:
         (outcome, public summary, None), or (None, None, failure) — the failure in our own
-        words (:func:`~blockbudget.service.failures.failure_of`); the traceback goes to the
+        words (:func:`~blockbudget.failures.failure_of`); the traceback goes to the
         log only, under a reference the message repeats.
     """
-    from blockbudget.service.failures import failure_of, new_reference
     from blockbudget.training.adaptive import run_iteration
 
     work = PipelineWork.from_json(dict(task.work or {}))

@@ -23,7 +23,7 @@ ledger operations and real training runs:
   (§3.3); ACCEPT ends the task ``done`` with a public summary (the DP model, its runs) and
   what it still held is split among the others; REJECT ends it ``refused``; its deadline,
   ``expired``. A run that fails ends the task ``failed`` with a stable code and our own words
-  (:func:`~blockbudget.service.failures.failure_of`): no text of the exception leaves.
+  (:func:`~blockbudget.failures.failure_of`): no text of the exception leaves.
 * **Cancel / revoke.** The pipeline's shares are released at once. A run already executing
   is let finish its draw (the noise was drawn against the ledger; stopping midway would not
   undo it); its result is discarded and its unspent budget returns when its grant closes.
