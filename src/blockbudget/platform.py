@@ -27,7 +27,6 @@ from blockbudget.budget import Budget, Cost
 from blockbudget.errors import (
     InvalidRequestError,
     ReservationError,
-    UnknownBlockError,
     UnknownColumnError,
 )
 from blockbudget.grant import (
@@ -45,6 +44,8 @@ from blockbudget.ledger import (
     VerifyReport,
     validate_context_name,
 )
+from blockbudget.selection import Last as Last  # re-exported: users import it from here
+from blockbudget.selection import named_blocks, newest_blocks
 from blockbudget.store import (
     Blocking,
     BlockStore,
@@ -62,28 +63,6 @@ if TYPE_CHECKING:
 #: A block whose every context cannot fit this much more epsilon is retired by
 #: :meth:`Platform.retire_exhausted` unless told otherwise.
 DEFAULT_MIN_EPSILON = Budget(epsilon="0.001")
-
-
-@dataclass(frozen=True)
-class Last:
-    """Select the newest ``n`` blocks of a stream that have not retired.
-
-    Resolved by walking the stream from its newest block (an index of the store's catalog)
-    and reading the ledger rows of the blocks walked past only, so the cost does not grow with
-    the stream's length.
-
-    Args:
-        n: how many blocks.
-        affordable: skip blocks that cannot afford the requested cost in the requesting context
-            (so a sliding window keeps serving from fresh blocks while old ones run dry).
-    """
-
-    n: int
-    affordable: bool = True
-
-    def __post_init__(self) -> None:
-        if self.n <= 0:
-            raise InvalidRequestError(f"Last(n) needs n >= 1, got {self.n}")
 
 
 @dataclass(frozen=True)
@@ -273,8 +252,8 @@ class Platform:
         if last is None:
             metas = self.store.blocks(stream)
         else:
-            newest = self._newest_ids(stream, offset=0, limit=last)
             with self.store.engine.connect() as conn:
+                newest = store_catalog.select_newest_block_ids(conn, stream, offset=0, limit=last)
                 found = store_catalog.select_blocks_by_id(conn, newest)
             metas = [found[b] for b in reversed(newest) if b in found]
         ctxs = list(contexts) if contexts is not None else self.ledger.contexts()
@@ -327,71 +306,32 @@ class Platform:
             out.append(f.fits_with(used, f.features(cost)))
         return out
 
-    def _newest_ids(self, stream: str, *, offset: int, limit: int) -> list[str]:
-        with self.store.engine.connect() as conn:
-            return store_catalog.select_newest_block_ids(conn, stream, offset=offset, limit=limit)
-
-    def _last(self, stream: str, selection: Last, *, context: str, cost: Cost) -> list[str]:
-        """The newest ``n`` live (and, if asked, affordable) blocks, oldest first: walks the
-        stream from its newest block in pages and reads the ledger rows of the blocks examined
-        only, so the cost is that of the blocks walked past, not of the stream."""
-        chosen: list[str] = []
-        offset, page = 0, max(2 * selection.n, 16)
-        f = self.filter(stream)
-        need = f.features(cost) if selection.affordable else f.zero()
-        while len(chosen) < selection.n:
-            ids = self._newest_ids(stream, offset=offset, limit=page)
-            if not ids:
-                break
-            offset += len(ids)
-            states = {
-                s.block: s for s in self.ledger.states(stream=stream, context=context, blocks=ids)
-            }
-            for block in ids:
-                s = states.get(block)
-                if s is not None and s.retired:
-                    continue  # a retired block never serves again
-                if selection.affordable and (
-                    s is None or not f.fits_with(add_vectors(s.charged, s.reserved), need)
-                ):
-                    continue
-                chosen.append(block)
-                if len(chosen) == selection.n:
-                    break
-            page = min(page * 2, 4096)
-        return chosen[::-1]
-
     def select(
         self, stream: str, selection: Sequence[str] | Last, *, context: str, cost: Cost
     ) -> tuple[str, ...]:
         """Resolve a selection (block ids, block keys, or :class:`Last`) to block ids.
 
         Costs what the chosen blocks cost, not what the stream holds: named blocks are looked
-        up by id or key; ``Last(n)`` walks the stream from its newest block (see
-        :meth:`_last`), skipping retired blocks (and, with ``affordable``, blocks that cannot
-        afford ``cost`` in ``context``).
+        up by id or key; ``Last(n)`` walks the stream from its newest block
+        (:func:`blockbudget.selection.newest_blocks`), skipping retired blocks (and, with
+        ``affordable``, blocks that cannot afford ``cost`` in ``context``).
         """
         if isinstance(selection, Last):
-            chosen = self._last(stream, selection, context=context, cost=cost)
+            chosen = newest_blocks(
+                self.ledger,
+                self.store.engine,
+                self.filter(stream),
+                stream,
+                selection,
+                context=context,
+                cost=cost,
+            )
             if not chosen:
                 raise InvalidRequestError(
                     f"no block of stream {stream!r} can afford {cost} in context {context!r}"
                 )
             return tuple(chosen)
-        if isinstance(selection, str):
-            raise InvalidRequestError("blocks must be a sequence of ids or keys, not one string")
-        names = list(selection)
-        with self.store.engine.connect() as conn:
-            ids, by_key = store_catalog.select_named_blocks(conn, stream, names)
-        out: list[str] = []
-        for item in names:  # a key names its window's first block and any late (#2, #3…) ones
-            if item in ids:
-                out.append(item)
-            elif item in by_key:
-                out.extend(by_key[item])
-            else:
-                raise UnknownBlockError(f"stream {stream!r} has no block {item!r}")
-        return tuple(out)
+        return named_blocks(self.store.engine, stream, selection)
 
     # --- grants --------------------------------------------------------------------------------
 

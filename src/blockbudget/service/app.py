@@ -35,7 +35,6 @@ from blockbudget.errors import (
     InvalidRequestError,
     ReservationError,
     StreamExistsError,
-    UnknownBlockError,
 )
 from blockbudget.ledger import ContextInfo, Ledger, Reservation, ReservationState
 from blockbudget.platform import Last, Platform
@@ -525,47 +524,11 @@ def create_app(
         out = legacy_out(kind.value, result)
         return out.model_copy(update={"blocks": naming.show_all(out.blocks)})
 
-    # --- pipelines: tasks of kind pipeline (the TaskQueue's pipeline family) ---------------
+    from blockbudget.service.pipelines import register_pipeline_routes
 
-    from blockbudget.service.pipelines import job_json
-    from blockbudget.tasks.model import WorkKind
-
-    @app.post("/v1/streams/{stream}/pipelines", status_code=201, tags=["pipelines"])
-    def submit_pipeline(me: Auth, stream: str, body: sc.PipelineIn) -> sc.JobOut:
-        """Submit a pipeline: a task of kind ``pipeline`` for the stream's pipeline strategy
-        (Sage's Block/Conserve by default); the job's id is the task's id."""
-        require_stream(me, stream)
-        context = resolve_context(me, body.context)
-        if context not in platform.contexts():
-            raise InvalidRequestError(f"unknown or closed context {context!r}")
-        task = queue_of_tasks.submit_pipeline(
-            stream,
-            kind=body.kind.value,
-            target=body.target,
-            context=context,
-            principal=me.name,
-            epsilon0=body.epsilon0,
-            max_epsilon=body.max_epsilon,
-            min_window=body.min_window,
-        )
-        return sc.JobOut.model_validate(job_json(task))
-
-    @app.get("/v1/pipelines", tags=["pipelines"])
-    def list_pipelines(me: Auth) -> list[sc.JobOut]:
-        """The caller's pipeline jobs (admins: everyone's), oldest first."""
-        found = queue_of_tasks.tasks(
-            principal=None if me.role is Role.ADMIN else me.name, kind=WorkKind.PIPELINE
-        )
-        return [sc.JobOut.model_validate(job_json(t)) for t in found]
-
-    @app.get("/v1/pipelines/{job_id}", tags=["pipelines"])
-    def get_pipeline(me: Auth, job_id: str) -> sc.JobOut:
-        task = queue_of_tasks.task(job_id)
-        if task.kind is not WorkKind.PIPELINE:
-            raise UnknownBlockError(f"unknown pipeline job {job_id!r}")
-        if me.role is not Role.ADMIN and task.principal != me.name:
-            raise AuthError(403, f"pipeline job {job_id!r} belongs to another principal")
-        return sc.JobOut.model_validate(job_json(task))
+    register_pipeline_routes(
+        app, platform=platform, queue=queue_of_tasks, authenticate=authenticate
+    )
 
     # --- audit ---------------------------------------------------------------------------------
 

@@ -12,18 +12,33 @@ it waits for new blocks or budget), ``accepted`` (the model is released), ``reje
 (the validator rejected it, or the ledger refused a run), ``timed_out`` (its deadline passed),
 ``failed``, ``cancelled``. A failed job shows a stable code and our own message
 (``pipeline_failed_data``, ``pipeline_failed_budget``, ``pipeline_failed_internal``), never the
-exception's text (:mod:`blockbudget.service.failures`). Released models are DP outputs and are
-shown; exact row counts are not.
+exception's text (:mod:`blockbudget.failures`). Released models are DP outputs and are
+shown; exact row counts are not. :func:`register_pipeline_routes` adds the routes to the app.
 """
 
-from __future__ import annotations
+from typing import TYPE_CHECKING, Annotated, Any
 
-from typing import Any
+from fastapi import Depends, FastAPI
 
-from blockbudget.tasks.model import Task, TaskState
+from blockbudget.errors import InvalidRequestError, UnknownBlockError
+from blockbudget.service import schemas as sc
+from blockbudget.service.access import Authenticator, AuthError, require_stream, resolve_context
+from blockbudget.service.auth import Principal, Role
+from blockbudget.tasks.model import Task, TaskState, WorkKind
 from blockbudget.tasks.pipeline_work import FLIGHT_COLUMNS, KINDS, build_pipeline
 
-__all__ = ["FLIGHT_COLUMNS", "KINDS", "build_pipeline", "job_json", "job_state"]
+if TYPE_CHECKING:
+    from blockbudget.platform import Platform
+    from blockbudget.tasks.queue import TaskQueue
+
+__all__ = [
+    "FLIGHT_COLUMNS",
+    "KINDS",
+    "build_pipeline",
+    "job_json",
+    "job_state",
+    "register_pipeline_routes",
+]
 
 #: The flights columns pipelines read (the name earlier releases used here).
 _FLIGHT_COLUMNS = FLIGHT_COLUMNS
@@ -85,3 +100,52 @@ def job_json(task: Task) -> dict[str, Any]:
         "model": result.get("model") if task.state is TaskState.DONE else None,
         "submitted_at": task.submitted_at,
     }
+
+
+def register_pipeline_routes(
+    app: FastAPI,
+    *,
+    platform: "Platform",
+    queue: "TaskQueue",
+    authenticate: Authenticator,
+) -> None:
+    """Add the pipeline routes (module docstring) to ``app``: tasks of kind ``pipeline`` of
+    the queue's pipeline family."""
+    Auth = Annotated[Principal, Depends(authenticate)]
+
+    @app.post("/v1/streams/{stream}/pipelines", status_code=201, tags=["pipelines"])
+    def submit_pipeline(me: Auth, stream: str, body: sc.PipelineIn) -> sc.JobOut:
+        """Submit a pipeline: a task of kind ``pipeline`` for the stream's pipeline strategy
+        (Sage's Block/Conserve by default); the job's id is the task's id."""
+        require_stream(me, stream)
+        context = resolve_context(me, body.context)
+        if context not in platform.contexts():
+            raise InvalidRequestError(f"unknown or closed context {context!r}")
+        task = queue.submit_pipeline(
+            stream,
+            kind=body.kind.value,
+            target=body.target,
+            context=context,
+            principal=me.name,
+            epsilon0=body.epsilon0,
+            max_epsilon=body.max_epsilon,
+            min_window=body.min_window,
+        )
+        return sc.JobOut.model_validate(job_json(task))
+
+    @app.get("/v1/pipelines", tags=["pipelines"])
+    def list_pipelines(me: Auth) -> list[sc.JobOut]:
+        """The caller's pipeline jobs (admins: everyone's), oldest first."""
+        found = queue.tasks(
+            principal=None if me.role is Role.ADMIN else me.name, kind=WorkKind.PIPELINE
+        )
+        return [sc.JobOut.model_validate(job_json(t)) for t in found]
+
+    @app.get("/v1/pipelines/{job_id}", tags=["pipelines"])
+    def get_pipeline(me: Auth, job_id: str) -> sc.JobOut:
+        task = queue.task(job_id)
+        if task.kind is not WorkKind.PIPELINE:
+            raise UnknownBlockError(f"unknown pipeline job {job_id!r}")
+        if me.role is not Role.ADMIN and task.principal != me.name:
+            raise AuthError(403, f"pipeline job {job_id!r} belongs to another principal")
+        return sc.JobOut.model_validate(job_json(task))
