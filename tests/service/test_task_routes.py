@@ -1,7 +1,8 @@
 """The task routes over the real ledger: the older body is a budget task whose grant is a
 reservation; cancel releases a grant at once (owner or admin; 409 once final); a waiting task
 says which blocks lack what; revoking a principal's stream access or key cancels its tasks and
-releases their grants; the per-stream scheduler route; the listing's filters."""
+releases their grants, and so does unbinding it from a context (there); the per-stream
+scheduler route; the listing's filters."""
 
 from __future__ import annotations
 
@@ -152,6 +153,29 @@ def test_revoking_stream_access_or_a_key_cancels_the_principals_tasks(seeded: Se
         assert get(c, seeded.admin, again["id"])["state"] == "cancelled"
         assert c.delete(f"/v1/principals/bob/keys/{key_id}", headers=hadmin).status_code == 404
     assert used(seeded)[block] == 0 and seeded.platform.verify().ok
+
+
+def test_unbinding_a_principal_from_a_context_cancels_its_tasks_there(seeded: Seeded) -> None:
+    block = sorted(used(seeded))[0]
+    seeded.keys.set_contexts("ana", ("team-a", "team-b"))
+    with make_client(seeded, "dpf-n:n=2") as c:
+        hadmin = seeded.headers(seeded.admin)
+        in_a = submit(c, seeded.analyst, epsilon=0.2, context="team-a", blocks=[block])
+        waiting = submit(c, seeded.analyst, epsilon=0.9, context="team-a", blocks=[block])
+        in_b = submit(c, seeded.analyst, epsilon=0.2, context="team-b", blocks=[block])
+        in_a, in_b = get(c, seeded.analyst, in_a["id"]), get(c, seeded.analyst, in_b["id"])
+        assert (in_a["state"], in_b["state"]) == ("granted", "granted")
+        assert get(c, seeded.analyst, waiting["id"])["state"] == "waiting"
+        r = c.put("/v1/principals/ana/contexts", headers=hadmin, json={"contexts": ["team-b"]})
+        assert r.status_code == 200, r.text
+        for t in (in_a, waiting):
+            assert get(c, seeded.admin, t["id"])["state"] == "cancelled"
+        res = seeded.platform.ledger.reservation(in_a["reservation_id"])
+        assert res.state.value == "closed" and used(seeded, "team-a")[block] == 0
+        # its task in the context it keeps is untouched, and so is another principal's
+        assert get(c, seeded.analyst, in_b["id"])["state"] == "granted"
+        assert used(seeded, "team-b")[block] == Decimal("0.2")
+    assert seeded.platform.verify().ok
 
 
 def test_the_stream_scheduler_route(seeded: Seeded, fcfs: TestClient) -> None:

@@ -13,9 +13,11 @@ process (within the cache's time-to-live in others).
 Revoking stops the principal's work too (``on_revoke``): revoking its access to a stream cancels
 its tasks on that stream, revoking one of its keys cancels all its tasks — their queued grants
 are released and running pipelines stop (:func:`blockbudget.service.queue_routes.revoke_tasks`).
+Unbinding a principal from a context (``PUT …/contexts`` without it) cancels its tasks in that
+context the same way (``on_unbind``): a task may spend only a context its principal is bound to.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Annotated
 
 from fastapi import Depends, FastAPI
@@ -41,12 +43,15 @@ def register_principal_routes(
     keys: KeyStore,
     authenticate: Authenticator,
     on_revoke: Callable[[str, str | None], object] | None = None,
+    on_unbind: Callable[[str, Sequence[str]], object] | None = None,
 ) -> None:
     """Add the ``/v1/whoami`` and ``/v1/principals…`` routes to ``app``.
 
     Args:
         on_revoke: called with (principal, stream) after its access to a stream was revoked,
             and with (principal, None) after one of its keys was revoked.
+        on_unbind: called with (principal, contexts) after a non-admin principal was unbound
+            from those contexts.
     """
     keystore = keys
 
@@ -97,8 +102,13 @@ def register_principal_routes(
         unknown = sorted(set(body.contexts) - set(platform.contexts()))
         if unknown:
             raise InvalidRequestError(f"unknown context(s) {unknown}: register them first")
+        before = keystore.principal(name)
         out = keystore.set_contexts(name, tuple(body.contexts))
         authenticate.invalidate()
+        dropped = sorted(set(before.contexts) - set(out.contexts))
+        # an admin spends any context, bound or not: unbinding takes nothing from it
+        if dropped and out.role is not Role.ADMIN and on_unbind is not None:
+            on_unbind(name, dropped)
         return principal_out(out)
 
     @app.put("/v1/principals/{name}/streams/{stream}", tags=["principals"])

@@ -56,7 +56,12 @@ from blockbudget.service.blocknames import BlockNames, Naming
 from blockbudget.service.charges import charge_json, register_charge_routes, scoped
 from blockbudget.service.dashboard import STATIC_DIR, page
 from blockbudget.service.dashboard_routes import block_out, register_dashboard_routes
-from blockbudget.service.queue_routes import Pump, register_queue_routes, revoke_tasks
+from blockbudget.service.queue_routes import (
+    Pump,
+    register_queue_routes,
+    revoke_tasks,
+    unbind_tasks,
+)
 from blockbudget.store import Blocking, LatePolicy, Unit
 from blockbudget.store.model import parse_block_id
 from blockbudget.tasks.leader import leadership_for
@@ -211,6 +216,7 @@ def create_app(
         keys=keystore,
         authenticate=authenticate,
         on_revoke=lambda principal, stream: revoke_tasks(queue_of_tasks, principal, stream),
+        on_unbind=lambda principal, contexts: unbind_tasks(queue_of_tasks, principal, contexts),
     )
 
     # --- contexts ------------------------------------------------------------------------------

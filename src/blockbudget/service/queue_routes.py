@@ -17,6 +17,7 @@ charges nothing; no text of an exception raised while touching data reaches a ca
 """
 
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
@@ -370,15 +371,32 @@ def revoke_tasks(queue: "TaskQueue", principal: str, stream: str | None) -> list
     """
     if stream is None:
         return list(queue.revoke(principal))
+    found = queue.tasks(principal=principal, stream=stream, limit=1_000_000)
+    return _cancel_active(queue, found, by="access revoked")
+
+
+def unbind_tasks(queue: "TaskQueue", principal: str, contexts: Sequence[str]) -> list[str]:
+    """Cancel ``principal``'s active tasks in ``contexts`` (it was unbound from them): their
+    queued grants are released and running pipelines stop.
+
+    Returns:
+        The ids of the cancelled tasks.
+    """
+    dropped = set(contexts)
+    found = [t for t in queue.tasks(principal=principal, limit=1_000_000) if t.context in dropped]
+    return _cancel_active(queue, found, by="context unbound")
+
+
+def _cancel_active(queue: "TaskQueue", tasks: Sequence["Task"], *, by: str) -> list[str]:
     done = []
-    for t in queue.tasks(principal=principal, stream=stream, limit=1_000_000):
+    for t in tasks:
         if t.state.value in ACTIVE:
             try:
-                queue.cancel(t.id, by="access revoked", admin=True)
-            except InvalidRequestError:
+                queue.cancel(t.id, by=by, admin=True)
+            except (InvalidRequestError, TaskStateError):
                 continue  # it finished meanwhile
             done.append(t.id)
     return done
 
 
-__all__ = ["Pump", "register_queue_routes", "revoke_tasks", "task_out"]
+__all__ = ["Pump", "register_queue_routes", "revoke_tasks", "task_out", "unbind_tasks"]
