@@ -310,6 +310,7 @@ class Decider:
     def _scored(self, task: Task, blocks: list[str] | None) -> Significance:
         """The task's significance as its scheduler reads it (:mod:`~.scoring`); a provider's
         failure while reading data refuses the task with our words only."""
+
         def store(values: Mapping[str, float]) -> None:
             self.rows.set_significance(task.id, values)
 
