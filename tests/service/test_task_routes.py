@@ -81,7 +81,16 @@ def test_cancel_releases_the_grant_at_once_and_is_final(seeded: Seeded, fcfs: Te
     task = get(fcfs, seeded.analyst, task["id"])
     assert task["state"] == "granted" and used(seeded) != before
     path = f"/v1/tasks/{task['id']}/cancel"
-    assert fcfs.post(path, headers=seeded.headers(seeded.other)).status_code == 403
+    # another principal's task is answered as an unknown one (its existence is not revealed)
+    theirs = fcfs.post(path, headers=seeded.headers(seeded.other))
+    unknown = fcfs.post("/v1/tasks/" + "0" * 32 + "/cancel", headers=seeded.headers(seeded.other))
+    assert theirs.status_code == unknown.status_code == 404
+    assert theirs.json()["detail"].replace(task["id"], "X") == unknown.json()["detail"].replace(
+        "0" * 32, "X"
+    )
+    assert fcfs.get(f"/v1/tasks/{task['id']}", headers=seeded.headers(seeded.other)).json() == (
+        theirs.json()
+    )
     r = fcfs.post(path, headers=seeded.headers(seeded.analyst))
     assert r.status_code == 200 and r.json()["state"] == "cancelled", r.text
     # released at once: no pump, no expiry in between
@@ -221,6 +230,11 @@ def test_bad_submissions_store_nothing(seeded: Seeded, fcfs: TestClient) -> None
     for body in bad:
         r = fcfs.post("/v1/streams/flights/tasks", headers=ha, json=body)
         assert r.status_code == 422, (body, r.text)
+    # significance for blocks that are not the stream's (another stream's, unknown) is refused
+    for foreign in ("secret/2013-01-01", "flights/no-such-block"):
+        body = {"epsilon": 0.1, "last": 1, "significance": {foreign: 1.0}}
+        r = fcfs.post("/v1/streams/flights/tasks", headers=ha, json=body)
+        assert r.status_code == 404, (foreign, r.text)
     r = fcfs.post("/v1/streams/secret/tasks", headers=ha, json={"epsilon": 0.1, "last": 1})
     assert r.status_code == 403
     r = fcfs.post(

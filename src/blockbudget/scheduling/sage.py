@@ -182,7 +182,13 @@ class SageStrategy(Scheduler):
     # --- events -------------------------------------------------------------------------------
 
     def on_task(self, pool: Pool, task: TaskSpec) -> None:
-        start = self.levels if self.usage is not Usage.CONSERVE else 0
+        # Privacy-adaptive search starts at ε0 = demand / 2**levels only for a task that can
+        # say whether a run was good enough (a profile or a validator). A task with neither
+        # (a live DP query or budget demand) has nothing to adapt to: it would be ACCEPTed
+        # after its first run, at 1/2**levels of what it asked for, so it is served its
+        # whole demand instead.
+        adaptive = task.task_id in self.profiles or task.validator is not None
+        start = 0 if self.usage is Usage.CONSERVE and adaptive else self.levels
         # a window never below the task's own minimum (a selector's k blocks: min = max = k)
         window = max(self.min_window, task.min_blocks)
         self.state[task.task_id] = _State(level=start, window=window)

@@ -25,12 +25,11 @@ import anyio.to_thread
 from fastapi import Depends, FastAPI, Query
 
 from blockbudget.budget import Budget, Cost, RdpCurve
-from blockbudget.errors import DataError, InvalidRequestError, TaskStateError
+from blockbudget.errors import DataError, InvalidRequestError, TaskStateError, UnknownBlockError
 from blockbudget.platform import Platform
 from blockbudget.service import schemas as sc
 from blockbudget.service.access import (
     Authenticator,
-    AuthError,
     require_role,
     require_stream,
     resolve_context,
@@ -130,15 +129,25 @@ def selector_of(body: sc.TaskIn, naming: Naming) -> "Selector":
     return selector_of_wire(wire)
 
 
-def significance_of(body: sc.TaskIn, naming: Naming) -> dict[str, Any] | None:
-    """The significance to store: p per block id (resolved from the caller's names), or a
-    provider's spec."""
+def significance_of(
+    body: sc.TaskIn, naming: Naming, *, platform: Platform, stream: str
+) -> dict[str, Any] | None:
+    """The significance to store: p per block id (resolved from the caller's names, each a
+    block of ``stream``), or a provider's spec.
+
+    Raises:
+        UnknownBlockError: a name that is no block of ``stream`` (404; on opaque streams the
+            same answer as for a guessed id).
+    """
     sig = body.significance
     if sig is None:
         return None
     if isinstance(sig, sc.ProviderIn):
         return sig.model_dump()
     ids = naming.resolve(list(sig))
+    known = platform.select(stream, ids, context="_", cost=Budget(epsilon=1))
+    if len(known) != len(ids):  # a key names its window's blocks: only block ids are taken
+        raise InvalidRequestError("significance names blocks by id, one value per block")
     return dict(zip(ids, sig.values(), strict=True))
 
 
@@ -183,7 +192,7 @@ def submit(
     if body.kind is sc.TaskKind.PIPELINE:
         return _submit_pipeline(queue, stream, body, common)
     selector = selector_of(body, naming)
-    significance = significance_of(body, naming)
+    significance = significance_of(body, naming, platform=queue.platform, stream=stream)
     if body.kind is sc.TaskKind.QUERY:
         from blockbudget.query import from_dict
 
@@ -247,7 +256,9 @@ def register_queue_routes(
     def owned(me: Principal, task_id: str) -> "Task":
         task = queue.task(task_id)
         if me.role is not Role.ADMIN and task.principal != me.name:
-            raise AuthError(403, f"task {task_id!r} belongs to another principal")
+            # answered word for word as an unknown id: another principal's task does not exist
+            # for the caller (as TaskQueue.cancel answers)
+            raise UnknownBlockError(f"no task {task_id!r} in the queue")
         return task
 
     @app.post("/v1/streams/{stream}/tasks", status_code=201, tags=["tasks"])

@@ -34,6 +34,7 @@ from blockbudget.budget import Budget
 from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.calibration import exact_delta, exact_epsilon
 from blockbudget.training.bounds import check_probability
+from blockbudget.training.tasks import COLUMNS as FLIGHT_TASK_COLUMNS
 
 if TYPE_CHECKING:  # pragma: no cover
     from blockbudget.platform import Platform
@@ -57,19 +58,9 @@ KINDS: dict[str, str] = {
     "adassp-regression": "air-time linear regression (AdaSSP, loss validator)",
 }
 
-#: The columns both kinds read (the flights schema of :mod:`blockbudget.data.flights`).
-FLIGHT_COLUMNS: tuple[str, ...] = (
-    "month",
-    "day",
-    "hour",
-    "origin",
-    "carrier",
-    "distance",
-    "air_time",
-    "dep_delay",
-    "arr_delay",
-    "sched_dep_datetime",
-)
+#: The columns both kinds read: the flights tasks' columns (:mod:`blockbudget.training.tasks`)
+#: but the derived ``time_hour``.
+FLIGHT_COLUMNS: tuple[str, ...] = tuple(c for c in FLIGHT_TASK_COLUMNS if c != "time_hour")
 
 #: δ a kind's demand asks per block by default: average-speed is pure ε-DP (Laplace counts and
 #: sums, δ = 0), AdaSSP uses δ (seed 004 §5: δ = 1e-6).
