@@ -361,8 +361,8 @@ def plan(scale: Scale, *, quick: bool) -> Plan:
         rates = (0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.0)
         return Plan(scale, weeks, targets, epsilons, grid, STATISTICS, rates, 104, TRIALS)
     if scale is Scale.STANDIN_WEEKLY:
-        # the stand-in's 8–256 weeks in 1-week blocks; 832 blocks simulate slowly (≈ 1 min a
-        # workload at 0.25/week on 2 cores), so one workload at three loads
+        # the stand-in's 8–256 weeks in 1-week blocks; 832 blocks simulate slowly (≈ 3 min for the
+        # four strategies at 0.25/week on 2 shared cores), so one workload at three loads
         grid = (1, 2, 4, 8, 16, 32, 64, 128, 256)
         rates = tuple(r / STANDIN_WEEKS_PER_BLOCK for r in (0.5, 1.0, 2.0))
         return Plan(scale, weeks, targets, epsilons, grid, STATISTICS, rates, 832, 1)
