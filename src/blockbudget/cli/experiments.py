@@ -41,22 +41,38 @@ def experiment_run(
     quick: Annotated[bool, typer.Option(help="The small form that the tests run.")] = False,
     out: Annotated[Path | None, typer.Option(help="Output folder (default results/NAME).")] = None,
     seed: Annotated[int, typer.Option(help="Base seed for the run.")] = 0,
+    scale: Annotated[
+        str | None,
+        typer.Option(
+            help="Data scale, for experiments that offer one (sage-workload: original, "
+            "paper-standin = resampled rows at Sage's scale, both)."
+        ),
+    ] = None,
 ) -> None:
     """Run one experiment, write its CSV/PNG files and print its table."""
-    run_experiment(name, quick=quick, out=out, seed=seed)
+    run_experiment(name, quick=quick, out=out, seed=seed, scale=scale)
 
 
-def run_experiment(name: str, *, quick: bool, out: Path | None, seed: int) -> None:
+def run_experiment(
+    name: str, *, quick: bool, out: Path | None, seed: int, scale: str | None = None
+) -> None:
     """Run experiment ``name`` and print its headline table and files."""
+    from blockbudget.errors import InvalidRequestError
     from blockbudget.experiments import ExperimentContext, get_experiment
 
     experiment = get_experiment(name)
+    if scale is not None and scale not in experiment.scales:
+        offered = ", ".join(experiment.scales) or "none"
+        raise InvalidRequestError(
+            f"--scale must be one of the scales {name} offers ({offered}), got {scale!r}"
+        )
     ctx = ExperimentContext(
         name=name,
         out_dir=out if out is not None else Path("results") / name,
         quick=quick,
         seed=seed,
         console=console,
+        scale=scale,
     )
     result = experiment.run(ctx)
     if result.rows:

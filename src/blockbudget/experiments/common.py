@@ -59,6 +59,8 @@ class ExperimentContext:
         quick: run the small form (seconds) that the test suite uses.
         seed: base seed for every random choice in the run.
         console: where progress and tables go; ``None`` keeps the run silent.
+        scale: the data scale an experiment that declares ``scales`` runs at (``None``: its
+            default); e.g. ``"paper-standin"`` for ``sage-workload``.
     """
 
     name: str
@@ -66,6 +68,7 @@ class ExperimentContext:
     quick: bool = False
     seed: int = 0
     console: Console | None = None
+    scale: str | None = None
     files: list[Path] = field(default_factory=list)
 
     def path(self, filename: str) -> Path:
@@ -143,9 +146,11 @@ class Experiment:
         summary: one line for ``blockbudget experiment list``.
         source: which seed table or figure it reproduces, e.g. ``"seed 004 Tab. 2"``.
         run: the function that runs it.
+        scales: the values of ``--scale`` it accepts, the default first (empty: none).
     """
 
     name: str
     summary: str
     source: str
     run: Callable[[ExperimentContext], ExperimentResult]
+    scales: tuple[str, ...] = ()
