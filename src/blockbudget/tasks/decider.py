@@ -250,7 +250,9 @@ class Decider:
             self.ledger,
             stream=stream,
             context=context,
-            run_id=f"{HOLD_PREFIX}{self._term}:{family}:{stream}:{context}",
+            # a fresh nonce per pool: a rebuilt pool restarts its decision numbers, and reusing
+            # an earlier pool's request ids would make the ledger answer its writes as replays
+            run_id=f"{HOLD_PREFIX}{self._term}:{secrets.token_hex(6)}:{family}:{stream}:{context}",
             holder_of=holder_of,
             grant_ttl_seconds=self.grant_ttl_seconds,
         )

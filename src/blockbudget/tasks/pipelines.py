@@ -404,7 +404,9 @@ class PipelineFamily:
             bridge = RunBridge(
                 ledger,
                 stream=stream,
-                run_id=f"{self.hold_prefix}{self.boot}:pipelines:{stream}:{context}",
+                # a fresh nonce per lane: a lane built again (leadership lost and regained)
+                # restarts its decision numbers; its request ids must not replay the old ones
+                run_id=f"{self.hold_prefix}{self.boot}:{secrets.token_hex(6)}:pipelines:{stream}:{context}",
                 context=context,
             )
             lane = _Lane(live, strategy, bridge)
