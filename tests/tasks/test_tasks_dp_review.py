@@ -44,3 +44,74 @@ def test_a_rebuilt_pool_pays_epsilon0_for_its_own_runs(tmp_path: Path) -> None:
         assert _used(p, b) - before == eps0, k  # every new pool's run paid its ε0
     q.close()
     p.close()
+
+
+def _threshold_queue(p: object) -> TaskQueue:
+    return TaskQueue(
+        p,  # type: ignore[arg-type]
+        scheduler="online-threshold:sensitivity=0.0001",
+        noise=SeededNoise(SEED),
+        clock=Clock(),
+    )
+
+
+def test_epsilon0_is_in_the_ledger_before_the_comparison(tmp_path: Path) -> None:
+    """A stale pool thinks ε0 fits while the ledger has no room: the run must not start (no
+    threshold noise drawn, no comparison made) — the ε0 is charged durably first or not at all."""
+    p = make_platform(tmp_path, days=1)
+    b = p.ledger.states("s", "team")[0].block
+    q = _threshold_queue(p)
+    p.ledger.charge([b], Budget(epsilon="0.5"), context="team")
+    q.pump()
+    w = q.submit_budget(
+        "s", Budget(epsilon="0.001"), selector=AnyBlocks(1), context="team", significance={b: 1e6}
+    )
+    q.pump()
+    assert q.task(w.id).state.value == "granted"  # its run passed and closed
+    sched = next(iter(q._runs.values())).live.scheduler  # type: ignore[attr-defined]
+    assert (sched.runs_started, sched.comparisons) == (1, 1)
+    p.ledger.charge([b], Budget(epsilon="0.485"), context="team")  # outside, not yet synced
+    used = _used(p, b)
+    t = q.submit_budget(
+        "s", Budget(epsilon="0.001"), selector=AnyBlocks(1), context="team", significance={b: 0}
+    )
+    q.pump()
+    assert q.task(t.id).state.value == "refused"
+    assert (sched.runs_started, sched.comparisons) == (1, 1)  # no unpaid comparison
+    assert _used(p, b) == used
+    q.close()
+    p.close()
+
+
+def test_a_failing_decision_refuses_its_task_and_the_stream_goes_on(tmp_path: Path) -> None:
+    """Applying one decision raises something that is not a ledger refusal: that task is
+    refused with our words, the decision counter moves on, and the next task is granted."""
+    p = make_platform(tmp_path, days=2)
+    q = TaskQueue(p, scheduler="fcfs", noise=SeededNoise(SEED), clock=Clock())
+    t0 = q.submit_budget("s", Budget(epsilon="0.1"), selector=AnyBlocks(1), context="team")
+    q.pump()
+    assert q.task(t0.id).state.value == "granted"
+    run = next(iter(q._runs.values()))  # type: ignore[attr-defined]
+    real = run.bridge.apply
+    broken: list[str] = []
+
+    def apply(d: object) -> None:
+        if not broken and getattr(d, "kind", None) is not None and d.kind.value == "grant":  # type: ignore[attr-defined]
+            broken.append(d.task_id)  # type: ignore[attr-defined]
+            raise KeyError("boom")
+        real(d)
+
+    run.bridge.apply = apply
+    t1 = q.submit_budget("s", Budget(epsilon="0.1"), selector=AnyBlocks(1), context="team")
+    q.pump()
+    t2 = q.submit_budget("s", Budget(epsilon="0.1"), selector=AnyBlocks(1), context="team")
+    q.pump()
+    assert broken == [t1.id]
+    one = q.task(t1.id)
+    assert one.state.value == "refused" and "internal error" in one.note
+    assert "boom" not in one.note
+    assert q.task(t2.id).state.value == "granted"
+    assert run.bridge.applied == len(run.live.pool.decisions)
+    q.close()
+    p.close()
+

@@ -39,6 +39,7 @@ task is due.
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import logging
 import secrets
@@ -256,6 +257,7 @@ class Decider:
             holder_of=holder_of,
             grant_ttl_seconds=self.grant_ttl_seconds,
         )
+        live.pool.overhead_sink = functools.partial(_durable_overhead, bridge)
         run = _Run(family, spec, live, bridge, last_tick=self.clock())
         self._runs[key] = run
         self._apply(run)  # decisions on_block made for existing blocks (none hold tasks)
@@ -345,11 +347,38 @@ class Decider:
     def _apply(self, run: _Run) -> None:
         start = run.bridge.applied
         for done, d in enumerate(run.live.pool.decisions[start:], start=start + 1):
-            self._apply_one(run, d)
+            try:
+                self._apply_one(run, d)
+            except _TRANSIENT:
+                raise  # the database is unreachable: the same decision is retried next pump
+            except Exception as exc:  # a bug applying one decision must not jam the stream
+                self._failed_decision(run, d, exc)
             run.bridge.applied = done
+
+    def _failed_decision(self, run: _Run, d: Decision, exc: Exception) -> None:
+        """Applying decision ``d`` raised something other than a ledger refusal: its task is
+        refused with our words only (a reference to the log), and the stream goes on."""
+        from blockbudget.service.failures import new_reference
+
+        ref = new_reference()
+        log.error(
+            "applying decision %s of task %s failed (reference %s)",
+            d.seq,
+            d.task_id,
+            ref,
+            exc_info=exc,
+        )
+        run.bridge.charged.pop(d.task_id, None)
+        if run.live.pool.is_pending(d.task_id):
+            run.live.pool.reject(d.task_id, note=f"internal error (reference {ref})")
+        self._forget(run, d.task_id)
+        self._refuse(d.task_id, d.time, f"internal error applying its grant (reference {ref})")
 
     def _apply_one(self, run: _Run, d: Decision) -> None:
         if d.task_id == LEDGER_TASK or d.kind is DecisionKind.CREDIT:
+            return
+        if d.kind is DecisionKind.GRANT and d.task_id not in run.tasks:
+            run.bridge.charged.pop(d.task_id, None)  # refused or cancelled meanwhile: no grant
             return
         try:
             run.bridge.apply(d)
@@ -574,3 +603,28 @@ class Decider:
         f = self.platform.filter(self.ledger.state(res.blocks[0], res.context).stream)
         full = tuple(f.features(res.cost))
         return all(tuple(left) == full for _, left in res.remaining)
+
+
+#: What a task's result says when its paid significance was measured with seeded noise.
+INSECURE: Mapping[str, Any] = {"significance_secure_noise": False}
+
+
+def _transient_errors() -> tuple[type[BaseException], ...]:
+    import sqlalchemy.exc
+
+    return (OSError, sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
+
+
+_TRANSIENT = _transient_errors()
+
+
+def _durable_overhead(bridge: GrantBridge, decision: Decision) -> bool:
+    """A pool's overhead sink: write an OVERHEAD decision (an AboveThreshold run's ε0) to the
+    ledger at once, before the scheduler draws the noise it pays for. The decider's later
+    apply of the same decision replays it (same request id ``<run_id>:<seq>``: not charged
+    twice). False when the ledger refuses (a stale pool, a retired block): nothing changed."""
+    try:
+        bridge.apply(decision)
+    except BlockBudgetError:
+        return False
+    return True
