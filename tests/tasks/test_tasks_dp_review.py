@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+import pytest
 
 from blockbudget import Budget
 from blockbudget.mechanisms.noise import SeededNoise
 from blockbudget.tasks.queue import TaskQueue
-from blockbudget.tasks.selectors import AnyBlocks
+from blockbudget.tasks.selectors import AnyBlocks, Named
 from tasks.tasks_support import SEED, Clock, make_platform
 
 
@@ -115,3 +118,38 @@ def test_a_failing_decision_refuses_its_task_and_the_stream_goes_on(tmp_path: Pa
     q.close()
     p.close()
 
+
+_PAID = {"provider": "loss-reduction", "column": "v", "lower": 0.0, "upper": 3.0,
+         "validation": [2.0, 2.5], "epsilon": 0.5, "prior": 0.0}  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", [None, 123])
+def test_a_seeded_significance_measurement_says_secure_noise_false(
+    tmp_path: Path, seed: int | None
+) -> None:
+    """A Python caller may seed the paid measurement; the task then says it was not DP."""
+    p = make_platform(tmp_path, days=1)
+    b = p.ledger.states("s", "team")[0].block
+    q = TaskQueue(p, scheduler="fcfs", noise=None, clock=Clock())  # secure, as served
+    spec = dict(_PAID) if seed is None else {**_PAID, "seed": seed}
+    t = q.submit_budget("s", Budget(epsilon="0.1"), selector=Named((b,)), context="team",
+                        significance=spec)  # fmt: skip
+    q.pump()
+    got = q.task(t.id)
+    assert got.state.value == "granted" and "provider" not in (got.significance or {})
+    assert got.result == (None if seed is None else {"significance_secure_noise": False})
+    q.close()
+    p.close()
+
+
+def test_the_cli_refuses_a_seeded_significance_spec(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from blockbudget.cli import app
+
+    spec = json.dumps({**_PAID, "seed": 1})
+    out = CliRunner().invoke(
+        app, ["task", "submit", "s", "--epsilon", "0.1", "--newest", "1", "--significance", spec,
+              "--home", str(tmp_path)],
+    )  # fmt: skip
+    assert out.exit_code != 0 and "seed" in out.output, out.output

@@ -136,7 +136,11 @@ def significance_of(body: sc.TaskIn, naming: Naming) -> dict[str, Any] | None:
     if sig is None:
         return None
     if isinstance(sig, sc.ProviderIn):
-        return sig.model_dump()
+        from blockbudget.tasks.significance import refuse_noise_controls
+
+        spec = sig.model_dump()
+        refuse_noise_controls(spec)  # a principal never seeds a DP measurement (422)
+        return spec
     ids = naming.resolve(list(sig))
     return dict(zip(ids, sig.values(), strict=True))
 

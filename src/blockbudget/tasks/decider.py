@@ -315,8 +315,10 @@ class Decider:
         failure while reading data refuses the task with our words only."""
         from blockbudget.service.failures import LEDGER_REFUSALS, failure_of, new_reference
 
-        def store(values: Mapping[str, float]) -> None:
+        def store(values: Mapping[str, float], secure: bool) -> None:
             self.rows.set_significance(task.id, values)
+            if not secure:  # a seeded measurement is not DP: the task says so from now on
+                self.rows.move(task.id, frm=_WAITING, to=TaskState.WAITING, result=INSECURE)
 
         try:
             return significance_of(
@@ -458,6 +460,8 @@ class Decider:
                 result = family.run(self, task)
             else:
                 raise BlockBudgetError(f"no family runs {task.kind.value} work")
+            if task.result is not None and INSECURE.items() <= task.result.items():
+                result = {**result, **INSECURE}  # its significance was measured with a seed
             self.rows.move(
                 task.id,
                 frm=(TaskState.RUNNING,),

@@ -61,13 +61,15 @@ def significance_of(
     *,
     blocks: Sequence[str] | None,
     noise: NoiseSource | None,
-    store: Callable[[Mapping[str, float]], None],
+    store: Callable[[Mapping[str, float], bool], None],
 ) -> Significance:
     """What the scheduler reads for ``task`` (module docstring).
 
     Args:
         blocks: the blocks the task may use (None: any block of its stream).
-        store: saves a paid provider's values as the task's significance table.
+        store: saves a paid provider's values as the task's significance table, with its
+            ``secure_noise`` (False when a seed — a Python caller's, or the queue's seeded
+            noise — drew the measurement: the task must say so).
     """
     sig = task.significance
     if sig is None:
@@ -81,9 +83,9 @@ def significance_of(
     if provider.cost_per_block is not None:
         if blocks is None:  # refused at submission; a row written otherwise scores nothing
             return {}
-        values = provider.values(platform, task.stream, list(blocks), noise=noise, **kw)
-        store(values)
-        return dict(values)
+        scores = provider.score(platform, task.stream, list(blocks), noise=noise, **kw)
+        store(scores.values, scores.secure_noise)
+        return dict(scores.values)
     cache: dict[str, float] = {}
 
     def value(block: str) -> float:
