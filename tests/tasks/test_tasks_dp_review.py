@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from blockbudget import Budget
+from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.noise import SeededNoise
 from blockbudget.tasks.queue import TaskQueue
 from blockbudget.tasks.selectors import AnyBlocks, Named
@@ -153,3 +154,31 @@ def test_the_cli_refuses_a_seeded_significance_spec(tmp_path: Path) -> None:
               "--home", str(tmp_path)],
     )  # fmt: skip
     assert out.exit_code != 0 and "seed" in out.output, out.output
+
+
+def test_private_significance_needs_a_scheduler_sensitivity_that_covers_its_ratio(
+    tmp_path: Path,
+) -> None:
+    """A table computed from private rows (stated Δ = 5) compared by Alg. 1: the ratio
+    p/(ε_j + ε0) has sensitivity 5/(0.1 + 0.01) ≈ 45.5, so a scheduler configured with Δ = 1 is
+    refused (nothing stored or charged) and one with Δ = 50 serves it; public values and DP
+    releases need nothing."""
+    p = make_platform(tmp_path, days=1)
+    b = p.ledger.states("s", "team")[0].block
+    private = {"provider": "user", "values": {b: 3.0}, "sensitivity": 5.0}
+    q = TaskQueue(p, scheduler="online-threshold", noise=SeededNoise(SEED), clock=Clock())
+    before = _used(p, b)
+    with pytest.raises(InvalidRequestError, match=r"sensitivity 1\.0"):
+        q.submit_budget("s", Budget(epsilon="0.1"), selector=AnyBlocks(1), context="team",
+                        significance=private)  # fmt: skip
+    assert q.tasks() == [] and _used(p, b) == before
+    for public in ({b: 3.0}, {"provider": "user", "values": {b: 3.0}}, _PAID):
+        sel = Named((b,)) if "provider" in public and public is _PAID else AnyBlocks(1)
+        q.submit_budget("s", Budget(epsilon="0.1"), selector=sel, context="team",
+                        significance=public)  # fmt: skip
+    q.set_scheduler("s", "online-threshold:sensitivity=50")
+    t = q.submit_budget("s", Budget(epsilon="0.1"), selector=AnyBlocks(1), context="team",
+                        significance=private)  # fmt: skip
+    assert q.task(t.id).state.value in ("waiting", "granted")
+    q.close()
+    p.close()

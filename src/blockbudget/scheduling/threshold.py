@@ -305,6 +305,19 @@ class _ThresholdBase(Scheduler):
         else:
             pool.grant(task.task_id)
 
+    def compared_sensitivity(self, value_sensitivity: float, *, demand_epsilon: float) -> float:
+        """Δ of the quantity this scheduler's AboveThreshold compares, for significance values
+        of sensitivity ``value_sensitivity`` and a demand of ε-share ``demand_epsilon`` (Alg. 1:
+        p_ij/(ε_j + ε0), so Δ_p/(ε_j + ε0); a smaller ``demand_epsilon`` is a safe bound).
+        The runs are ε0-DP only when :attr:`sensitivity` is at least this.
+
+        Example:
+            >>> OnlineThreshold(comparison_epsilon=0.01).compared_sensitivity(
+            ...     5.0, demand_epsilon=0.24)
+            20.0
+        """
+        return value_sensitivity / (demand_epsilon + self.epsilon0)
+
     def describe(self) -> str:
         return f"{self.name}(U={self.upper:g}, L={self.lower:g}, ε0={self.epsilon0:g})"
 
@@ -447,6 +460,17 @@ class MixedThreshold(_ThresholdBase):
         eps = check_positive(epsilon, name="ε_j")
         ratio = self.lower / self.constant
         return ratio - (1.0 - ratio) * self.overhead / eps
+
+    def compared_sensitivity(self, value_sensitivity: float, *, demand_epsilon: float) -> float:
+        """Δ of the compared ε* − η·ε_j = p_ij/T − κ − η·ε_j (Eq. (17)): Δ_p/T — the demand
+        is public and does not enter it.
+
+        Example:
+            >>> MixedThreshold(upper=100.0, lower=100.0).compared_sensitivity(
+            ...     5.0, demand_epsilon=0.1)
+            0.05
+        """
+        return value_sensitivity / self.constant
 
     def on_task(self, pool: Pool, task: TaskSpec) -> None:
         vec = pool.vector(task.demand)

@@ -58,7 +58,7 @@ from blockbudget.tasks.livepool import LEDGER_TASK, FeedBatch, LedgerFeed, LiveP
 from blockbudget.tasks.model import Task, TaskState, WorkKind
 from blockbudget.tasks.rows import TaskRows
 from blockbudget.tasks.schedspec import SchedulerSpec
-from blockbudget.tasks.scoring import Significance, significance_of
+from blockbudget.tasks.scoring import Significance, check_comparison, significance_of
 from blockbudget.tasks.selectors import InRange, Selector
 
 if TYPE_CHECKING:
@@ -283,6 +283,12 @@ class Decider:
             )
             timeout = (
                 None if task.deadline is None else max(task.deadline - task.submitted_at, 1e-9)
+            )
+            check_comparison(  # again: the stream's scheduler may have changed since
+                run.live.scheduler,
+                task.significance,
+                demand=task.demand,
+                accounting=run.live.pool.accounting,
             )
             significance = self._scored(task, resolved_blocks(task, run.live, in_range))
             spec = task_spec(

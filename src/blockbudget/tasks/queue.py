@@ -62,7 +62,7 @@ from blockbudget.tasks.decider import Decider, WorkFamily
 from blockbudget.tasks.model import Task, TaskState, Waiting, WorkKind
 from blockbudget.tasks.rows import TaskRows
 from blockbudget.tasks.schedspec import SchedulerSpec, parse_spec
-from blockbudget.tasks.scoring import check_provider
+from blockbudget.tasks.scoring import check_comparison, check_provider
 from blockbudget.tasks.selectors import AnyBlocks, InRange, Named, Selector
 from blockbudget.tasks.table import fingerprint
 from blockbudget.tasks.why import explain
@@ -382,6 +382,7 @@ class TaskQueue(Decider):
         named = selector.blocks if isinstance(selector, Named) else None
         sig = check_significance(significance, blocks=named)
         check_provider(sig, bounded=not isinstance(selector, AnyBlocks))
+        check_comparison(sched.build(noise=None), sig, demand=cost, accounting=spec.accounting)
         return cost, selector, sig
 
     # --- reads --------------------------------------------------------------------------
