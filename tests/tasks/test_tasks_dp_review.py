@@ -182,3 +182,28 @@ def test_private_significance_needs_a_scheduler_sensitivity_that_covers_its_rati
     assert q.task(t.id).state.value in ("waiting", "granted")
     q.close()
     p.close()
+
+
+def test_the_live_queue_refuses_strong_streams(tmp_path: Path) -> None:
+    """The live pool cannot mirror a STRONG block's (ε, ε², g, δ) features from costs (it
+    under-counted δ): tasks and scheduler changes on a STRONG stream are refused up front."""
+    from blockbudget.accounting import Accounting
+    from blockbudget.store import Blocking
+
+    p = make_platform(tmp_path, days=1)
+    p.create_stream(
+        "strong",
+        policy=Budget(epsilon=1, delta="1e-4"),
+        blocking=Blocking.by_time("t"),
+        accounting=Accounting.STRONG,
+        slack_delta=1e-5,
+    )
+    q = TaskQueue(p, scheduler="online-threshold", noise=SeededNoise(SEED), clock=Clock())
+    with pytest.raises(InvalidRequestError, match="strong"):
+        q.submit_budget("strong", Budget(epsilon="0.001", delta="0.000005"),
+                        selector=AnyBlocks(1), context="team")  # fmt: skip
+    with pytest.raises(InvalidRequestError, match="strong"):
+        q.set_scheduler("strong", "mixed-threshold")
+    assert q.tasks() == [] and q.rows.overrides() == {}
+    q.close()
+    p.close()

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import IntegrityError
 
+from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget, Cost
 from blockbudget.errors import (
     InternalError,
@@ -356,6 +357,7 @@ class TaskQueue(Decider):
         if context not in self.platform.contexts():
             raise UnknownContextError(f"unknown or closed context {context!r}")
         sched = self._spec_for(self._family_of(kind), stream)
+        _refuse_strong(stream, spec.accounting)
         if spec.accounting not in sched.cls.accountings:
             raise InvalidRequestError(
                 f"scheduler {sched.name!r} cannot schedule stream {stream!r} under "
@@ -501,6 +503,7 @@ class TaskQueue(Decider):
         """
         parsed = parse_spec(spec)
         accounting = self.platform.stream(stream).accounting
+        _refuse_strong(stream, accounting)
         if accounting not in parsed.cls.accountings:
             raise InvalidRequestError(
                 f"scheduler {parsed.name!r} cannot schedule {accounting.value} accounting"
@@ -562,3 +565,22 @@ class TaskQueue(Decider):
         if Decimal(eps) > exact:
             eps = math.nextafter(eps, 0.0)
         return replace(query, epsilon=eps)
+
+
+def _refuse_strong(stream: str, accounting: Accounting) -> None:
+    """The live queue schedules BASIC and RDP streams only (docs/scheduling.md, "Running").
+
+    A STRONG block's ledger state is the adaptive strong-composition filter's feature vector
+    (ε, ε², g, δ); the live pool mirrors the ledger through costs, and a cost cannot carry those
+    features back, so the pool would under-count what the ledger has used (the earlier service
+    queue refused STRONG streams for the same reason).
+
+    Raises:
+        InvalidRequestError: ``accounting`` is STRONG.
+    """
+    if accounting is Accounting.STRONG:
+        raise InvalidRequestError(
+            f"the task queue does not schedule stream {stream!r}: its accounting is "
+            f"{accounting.value} (adaptive strong composition), which the live scheduler cannot "
+            "mirror; use direct requests naming blocks on it"
+        )
