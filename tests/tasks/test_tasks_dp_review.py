@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
 from blockbudget import Budget
+from blockbudget.budget import UNIT
 from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.noise import SeededNoise
 from blockbudget.tasks.queue import TaskQueue
@@ -205,5 +207,36 @@ def test_the_live_queue_refuses_strong_streams(tmp_path: Path) -> None:
     with pytest.raises(InvalidRequestError, match="strong"):
         q.set_scheduler("strong", "mixed-threshold")
     assert q.tasks() == [] and q.rows.overrides() == {}
+    q.close()
+    p.close()
+
+
+def test_a_gaussian_query_runs_at_its_partial_grant(tmp_path: Path) -> None:
+    """Alg. 3 grants a fraction f of a Gaussian query's (ε, δ): the query runs at (fε, fδ), its
+    charge within the grant (it used to keep its full δ, cost more than held, and fail)."""
+    import pandas as pd
+
+    from blockbudget.platform import Platform
+    from blockbudget.query import Query
+    from blockbudget.store import Blocking
+
+    p = Platform(tmp_path, engine="arrow")
+    p.create_stream("g", policy=Budget(epsilon=1, delta="1e-5"), blocking=Blocking.by_time("t"))
+    p.add_context("team")
+    ts = pd.date_range("2024-01-01", periods=1, freq="D").repeat(3)
+    p.ingest("g", pd.DataFrame({"t": ts, "v": [1.0, 2.0, 3.0]}))
+    b = p.ledger.states("g", "team")[0].block
+    spec = "mixed-threshold:upper=1,lower=1,comparison_epsilon=0.0001,sensitivity=0.000001"
+    q = TaskQueue(p, scheduler=spec, noise=SeededNoise(SEED), clock=Clock())
+    query = Query.count(epsilon=0.2, delta=1e-6, mechanism="gaussian")
+    t = q.submit_query("g", query, selector=AnyBlocks(1), context="team", significance={b: 0.1})
+    q.pump()
+    done = q.wait(t.id, 30)
+    assert done.state.value == "done", done.note
+    held = p.ledger.reservation(done.reservation_id).cost  # type: ignore[arg-type]
+    assert isinstance(held, Budget) and 0 < held.epsilon < Decimal("0.15")  # partial
+    used = p.ledger.state(b, "team").used
+    assert used[0] <= int(held.epsilon * UNIT) + 2 * 10**14  # the run's ε0s (0.0001 each)
+    assert used[1] <= int(held.delta * UNIT)  # the query's δ within the grant
     q.close()
     p.close()

@@ -57,7 +57,6 @@ from blockbudget.errors import (
     UnknownContextError,
 )
 from blockbudget.ledger import validate_context_name
-from blockbudget.store import Unit
 from blockbudget.tasks.binding import blocks_in_range, check_significance
 from blockbudget.tasks.decider import Decider, WorkFamily
 from blockbudget.tasks.model import Task, TaskState, Waiting, WorkKind
@@ -542,7 +541,7 @@ class TaskQueue(Decider):
         query = from_dict(task.work)
         held = self.ledger.reservation(task.reservation_id).cost
         if held != task.demand:  # a partial grant: the query runs at the ε it holds
-            query = self._at(query, held, task.stream)
+            query = self._at(query, held, task.demand, task.stream)
         from blockbudget.tasks.work import run_query_on
 
         with self.platform.grant(
@@ -554,17 +553,37 @@ class TaskQueue(Decider):
         ) as grant:
             return run_query_on(grant, query, noise=self.noise).to_dict()
 
-    def _at(self, query: Query, held: Cost, stream: str) -> Query:
-        """The query at the largest ε whose reservation ``held`` covers (rounded down)."""
-        spec = self.platform.stream(stream)
-        k = (spec.blocking.rows_per_user or 1) if spec.blocking.unit is Unit.USER else 1
-        if not isinstance(held, Budget) or held.epsilon <= 0:
+    def _at(self, query: Query, held: Cost, demand: Cost, stream: str) -> Query:
+        """The query scaled to a partial grant (Alg. 3 grants ``held`` = f·``demand``): its ε —
+        and its δ, for a Gaussian query — times f = held.ε/demand.ε, rounded down, and
+        checked to price within ``held`` (group privacy is monotone: k·fε and
+        k·e^((k−1)fε)·fδ stay within f·(kε, k·e^((k−1)ε)·δ)).
+
+        Raises:
+            InvalidRequestError: the grant is not an (ε, δ) budget, or the scaled query would
+                not fit it (the query does not run; nothing is drawn).
+        """
+        from blockbudget.mechanisms.noise import NoiseKind
+        from blockbudget.query import check
+
+        if not (isinstance(held, Budget) and isinstance(demand, Budget)) or not (
+            held.epsilon > 0 and demand.epsilon > 0
+        ):
             raise InvalidRequestError(f"a partial grant of {held} cannot run a DP query")
-        exact = held.epsilon / Decimal(k)
-        eps = float(exact)
-        if Decimal(eps) > exact:
-            eps = math.nextafter(eps, 0.0)
-        return replace(query, epsilon=eps)
+        f = held.epsilon / demand.epsilon
+        out = replace(query, epsilon=_down(Decimal(query.epsilon) * f))
+        if query.mechanism is NoiseKind.GAUSSIAN:
+            out = replace(out, delta=_down(Decimal(query.delta) * f))
+        price = check(self.platform, stream, out).reserve
+        if not (
+            isinstance(price, Budget)
+            and price.epsilon <= held.epsilon
+            and price.delta <= held.delta
+        ):
+            raise InvalidRequestError(
+                f"the query scaled to its partial grant {held} would cost {price}: not run"
+            )
+        return out
 
 
 def _refuse_strong(stream: str, accounting: Accounting) -> None:
@@ -584,3 +603,9 @@ def _refuse_strong(stream: str, accounting: Accounting) -> None:
             f"{accounting.value} (adaptive strong composition), which the live scheduler cannot "
             "mirror; use direct requests naming blocks on it"
         )
+
+
+def _down(exact: Decimal) -> float:
+    """The largest float ≤ ``exact``."""
+    out = float(exact)
+    return math.nextafter(out, 0.0) if Decimal(out) > exact else out
