@@ -54,6 +54,7 @@ from blockbudget.ledger import Reservation, ReservationState
 from blockbudget.scheduling import Decision, DecisionKind, TaskShape
 from blockbudget.tasks.binding import blocks_in_range, resolved_blocks, task_spec
 from blockbudget.tasks.bridge import HOLD_PREFIX, GrantBridge, grant_request_id
+from blockbudget.tasks.guards import INSECURE, TRANSIENT, durable_overhead
 from blockbudget.tasks.livepool import LEDGER_TASK, FeedBatch, LedgerFeed, LivePool
 from blockbudget.tasks.model import Task, TaskState, WorkKind
 from blockbudget.tasks.rows import TaskRows
@@ -257,7 +258,7 @@ class Decider:
             holder_of=holder_of,
             grant_ttl_seconds=self.grant_ttl_seconds,
         )
-        live.pool.overhead_sink = functools.partial(_durable_overhead, bridge)
+        live.pool.overhead_sink = functools.partial(durable_overhead, bridge)
         run = _Run(family, spec, live, bridge, last_tick=self.clock())
         self._runs[key] = run
         self._apply(run)  # decisions on_block made for existing blocks (none hold tasks)
@@ -357,7 +358,7 @@ class Decider:
         for done, d in enumerate(run.live.pool.decisions[start:], start=start + 1):
             try:
                 self._apply_one(run, d)
-            except _TRANSIENT:
+            except TRANSIENT:
                 raise  # the database is unreachable: the same decision is retried next pump
             except Exception as exc:  # a bug applying one decision must not jam the stream
                 self._failed_decision(run, d, exc)
@@ -613,28 +614,3 @@ class Decider:
         f = self.platform.filter(self.ledger.state(res.blocks[0], res.context).stream)
         full = tuple(f.features(res.cost))
         return all(tuple(left) == full for _, left in res.remaining)
-
-
-#: What a task's result says when its paid significance was measured with seeded noise.
-INSECURE: Mapping[str, Any] = {"significance_secure_noise": False}
-
-
-def _transient_errors() -> tuple[type[BaseException], ...]:
-    import sqlalchemy.exc
-
-    return (OSError, sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
-
-
-_TRANSIENT = _transient_errors()
-
-
-def _durable_overhead(bridge: GrantBridge, decision: Decision) -> bool:
-    """A pool's overhead sink: write an OVERHEAD decision (an AboveThreshold run's ε0) to the
-    ledger at once, before the scheduler draws the noise it pays for. The decider's later
-    apply of the same decision replays it (same request id ``<run_id>:<seq>``: not charged
-    twice). False when the ledger refuses (a stale pool, a retired block): nothing changed."""
-    try:
-        bridge.apply(decision)
-    except BlockBudgetError:
-        return False
-    return True

@@ -47,7 +47,6 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import IntegrityError
 
-from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget, Cost
 from blockbudget.errors import (
     InternalError,
@@ -59,6 +58,7 @@ from blockbudget.errors import (
 from blockbudget.ledger import validate_context_name
 from blockbudget.tasks.binding import blocks_in_range, check_significance
 from blockbudget.tasks.decider import Decider, WorkFamily
+from blockbudget.tasks.guards import refuse_strong, round_down
 from blockbudget.tasks.model import Task, TaskState, Waiting, WorkKind
 from blockbudget.tasks.rows import TaskRows
 from blockbudget.tasks.schedspec import SchedulerSpec, parse_spec
@@ -356,7 +356,7 @@ class TaskQueue(Decider):
         if context not in self.platform.contexts():
             raise UnknownContextError(f"unknown or closed context {context!r}")
         sched = self._spec_for(self._family_of(kind), stream)
-        _refuse_strong(stream, spec.accounting)
+        refuse_strong(stream, spec.accounting)
         if spec.accounting not in sched.cls.accountings:
             raise InvalidRequestError(
                 f"scheduler {sched.name!r} cannot schedule stream {stream!r} under "
@@ -502,7 +502,7 @@ class TaskQueue(Decider):
         """
         parsed = parse_spec(spec)
         accounting = self.platform.stream(stream).accounting
-        _refuse_strong(stream, accounting)
+        refuse_strong(stream, accounting)
         if accounting not in parsed.cls.accountings:
             raise InvalidRequestError(
                 f"scheduler {parsed.name!r} cannot schedule {accounting.value} accounting"
@@ -571,9 +571,9 @@ class TaskQueue(Decider):
         ):
             raise InvalidRequestError(f"a partial grant of {held} cannot run a DP query")
         f = held.epsilon / demand.epsilon
-        out = replace(query, epsilon=_down(Decimal(query.epsilon) * f))
+        out = replace(query, epsilon=round_down(Decimal(query.epsilon) * f))
         if query.mechanism is NoiseKind.GAUSSIAN:
-            out = replace(out, delta=_down(Decimal(query.delta) * f))
+            out = replace(out, delta=round_down(Decimal(query.delta) * f))
         price = check(self.platform, stream, out).reserve
         if not (
             isinstance(price, Budget)
@@ -584,28 +584,3 @@ class TaskQueue(Decider):
                 f"the query scaled to its partial grant {held} would cost {price}: not run"
             )
         return out
-
-
-def _refuse_strong(stream: str, accounting: Accounting) -> None:
-    """The live queue schedules BASIC and RDP streams only (docs/scheduling.md, "Running").
-
-    A STRONG block's ledger state is the adaptive strong-composition filter's feature vector
-    (ε, ε², g, δ); the live pool mirrors the ledger through costs, and a cost cannot carry those
-    features back, so the pool would under-count what the ledger has used (the earlier service
-    queue refused STRONG streams for the same reason).
-
-    Raises:
-        InvalidRequestError: ``accounting`` is STRONG.
-    """
-    if accounting is Accounting.STRONG:
-        raise InvalidRequestError(
-            f"the task queue does not schedule stream {stream!r}: its accounting is "
-            f"{accounting.value} (adaptive strong composition), which the live scheduler cannot "
-            "mirror; use direct requests naming blocks on it"
-        )
-
-
-def _down(exact: Decimal) -> float:
-    """The largest float ≤ ``exact``."""
-    out = float(exact)
-    return math.nextafter(out, 0.0) if Decimal(out) > exact else out
