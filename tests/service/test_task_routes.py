@@ -302,3 +302,18 @@ def test_a_pipeline_task_is_listed_as_a_job_and_cancelled(seeded: Seeded, tmp_pa
         r = c.post("/v1/streams/full/tasks", headers=ha, json=bad)
         assert r.status_code == 422, r.text
     assert not any(s.reserved[0] for s in seeded.platform.ledger.states("full", "team-a"))
+
+
+def test_a_principal_cannot_seed_a_paid_significance_measurement(
+    seeded: Seeded, fcfs: TestClient
+) -> None:
+    """A seed would make the paid DP loss-reduction measurement deterministic (no DP): 422,
+    nothing stored or charged."""
+    before = used(seeded)
+    spec = {"provider": "loss-reduction", "column": "dep_delay", "lower": 0.0, "upper": 60.0,
+            "validation": [10.0], "epsilon": 0.1, "seed": 123}  # fmt: skip
+    body = {"epsilon": 0.1, "selector": {"newest": 1}, "significance": spec}
+    r = fcfs.post("/v1/streams/flights/tasks", headers=seeded.headers(seeded.analyst), json=body)
+    assert r.status_code == 422 and "seed" in r.text, r.text
+    queue: TaskQueue = fcfs.app.state.tasks  # type: ignore[attr-defined]
+    assert queue.tasks() == [] and used(seeded) == before

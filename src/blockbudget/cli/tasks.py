@@ -229,6 +229,10 @@ def task_submit(
             body["significance"] = json.loads(significance)
         except ValueError as exc:
             raise InvalidRequestError(f"--significance is not JSON: {exc}") from None
+        if isinstance(body["significance"], dict):
+            from blockbudget.tasks.significance import refuse_noise_controls
+
+            refuse_noise_controls(body["significance"])  # the CLI's user is a principal
     client = remote(server, api_key)
     if client is not None:
         if context:

@@ -29,7 +29,7 @@ STRONG the filter's own non-linear test decides, one block at a time.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,6 +85,9 @@ class Pool:
         self.dims = probe.dims
         self.now = 0.0
         self.decisions: list[Decision] = []
+        #: Makes an OVERHEAD decision durable before it is logged (see :meth:`charge_overhead`);
+        #: None (the simulator) logs it only.
+        self.overhead_sink: Callable[[Decision], bool] | None = None
         self.tasks: dict[str, TaskSpec] = {}
         self.status: dict[str, TaskStatus] = {}
         self.blocks: list[BlockSpec] = []
@@ -516,14 +519,26 @@ class Pool:
         """Charge a block for the scheduler's own DP work on behalf of a task (seed 000
         Alg. 1's comparison cost ε0). The block does not count toward the task's c_j.
 
+        With an :attr:`overhead_sink` (a live driver's ledger write), the decision is handed to
+        it *before* it is logged or counted: the charge is durable before the caller does the
+        DP work it pays for (e.g. draws AboveThreshold's threshold noise). A sink that refuses
+        (returns False: the ledger refused it) leaves the pool unchanged.
+
         Returns:
-            True when charged; False (nothing changed) when the block cannot fit it.
+            True when charged; False (nothing changed) when the block cannot fit it, or the
+            sink refused it.
         """
         self._open(task_id)
         i = self.index(block_id)
         vec = self.vector(cost)
         if not bool(self.fits_many([i], vec)[0]):
             return False
+        if self.overhead_sink is not None:
+            pending = Decision(
+                len(self.decisions), self.now, DecisionKind.OVERHEAD, task_id, block_id, cost, note
+            )
+            if not self.overhead_sink(pending):
+                return False
         self._charged[i] += vec
         self._log(DecisionKind.OVERHEAD, task_id, i, cost, note)
         return True

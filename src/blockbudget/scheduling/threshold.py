@@ -177,6 +177,10 @@ def _largest_fraction(pool: Pool, vec: FloatArray, index: int) -> float:
     return min(1.0, best) * (1 - 1e-6)
 
 
+class _OverheadRefused(Exception):
+    """A block refused a run's ε0 (a live pool's ledger refused it): no run, no comparison."""
+
+
 class _BlockSource:
     """One block of a pool as a :class:`~blockbudget.mechanisms.source.BudgetSource`: a draw
     is an OVERHEAD charge on the block on behalf of the task that opens the run."""
@@ -192,12 +196,15 @@ class _BlockSource:
         return self.pool.accounting
 
     def draw(self, cost: Cost, *, label: str) -> None:
-        """Charge ``cost`` to the block; the caller checked that it fits."""
+        """Charge ``cost`` to the block (durably first where the pool has an overhead sink);
+        the caller checked that it fits the pool.
+
+        Raises:
+            _OverheadRefused: the block refused it (a live pool's ledger refused: the pool was
+                stale, or the block retired); nothing was charged and no noise is drawn.
+        """
         if not self.pool.charge_overhead(self.task_id, self.block_id, cost, note=label):
-            raise InternalError(
-                f"block {self.block_id!r} was checked to fit an AboveThreshold run's ε0 but "
-                f"refused it"
-            )
+            raise _OverheadRefused(self.block_id)
 
 
 class _ThresholdBase(Scheduler):
@@ -241,19 +248,23 @@ class _ThresholdBase(Scheduler):
         passed (its next comparison costs nothing more)."""
         return block_id in self._runs.get(pool, {})
 
-    def _run(self, pool: Pool, task: TaskSpec, block_id: str) -> AboveThreshold:
-        """The block's open run, or a new one: ε0 charged, then its threshold noise drawn."""
+    def _run(self, pool: Pool, task: TaskSpec, block_id: str) -> AboveThreshold | None:
+        """The block's open run, or a new one: ε0 charged (durably, on a live pool), then its
+        threshold noise drawn; None when the block refused the ε0 (no comparison is made)."""
         runs = self._runs.setdefault(pool, {})
         run = runs.get(block_id)
         if run is None:
-            run = AboveThreshold(
-                _BlockSource(pool, task.task_id, block_id),
-                epsilon=self.epsilon0,
-                threshold=0.0,
-                sensitivity=self.sensitivity,
-                noise=self.noise,
-                label="above-threshold run",
-            )
+            try:
+                run = AboveThreshold(
+                    _BlockSource(pool, task.task_id, block_id),
+                    epsilon=self.epsilon0,
+                    threshold=0.0,
+                    sensitivity=self.sensitivity,
+                    noise=self.noise,
+                    label="above-threshold run",
+                )
+            except _OverheadRefused:
+                return None
             runs[block_id] = run
             self.runs_started += 1
         return run
@@ -293,6 +304,19 @@ class _ThresholdBase(Scheduler):
                 raise InternalError(f"task {task.task_id!r}: its own reservations did not fit")
         else:
             pool.grant(task.task_id)
+
+    def compared_sensitivity(self, value_sensitivity: float, *, demand_epsilon: float) -> float:
+        """Δ of the quantity this scheduler's AboveThreshold compares, for significance values
+        of sensitivity ``value_sensitivity`` and a demand of ε-share ``demand_epsilon`` (Alg. 1:
+        p_ij/(ε_j + ε0), so Δ_p/(ε_j + ε0); a smaller ``demand_epsilon`` is a safe bound).
+        The runs are ε0-DP only when :attr:`sensitivity` is at least this.
+
+        Example:
+            >>> OnlineThreshold(comparison_epsilon=0.01).compared_sensitivity(
+            ...     5.0, demand_epsilon=0.24)
+            20.0
+        """
+        return value_sensitivity / (demand_epsilon + self.epsilon0)
 
     def describe(self) -> str:
         return f"{self.name}(U={self.upper:g}, L={self.lower:g}, ε0={self.epsilon0:g})"
@@ -364,6 +388,8 @@ class OnlineThreshold(_ThresholdBase):
         eps_j = demand_share(pool, vec, i) * float(pool.blocks[i].capacity.epsilon)
         ratio = task.significance_of(block_id) / (eps_j + self.epsilon0)
         run = self._run(pool, task, block_id)
+        if run is None:
+            return False
         bar = threshold(float(pool.used_fraction([i])[0]), upper=self.upper, lower=self.lower)
         if not self._compare(pool, block_id, run, ratio - bar):
             return False
@@ -435,6 +461,17 @@ class MixedThreshold(_ThresholdBase):
         ratio = self.lower / self.constant
         return ratio - (1.0 - ratio) * self.overhead / eps
 
+    def compared_sensitivity(self, value_sensitivity: float, *, demand_epsilon: float) -> float:
+        """Δ of the compared ε* − η·ε_j = p_ij/T − κ − η·ε_j (Eq. (17)): Δ_p/T — the demand
+        is public and does not enter it.
+
+        Example:
+            >>> MixedThreshold(upper=100.0, lower=100.0).compared_sensitivity(
+            ...     5.0, demand_epsilon=0.1)
+            0.05
+        """
+        return value_sensitivity / self.constant
+
     def on_task(self, pool: Pool, task: TaskSpec) -> None:
         vec = pool.vector(task.demand)
         over = pool.vector(self._overhead(pool, self.epsilon0))
@@ -463,6 +500,8 @@ class MixedThreshold(_ThresholdBase):
         eps_j = demand_share(pool, vec, i) * float(pool.blocks[i].capacity.epsilon)
         eps_star = task.significance_of(block_id) / self.constant - self.overhead  # Eq. (17)
         run = self._run(pool, task, block_id)
+        if run is None:
+            return False
         if not self._compare(pool, block_id, run, eps_star - self.eta * eps_j):
             return False
         release = self._overhead(pool, self.epsilon0)

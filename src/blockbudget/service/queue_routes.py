@@ -143,7 +143,11 @@ def significance_of(
     if sig is None:
         return None
     if isinstance(sig, sc.ProviderIn):
-        return sig.model_dump()
+        from blockbudget.tasks.significance import refuse_noise_controls
+
+        spec = sig.model_dump()
+        refuse_noise_controls(spec)  # a principal never seeds a DP measurement (422)
+        return spec
     ids = naming.resolve(list(sig))
     known = platform.select(stream, ids, context="_", cost=Budget(epsilon=1))
     if len(known) != len(ids):  # a key names its window's blocks: only block ids are taken

@@ -39,6 +39,7 @@ task is due.
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import logging
 import secrets
@@ -54,11 +55,12 @@ from blockbudget.ledger import Reservation, ReservationState
 from blockbudget.scheduling import Decision, DecisionKind, TaskShape
 from blockbudget.tasks.binding import blocks_in_range, resolved_blocks, task_spec
 from blockbudget.tasks.bridge import HOLD_PREFIX, GrantBridge, grant_request_id
+from blockbudget.tasks.guards import INSECURE, TRANSIENT, durable_overhead
 from blockbudget.tasks.livepool import LEDGER_TASK, FeedBatch, LedgerFeed, LivePool
 from blockbudget.tasks.model import Task, TaskState, WorkKind
 from blockbudget.tasks.rows import TaskRows
 from blockbudget.tasks.schedspec import SchedulerSpec
-from blockbudget.tasks.scoring import Significance, significance_of
+from blockbudget.tasks.scoring import Significance, check_comparison, significance_of
 from blockbudget.tasks.selectors import InRange, Selector
 
 if TYPE_CHECKING:
@@ -251,10 +253,13 @@ class Decider:
             self.ledger,
             stream=stream,
             context=context,
-            run_id=f"{HOLD_PREFIX}{self._term}:{family}:{stream}:{context}",
+            # a fresh nonce per pool: a rebuilt pool restarts its decision numbers, and reusing
+            # an earlier pool's request ids would make the ledger answer its writes as replays
+            run_id=f"{HOLD_PREFIX}{self._term}:{secrets.token_hex(6)}:{family}:{stream}:{context}",
             holder_of=holder_of,
             grant_ttl_seconds=self.grant_ttl_seconds,
         )
+        live.pool.overhead_sink = functools.partial(durable_overhead, bridge)
         run = _Run(family, spec, live, bridge, last_tick=self.clock())
         self._runs[key] = run
         self._apply(run)  # decisions on_block made for existing blocks (none hold tasks)
@@ -280,6 +285,12 @@ class Decider:
             )
             timeout = (
                 None if task.deadline is None else max(task.deadline - task.submitted_at, 1e-9)
+            )
+            check_comparison(  # again: the stream's scheduler may have changed since
+                run.live.scheduler,
+                task.significance,
+                demand=task.demand,
+                accounting=run.live.pool.accounting,
             )
             significance = self._scored(task, resolved_blocks(task, run.live, in_range))
             spec = task_spec(
@@ -311,8 +322,10 @@ class Decider:
         """The task's significance as its scheduler reads it (:mod:`~.scoring`); a provider's
         failure while reading data refuses the task with our words only."""
 
-        def store(values: Mapping[str, float]) -> None:
+        def store(values: Mapping[str, float], secure: bool) -> None:
             self.rows.set_significance(task.id, values)
+            if not secure:  # a seeded measurement is not DP: the task says so from now on
+                self.rows.move(task.id, frm=_WAITING, to=TaskState.WAITING, result=INSECURE)
 
         try:
             return significance_of(
@@ -343,11 +356,38 @@ class Decider:
     def _apply(self, run: _Run) -> None:
         start = run.bridge.applied
         for done, d in enumerate(run.live.pool.decisions[start:], start=start + 1):
-            self._apply_one(run, d)
+            try:
+                self._apply_one(run, d)
+            except TRANSIENT:
+                raise  # the database is unreachable: the same decision is retried next pump
+            except Exception as exc:  # a bug applying one decision must not jam the stream
+                self._failed_decision(run, d, exc)
             run.bridge.applied = done
+
+    def _failed_decision(self, run: _Run, d: Decision, exc: Exception) -> None:
+        """Applying decision ``d`` raised something other than a ledger refusal: its task is
+        refused with our words only (a reference to the log), and the stream goes on."""
+        from blockbudget.service.failures import new_reference
+
+        ref = new_reference()
+        log.error(
+            "applying decision %s of task %s failed (reference %s)",
+            d.seq,
+            d.task_id,
+            ref,
+            exc_info=exc,
+        )
+        run.bridge.charged.pop(d.task_id, None)
+        if run.live.pool.is_pending(d.task_id):
+            run.live.pool.reject(d.task_id, note=f"internal error (reference {ref})")
+        self._forget(run, d.task_id)
+        self._refuse(d.task_id, d.time, f"internal error applying its grant (reference {ref})")
 
     def _apply_one(self, run: _Run, d: Decision) -> None:
         if d.task_id == LEDGER_TASK or d.kind is DecisionKind.CREDIT:
+            return
+        if d.kind is DecisionKind.GRANT and d.task_id not in run.tasks:
+            run.bridge.charged.pop(d.task_id, None)  # refused or cancelled meanwhile: no grant
             return
         try:
             run.bridge.apply(d)
@@ -425,6 +465,8 @@ class Decider:
                 result = family.run(self, task)
             else:
                 raise BlockBudgetError(f"no family runs {task.kind.value} work")
+            if task.result is not None and INSECURE.items() <= task.result.items():
+                result = {**result, **INSECURE}  # its significance was measured with a seed
             self.rows.move(
                 task.id,
                 frm=(TaskState.RUNNING,),

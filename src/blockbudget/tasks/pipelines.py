@@ -404,7 +404,9 @@ class PipelineFamily:
             bridge = RunBridge(
                 ledger,
                 stream=stream,
-                run_id=f"{self.hold_prefix}{self.boot}:pipelines:{stream}:{context}",
+                # a fresh nonce per lane: a lane built again (leadership lost and regained)
+                # restarts its decision numbers; its request ids must not replay the old ones
+                run_id=f"{self.hold_prefix}{self.boot}:{secrets.token_hex(6)}:pipelines:{stream}:{context}",
                 context=context,
             )
             lane = _Lane(live, strategy, bridge)
@@ -491,7 +493,9 @@ class PipelineFamily:
                 ttl_seconds=RUN_TTL_SECONDS,
                 request_id=f"{principal}:pipeline:{task.id}:run:{number}",
             )
-        except BlockBudgetError as exc:  # another writer took the budget since the sync
+        except BlockBudgetError as exc:  # another writer took the budget since the sync, or
+            # between the release of this pipeline's shares (applied in _settle) and this
+            # reservation — not one ledger transaction (docs/service.md, "Tasks"): refused
             lane.stopped.add(task_id)
             lane.pool.reject(task_id, note=f"the ledger refused run {number}")
             self._record(

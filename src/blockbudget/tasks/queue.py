@@ -56,13 +56,13 @@ from blockbudget.errors import (
     UnknownContextError,
 )
 from blockbudget.ledger import validate_context_name
-from blockbudget.store import Unit
 from blockbudget.tasks.binding import blocks_in_range, check_significance
 from blockbudget.tasks.decider import Decider, WorkFamily
+from blockbudget.tasks.guards import refuse_strong, round_down
 from blockbudget.tasks.model import Task, TaskState, Waiting, WorkKind
 from blockbudget.tasks.rows import TaskRows
 from blockbudget.tasks.schedspec import SchedulerSpec, parse_spec
-from blockbudget.tasks.scoring import check_provider
+from blockbudget.tasks.scoring import check_comparison, check_provider
 from blockbudget.tasks.selectors import AnyBlocks, InRange, Named, Selector
 from blockbudget.tasks.table import fingerprint
 from blockbudget.tasks.why import explain
@@ -356,6 +356,7 @@ class TaskQueue(Decider):
         if context not in self.platform.contexts():
             raise UnknownContextError(f"unknown or closed context {context!r}")
         sched = self._spec_for(self._family_of(kind), stream)
+        refuse_strong(stream, spec.accounting)
         if spec.accounting not in sched.cls.accountings:
             raise InvalidRequestError(
                 f"scheduler {sched.name!r} cannot schedule stream {stream!r} under "
@@ -382,6 +383,7 @@ class TaskQueue(Decider):
         named = selector.blocks if isinstance(selector, Named) else None
         sig = check_significance(significance, blocks=named)
         check_provider(sig, bounded=not isinstance(selector, AnyBlocks))
+        check_comparison(sched.build(noise=None), sig, demand=cost, accounting=spec.accounting)
         return cost, selector, sig
 
     # --- reads --------------------------------------------------------------------------
@@ -500,6 +502,7 @@ class TaskQueue(Decider):
         """
         parsed = parse_spec(spec)
         accounting = self.platform.stream(stream).accounting
+        refuse_strong(stream, accounting)
         if accounting not in parsed.cls.accountings:
             raise InvalidRequestError(
                 f"scheduler {parsed.name!r} cannot schedule {accounting.value} accounting"
@@ -538,7 +541,7 @@ class TaskQueue(Decider):
         query = from_dict(task.work)
         held = self.ledger.reservation(task.reservation_id).cost
         if held != task.demand:  # a partial grant: the query runs at the ε it holds
-            query = self._at(query, held, task.stream)
+            query = self._at(query, held, task.demand, task.stream)
         from blockbudget.tasks.work import run_query_on
 
         with self.platform.grant(
@@ -550,14 +553,34 @@ class TaskQueue(Decider):
         ) as grant:
             return run_query_on(grant, query, noise=self.noise).to_dict()
 
-    def _at(self, query: Query, held: Cost, stream: str) -> Query:
-        """The query at the largest ε whose reservation ``held`` covers (rounded down)."""
-        spec = self.platform.stream(stream)
-        k = (spec.blocking.rows_per_user or 1) if spec.blocking.unit is Unit.USER else 1
-        if not isinstance(held, Budget) or held.epsilon <= 0:
+    def _at(self, query: Query, held: Cost, demand: Cost, stream: str) -> Query:
+        """The query scaled to a partial grant (Alg. 3 grants ``held`` = f·``demand``): its ε —
+        and its δ, for a Gaussian query — times f = held.ε/demand.ε, rounded down, and
+        checked to price within ``held`` (group privacy is monotone: k·fε and
+        k·e^((k−1)fε)·fδ stay within f·(kε, k·e^((k−1)ε)·δ)).
+
+        Raises:
+            InvalidRequestError: the grant is not an (ε, δ) budget, or the scaled query would
+                not fit it (the query does not run; nothing is drawn).
+        """
+        from blockbudget.mechanisms.noise import NoiseKind
+        from blockbudget.query import check
+
+        if not (isinstance(held, Budget) and isinstance(demand, Budget)) or not (
+            held.epsilon > 0 and demand.epsilon > 0
+        ):
             raise InvalidRequestError(f"a partial grant of {held} cannot run a DP query")
-        exact = held.epsilon / Decimal(k)
-        eps = float(exact)
-        if Decimal(eps) > exact:
-            eps = math.nextafter(eps, 0.0)
-        return replace(query, epsilon=eps)
+        f = held.epsilon / demand.epsilon
+        out = replace(query, epsilon=round_down(Decimal(query.epsilon) * f))
+        if query.mechanism is NoiseKind.GAUSSIAN:
+            out = replace(out, delta=round_down(Decimal(query.delta) * f))
+        price = check(self.platform, stream, out).reserve
+        if not (
+            isinstance(price, Budget)
+            and price.epsilon <= held.epsilon
+            and price.delta <= held.delta
+        ):
+            raise InvalidRequestError(
+                f"the query scaled to its partial grant {held} would cost {price}: not run"
+            )
+        return out

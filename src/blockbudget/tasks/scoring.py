@@ -26,11 +26,14 @@ from typing import TYPE_CHECKING, Any
 from blockbudget.errors import InvalidRequestError
 
 if TYPE_CHECKING:
+    from blockbudget.accounting import Accounting
+    from blockbudget.budget import Cost
     from blockbudget.mechanisms.noise import NoiseSource
     from blockbudget.platform import Platform
+    from blockbudget.scheduling.base import Scheduler
     from blockbudget.tasks.model import Task
 
-__all__ = ["check_provider", "significance_of"]
+__all__ = ["check_comparison", "check_provider", "significance_of"]
 
 Significance = Mapping[str, float] | Callable[[str], float] | None
 
@@ -55,19 +58,79 @@ def check_provider(spec: Mapping[str, Any] | None, *, bounded: bool) -> None:
         )
 
 
+def check_comparison(
+    scheduler: Scheduler,
+    spec: Mapping[str, Any] | None,
+    *,
+    demand: Cost,
+    accounting: Accounting,
+) -> None:
+    """Refuse a task whose significance is private to a scheduler whose comparison would not
+    be DP for it (docs/scheduling.md, "Significance and Δ").
+
+    Only values a provider computed from private rows without noise
+    (:attr:`~blockbudget.tasks.significance.Disclosure.PRIVATE`, e.g. a ``user`` table with a
+    stated ``sensitivity``) need this: public values and DP releases are compared as
+    post-processing. A threshold scheduler's AboveThreshold is ε0-DP only if its configured
+    ``sensitivity`` bounds the compared quantity's, ``compared_sensitivity`` (Alg. 1:
+    Δ_p/(ε_j + ε0) with ε_j bounded below by the demand's ε — BASIC and STRONG — or by 0
+    otherwise). Schedulers that never read significance need nothing.
+
+    Raises:
+        InvalidRequestError: the scheduler's sensitivity is below what the values need.
+
+    Example:
+        >>> from blockbudget.accounting import Accounting
+        >>> from blockbudget.budget import Budget
+        >>> from blockbudget.scheduling import get_scheduler
+        >>> private = {"provider": "user", "values": {"s/1": 3.0}, "sensitivity": 5.0}
+        >>> check_comparison(get_scheduler("online-threshold", sensitivity=500.0), private,
+        ...                  demand=Budget(epsilon=0.09), accounting=Accounting.BASIC)
+        >>> check_comparison(get_scheduler("online-threshold"), private,
+        ...                  demand=Budget(epsilon=0.09), accounting=Accounting.BASIC)
+        Traceback (most recent call last):
+        ...
+        blockbudget.errors.InvalidRequestError: ...
+    """
+    needs = getattr(scheduler, "compared_sensitivity", None)
+    if spec is None or "provider" not in spec or needs is None:
+        return  # no provider (a table is public: Δ = 0), or a scheduler that compares nothing
+    from blockbudget.accounting import Accounting
+    from blockbudget.budget import Budget
+    from blockbudget.tasks.significance import Disclosure, provider_from_json
+
+    provider = provider_from_json(spec)
+    if provider.disclosure is not Disclosure.PRIVATE:
+        return
+    linear = accounting in (Accounting.BASIC, Accounting.STRONG)
+    floor = float(demand.epsilon) if linear and isinstance(demand, Budget) else 0.0
+    needed = float(needs(provider.comparison_sensitivity, demand_epsilon=floor))
+    have = float(getattr(scheduler, "sensitivity", 0.0))
+    if have < needed:
+        raise InvalidRequestError(
+            f"significance {provider.name!r} is computed from private rows with stated Δ = "
+            f"{provider.comparison_sensitivity!r}; {scheduler.name!r} compares a quantity of "
+            f"sensitivity {needed!r} for this demand, but is configured with sensitivity "
+            f"{have!r}: its comparison would not be DP (configure the stream's scheduler with "
+            f"sensitivity >= {needed!r}, or give public significance)"
+        )
+
+
 def significance_of(
     platform: Platform,
     task: Task,
     *,
     blocks: Sequence[str] | None,
     noise: NoiseSource | None,
-    store: Callable[[Mapping[str, float]], None],
+    store: Callable[[Mapping[str, float], bool], None],
 ) -> Significance:
     """What the scheduler reads for ``task`` (module docstring).
 
     Args:
         blocks: the blocks the task may use (None: any block of its stream).
-        store: saves a paid provider's values as the task's significance table.
+        store: saves a paid provider's values as the task's significance table, with its
+            ``secure_noise`` (False when a seed — a Python caller's, or the queue's seeded
+            noise — drew the measurement: the task must say so).
     """
     sig = task.significance
     if sig is None:
@@ -81,9 +144,9 @@ def significance_of(
     if provider.cost_per_block is not None:
         if blocks is None:  # refused at submission; a row written otherwise scores nothing
             return {}
-        values = provider.values(platform, task.stream, list(blocks), noise=noise, **kw)
-        store(values)
-        return dict(values)
+        scores = provider.score(platform, task.stream, list(blocks), noise=noise, **kw)
+        store(scores.values, scores.secure_noise)
+        return dict(scores.values)
     cache: dict[str, float] = {}
 
     def value(block: str) -> float:

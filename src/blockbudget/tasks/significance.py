@@ -76,6 +76,7 @@ if TYPE_CHECKING:
     from blockbudget.platform import Platform
 
 __all__ = [
+    "NOISE_CONTROLS",
     "Disclosure",
     "RecencySignificance",
     "Scores",
@@ -83,9 +84,45 @@ __all__ = [
     "UserSignificance",
     "provider_from_json",
     "provider_names",
+    "refuse_noise_controls",
     "register_provider",
     "significance_from_json",
 ]
+
+#: Provider parameters that control the randomness of a paid DP measurement. A principal
+#: (HTTP, CLI) may never set them: a seeded measurement is deterministic — no DP at all.
+NOISE_CONTROLS = frozenset({"seed"})
+
+
+def refuse_noise_controls(spec: Mapping[str, Any] | None) -> None:
+    """Refuse a provider spec from a principal that sets a noise control (:data:`NOISE_CONTROLS`).
+
+    The project's randomness rule: every release draws fresh OS entropy or OpenDP's secure
+    samplers unless a *trusted* caller asks for a seed. Over HTTP and the CLI the spec comes
+    from a principal, and a seed would make the paid measurement reproducible — its output a
+    function of the rows alone — so it is refused before anything is stored or charged. A
+    Python caller may still seed a provider (tests, experiments): the task then records
+    ``significance_secure_noise: false`` in its result.
+
+    Raises:
+        InvalidRequestError: the spec sets one of :data:`NOISE_CONTROLS`.
+
+    Example:
+        >>> refuse_noise_controls({"provider": "recency", "half_life_seconds": 60.0})
+        >>> refuse_noise_controls({"provider": "loss-reduction", "seed": 1})
+        Traceback (most recent call last):
+        ...
+        blockbudget.errors.InvalidRequestError: a significance provider's noise is not yours to \
+control: remove ['seed'] (the measurement draws from OpenDP's secure samplers)
+    """
+    if spec is None or "provider" not in spec:
+        return
+    bad = sorted(NOISE_CONTROLS & set(spec))
+    if bad:
+        raise InvalidRequestError(
+            f"a significance provider's noise is not yours to control: remove {bad} (the "
+            "measurement draws from OpenDP's secure samplers)"
+        )
 
 
 class Disclosure(Enum):

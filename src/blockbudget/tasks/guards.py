@@ -1,0 +1,72 @@
+"""Small guards of the live scheduler's DP accounting (used by the decider and the queue).
+
+Example:
+    >>> round_down(Decimal("0.1")) <= 0.1
+    True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from blockbudget.accounting import Accounting
+from blockbudget.errors import BlockBudgetError, InvalidRequestError
+
+if TYPE_CHECKING:
+    from blockbudget.scheduling import Decision
+    from blockbudget.tasks.bridge import GrantBridge
+
+__all__ = ["INSECURE", "TRANSIENT", "durable_overhead", "refuse_strong", "round_down"]
+
+
+#: What a task's result says when its paid significance was measured with seeded noise.
+INSECURE: Mapping[str, Any] = {"significance_secure_noise": False}
+
+
+def _transient_errors() -> tuple[type[BaseException], ...]:
+    import sqlalchemy.exc
+
+    return (OSError, sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
+
+
+TRANSIENT = _transient_errors()
+
+
+def durable_overhead(bridge: GrantBridge, decision: Decision) -> bool:
+    """A pool's overhead sink: write an OVERHEAD decision (an AboveThreshold run's ε0) to the
+    ledger at once, before the scheduler draws the noise it pays for. The decider's later
+    apply of the same decision replays it (same request id ``<run_id>:<seq>``: not charged
+    twice). False when the ledger refuses (a stale pool, a retired block): nothing changed."""
+    try:
+        bridge.apply(decision)
+    except BlockBudgetError:
+        return False
+    return True
+
+
+def refuse_strong(stream: str, accounting: Accounting) -> None:
+    """The live queue schedules BASIC and RDP streams only (docs/scheduling.md, "Running").
+
+    A STRONG block's ledger state is the adaptive strong-composition filter's feature vector
+    (ε, ε², g, δ); the live pool mirrors the ledger through costs, and a cost cannot carry those
+    features back, so the pool would under-count what the ledger has used (the earlier service
+    queue refused STRONG streams for the same reason).
+
+    Raises:
+        InvalidRequestError: ``accounting`` is STRONG.
+    """
+    if accounting is Accounting.STRONG:
+        raise InvalidRequestError(
+            f"the task queue does not schedule stream {stream!r}: its accounting is "
+            f"{accounting.value} (adaptive strong composition), which the live scheduler cannot "
+            "mirror; use direct requests naming blocks on it"
+        )
+
+
+def round_down(exact: Decimal) -> float:
+    """The largest float ≤ ``exact``."""
+    out = float(exact)
+    return math.nextafter(out, 0.0) if Decimal(out) > exact else out
