@@ -128,3 +128,21 @@ def test_a_data_failure_is_stored_as_our_code_and_words(
     assert p.ledger.reservation(t.reservation_id).state.value == "closed"
     q.close()
     p.close()
+
+
+def test_a_budget_task_says_what_it_was_granted(tmp_path: Path) -> None:
+    """A partial grant (seed 000 Alg. 3, Eq. (18)) holds less than the demand: the task's
+    result says what its reservation holds on each block."""
+    p = make_platform(tmp_path)
+    q = _queue(p, "mixed-threshold:seed=1")
+    demand = Budget(epsilon="0.4")
+    for _ in range(3):
+        t = q.submit_budget("s", demand, selector=AnyBlocks(3), context="team", principal="ana")
+        t = q.wait(t.id, timeout=20)
+        assert t.state is TaskState.GRANTED and t.reservation_id is not None, t.note
+        assert t.result is not None
+        held = p.ledger.reservation(t.reservation_id).cost
+        assert Budget.from_json(t.result["granted"]) == held
+        assert isinstance(held, Budget) and held.epsilon <= demand.epsilon
+    q.close()
+    p.close()

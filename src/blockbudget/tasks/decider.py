@@ -402,10 +402,10 @@ class Decider:
                 pool.reject(d.task_id, note=f"the ledger refused a hold: {exc}")
             return
         if d.kind is DecisionKind.GRANT:
-            rid, blocks, _ = run.bridge.granted.pop(d.task_id)
+            rid, blocks, cost = run.bridge.granted.pop(d.task_id)
             task = self._forget(run, d.task_id)
             if task is not None:
-                self._granted(task, rid, blocks, d.time, d.note)
+                self._granted(task, rid, blocks, d.time, d.note, cost=cost)
         elif d.kind in (DecisionKind.REJECT, DecisionKind.EXPIRE):
             self._forget(run, d.task_id)
             if run.closing:
@@ -425,9 +425,21 @@ class Decider:
         self.rows.move(task_id, frm=_WAITING, to=TaskState.REFUSED, when=when, note=note)
 
     def _granted(
-        self, task: Task, rid: str, blocks: tuple[str, ...], when: float, note: str
+        self,
+        task: Task,
+        rid: str,
+        blocks: tuple[str, ...],
+        when: float,
+        note: str,
+        *,
+        cost: Cost | None = None,
     ) -> None:
+        """Record a grant; a budget task's result says what it was granted on each block (a
+        partial grant of seed 000's Alg. 3 holds less than the demand)."""
         to = TaskState.GRANTED if task.kind is WorkKind.BUDGET else TaskState.RUNNING
+        granted = None
+        if task.kind is WorkKind.BUDGET and cost is not None:
+            granted = {**(task.result or {}), "granted": cost.to_json()}
         moved = self.rows.move(
             task.id,
             frm=_WAITING,
@@ -436,6 +448,7 @@ class Decider:
             note=note or "granted",
             reservation_id=rid,
             blocks=blocks,
+            result=granted,
         )
         if not moved:  # cancelled while the leader was granting: give the grant back
             self._release(rid)
@@ -576,7 +589,9 @@ class Decider:
         for task in self.rows.select(states=_WAITING, limit=10**9):
             held = grants.get(grant_request_id(task.principal, task.id))
             if held is not None:  # granted, then the leader died before the row said so
-                self._granted(task, held.id, held.blocks, self.clock(), "granted (recovered)")
+                self._granted(
+                    task, held.id, held.blocks, self.clock(), "granted (recovered)", cost=held.cost
+                )
             else:
                 self._enter(task)
         self._leading = True
