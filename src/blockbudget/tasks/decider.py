@@ -195,14 +195,17 @@ class Decider:
             for run in list(self._runs.values()):
                 pool = run.live.pool
                 pool.now = now
-                run.live.absorb(batch)
-                self._apply(run)
-                if run.bridge.applied == len(pool.decisions):
-                    run.live.reconcile()
+                # Deadlines first: budget that came back since the last pump (a credit, a new
+                # block) must not serve a task whose deadline has passed.
                 if run.deadlines and run.deadlines[0][0] < now:
                     while run.deadlines and run.deadlines[0][0] < now:
                         heapq.heappop(run.deadlines)
                     pool.expire_due()
+                    self._apply(run)
+                run.live.absorb(batch)
+                self._apply(run)
+                if run.bridge.applied == len(pool.decisions):
+                    run.live.reconcile()
                 interval = run.live.scheduler.tick_interval
                 if interval is not None and now - run.last_tick >= interval:
                     run.last_tick = now
@@ -439,7 +442,11 @@ class Decider:
         to = TaskState.GRANTED if task.kind is WorkKind.BUDGET else TaskState.RUNNING
         granted = None
         if task.kind is WorkKind.BUDGET and cost is not None:
-            granted = {**(task.result or {}), "granted": cost.to_json()}
+            row = self.rows.get(task.id)  # the row, not the pool's (older) copy of the task
+            granted = {
+                **((row.result if row is not None else None) or {}),
+                "granted": cost.to_json(),
+            }
         moved = self.rows.move(
             task.id,
             frm=_WAITING,
