@@ -22,7 +22,7 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -35,6 +35,7 @@ __all__ = [
     "EXACT_WINDOW",
     "ExactUsage",
     "capacity_vector",
+    "decide_rows",
     "nominal_vector",
     "to_units",
     "up_vector",
@@ -110,6 +111,41 @@ class ExactUsage:
         if hold is not None:
             used = [u - h for u, h in zip(used, hold, strict=True)]
         return filt.fits(used)
+
+
+def decide_rows(
+    accounting: Accounting,
+    used: FloatArray,
+    cap: FloatArray,
+    live: npt.NDArray[np.bool_],
+    exact: Callable[[int], bool | None],
+) -> npt.NDArray[np.bool_]:
+    """The fit test of linear filters on float rows, exact near capacity.
+
+    Row k fits when its conservative float ``used`` is within ``cap`` on every feature (BASIC)
+    or on some order (RDP) and the block is ``live``. A live row refused with those deciding
+    features within :data:`EXACT_WINDOW` of capacity is decided by ``exact(k)`` (the filter's
+    integer test; None keeps the float refusal). Vectorised: Python runs only for those rows.
+
+    Example:
+        >>> cap = np.array([[1.0 - 1e-9]])
+        >>> used = np.array([[1.0 + 2e-16]])
+        >>> live = np.array([True])
+        >>> decide_rows(Accounting.BASIC, used, cap, live, lambda k: True).tolist()
+        [True]
+        >>> decide_rows(Accounting.BASIC, used, cap, live, lambda k: None).tolist()
+        [False]
+    """
+    reduce = np.all if accounting is Accounting.BASIC else np.any
+    ok: npt.NDArray[np.bool_] = reduce(used <= cap, axis=-1) & live
+    if bool(ok.all()):
+        return ok
+    near = reduce(used <= cap + np.abs(cap) * EXACT_WINDOW, axis=-1) & live & ~ok
+    for k in np.flatnonzero(near).tolist():
+        verdict = exact(k)
+        if verdict is not None:
+            ok[k] = verdict
+    return ok
 
 
 def add_units(a: Sequence[int], b: Sequence[int]) -> Vector:

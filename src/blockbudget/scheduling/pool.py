@@ -60,12 +60,14 @@ from blockbudget.scheduling.exact import (
     Vector,
     add_units,
     capacity_vector,
+    decide_rows,
     nominal_vector,
     to_units,
     up_vector,
 )
 
 __all__ = ["CAPACITY_MARGIN", "EXACT_WINDOW", "CostVector", "FloatArray", "IntArray", "Pool"]
+
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -307,44 +309,24 @@ class Pool:
         exactly when ``candidate(k)`` gives row k's exact units (``task_id``'s own hold on the
         block is then available to it, as in ``used``)."""
         live = ~self._retired[idx]
-        ok: npt.NDArray[np.bool_]
-        if self.accounting is Accounting.STRONG:  # non-linear: the filter decides, exactly
-            ok = np.array(
-                [
-                    bool(live[k]) and self._strong_fits(i, used[k], candidate, k, task_id)
-                    for k, i in enumerate(idx.tolist())
-                ],
-                dtype=bool,
+
+        def exact(k: int) -> bool | None:
+            units = None if candidate is None else candidate(k)
+            return None if units is None else self._exact_fits(int(idx[k]), units, task_id)
+
+        if self.accounting is not Accounting.STRONG:
+            return decide_rows(self.accounting, used, self._cap[idx], live, exact)
+        out = np.zeros(len(idx), dtype=bool)  # non-linear: the filter decides, exactly
+        for k in np.flatnonzero(live).tolist():
+            verdict = exact(k)  # else a float vector of no known cost: its units rounded up
+            out[k] = (
+                self.filters[int(idx[k])].fits(to_units(used[k])) if verdict is None else verdict
             )
-            return ok
-        cap = self._cap[idx]
-        reduce = np.all if self.accounting is Accounting.BASIC else np.any
-        ok = reduce(used <= cap, axis=-1) & live
-        if candidate is None or bool(ok.all()):
-            return ok
-        near = reduce(used <= cap + np.abs(cap) * EXACT_WINDOW, axis=-1) & live & ~ok
-        for k in np.flatnonzero(near).tolist():
-            units = candidate(k)
-            if units is not None:
-                ok[k] = self._exact_fits(int(idx[k]), units, task_id)
-        return ok
+        return out
 
     def _exact_fits(self, i: int, units: Vector, task_id: str | None) -> bool:
         hold = None if task_id is None else self._holds.get(task_id, {}).get(i)
         return self._exact.fits(self.filters[i], i, units, None if hold is None else hold.units)
-
-    def _strong_fits(
-        self,
-        i: int,
-        used: FloatArray,
-        candidate: Callable[[int], Vector | None] | None,
-        k: int,
-        task_id: str | None,
-    ) -> bool:
-        units = None if candidate is None else candidate(k)
-        if units is None:  # a float vector of no known cost: its units rounded up
-            return self.filters[i].fits(to_units(used))
-        return self._exact_fits(i, units, task_id)
 
     def _known_units(self, vec: FloatArray) -> Vector | None:
         entry = self._vec_units.get(id(vec))
