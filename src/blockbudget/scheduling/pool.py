@@ -591,8 +591,10 @@ class Pool:
         first = values[0] if values else None
         if first is not None and all(c is first for c in values):  # one cost on every block
             vecs = np.broadcast_to(self.vector(first), (len(idx), self.dims))
+            units = [self.units(first)] * len(idx)
         else:
             vecs = np.array([self.vector(c) for c in values]).reshape(len(idx), self.dims)
+            units = [self.units(c) for c in values]
         arr = np.asarray(idx, dtype=np.int64)
         used = self._charged[arr] + self._reserved[arr] + vecs
         holds = self._holds.get(task_id)
@@ -600,7 +602,7 @@ class Pool:
             for k, i in enumerate(idx):
                 if i in holds:
                     used[k] -= holds[i].vec
-        if not bool(np.all(self._fits_rows(used, arr, lambda k: self.units(values[k]), task_id))):
+        if not bool(np.all(self._fits_rows(used, arr, units.__getitem__, task_id))):
             return False
         if holds:
             for i in idx:
@@ -609,7 +611,7 @@ class Pool:
         np.add.at(self._charged, arr, vecs)
         seen = set(self.charged_blocks[task_id])
         for k, (block_id, cost) in enumerate(costs.items()):
-            self._exact.charge(idx[k], self.units(cost))
+            self._exact.charge(idx[k], units[k])
             self._log(DecisionKind.CHARGE, task_id, idx[k], cost, note)
             if block_id not in seen:
                 self.charged_blocks[task_id].append(block_id)

@@ -186,11 +186,8 @@ class UnlockingScheduler(Scheduler):
         the unlocked fraction of the nominal capacity within :data:`UNLOCK_TOLERANCE`, never
         above the nominal capacity plus the pool's float margin."""
         cap = pool.capacity[blocks]
-        nominal = pool.nominal_capacity[blocks]
-        unlocked = np.minimum(1.0, self.unlocked[blocks])[:, None]
-        share = np.minimum(
-            nominal * (1 + CAPACITY_MARGIN), nominal * unlocked * (1 + UNLOCK_TOLERANCE)
-        )
+        unlocked = np.minimum(self.unlocked[blocks] * (1 + UNLOCK_TOLERANCE), 1 + CAPACITY_MARGIN)
+        share = pool.nominal_capacity[blocks] * unlocked[:, None]  # ≥ 0 where cap > 0
         lim: FloatArray = np.where(cap > 0, share, -np.inf)
         if pool.accounting is Accounting.BASIC:
             lim = np.where(cap > 0, lim, cap)  # BASIC: a zero capacity (δ_g = 0) is a real 0
