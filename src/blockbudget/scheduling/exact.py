@@ -116,31 +116,37 @@ class ExactUsage:
 def decide_rows(
     accounting: Accounting,
     used: FloatArray,
-    cap: FloatArray,
+    caps: FloatArray,
     live: npt.NDArray[np.bool_],
     exact: Callable[[int], bool | None],
 ) -> npt.NDArray[np.bool_]:
     """The fit test of linear filters on float rows, exact near capacity.
 
-    Row k fits when its conservative float ``used`` is within ``cap`` on every feature (BASIC)
-    or on some order (RDP) and the block is ``live``. A live row refused with those deciding
-    features within :data:`EXACT_WINDOW` of capacity is decided by ``exact(k)`` (the filter's
-    integer test; None keeps the float refusal). Vectorised: Python runs only for those rows.
+    ``caps`` is (rows, 2, dims): the conservative capacity, and the capacity widened by
+    :data:`EXACT_WINDOW`. Row k fits when its conservative float ``used`` is within the first
+    on every feature (BASIC) or on some order (RDP) and the block is ``live``. A live row
+    refused but within the second on those deciding features is decided by ``exact(k)`` (the
+    filter's integer test; None keeps the float refusal). Vectorised: one comparison for both
+    tests; Python runs only for the rows near capacity.
 
     Example:
-        >>> cap = np.array([[1.0 - 1e-9]])
+        >>> cap = 1.0 - 1e-9
+        >>> caps = np.array([[[cap], [cap * (1 + EXACT_WINDOW)]]])
         >>> used = np.array([[1.0 + 2e-16]])
         >>> live = np.array([True])
-        >>> decide_rows(Accounting.BASIC, used, cap, live, lambda k: True).tolist()
+        >>> decide_rows(Accounting.BASIC, used, caps, live, lambda k: True).tolist()
         [True]
-        >>> decide_rows(Accounting.BASIC, used, cap, live, lambda k: None).tolist()
+        >>> decide_rows(Accounting.BASIC, used, caps, live, lambda k: None).tolist()
         [False]
     """
     reduce = np.all if accounting is Accounting.BASIC else np.any
-    ok: npt.NDArray[np.bool_] = reduce(used <= cap, axis=-1) & live
-    if bool(ok.all()):
+    within = reduce(used[:, None, :] <= caps, axis=-1)
+    ok: npt.NDArray[np.bool_] = within[:, 0] & live
+    if ok.all():
         return ok
-    near = reduce(used <= cap + np.abs(cap) * EXACT_WINDOW, axis=-1) & live & ~ok
+    near = within[:, 1] & live & ~ok
+    if not near.any():
+        return ok
     for k in np.flatnonzero(near).tolist():
         verdict = exact(k)
         if verdict is not None:
@@ -159,9 +165,7 @@ def up_vector(units: Sequence[int]) -> FloatArray:
     ``u / UNIT`` is correctly rounded (Python's int true division); one ulp up makes it an
     upper bound.
     """
-    vec: FloatArray = np.nextafter(np.array([u / UNIT for u in units], dtype=np.float64), np.inf)
-    vec[np.array(units) == 0] = 0.0
-    return vec
+    return np.array([math.nextafter(u / UNIT, math.inf) if u else 0.0 for u in units])
 
 
 def to_units(vec: Iterable[float]) -> Vector:

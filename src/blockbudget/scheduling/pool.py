@@ -125,6 +125,8 @@ class Pool:
         self._vec_units: dict[int, tuple[FloatArray, Vector]] = {}
         self._exact = ExactUsage(self.dims)
         self._cap = np.zeros((16, self.dims))
+        # per block: the capacity, and the same widened by EXACT_WINDOW (exact checks below it)
+        self._caps = np.zeros((16, 2, self.dims))
         self._nominal = np.zeros((16, self.dims))
         self._charged = np.zeros((16, self.dims))
         self._reserved = np.zeros((16, self.dims))
@@ -315,7 +317,7 @@ class Pool:
             return None if units is None else self._exact_fits(int(idx[k]), units, task_id)
 
         if self.accounting is not Accounting.STRONG:
-            return decide_rows(self.accounting, used, self._cap[idx], live, exact)
+            return decide_rows(self.accounting, used, self._caps[idx], live, exact)
         out = np.zeros(len(idx), dtype=bool)  # non-linear: the filter decides, exactly
         for k in np.flatnonzero(live).tolist():
             verdict = exact(k)  # else a float vector of no known cost: its units rounded up
@@ -393,11 +395,13 @@ class Pool:
             grow = max(16, n)
             pad = np.zeros((grow, self.dims))
             self._cap = np.vstack([self._cap, pad])
+            self._caps = np.vstack([self._caps, np.zeros((grow, 2, self.dims))])
             self._nominal = np.vstack([self._nominal, pad])
             self._charged = np.vstack([self._charged, pad])
             self._reserved = np.vstack([self._reserved, pad])
             self._retired = np.concatenate([self._retired, np.zeros(grow, dtype=bool)])
         self._cap[n] = cached[1]
+        self._caps[n] = (cached[1], cached[1] + np.abs(cached[1]) * EXACT_WINDOW)
         self._nominal[n] = cached[2]
         self._exact.add_block()
         self.blocks.append(block)
