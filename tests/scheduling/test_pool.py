@@ -26,11 +26,11 @@ def test_charges_are_all_or_nothing_and_never_overspend() -> None:
     assert pool.grant("a")
     assert not pool.grant("b")  # 0.7 + 0.4 > 1 on both blocks
     assert pool.is_pending("b") and pool.charged[:, 0].tolist() == pytest.approx([0.7, 0.7])
-    # ten charges of 0.1 fit in a block of 1 — in the ledger; the pool keeps a 1e-9 margin
+    # 0.7 + 0.3 is exactly 1 in the ledger's units: the pool gives the block's last budget
     pool.submit(TaskSpec("c", 0.0, Budget(epsilon=0.3), blocks=("b0",)))
-    assert not pool.grant("c")
-    pool.submit(TaskSpec("d", 0.0, Budget(epsilon=0.29), blocks=("b0",)))
-    assert pool.grant("d")
+    assert pool.grant("c")
+    pool.submit(TaskSpec("d", 0.0, Budget(epsilon="1e-18"), blocks=("b0",)))
+    assert not pool.grant("d")  # one unit more is refused
 
 
 def test_decisions_are_irrevocable() -> None:

@@ -16,27 +16,34 @@ changed:
   (:attr:`TaskSpec.eligible`), or beyond an OPEN task's ``max_blocks``, raises
   :class:`~blockbudget.errors.InternalError` (a scheduler bug).
 
-Conservative floats: demands are the filter's fixed-point features (rounded up) divided by the
-unit and nudged up one ulp; capacities are the filter's capacities rounded down and shrunk by
-:data:`CAPACITY_MARGIN` (relative). Float sums therefore stay above the exact integer sums the
-ledger keeps for far more than a million charges per block, so decisions replayed on a real
-:class:`~blockbudget.ledger.Ledger` are never refused (tested in
-``tests/scheduling/test_ledger_bridge.py``). Under BASIC a block fits while *every* feature is
-within capacity; under RDP while *some* order is (PrivateKube OSDI'21 §4, DPack §3); under
-STRONG the filter's own non-linear test decides, one block at a time.
+Two views of usage, one decision. Conservative floats (the vectorised fast path): demands are
+the filter's fixed-point features (rounded up) divided by the unit and nudged up one ulp;
+capacities are the filter's capacities rounded down and shrunk by :data:`CAPACITY_MARGIN`
+(relative). Float sums therefore stay above the exact integer sums the ledger keeps for far
+more than a million charges per block, so whatever the float test admits, the ledger admits.
+Exact integers (:class:`~blockbudget.scheduling.exact.ExactUsage`): per block, the filter's
+features of everything charged and reserved, and per hold what it reserved, updated by every
+operation. A float test that refuses with the deciding features within :data:`EXACT_WINDOW` of
+capacity is decided again by ``filter.fits`` on the exact sums — the ledger's own test — so a
+block's last budget can be given (ten charges of 0.1 on ε_g = 1, one charge of all of it).
+Subtractions (release, credit) re-derive the float row from the exact one, so float usage
+never drifts below the truth. Decisions replayed on a real :class:`~blockbudget.ledger.Ledger`
+are never refused (tested in ``tests/scheduling/test_ledger_bridge.py``). Under BASIC a block
+fits while *every* feature is within capacity; under RDP while *some* order is (PrivateKube
+OSDI'21 §4, DPack §3); under STRONG the filter's own non-linear test decides on the exact
+sums, one block at a time.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from blockbudget.accounting import Accounting, Filter, make_filter
-from blockbudget.budget import UNIT, Budget, Cost, RdpCurve, sum_costs, units_down
+from blockbudget.budget import Budget, Cost, RdpCurve, sum_costs
 from blockbudget.errors import InternalError, InvalidRequestError, UnknownBlockError
 from blockbudget.scheduling.base import (
     BlockSpec,
@@ -46,12 +53,24 @@ from blockbudget.scheduling.base import (
     TaskSpec,
     TaskStatus,
 )
+from blockbudget.scheduling.exact import (
+    CAPACITY_MARGIN,
+    EXACT_WINDOW,
+    ExactUsage,
+    Vector,
+    add_units,
+    capacity_vector,
+    decide_rows,
+    nominal_vector,
+    to_units,
+    up_vector,
+)
+
+__all__ = ["CAPACITY_MARGIN", "EXACT_WINDOW", "CostVector", "FloatArray", "IntArray", "Pool"]
+
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
-
-#: Relative shrink applied to every float capacity (toward refusing).
-CAPACITY_MARGIN = 1e-9
 
 
 @dataclass(frozen=True)
@@ -60,6 +79,15 @@ class CostVector:
 
     cost: Cost
     vec: FloatArray
+
+
+@dataclass
+class _Hold:
+    """A waiting task's open reservation on one block: float sum, costs, exact units."""
+
+    vec: FloatArray
+    costs: list[Cost]
+    units: Vector
 
 
 class Pool:
@@ -93,14 +121,21 @@ class Pool:
         self.blocks: list[BlockSpec] = []
         self.block_index: dict[str, int] = {}
         self.filters: list[Filter] = []
-        self._filter_cache: dict[Budget, tuple[Filter, FloatArray]] = {}
+        self._filter_cache: dict[Budget, tuple[Filter, FloatArray, FloatArray]] = {}
         self._vec_cache: dict[Cost, FloatArray] = {}
+        self._units_cache: dict[Cost, Vector] = {}
+        # id of a cached float vector -> (that vector, its exact units): fits_many's exact path
+        self._vec_units: dict[int, tuple[FloatArray, Vector]] = {}
+        self._exact = ExactUsage(self.dims)
         self._cap = np.zeros((16, self.dims))
+        # per block: the capacity, and the same widened by EXACT_WINDOW (exact checks below it)
+        self._caps = np.zeros((16, 2, self.dims))
+        self._nominal = np.zeros((16, self.dims))
         self._charged = np.zeros((16, self.dims))
         self._reserved = np.zeros((16, self.dims))
         self._retired = np.zeros(16, dtype=bool)
-        # task id -> block index -> (summed vector, costs) of its open reservation there
-        self._holds: dict[str, dict[int, tuple[FloatArray, list[Cost]]]] = {}
+        # task id -> block index -> its open reservation there
+        self._holds: dict[str, dict[int, _Hold]] = {}
         self.charged_blocks: dict[str, list[str]] = {}
         self.granted_at: dict[str, float] = {}
         self.decided_at: dict[str, float] = {}
@@ -118,6 +153,17 @@ class Pool:
     def capacity(self) -> FloatArray:
         """(n_blocks, dims) conservative capacities (read-only view)."""
         return self._view(self._cap)
+
+    @property
+    def nominal_capacity(self) -> FloatArray:
+        """(n_blocks, dims) the filters' capacities as floats, unshrunk (inf under STRONG): a
+        reference for fairness limits (DPF's unlocking), not a safety bound (read-only view)."""
+        return self._view(self._nominal)
+
+    def exact_used(self, block_id: str) -> Vector:
+        """Exact integer features (the filter's layout) charged + reserved on a block: what
+        the ledger would count; ``filter.fits`` of it always holds."""
+        return self._exact.used(self.index(block_id))
 
     @property
     def charged(self) -> FloatArray:
@@ -159,16 +205,16 @@ class Pool:
         A retired block is wholly used (1).
         """
         idx = np.arange(self.n_blocks) if indices is None else np.asarray(indices, dtype=np.int64)
-        used = self._charged[idx] + self._reserved[idx]
-        cap = self._cap[idx]
         if self.accounting is Accounting.STRONG:
             out = np.array(
                 [
-                    1.0 - self.filters[i].remaining_fraction(_to_units(used[k]))
-                    for k, i in enumerate(idx)
+                    1.0 - self.filters[i].remaining_fraction(self._exact.used(i))
+                    for i in idx.tolist()
                 ]
             )
         else:
+            used = self._charged[idx] + self._reserved[idx]
+            cap = self._cap[idx]
             with np.errstate(divide="ignore", invalid="ignore"):
                 frac = np.where(cap > 0, used / np.where(cap > 0, cap, 1.0), np.nan)
             if self.accounting is Accounting.BASIC:
@@ -200,12 +246,12 @@ class Pool:
 
     def held(self, task_id: str) -> dict[str, FloatArray]:
         """A waiting task's reservations: block id → reserved features."""
-        return {self.blocks[i].block_id: v for i, (v, _) in self._holds.get(task_id, {}).items()}
+        return {self.blocks[i].block_id: h.vec for i, h in self._holds.get(task_id, {}).items()}
 
     def held_cost(self, task_id: str, block_id: str) -> Cost | None:
         """The exact total a task holds reserved on one block, or None."""
         hold = self._holds.get(task_id, {}).get(self.index(block_id))
-        return None if hold is None else sum_costs(hold[1])
+        return None if hold is None else sum_costs(hold.costs)
 
     def vector(self, cost: Cost) -> FloatArray:
         """Conservative float features of a cost (rounded up), cached.
@@ -215,16 +261,28 @@ class Pool:
         """
         vec = self._vec_cache.get(cost)
         if vec is None:
-            units = self.filters[0].features(cost) if self.filters else self._probe(cost)
-            vec = np.nextafter(np.array([u / UNIT for u in units], dtype=np.float64), np.inf)
-            vec[np.array(units) == 0] = 0.0
+            units = self.units(cost)
+            vec = up_vector(units)
             vec.flags.writeable = False
             self._vec_cache[cost] = vec
+            self._vec_units[id(vec)] = (vec, units)
         return vec
 
-    def _probe(self, cost: Cost) -> Sequence[int]:
-        probe = make_filter(self.accounting, capacity=Budget(epsilon=1.0, delta=1e-6))
-        return probe.features(cost)
+    def units(self, cost: Cost) -> Vector:
+        """Exact fixed-point features of a cost (rounded up; the ledger's), cached.
+
+        Raises:
+            InvalidBudgetError: the accounting rule cannot account this kind of cost.
+        """
+        units = self._units_cache.get(cost)
+        if units is None:
+            filt = self.filters[0] if self.filters else self._probe()
+            units = tuple(filt.features(cost))
+            self._units_cache[cost] = units
+        return units
+
+    def _probe(self) -> Filter:
+        return make_filter(self.accounting, capacity=Budget(epsilon=1.0, delta=1e-6))
 
     def capacity_share(self, block_id: str, fraction: float) -> Cost:
         """A cost worth ``fraction`` of a block's capacity (Sage's even split, DPF's unlock).
@@ -245,38 +303,77 @@ class Pool:
 
     # --- fit tests --------------------------------------------------------------------------
 
-    def _fits_rows(self, used: FloatArray, idx: IntArray) -> npt.NDArray[np.bool_]:
-        ok: npt.NDArray[np.bool_]
-        if self.accounting is Accounting.BASIC:
-            ok = np.all(used <= self._cap[idx], axis=-1)
-        elif self.accounting is Accounting.RDP:
-            ok = np.any(used <= self._cap[idx], axis=-1)
-        else:
-            ok = np.array(
-                [self.filters[i].fits(_to_units(used[k])) for k, i in enumerate(idx)],
-                dtype=bool,
+    def _fits_rows(
+        self,
+        used: FloatArray,
+        idx: IntArray,
+        candidate: Callable[[int], Vector | None] | None = None,
+        task_id: str | None = None,
+    ) -> npt.NDArray[np.bool_]:
+        """Float test of ``used`` rows on blocks ``idx``; rows it refuses by a hair are decided
+        exactly when ``candidate(k)`` gives row k's exact units (``task_id``'s own hold on the
+        block is then available to it, as in ``used``)."""
+        live = ~self._retired[idx]
+
+        def exact(k: int) -> bool | None:
+            units = None if candidate is None else candidate(k)
+            return None if units is None else self._exact_fits(int(idx[k]), units, task_id)
+
+        if self.accounting is not Accounting.STRONG:
+            return decide_rows(self.accounting, used, self._caps[idx], live, exact)
+        out = np.zeros(len(idx), dtype=bool)  # non-linear: the filter decides, exactly
+        for k in np.flatnonzero(live).tolist():
+            verdict = exact(k)  # else a float vector of no known cost: its units rounded up
+            out[k] = (
+                self.filters[int(idx[k])].fits(to_units(used[k])) if verdict is None else verdict
             )
-        return ok & ~self._retired[idx]
+        return out
+
+    def _exact_fits(self, i: int, units: Vector, task_id: str | None) -> bool:
+        hold = None if task_id is None else self._holds.get(task_id, {}).get(i)
+        return self._exact.fits(self.filters[i], i, units, None if hold is None else hold.units)
+
+    def _known_units(self, vec: FloatArray) -> Vector | None:
+        entry = self._vec_units.get(id(vec))
+        return entry[1] if entry is not None and entry[0] is vec else None
 
     def fits_many(
         self, indices: Sequence[int] | IntArray, vec: FloatArray
     ) -> npt.NDArray[np.bool_]:
         """Whether ``vec`` (one vector, or one row per index) fits on each block by index,
-        on top of everything charged and reserved."""
+        on top of everything charged and reserved.
+
+        Vectorised in float; when ``vec`` is a cost's own :meth:`vector`, rows refused within
+        :data:`EXACT_WINDOW` of capacity are decided exactly (the ledger's test). Any other
+        float vector (a scaled demand) gets the conservative float answer only.
+
+        Example:
+            >>> from blockbudget.accounting import Accounting
+            >>> pool = Pool(Accounting.BASIC)
+            >>> _ = pool.add_block(BlockSpec("b", 0.0, Budget(epsilon=1.0)))
+            >>> pool.submit(TaskSpec("t", 0.0, Budget(epsilon=0.5), blocks=("b",)))
+            >>> pool.grant("t")
+            True
+            >>> half = pool.vector(Budget(epsilon=0.5))
+            >>> pool.fits_many([0], half).tolist(), pool.fits_many([0], half * 1.0).tolist()
+            ([True], [False])
+        """
         idx = np.asarray(indices, dtype=np.int64)
         used = self._charged[idx] + self._reserved[idx] + vec
-        return self._fits_rows(used, idx)
+        units = self._known_units(vec)
+        return self._fits_rows(used, idx, None if units is None else (lambda _k: units))
 
     def fits(self, task_id: str | None, block_id: str, cost: Cost) -> bool:
         """Whether ``cost`` fits on a block for a task, counting the task's own reservation
-        there as available to it."""
+        there as available to it (exactly near capacity, as the ledger would)."""
         i = self.index(block_id)
         used = self._charged[i] + self._reserved[i] + self.vector(cost)
         if task_id is not None:
             hold = self._holds.get(task_id, {}).get(i)
             if hold is not None:
-                used = used - hold[0]
-        return bool(self._fits_rows(used[None, :], np.array([i]))[0])
+                used = used - hold.vec
+        units = self.units(cost)
+        return bool(self._fits_rows(used[None, :], np.array([i]), lambda _k: units, task_id)[0])
 
     # --- registration -----------------------------------------------------------------------
 
@@ -294,17 +391,22 @@ class Pool:
             filt = make_filter(
                 self.accounting, capacity=block.capacity, slack_delta=self.slack_delta
             )
-            cached = (filt, _capacity_vector(filt))
+            cached = (filt, capacity_vector(filt), nominal_vector(filt))
             self._filter_cache[block.capacity] = cached
         n = self.n_blocks
         if n == len(self._cap):
             grow = max(16, n)
             pad = np.zeros((grow, self.dims))
             self._cap = np.vstack([self._cap, pad])
+            self._caps = np.vstack([self._caps, np.zeros((grow, 2, self.dims))])
+            self._nominal = np.vstack([self._nominal, pad])
             self._charged = np.vstack([self._charged, pad])
             self._reserved = np.vstack([self._reserved, pad])
             self._retired = np.concatenate([self._retired, np.zeros(grow, dtype=bool)])
         self._cap[n] = cached[1]
+        self._caps[n] = (cached[1], cached[1] + np.abs(cached[1]) * EXACT_WINDOW)
+        self._nominal[n] = cached[2]
+        self._exact.add_block()
         self.blocks.append(block)
         self.filters.append(cached[0])
         self.block_index[block.block_id] = n
@@ -437,13 +539,17 @@ class Pool:
         if not task.may_use(block_id):
             raise InternalError(f"task {task_id!r} may not use block {block_id!r}")
         i = self.index(block_id)
-        vec = self.vector(cost)
+        vec, units = self.vector(cost), self.units(cost)
         if not bool(self.fits_many([i], vec)[0]):
             return False
         holds = self._holds.setdefault(task_id, {})
         old = holds.get(i)
-        holds[i] = (vec.copy(), [cost]) if old is None else (old[0] + vec, [*old[1], cost])
+        if old is None:
+            holds[i] = _Hold(vec.copy(), [cost], units)
+        else:
+            holds[i] = _Hold(old.vec + vec, [*old.costs, cost], add_units(old.units, units))
         self._reserved[i] += vec
+        self._exact.reserve(i, units)
         self._log(DecisionKind.RESERVE, task_id, i, cost, note)
         return True
 
@@ -456,9 +562,10 @@ class Pool:
         holds = self._holds.get(task_id, {})
         targets = list(holds) if block is None else ([block] if block in holds else [])
         for i in targets:
-            vec, costs = holds.pop(i)
-            self._reserved[i] = np.maximum(self._reserved[i] - vec, 0.0)
-            self._log(DecisionKind.RELEASE, task_id, i, sum_costs(costs), note)
+            hold = holds.pop(i)
+            self._exact.release(i, hold.units)
+            self._reserved[i] = up_vector(self._exact.reserved[i])  # never below the truth
+            self._log(DecisionKind.RELEASE, task_id, i, sum_costs(hold.costs), note)
         if not holds:
             self._holds.pop(task_id, None)
 
@@ -491,16 +598,18 @@ class Pool:
         first = values[0] if values else None
         if first is not None and all(c is first for c in values):  # one cost on every block
             vecs = np.broadcast_to(self.vector(first), (len(idx), self.dims))
+            units = [self.units(first)] * len(idx)
         else:
             vecs = np.array([self.vector(c) for c in values]).reshape(len(idx), self.dims)
+            units = [self.units(c) for c in values]
         arr = np.asarray(idx, dtype=np.int64)
         used = self._charged[arr] + self._reserved[arr] + vecs
         holds = self._holds.get(task_id)
         if holds:
             for k, i in enumerate(idx):
                 if i in holds:
-                    used[k] -= holds[i][0]
-        if not bool(np.all(self._fits_rows(used, arr))):
+                    used[k] -= holds[i].vec
+        if not bool(np.all(self._fits_rows(used, arr, units.__getitem__, task_id))):
             return False
         if holds:
             for i in idx:
@@ -509,6 +618,7 @@ class Pool:
         np.add.at(self._charged, arr, vecs)
         seen = set(self.charged_blocks[task_id])
         for k, (block_id, cost) in enumerate(costs.items()):
+            self._exact.charge(idx[k], units[k])
             self._log(DecisionKind.CHARGE, task_id, idx[k], cost, note)
             if block_id not in seen:
                 self.charged_blocks[task_id].append(block_id)
@@ -540,6 +650,7 @@ class Pool:
             if not self.overhead_sink(pending):
                 return False
         self._charged[i] += vec
+        self._exact.charge(i, self.units(cost))
         self._log(DecisionKind.OVERHEAD, task_id, i, cost, note)
         return True
 
@@ -552,8 +663,8 @@ class Pool:
         Schedulers never call it. The task's status is not checked or changed.
         """
         i = self.index(block_id)
-        vec = self.vector(cost)  # the ledger's units; float error stays within CAPACITY_MARGIN
-        self._charged[i] = np.maximum(self._charged[i] - vec, 0.0)
+        self._exact.credit(i, self.units(cost))  # the ledger's units
+        self._charged[i] = up_vector(self._exact.charged[i])  # never below the truth
         self._log(DecisionKind.CREDIT, task_id, i, cost, note)
 
     def grant(
@@ -617,24 +728,3 @@ class Pool:
         for tid in left:
             self._expire(tid, "end of run")
         return left
-
-
-def _to_units(vec: Iterable[float]) -> tuple[int, ...]:
-    """Float features back to fixed-point units, rounded up (for non-linear filter tests)."""
-    return tuple(
-        0 if v <= 0 else math.ceil(float(v) * (1 + CAPACITY_MARGIN) * UNIT) + 1 for v in vec
-    )
-
-
-def _capacity_vector(filt: Filter) -> FloatArray:
-    """Conservative float capacity per feature (inf where a non-linear test decides)."""
-    if filt.accounting is Accounting.BASIC:
-        cap = filt.capacity
-        units = (units_down(cap.epsilon), units_down(cap.delta))
-    elif filt.accounting is Accounting.RDP:
-        units = filt.order_capacity  # type: ignore[attr-defined]
-    else:
-        return np.full(filt.dims, np.inf)
-    vals = np.array([u / UNIT for u in units], dtype=np.float64)
-    out: FloatArray = vals - np.abs(vals) * CAPACITY_MARGIN
-    return out

@@ -10,15 +10,16 @@ at once: it *unlocks* it progressively, and tasks may only consume unlocked budg
 
 A task (NAMED shape, all-or-nothing) can run when, on every block it names, its demand fits in
 the block's unlocked budget minus what is already charged or reserved there — BASIC: every
-feature; RDP: some order α with positive capacity (PrivateKube's "exists α" rule). Unlocked
-budget never exceeds the capacity, so anything that fits here also fits the pool.
+feature; RDP: some order α with positive capacity (PrivateKube's "exists α" rule).
 
-The unlock limit is a fairness rule, not a safety bound: it tolerates a relative
-:data:`UNLOCK_TOLERANCE` so that a demand of exactly one share (ε_G/N under N-unlocking) fits
-once its share is unlocked, although the pool's float demand is nudged up and its float
-capacity shrunk (:mod:`.pool`). The limit is capped by the pool's conservative capacity, and
-every grant goes through the pool's own fit test, so nothing beyond what the ledger admits is
-ever granted.
+The unlock limit is a fairness rule, not a safety bound: a fraction u of the filter's nominal
+capacity (:attr:`Pool.nominal_capacity`), with a relative :data:`UNLOCK_TOLERANCE` so that a
+demand of exactly one share (ε_G/N under N-unlocking) fits once its share is unlocked although
+the pool's float demands are nudged up, and never more than the nominal capacity plus the
+pool's float margin, so that N shares of ε_G/N all fit. Every grant then goes through the
+pool's own fit test, which decides by the exact integer features near capacity
+(:mod:`.pool`): nothing beyond what the ledger admits is ever granted, and the block's last
+share is.
 
 :class:`Waiting` keeps the waiting tasks indexed by block, so that a pass only looks at tasks
 touching blocks whose available budget grew (a grant only shrinks availability, so a task that
@@ -46,13 +47,13 @@ from blockbudget.scheduling.base import (
     TaskSpec,
     check_positive,
 )
-from blockbudget.scheduling.pool import FloatArray, IntArray, Pool
+from blockbudget.scheduling.pool import CAPACITY_MARGIN, FloatArray, IntArray, Pool
 
 __all__ = ["UNLOCK_TOLERANCE", "UnlockMode", "UnlockingScheduler", "Waiting", "WaitingTask"]
 
-#: Relative tolerance of the unlock limit: covers the pool's capacity margin (1e-9), the ulp
-#: its demands are nudged up by and the rounding of summed unlock fractions, so that exactly
-#: one unlocked share fits (it never lets the pool itself admit more: see the module docstring).
+#: Relative tolerance of the unlock limit: covers the ulp the pool's float demands are nudged up
+#: by and the rounding of summed unlock fractions, so that exactly one unlocked share fits (it
+#: never lets the pool itself admit more: see the module docstring).
 UNLOCK_TOLERANCE = 1e-8
 
 
@@ -181,10 +182,12 @@ class UnlockingScheduler(Scheduler):
         return changed
 
     def limits(self, pool: Pool, blocks: IntArray) -> FloatArray:
-        """Unlocked budget per feature on ``blocks`` (−inf where the capacity is not positive),
-        within :data:`UNLOCK_TOLERANCE` and never above the pool's capacity."""
+        """Unlocked budget per feature on ``blocks`` (−inf where the capacity is not positive):
+        the unlocked fraction of the nominal capacity within :data:`UNLOCK_TOLERANCE`, never
+        above the nominal capacity plus the pool's float margin."""
         cap = pool.capacity[blocks]
-        share = np.minimum(cap, cap * self.unlocked[blocks][:, None] * (1 + UNLOCK_TOLERANCE))
+        unlocked = np.minimum(self.unlocked[blocks] * (1 + UNLOCK_TOLERANCE), 1 + CAPACITY_MARGIN)
+        share = pool.nominal_capacity[blocks] * unlocked[:, None]  # ≥ 0 where cap > 0
         lim: FloatArray = np.where(cap > 0, share, -np.inf)
         if pool.accounting is Accounting.BASIC:
             lim = np.where(cap > 0, lim, cap)  # BASIC: a zero capacity (δ_g = 0) is a real 0
