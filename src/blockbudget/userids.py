@@ -1,0 +1,322 @@
+"""The DP maximum user id of a user stream, and the blocks it makes known (Sage §4.4).
+
+Sage (Lécuyer et al., "Privacy Accounting and Quality Control in the Sage Differentially
+Private ML Platform", SOSP 2019, §4.4) blocks a stream by user id for user-level privacy and
+notes that the ids in use must not be public: a block key such as ``u004242000-004242999``
+tells that some user in that range exists. Its proposal, built here: user ids are
+**incrementing** (this fact is public), and an admin periodically releases a **DP estimate of
+the largest id in use**; block selection then considers only blocks whose whole id range lies
+below that estimate.
+
+The release (:func:`release_max_id`):
+
+* reads every block whose range starts at or above the **floor** ``T`` — 0 the first time, then
+  the first id of the block that holds the previous release's ``safe_max + 1`` (a public
+  function of earlier releases, so which blocks are read depends on no unreleased data);
+* counts the distinct user ids ``c`` at or above ``T``: adding or removing one user changes
+  ``c`` by at most 1 (sensitivity 1), and ids being incrementing, ``T + c − 1`` is the largest
+  id in use (an underestimate if ids have gaps);
+* releases ``ĉ = c + Laplace(1/ε)`` (Dwork & Roth 2014, Thm 3.6) through a grant on the blocks
+  read — the charge is drawn before any noise is drawn, as for every query; on a stream with
+  ``rows_per_user = k`` it is charged like any query there, at its group cost (kε for pure ε);
+* stores ``released_max = T + ĉ − 1`` and ``safe_max = ⌊released_max − ln(1/(2β))/ε⌋`` in the
+  table ``user_id_releases`` of the platform's database, so later selections reuse it for free.
+  As P[Laplace(1/ε) > ln(1/(2β))/ε] = β, every id up to ``safe_max`` is in use with probability
+  at least 1 − β: a block is offered only once it is full with probability ≥ 1 − β.
+
+Selection (:func:`known_bound`, used by :meth:`Platform.select
+<blockbudget.platform.Platform.select>` and the service's block lists): once a user stream has a
+release, a block whose last id exceeds the latest ``safe_max`` is treated as unknown — ``Last(n)``
+skips it, naming it is refused as an unknown block. A user stream with no release yet is not
+gated (its owner opts in with the first release).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+import sqlalchemy as sa
+
+from blockbudget.budget import Budget
+from blockbudget.errors import InvalidBudgetError, InvalidRequestError
+from blockbudget.grant import group_cost
+from blockbudget.mechanisms.basic import laplace_mechanism
+from blockbudget.mechanisms.calibration import exact_epsilon
+from blockbudget.store import Unit
+
+if TYPE_CHECKING:
+    from blockbudget.mechanisms.noise import NoiseSource
+    from blockbudget.platform import Platform
+
+__all__ = [
+    "MaxIdRelease",
+    "known_bound",
+    "latest_release",
+    "release_max_id",
+    "visible_blocks",
+    "within",
+]
+
+_RANGE = re.compile(r"^u\d+-(\d+)(?:#\d+)?$")
+_metadata = sa.MetaData()
+releases_table = sa.Table(
+    "user_id_releases",
+    _metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("stream", sa.String(64), nullable=False, index=True),
+    sa.Column("floor", sa.BigInteger, nullable=False),
+    sa.Column("released_max", sa.Float, nullable=False),
+    sa.Column("safe_max", sa.BigInteger, nullable=False),
+    sa.Column("epsilon", sa.String(64), nullable=False),
+    sa.Column("beta", sa.Float, nullable=False),
+    sa.Column("secure_noise", sa.Boolean, nullable=False),
+    sa.Column("reservation_id", sa.String(128), nullable=False),
+    sa.Column("released_at", sa.Float, nullable=False),
+)
+
+
+@dataclass(frozen=True)
+class MaxIdRelease:
+    """One DP release of a user stream's largest id in use.
+
+    Attributes:
+        stream: the user stream.
+        floor: the public id ``T`` the count started at.
+        released_max: ``T + ĉ − 1``, the noisy largest id (ĉ the noisy count of ids ≥ T).
+        safe_max: the largest id in use with probability ≥ 1 − ``beta``; blocks whose last id
+            exceeds it are not offered.
+        epsilon: ε of the Laplace noise (the charge is its cost on the stream).
+        beta: the probability that ``safe_max`` overstates the largest id in use.
+        secure_noise: False when a seeded (test) noise source drew the noise.
+        reservation_id: the ledger reservation the charge was drawn from.
+        released_at: seconds since the epoch.
+    """
+
+    stream: str
+    floor: int
+    released_max: float
+    safe_max: int
+    epsilon: Decimal
+    beta: float
+    secure_noise: bool
+    reservation_id: str
+    released_at: float
+
+
+def _engine(platform: Platform) -> sa.Engine:
+    engine = platform.store.engine
+    _metadata.create_all(engine, checkfirst=True)
+    return engine
+
+
+def _user_stream(platform: Platform, stream: str) -> int:
+    """``ids_per_block`` of a user stream.
+
+    Raises:
+        InvalidRequestError: the stream is not blocked by user id.
+    """
+    blocking = platform.stream(stream).blocking
+    if blocking.unit is not Unit.USER or blocking.ids_per_block is None:
+        raise InvalidRequestError(
+            f"a maximum-id release needs a stream blocked by user id; {stream!r} is blocked by "
+            f"{blocking.unit.value}"
+        )
+    return blocking.ids_per_block
+
+
+def latest_release(platform: Platform, stream: str) -> MaxIdRelease | None:
+    """The latest maximum-id release of ``stream`` (None if it never had one); free."""
+    table = releases_table
+    query = sa.select(table).where(table.c.stream == stream).order_by(table.c.id.desc()).limit(1)
+    with _engine(platform).connect() as conn:
+        row = conn.execute(query).first()
+    if row is None:
+        return None
+    return MaxIdRelease(
+        stream=row.stream,
+        floor=row.floor,
+        released_max=row.released_max,
+        safe_max=row.safe_max,
+        epsilon=Decimal(row.epsilon),
+        beta=row.beta,
+        secure_noise=row.secure_noise,
+        reservation_id=row.reservation_id,
+        released_at=row.released_at,
+    )
+
+
+def known_bound(platform: Platform, stream: str) -> int | None:
+    """The largest id a block of ``stream`` may end at to be offered: the latest release's
+    ``safe_max`` (never lower than an earlier one's: a block once offered stays known);
+    None when blocks are not gated (not a user stream, or no release yet)."""
+    if platform.stream(stream).blocking.unit is not Unit.USER:
+        return None
+    release = latest_release(platform, stream)
+    return None if release is None else release.safe_max
+
+
+def visible_blocks(platform: Platform, stream: str, block_ids: Sequence[str]) -> list[str]:
+    """The blocks of ``block_ids`` (of ``stream``) that selection may offer, in order: all of
+    them unless the stream is gated, else those whose last id is at most :func:`known_bound`."""
+    bound = known_bound(platform, stream)
+    if bound is None:
+        return list(block_ids)
+    return within(bound, block_ids)
+
+
+def within(bound: int, block_ids: Sequence[str]) -> list[str]:
+    """The user blocks of ``block_ids`` whose last id is at most ``bound``, in order."""
+    return [b for b in block_ids if _last_id(b) <= bound]
+
+
+def _last_id(block_id: str) -> int:
+    """The last user id of a user block's range, read from its key (``u000000-000999``)."""
+    found = _RANGE.search(block_id.partition("/")[2])
+    if found is None:
+        raise InvalidRequestError("not a user block id")
+    return int(found.group(1))
+
+
+def _check(epsilon: float | Decimal | int, beta: float) -> Decimal:
+    eps = exact_epsilon(epsilon)
+    if not 0 < beta < 0.5:
+        raise InvalidBudgetError(f"beta must lie in (0, 0.5), got {beta}")
+    return eps
+
+
+def release_max_id(
+    platform: Platform,
+    stream: str,
+    *,
+    context: str,
+    epsilon: float | Decimal | int,
+    beta: float = 0.05,
+    noise: NoiseSource | None = None,
+    holder: str = "",
+) -> MaxIdRelease:
+    """Release a DP estimate of the largest user id in use on ``stream`` (see the module
+    docstring): a Laplace(1/ε) count of the distinct ids at or above the floor, charged to the
+    blocks read before any noise is drawn.
+
+    Args:
+        platform: the platform.
+        stream: a user stream.
+        context: the budget context the charge lands in.
+        epsilon: ε > 0 of the count.
+        beta: in (0, 0.5): ``safe_max`` overstates the largest id with probability ≤ β.
+        noise: None for OpenDP's secure sampler; a seeded source for tests (the release then
+            says ``secure_noise=False``).
+        holder: the grant's holder.
+
+    Returns:
+        The stored release.
+
+    Raises:
+        InvalidRequestError: not a user stream, or no block at or above the floor.
+        InvalidBudgetError: bad ε or β.
+        BudgetExceededError / RetiredBlockError: a block read cannot pay (nothing charged).
+
+    Example:
+        >>> import tempfile, pandas as pd
+        >>> from blockbudget import Budget
+        >>> from blockbudget.platform import Platform
+        >>> from blockbudget.store import Blocking, LatePolicy
+        >>> p = Platform(tempfile.mkdtemp(), engine="arrow")
+        >>> _ = p.create_stream("u", policy=Budget(epsilon=1e10), late_policy=LatePolicy.DROP,
+        ...                     blocking=Blocking.by_user("uid", 10))
+        >>> _ = p.add_context("c")
+        >>> _ = p.ingest("u", pd.DataFrame({"uid": list(range(25)), "v": [1.0] * 25}))
+        >>> r = release_max_id(p, "u", context="c", epsilon=1e9, beta=0.05)
+        >>> round(r.released_max), r.secure_noise  # 25 users: ids 0..24
+        (24, True)
+        >>> r.safe_max in (23, 24)  # 24 less a margin of ln(1/(2β))/ε ≈ 2.3e-9
+        True
+        >>> p.close()
+    """
+    eps = _check(epsilon, beta)
+    n = _user_stream(platform, stream)
+    previous = latest_release(platform, stream)
+    floor = 0 if previous is None else max(0, (previous.safe_max + 1) // n * n)
+    read = [m.block_id for m in platform.store.blocks(stream) if (m.id_start or 0) >= floor]
+    if not read:
+        raise InvalidRequestError(
+            f"stream {stream!r} has no block at or above id {floor}: nothing to count"
+        )
+    spec = platform.stream(stream)
+    column = spec.blocking.column
+    k = spec.blocking.rows_per_user or 1
+    # Reserved on the ledger and spent through a grant directly: selection would hide the
+    # blocks above the previous release, which are exactly the ones this count must read.
+    reservation = platform.ledger.reserve(
+        read,
+        group_cost(Budget(epsilon=eps), k),
+        context=context,
+        request_id=f"max-id-{uuid.uuid4().hex}",
+        holder=holder,
+        ttl_seconds=600.0,
+    )
+    try:
+        grant = platform.grant(reservation.id, columns=[column])
+    except BaseException:
+        platform.ledger.release(reservation.id, request_id=f"{reservation.id}/release")
+        raise
+    with grant:
+        try:
+            count = _distinct_ids(grant, column)
+        except BaseException:  # a data-dependent failure is paid for, as for queries
+            grant.draw(Budget(epsilon=eps), label="max-id:failed")
+            raise
+        result = laplace_mechanism(
+            grant, float(count), epsilon=eps, sensitivity=1.0, noise=noise, label="max-id"
+        )
+    released = floor + float(result.value) - 1.0
+    margin = math.log(1.0 / (2.0 * beta)) / float(eps)
+    release = MaxIdRelease(
+        stream=stream,
+        floor=floor,
+        released_max=released,
+        safe_max=max(-1 if previous is None else previous.safe_max, math.floor(released - margin)),
+        epsilon=eps,
+        beta=beta,
+        secure_noise=result.secure_noise,
+        reservation_id=grant.reservation.id,
+        released_at=time.time(),
+    )
+    _store(platform, release)
+    return release
+
+
+def _distinct_ids(grant: object, column: str) -> int:
+    """The number of distinct values of ``column`` in the grant's rows."""
+    import pyarrow.compute as pc
+
+    from blockbudget.grant import Grant
+
+    assert isinstance(grant, Grant)
+    seen: set[int] = set()
+    for batch in grant.batches(columns=[column]):
+        seen.update(pc.unique(batch.column(0)).to_pylist())
+    return len(seen)
+
+
+def _store(platform: Platform, release: MaxIdRelease) -> None:
+    values = {
+        "stream": release.stream,
+        "floor": release.floor,
+        "released_max": release.released_max,
+        "safe_max": release.safe_max,
+        "epsilon": str(release.epsilon),
+        "beta": release.beta,
+        "secure_noise": release.secure_noise,
+        "reservation_id": release.reservation_id,
+        "released_at": release.released_at,
+    }
+    with _engine(platform).begin() as conn:
+        conn.execute(releases_table.insert().values(**values))
