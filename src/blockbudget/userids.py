@@ -37,6 +37,7 @@ import math
 import re
 import time
 import uuid
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -110,9 +111,15 @@ class MaxIdRelease:
     released_at: float
 
 
+_READY: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
+
+
 def _engine(platform: Platform) -> sa.Engine:
+    """The platform's database, with ``user_id_releases`` created (checked once per engine)."""
     engine = platform.store.engine
-    _metadata.create_all(engine, checkfirst=True)
+    if engine not in _READY:
+        _metadata.create_all(engine, checkfirst=True)
+        _READY.add(engine)  # after the table exists
     return engine
 
 
