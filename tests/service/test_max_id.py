@@ -44,6 +44,8 @@ def test_an_analyst_cannot_learn_an_unreleased_range(seeded: Seeded, client: Tes
     shown = call("GET", "/v1/streams/users/blocks").json()
     assert len(shown) == 2
     assert all(re.fullmatch(r"users/b[0-9a-f]{24}", b["block_id"]) for b in shown)
+    board = call("GET", "/v1/dashboard", params={"stream": "users"}).json()
+    assert {b["block_id"] for b in board["blocks"]} == {b["block_id"] for b in shown}
     streams = {s["name"]: s for s in call("GET", "/v1/streams").json()}
     assert streams["users"]["blocks"] == 2
     q = {"epsilon": 0.01, "context": "team-a"}
