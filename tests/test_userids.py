@@ -141,3 +141,25 @@ def test_cli_releases_a_maximum_id(platform: Platform) -> None:
         assert release is not None and release.secure_noise and round(release.released_max) == 24
     finally:
         again.close()
+
+
+def test_task_selectors_bind_only_known_blocks(platform: Platform) -> None:
+    from blockbudget.tasks.queue import TaskQueue
+    from blockbudget.tasks.selectors import AnyBlocks, Newest
+
+    release_max_id(platform, "u", context="c", epsilon=HUGE, noise=ShiftNoise(-7.0, platform))
+    known = ("u/u000000-000009",)  # safe_max 16: ids 10..29 are not known
+    eps = Budget(epsilon=0.1)
+    q = TaskQueue(platform, scheduler="dpf-n:n=1", noise=SeededNoise(1), clock=lambda: 0.0)
+    try:
+        assert q.submit_budget("u", eps, selector=AnyBlocks(2), context="c").blocks == known
+        assert q.submit_budget("u", eps, selector=Newest(2), context="c").blocks == known
+    finally:
+        q.close()
+    q = TaskQueue(platform, scheduler="fcfs", noise=SeededNoise(1), clock=lambda: 0.0)
+    try:
+        t = q.submit_budget("u", eps, selector=AnyBlocks(3, min_k=1), context="c")
+        q.pump()
+        assert q.task(t.id).blocks == known
+    finally:
+        q.close()

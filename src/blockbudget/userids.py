@@ -38,7 +38,7 @@ import re
 import time
 import uuid
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MaxIdRelease",
     "known_bound",
+    "known_filter",
     "latest_release",
     "release_max_id",
     "visible_blocks",
@@ -176,6 +177,15 @@ def visible_blocks(platform: Platform, stream: str, block_ids: Sequence[str]) ->
     if bound is None:
         return list(block_ids)
     return within(bound, block_ids)
+
+
+def known_filter(platform: Platform, stream: str) -> Callable[[Sequence[str]], list[str]] | None:
+    """A filter keeping the blocks selection may offer on ``stream`` (None when it is not
+    gated), with the bound read once: for callers that filter many lists (task binding)."""
+    bound = known_bound(platform, stream)
+    if bound is None:
+        return None
+    return lambda ids: within(bound, ids)
 
 
 def within(bound: int, block_ids: Sequence[str]) -> list[str]:
