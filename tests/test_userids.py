@@ -163,3 +163,14 @@ def test_task_selectors_bind_only_known_blocks(platform: Platform) -> None:
         assert q.task(t.id).blocks == known
     finally:
         q.close()
+
+
+def test_the_release_leaves_the_last_range_open_for_new_users(platform: Platform) -> None:
+    release_max_id(platform, "u", context="c", epsilon=HUGE, noise=ShiftNoise(0.0, platform))
+    assert not platform.store.block("u/u000020-000029").sealed
+    report = platform.ingest("u", pd.DataFrame({"uid": list(range(25, 30)), "v": [2.0] * 5}))
+    assert report.dropped_rows == 0
+    r = release_max_id(platform, "u", context="c", epsilon=HUGE, noise=ShiftNoise(0.0, platform))
+    assert r.floor == 20 and r.released_max == 29.0 and r.safe_max == 28
+    # the reservations are closed: nothing stays held
+    assert all(not any(s.reserved) for s in platform.ledger.states(stream="u"))

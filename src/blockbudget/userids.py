@@ -16,9 +16,10 @@ The release (:func:`release_max_id`):
 * counts the distinct user ids ``c`` at or above ``T``: adding or removing one user changes
   ``c`` by at most 1 (sensitivity 1), and ids being incrementing, ``T + c − 1`` is the largest
   id in use (an underestimate if ids have gaps);
-* releases ``ĉ = c + Laplace(1/ε)`` (Dwork & Roth 2014, Thm 3.6) through a grant on the blocks
-  read — the charge is drawn before any noise is drawn, as for every query; on a stream with
-  ``rows_per_user = k`` it is charged like any query there, at its group cost (kε for pure ε);
+* releases ``ĉ = c + Laplace(1/ε)`` (Dwork & Roth 2014, Thm 3.6) from one ledger reservation
+  on the blocks read — the charge is durable before any noise is drawn, as for every query; on
+  a stream with ``rows_per_user = k`` it is charged like any query there, at its group cost (kε
+  for pure ε). The blocks are not sealed: the last range keeps receiving new users;
 * stores ``released_max = T + ĉ − 1`` and ``safe_max = ⌊released_max − ln(1/(2β))/ε⌋`` in the
   table ``user_id_releases`` of the platform's database, so later selections reuse it for free.
   As P[Laplace(1/ε) > ln(1/(2β))/ε] = β, every id up to ``safe_max`` is in use with probability
@@ -53,6 +54,9 @@ from blockbudget.mechanisms.calibration import exact_epsilon
 from blockbudget.store import Unit
 
 if TYPE_CHECKING:
+    from blockbudget.accounting import Accounting
+    from blockbudget.budget import Cost
+    from blockbudget.ledger import Reservation
     from blockbudget.mechanisms.noise import NoiseSource
     from blockbudget.platform import Platform
 
@@ -269,8 +273,9 @@ def release_max_id(
     spec = platform.stream(stream)
     column = spec.blocking.column
     k = spec.blocking.rows_per_user or 1
-    # Reserved on the ledger and spent through a grant directly: selection would hide the
-    # blocks above the previous release, which are exactly the ones this count must read.
+    # Reserved on the ledger directly, not through selection (which hides exactly the blocks
+    # above the previous release that this count must read), and not sealed: the last range
+    # keeps receiving new users (a sealed range would drop them as late rows).
     reservation = platform.ledger.reserve(
         read,
         group_cost(Budget(epsilon=eps), k),
@@ -279,20 +284,18 @@ def release_max_id(
         holder=holder,
         ttl_seconds=600.0,
     )
+    source = _ReservationSource(platform, reservation, k)
     try:
-        grant = platform.grant(reservation.id, columns=[column])
-    except BaseException:
-        platform.ledger.release(reservation.id, request_id=f"{reservation.id}/release")
-        raise
-    with grant:
         try:
-            count = _distinct_ids(grant, column)
+            count = _distinct_ids(platform, read, column)
         except BaseException:  # a data-dependent failure is paid for, as for queries
-            grant.draw(Budget(epsilon=eps), label="max-id:failed")
+            source.draw(Budget(epsilon=eps), label="max-id:failed")
             raise
         result = laplace_mechanism(
-            grant, float(count), epsilon=eps, sensitivity=1.0, noise=noise, label="max-id"
+            source, float(count), epsilon=eps, sensitivity=1.0, noise=noise, label="max-id"
         )
+    finally:
+        platform.ledger.release(reservation.id, request_id=f"{reservation.id}/release")
     released = floor + float(result.value) - 1.0
     margin = math.log(1.0 / (2.0 * beta)) / float(eps)
     release = MaxIdRelease(
@@ -303,24 +306,50 @@ def release_max_id(
         epsilon=eps,
         beta=beta,
         secure_noise=result.secure_noise,
-        reservation_id=grant.reservation.id,
+        reservation_id=reservation.id,
         released_at=time.time(),
     )
     _store(platform, release)
     return release
 
 
-def _distinct_ids(grant: object, column: str) -> int:
-    """The number of distinct values of ``column`` in the grant's rows."""
+def _distinct_ids(platform: Platform, block_ids: Sequence[str], column: str) -> int:
+    """The number of distinct values of ``column`` in the blocks' committed rows (one column
+    read, open blocks included)."""
     import pyarrow.compute as pc
 
-    from blockbudget.grant import Grant
+    table = platform.store.read(list(block_ids), columns=[column])
+    return len(pc.unique(table.column(0)))
 
-    assert isinstance(grant, Grant)
-    seen: set[int] = set()
-    for batch in grant.batches(columns=[column]):
-        seen.update(pc.unique(batch.column(0)).to_pylist())
-    return len(seen)
+
+class _ReservationSource:
+    """A :class:`~blockbudget.mechanisms.source.BudgetSource` that draws from a ledger
+    reservation on every block it holds, at the stream's group cost (as a grant's draw)."""
+
+    def __init__(self, platform: Platform, reservation: Reservation, k: int) -> None:
+        self._ledger = platform.ledger
+        self._reservation = reservation
+        self._k = k
+        self._accounting = platform.stream(platform_stream(reservation)).accounting
+
+    @property
+    def accounting(self) -> Accounting:
+        return self._accounting
+
+    def draw(self, cost: Cost, *, label: str) -> None:
+        res = self._reservation
+        self._ledger.charge(
+            list(res.blocks),
+            group_cost(cost, self._k),
+            context=res.context,
+            request_id=f"{res.id}/{label}",
+            reservation_id=res.id,
+        )
+
+
+def platform_stream(reservation: Reservation) -> str:
+    """The stream of a reservation's blocks (all of one stream here)."""
+    return reservation.blocks[0].partition("/")[0]
 
 
 def _store(platform: Platform, release: MaxIdRelease) -> None:
