@@ -265,7 +265,7 @@ def release_max_id(
     n = _user_stream(platform, stream)
     previous = latest_release(platform, stream)
     floor = 0 if previous is None else max(0, (previous.safe_max + 1) // n * n)
-    read = [m.block_id for m in platform.store.blocks(stream) if (m.id_start or 0) >= floor]
+    read = _blocks_from(platform, stream, floor)
     if not read:
         raise InvalidRequestError(
             f"stream {stream!r} has no block at or above id {floor}: nothing to count"
@@ -311,6 +311,20 @@ def release_max_id(
     )
     _store(platform, release)
     return release
+
+
+def _blocks_from(platform: Platform, stream: str, floor: int) -> list[str]:
+    """The blocks of ``stream`` whose id range starts at or above ``floor``, in id order (one
+    range read of the store's catalog: what lies below the floor is not touched)."""
+    from blockbudget.store.catalog import blocks_table as b
+
+    query = (
+        sa.select(b.c.block_id)
+        .where(b.c.stream == stream, b.c.ordinal >= floor)  # a user block's ordinal: its first id
+        .order_by(b.c.ordinal, b.c.seq)
+    )
+    with platform.store.engine.connect() as conn:
+        return [row[0] for row in conn.execute(query)]
 
 
 def _distinct_ids(platform: Platform, block_ids: Sequence[str], column: str) -> int:
