@@ -27,6 +27,7 @@ from blockbudget.budget import Budget, Cost
 from blockbudget.errors import (
     InvalidRequestError,
     ReservationError,
+    UnknownBlockError,
     UnknownColumnError,
 )
 from blockbudget.grant import (
@@ -314,8 +315,17 @@ class Platform:
         Costs what the chosen blocks cost, not what the stream holds: named blocks are looked
         up by id or key; ``Last(n)`` walks the stream from its newest block
         (:func:`blockbudget.selection.newest_blocks`), skipping retired blocks (and, with
-        ``affordable``, blocks that cannot afford ``cost`` in ``context``).
+        ``affordable``, blocks that cannot afford ``cost`` in ``context``). On a user stream
+        with a maximum-id release, only blocks whose ids all lie at or below its ``safe_max``
+        exist for selection (:mod:`blockbudget.userids`); naming another is refused as unknown.
         """
+        from blockbudget import userids
+
+        bound = userids.known_bound(self, stream)
+
+        def admit(ids: Sequence[str]) -> list[str]:
+            return list(ids) if bound is None else userids.within(bound, ids)
+
         if isinstance(selection, Last):
             chosen = newest_blocks(
                 self.ledger,
@@ -325,13 +335,19 @@ class Platform:
                 selection,
                 context=context,
                 cost=cost,
+                admit=None if bound is None else admit,
             )
             if not chosen:
                 raise InvalidRequestError(
                     f"no block of stream {stream!r} can afford {cost} in context {context!r}"
                 )
             return tuple(chosen)
-        return named_blocks(self.store.engine, stream, selection)
+        named = named_blocks(self.store.engine, stream, selection)
+        shown = set(admit(named))
+        for block in named:
+            if block not in shown:
+                raise UnknownBlockError(f"stream {stream!r} has no block {block!r}")
+        return named
 
     # --- grants --------------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ id or key in the store's catalog; ``Last(n)`` walks the stream from its newest b
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -56,11 +56,14 @@ def newest_blocks(
     *,
     context: str,
     cost: Cost,
+    admit: Callable[[Sequence[str]], Sequence[str]] | None = None,
 ) -> list[str]:
     """The newest ``n`` live (and, if asked, affordable under filter ``f``) blocks of a
     stream, oldest first: walks the stream from its newest block in pages (``catalog``: the
     store's database) and reads the ledger rows of the blocks examined only, so the cost is
-    that of the blocks walked past, not of the stream."""
+    that of the blocks walked past, not of the stream. ``admit`` (when given) keeps the blocks
+    of a page that selection may offer at all (a user stream's known ids,
+    :func:`blockbudget.userids.visible_blocks`); the others are walked past as unknown."""
     chosen: list[str] = []
     offset, page = 0, max(2 * selection.n, 16)
     need = f.features(cost) if selection.affordable else f.zero()
@@ -70,6 +73,8 @@ def newest_blocks(
         if not ids:
             break
         offset += len(ids)
+        if admit is not None:
+            ids = list(admit(ids))
         states = {s.block: s for s in ledger.states(stream=stream, context=context, blocks=ids)}
         for block in ids:
             s = states.get(block)

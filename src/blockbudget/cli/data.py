@@ -133,6 +133,43 @@ def stream_list(
     console.print(table)
 
 
+@stream_app.command("max-id")
+@handle_errors
+def stream_max_id(
+    stream: Annotated[str, typer.Argument(help="A user-blocked stream.")],
+    epsilon: Annotated[
+        float, typer.Option(help="ε of the Laplace count (charged to blocks read).")
+    ],
+    context: Annotated[str, typer.Option(help="Budget context the charge lands in.")],
+    beta: Annotated[
+        float, typer.Option(help="Offer a block only once it is full with probability ≥ 1 − β.")
+    ] = 0.05,
+    home: HomeOpt = DEFAULT_HOME,
+    server: ServerOpt = None,
+    api_key: KeyOpt = None,
+) -> None:
+    """Release a DP maximum user id (admins; Sage §4.4): a Laplace count of the ids in use,
+    charged to the blocks it reads; afterwards only blocks at or below its safe maximum can be
+    selected."""
+    client = remote(server, api_key)
+    if client is not None:
+        body = {"context": context, "epsilon": epsilon, "beta": beta}
+        out = client.call("POST", f"/v1/streams/{stream}/max-id", json=body)
+    else:
+        from dataclasses import asdict
+
+        from blockbudget.userids import release_max_id
+
+        release = release_max_id(
+            open_platform(home), stream, context=context, epsilon=epsilon, beta=beta
+        )
+        out = {k: str(v) if k == "epsilon" else v for k, v in asdict(release).items()}
+    console.print(
+        f"stream [bold]{stream}[/]: released maximum id {out['released_max']:.1f}; blocks up "
+        f"to id {out['safe_max']} can be selected (secure noise: {out['secure_noise']})"
+    )
+
+
 # --- contexts ------------------------------------------------------------------------------------
 
 

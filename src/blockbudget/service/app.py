@@ -255,7 +255,7 @@ def create_app(
             accounting=spec.accounting.value,
             unit=spec.blocking.unit.value,
             column=spec.blocking.column,
-            blocks=len(platform.store.blocks(name)),
+            blocks=len(names.known(me, name, platform.store.blocks(name), _id)),
             description=spec.description,
             permission=perm.value if perm is not None else None,
         )
@@ -381,7 +381,8 @@ def create_app(
         ctxs = contexts_for(me, context)
         with_rows = me.role is Role.ADMIN or perm is Permission.OWN
         naming = names.naming(me, stream)
-        views = naming.arrange(platform.blocks(stream, contexts=ctxs), lambda v: v.block_id)
+        views = platform.blocks(stream, contexts=ctxs)
+        views = naming.arrange(names.known(me, stream, views, _id), _id)
         return [block_out(v, with_rows=with_rows, naming=naming) for v in views]
 
     @app.post("/v1/streams/{stream}/retire", tags=["streams"])
@@ -583,6 +584,10 @@ def create_app(
 
     register_stream_release_routes(app, platform=platform, authenticate=authenticate)
 
+    from blockbudget.service.max_ids import register_max_id_routes
+
+    register_max_id_routes(app, platform=platform, authenticate=authenticate)
+
     register_dashboard_routes(
         app,
         platform=platform,
@@ -592,6 +597,11 @@ def create_app(
     )
 
     return app
+
+
+def _id(item: Any) -> str:
+    """The block id of a block view or block meta."""
+    return str(item.block_id)
 
 
 __all__ = ["DEFAULT_PIPELINE_SCHEDULER", "create_app", "open_platform"]

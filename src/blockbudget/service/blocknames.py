@@ -214,6 +214,20 @@ class BlockNames:
         """How ``me`` names the blocks of ``stream``."""
         return Naming(stream, self.hides(me, stream), self)
 
+    def known(
+        self, me: Principal, stream: str, items: list[_T], block_id: Callable[[_T], str]
+    ) -> list[_T]:
+        """The items (one per block of ``stream``) whose block ``me`` may know of: on a user
+        stream where ``me`` sees opaque ids, only blocks a DP maximum-id release made known
+        (:func:`blockbudget.userids.visible_blocks`), so neither the list nor its length tells
+        more than the release; all of them otherwise."""
+        if not self.hides(me, stream) or self._unit(stream) is not Unit.USER:
+            return items
+        from blockbudget.userids import visible_blocks
+
+        shown = set(visible_blocks(self._platform, stream, [block_id(i) for i in items]))
+        return [i for i in items if block_id(i) in shown]
+
     def hidden_streams(self, me: Principal) -> list[str]:
         """The streams on which ``me`` sees opaque ids."""
         return [s for s, _ in me.streams if self.hides(me, s)]
@@ -226,8 +240,9 @@ class BlockNames:
             found = None if known is None else known.by_token.get(token)
             if found is None:
                 found = self._refresh(stream).by_token.get(token)
-            if found is not None:
+            if found is not None and self._known(stream, found):
                 return found
+            # a block beyond the stream's released maximum id is refused as if it did not exist
             raise UnknownBlockError(f"stream {stream!r} has no block {name!r}")
         raise UnknownBlockError(
             f"stream {stream!r} has no block by that name: on this stream blocks are named "
@@ -284,6 +299,14 @@ class BlockNames:
         return lambda exc: self.describe(me, exc)
 
     # --- internals ----------------------------------------------------------------------------
+
+    def _known(self, stream: str, block_id: str) -> bool:
+        """Whether selection may offer ``block_id`` (:mod:`blockbudget.userids`)."""
+        if self._unit(stream) is not Unit.USER:
+            return True
+        from blockbudget.userids import visible_blocks
+
+        return bool(visible_blocks(self._platform, stream, [block_id]))
 
     def _unit(self, stream: str) -> Unit | None:
         unit = self._units.get(stream)

@@ -61,6 +61,7 @@ def register_dashboard_routes(
     """Add ``GET /v1/dashboard`` to ``app``."""
     Auth = Annotated[Principal, Depends(authenticate)]
     naming_of = names.naming
+    names_known = names.known
 
     @app.get("/v1/dashboard", tags=["dashboard"])
     def dashboard_data(
@@ -81,7 +82,9 @@ def register_dashboard_routes(
         with_rows = me.role is Role.ADMIN or perm is Permission.OWN
         naming = naming_of(me, stream)
         # hidden blocks in opaque-id order everywhere (tables, heatmap rows, retiring)
-        views = naming.arrange(platform.blocks(stream, contexts=ctxs), lambda v: v.block_id)
+        views = naming.arrange(
+            names_known(me, stream, platform.blocks(stream, contexts=ctxs), _view_id), _view_id
+        )
         mine = {v.block_id for v in views}
         hm = heatmap(
             # only this stream's events: its time axis then says nothing about when other
@@ -158,3 +161,7 @@ def register_dashboard_routes(
                 ],
             },
         )
+
+
+def _view_id(view: BlockView) -> str:
+    return view.block_id

@@ -38,6 +38,9 @@ from blockbudget.errors import InvalidRequestError
 from blockbudget.scheduling import TaskShape, TaskSpec
 from blockbudget.tasks.selectors import AnyBlocks, InRange, Named, Newest, Selector
 
+#: Keeps the blocks selection may offer (:func:`blockbudget.userids.known_filter`).
+Known = Callable[[Sequence[str]], list[str]]
+
 if TYPE_CHECKING:
     from blockbudget.platform import Platform
     from blockbudget.tasks.livepool import LivePool
@@ -132,30 +135,36 @@ def _bind(
     return tuple(pool.blocks[i].block_id for i in sorted(chosen))
 
 
-def _newest(live: LivePool, n: int) -> list[str]:
+def _newest(live: LivePool, n: int, known: Known | None = None) -> list[str]:
     pool = live.pool
     out: list[str] = []
     for i in range(pool.n_blocks - 1, -1, -1):
         b = pool.blocks[i].block_id
-        if b not in live.retired:
+        if b not in live.retired and (known is None or known([b])):
             out.append(b)
             if len(out) == n:
                 break
     return out[::-1]
 
 
-def resolved_blocks(task: Task, live: LivePool, in_range: Sequence[str] | None) -> list[str] | None:
+def resolved_blocks(
+    task: Task, live: LivePool, in_range: Sequence[str] | None, known: Known | None = None
+) -> list[str] | None:
     """The blocks a task's selector allows now (None: any block): ``Named`` its blocks,
     ``Newest(n)`` the n newest live ones, ``InRange`` the live ones of the range
-    (``in_range``)."""
+    (``in_range``). ``known`` (a user stream with a DP maximum id,
+    :func:`blockbudget.userids.known_filter`) keeps only the blocks selection may offer; an
+    ``AnyBlocks`` task then gets the known live blocks instead of any block."""
     sel = task.selector
     if isinstance(sel, Named):
         return list(sel.blocks)
     if isinstance(sel, Newest):
-        return _newest(live, sel.n)
+        return _newest(live, sel.n, known)
     if isinstance(sel, InRange):
         return [b for b in in_range or [] if b not in live.retired]
-    return None
+    if known is None:
+        return None
+    return known([b.block_id for b in live.pool.blocks if b.block_id not in live.retired])
 
 
 def task_spec(
@@ -167,6 +176,7 @@ def task_spec(
     in_range: Sequence[str] | None,
     timeout: float | None,
     significance: Mapping[str, float] | Callable[[str], float] | None = None,
+    known: Known | None = None,
 ) -> TaskSpec:
     """The :class:`TaskSpec` a task enters its scheduler with (module docstring).
 
@@ -179,12 +189,13 @@ def task_spec(
         in_range: the resolved blocks of an ``InRange`` selector (else None).
         timeout: seconds the task may still wait (None: forever).
         significance: p_ij as the scheduler reads it (:mod:`blockbudget.tasks.scoring`).
+        known: as for :func:`resolved_blocks`.
 
     Raises:
         InvalidRequestError: nothing to bind (no live block of the selector yet).
     """
     sel = task.selector
-    resolved = resolved_blocks(task, live, in_range)
+    resolved = resolved_blocks(task, live, in_range, known)
     if resolved is not None and not resolved:
         raise InvalidRequestError(f"task {task.id}: its selector matches no live block yet")
     common: dict[str, Any] = {
@@ -202,11 +213,15 @@ def task_spec(
             blocks = _bind(live, task, resolved, sel.k, sel.k)
         else:
             assert isinstance(sel, AnyBlocks)
-            blocks = _bind(live, task, None, sel.k, sel.min_k)
+            blocks = _bind(live, task, resolved, sel.k, sel.min_k)
         if not blocks:
             raise InvalidRequestError(f"task {task.id}: no live block to bind it to")
         return TaskSpec(task.id, blocks=blocks, **common)
     eligible, lo, hi = shape_of(sel, eligible=resolved)
+    if isinstance(sel, AnyBlocks) and resolved is not None:  # only the known blocks
+        return TaskSpec(
+            task.id, eligible=frozenset(resolved), min_blocks=lo, max_blocks=hi, **common
+        )
     if hi is not None and resolved is not None:
         hi = lo = min(hi, len(resolved))
     return TaskSpec(task.id, eligible=eligible, min_blocks=lo, max_blocks=hi, **common)

@@ -62,6 +62,7 @@ from blockbudget.tasks.rows import TaskRows
 from blockbudget.tasks.schedspec import SchedulerSpec
 from blockbudget.tasks.scoring import Significance, check_comparison, significance_of
 from blockbudget.tasks.selectors import InRange, Selector
+from blockbudget.userids import known_filter
 
 if TYPE_CHECKING:
     from blockbudget.budget import Cost
@@ -295,7 +296,9 @@ class Decider:
                 demand=task.demand,
                 accounting=run.live.pool.accounting,
             )
-            significance = self._scored(task, resolved_blocks(task, run.live, in_range))
+            known = known_filter(self.platform, task.stream)  # user streams: Sage §4.4
+            resolved = resolved_blocks(task, run.live, in_range, known)
+            significance = self._scored(task, resolved)
             spec = task_spec(
                 task,
                 run.live,
@@ -304,6 +307,7 @@ class Decider:
                 in_range=in_range,
                 timeout=timeout,
                 significance=significance,
+                known=known,
             )
         except BlockBudgetError as exc:
             self._refuse(task.id, now, f"could not enter the scheduler: {exc}")
