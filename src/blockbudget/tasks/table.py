@@ -91,7 +91,7 @@ _ADDED = {
 def ensure_table(engine: sa.Engine) -> None:
     """Create the tables if missing and add the columns an older table lacks (idempotent;
     safe when another process does the same at the same time)."""
-    metadata.create_all(engine, checkfirst=True)
+    _create_tables(engine)
 
     def missing() -> list[str]:
         have = {c["name"] for c in sa.inspect(engine).get_columns(tasks_table.name)}
@@ -105,6 +105,24 @@ def ensure_table(engine: sa.Engine) -> None:
                 )
         except DBAPIError:
             if column in missing():  # not another process adding it at the same time
+                raise
+
+
+def _create_tables(engine: sa.Engine, *, attempts: int = 3) -> None:
+    """``CREATE TABLE`` the missing tables. The check and the create are two statements, so
+    a process starting at the same moment may create a table in between (PostgreSQL then
+    says UniqueViolation on its catalog, or DuplicateTable): such an error is accepted once a
+    fresh check finds every table there, and otherwise the step is tried again."""
+    names = [table.name for table in metadata.sorted_tables]
+    for attempt in range(attempts):
+        try:
+            metadata.create_all(engine, checkfirst=True)
+            return
+        except DBAPIError:
+            have = set(sa.inspect(engine).get_table_names())
+            if all(name in have for name in names):
+                return
+            if attempt == attempts - 1:
                 raise
 
 
