@@ -69,6 +69,7 @@ from blockbudget.tasks.pipeline_runs import (
     capped,
     configure,
     make_strategy,
+    release_open,
     release_quietly,
     run_on_grant,
 )
@@ -174,6 +175,7 @@ class PipelineFamily:
         self._worker_count = workers
         self._workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bb-pipeline")
         self._idle = threading.Condition()
+        self._closing = False  # close() under way: no run starts (nor reserves its grant)
         make_strategy(scheduler)  # refuse a bad spec now
 
     #: the work kind it drives, and the name of its pools
@@ -369,12 +371,26 @@ class PipelineFamily:
             return self._idle.wait_for(idle, timeout)
 
     def close(self) -> None:
-        """Wait for the runs in flight (their outcomes are still applied) and stop; the family
-        may run again afterwards, with fresh worker threads."""
-        self._workers.shutdown(wait=True)
-        self._workers = ThreadPoolExecutor(
-            max_workers=self._worker_count, thread_name_prefix="bb-pipeline"
-        )
+        """Stop: no new run starts from now on (a RETRY decided meanwhile reserves nothing),
+        the runs in flight finish (their outcomes are still applied; a task whose search goes
+        on is left ``waiting``), then the shares this family holds are released and its lanes
+        forgotten, so the next leader — this process or another — takes the tasks over from
+        their rows. The family may run again afterwards, with fresh worker threads."""
+        with self.lock:
+            self._closing = True
+        try:
+            self._workers.shutdown(wait=True)
+            with self.lock:
+                lanes = self._lanes.values()  # their shares; a run's grant closes with it
+                release_open(self.platform.ledger, tuple(f"{x.bridge.run_id}:" for x in lanes))
+                self._lanes.clear()
+                self._where.clear()
+        finally:
+            self._workers = ThreadPoolExecutor(
+                max_workers=self._worker_count, thread_name_prefix="bb-pipeline"
+            )
+            with self.lock:
+                self._closing = False
 
     # --- lanes -----------------------------------------------------------------------------------
 
@@ -477,6 +493,8 @@ class PipelineFamily:
         """Reserve the run's one grant (its CHARGE decisions, which the bridge did not apply)
         and hand the run to a worker."""
         task_id = request.task_id
+        if self._closing:  # the task stays waiting; the next leader decides its runs afresh
+            return
         task = lane.tasks[task_id]
         budget = request.cost
         if not isinstance(budget, Budget):
@@ -517,8 +535,13 @@ class PipelineFamily:
             release_quietly(self.platform.ledger, res.id)
             self.cancel(task_id, note="cancelled")
             return
+        try:
+            self._workers.submit(self._execute, lane, run)
+        except RuntimeError:  # the workers were shut down: give the grant back, wait
+            release_quietly(self.platform.ledger, res.id)
+            self._record(task_id, TaskState.WAITING, note=f"run {number} not started")
+            return
         lane.running[task_id] = run
-        self._workers.submit(self._execute, lane, run)
 
     def _execute(self, lane: _Lane, run: _Run) -> None:
         """In a worker: the run on its grant, then its outcome under the queue's lock."""
