@@ -172,6 +172,10 @@ class Decider:
     def _run_query(self, task: Task) -> Mapping[str, Any]:  # pragma: no cover
         raise NotImplementedError
 
+    def _refresh_default(self) -> bool:
+        """Re-read the default scheduler where it is stored; True if it changed."""
+        return False
+
     def _new_executor(self) -> ThreadPoolExecutor:
         """The worker threads that run granted work (threads start on first use)."""
         return ThreadPoolExecutor(self._workers, thread_name_prefix="tasks")
@@ -541,6 +545,9 @@ class Decider:
             self._specs = specs
             for stream in changed:
                 self._rebuild(stream)
+        if self._refresh_default():  # streams without an override follow the new default
+            for stream in {k[1] for k in self._runs if k[0] == "tasks"} - set(self._specs):
+                self._rebuild(stream)
 
     def _drop_waiting(self, task_id: str) -> None:
         """A task cancelled elsewhere: out of its pool, its holds released."""
@@ -582,6 +589,7 @@ class Decider:
         self._term = secrets.token_hex(4)
         self._feed = LedgerFeed(self.ledger)
         self._specs = self.rows.overrides()
+        self._refresh_default()
         self._last_poll = self.clock()
         opened = self.ledger.reservations(state=ReservationState.OPEN)
         grants: dict[str, Reservation] = {}

@@ -32,6 +32,7 @@ from blockbudget.tasks.model import Task, TaskState, WorkKind
 from blockbudget.tasks.selectors import Named, selector_from_json
 
 __all__ = [
+    "DEFAULT_KEY",
     "ensure_table",
     "fingerprint",
     "scheduler_table",
@@ -76,6 +77,11 @@ scheduler_table = sa.Table(
     sa.Column("stream", sa.String(256), primary_key=True),
     sa.Column("spec", sa.String(512), nullable=False),
 )
+
+#: The key of ``service_task_schedulers`` that stores the service's default scheduler (the
+#: ``--scheduler`` of ``blockbudget serve``): no stream name can take it (stream names match
+#: ``[a-z0-9][a-z0-9_-]*``).
+DEFAULT_KEY = "*default"
 
 #: The columns added since the first release of the table, with their SQL types.
 _ADDED = {
