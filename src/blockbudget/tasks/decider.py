@@ -54,7 +54,7 @@ from blockbudget.failures import LEDGER_REFUSALS, failure_of, new_reference
 from blockbudget.ledger import Reservation, ReservationState
 from blockbudget.scheduling import Decision, DecisionKind, TaskShape
 from blockbudget.tasks.binding import blocks_in_range, resolved_blocks, task_spec
-from blockbudget.tasks.bridge import HOLD_PREFIX, GrantBridge, grant_request_id
+from blockbudget.tasks.bridge import HOLD_PREFIX, GrantBridge, grant_request_id, run_task_of
 from blockbudget.tasks.guards import INSECURE, TRANSIENT, durable_overhead
 from blockbudget.tasks.livepool import LEDGER_TASK, FeedBatch, LedgerFeed, LivePool
 from blockbudget.tasks.model import Task, TaskState, WorkKind
@@ -601,6 +601,7 @@ class Decider:
                 grants[rid_text] = res
         for task in self.rows.select(states=(TaskState.RUNNING,), limit=10**9):
             self._recover(task)
+        self._release_orphan_runs(opened)
         for task in self.rows.select(states=_WAITING, limit=10**9):
             held = grants.get(grant_request_id(task.principal, task.id))
             if held is not None:  # granted, then the leader died before the row said so
@@ -610,6 +611,23 @@ class Decider:
             else:
                 self._enter(task)
         self._leading = True
+
+    def _release_orphan_runs(self, opened: list[Reservation]) -> None:
+        """Pipeline run grants a former leader left open, of tasks not running now: it died
+        between reserving a run's grant and the row saying RUNNING (or its task was just
+        recovered). Released: the run never happens here (what it drew stays charged)."""
+        for res in opened:
+            owner = run_task_of(res.request_id)
+            task = None if owner is None else self.rows.get(owner[1])
+            if (
+                owner is not None
+                and task is not None
+                and task.kind is WorkKind.PIPELINE
+                and task.state is not TaskState.RUNNING
+                and owner[0] == task.principal.replace(":", "%3A")
+                and res.holder == task.principal
+            ):
+                self._release(res.id)
 
     def _recover(self, task: Task) -> None:
         rid = task.reservation_id

@@ -13,7 +13,9 @@ ledger operations and real training runs:
   by the :class:`~blockbudget.scheduling.ledger_bridge.LedgerBridge` RESERVE path.
 * **A run is one grant.** When the strategy starts a run (a fraction of the demand on a window
   of blocks) its CHARGE decisions become ONE ledger reservation, held by the principal, request
-  id ``<principal %3A-escaped>:pipeline:<task id>:run:<n>``; the pipeline's share on those
+  id ``<principal %3A-escaped>:pipeline:<task id>:run:<n>:<term>`` (a nonce per leader's lane:
+  a run redone by a later leader never replays an id; that leader releases run grants a dead
+  one left open before their task said RUNNING); the pipeline's share on those
   blocks is released in the same step, so the ledger never counts the run twice.
   :func:`~blockbudget.training.adaptive.run_iteration` trains and validates on it in a worker
   thread, outside the queue's lock; closing the grant returns what the run did not draw
@@ -59,6 +61,7 @@ from blockbudget.errors import BlockBudgetError, InternalError, InvalidRequestEr
 from blockbudget.scheduling import Decision, DecisionKind, Pool, TaskSpec
 from blockbudget.scheduling.sage import RunRequest, SageStrategy
 from blockbudget.store import Unit
+from blockbudget.tasks.bridge import run_request_id
 from blockbudget.tasks.model import Task, TaskState, WorkKind
 from blockbudget.tasks.pipeline_runs import (
     RUN_TTL_SECONDS,
@@ -121,6 +124,7 @@ class _Lane:
     stopped: set[str] = field(default_factory=set)  # cancelled or failed: no REFUSED record
     accepted: dict[str, dict[str, Any]] = field(default_factory=dict)  # task → summary
     started: list[RunRequest] = field(default_factory=list)  # runs to start, in order
+    term: str = field(default_factory=lambda: secrets.token_hex(4))  # in its runs' request ids
 
     @property
     def pool(self) -> Pool:
@@ -501,7 +505,6 @@ class PipelineFamily:
             raise InternalError(f"a pipeline run charges an (ε, δ) budget, got {budget!r}")
         number = len(lane.earlier[task_id]) + len(lane.runs[task_id]) + 1  # ids never reused
         blocks = request.blocks
-        principal = task.principal.replace(":", "%3A")
         try:
             res = self.platform.ledger.reserve(
                 blocks,
@@ -509,7 +512,7 @@ class PipelineFamily:
                 context=task.context,
                 holder=task.principal,
                 ttl_seconds=RUN_TTL_SECONDS,
-                request_id=f"{principal}:pipeline:{task.id}:run:{number}",
+                request_id=run_request_id(task.principal, task.id, number, lane.term),
             )
         except BlockBudgetError as exc:  # another writer took the budget since the sync, or
             # between the release of this pipeline's shares (applied in _settle) and this
