@@ -132,6 +132,7 @@ def create_app(
             pipeline_scheduler=pipeline_scheduler,
             leadership=leadership_for(platform.ledger.engine, name="tasks"),
         )
+        tasks.store_default_scheduler()  # a local CLI on this database decides with it too
     queue_of_tasks = tasks
     pump = Pump(queue_of_tasks, seconds=pump_seconds)
 

@@ -36,7 +36,14 @@ from blockbudget.scheduling import Decision, DecisionKind
 from blockbudget.scheduling.ledger_bridge import LedgerBridge
 from blockbudget.tasks.livepool import LEDGER_TASK
 
-__all__ = ["HOLD_PREFIX", "GrantBridge", "grant_request_id", "smallest"]
+__all__ = [
+    "HOLD_PREFIX",
+    "GrantBridge",
+    "grant_request_id",
+    "run_request_id",
+    "run_task_of",
+    "smallest",
+]
 
 #: Request-id prefix of the ledger reservations that carry waiting tasks' pool holds.
 HOLD_PREFIX = "tasks-hold:"
@@ -46,6 +53,27 @@ def grant_request_id(principal: str, task_id: str) -> str:
     """The request id of a task's grant: the principal's name encoded as the service scopes
     request ids (``:`` → ``%3A``), so no other principal's request id can equal it."""
     return f"{principal.replace(':', '%3A')}:queue:{task_id}"
+
+
+def run_request_id(principal: str, task_id: str, number: int, term: str) -> str:
+    """The request id of a pipeline run's grant: ``<principal>:pipeline:<task>:run:<n>:<term>``
+    (``term``: a nonce of the leader's lane, so a run redone by a later leader never replays
+    an earlier one's id)."""
+    return f"{principal.replace(':', '%3A')}:pipeline:{task_id}:run:{number}:{term}"
+
+
+def run_task_of(request_id: str | None) -> tuple[str, str] | None:
+    """(escaped principal, task id) of a pipeline run's request id (older ones, without a
+    term, included); None for any other request id.
+
+    Example:
+        >>> run_task_of(run_request_id("team:a", "t1", 2, "ab12"))
+        ('team%3Aa', 't1')
+    """
+    parts = (request_id or "").split(":")
+    if len(parts) in (5, 6) and parts[1] == "pipeline" and parts[3] == "run":
+        return parts[0], parts[2]
+    return None
 
 
 def smallest(costs: Sequence[Cost]) -> Cost:

@@ -54,7 +54,7 @@ from blockbudget.failures import LEDGER_REFUSALS, failure_of, new_reference
 from blockbudget.ledger import Reservation, ReservationState
 from blockbudget.scheduling import Decision, DecisionKind, TaskShape
 from blockbudget.tasks.binding import blocks_in_range, resolved_blocks, task_spec
-from blockbudget.tasks.bridge import HOLD_PREFIX, GrantBridge, grant_request_id
+from blockbudget.tasks.bridge import HOLD_PREFIX, GrantBridge, grant_request_id, run_task_of
 from blockbudget.tasks.guards import INSECURE, TRANSIENT, durable_overhead
 from blockbudget.tasks.livepool import LEDGER_TASK, FeedBatch, LedgerFeed, LivePool
 from blockbudget.tasks.model import Task, TaskState, WorkKind
@@ -172,6 +172,10 @@ class Decider:
 
     def _run_query(self, task: Task) -> Mapping[str, Any]:  # pragma: no cover
         raise NotImplementedError
+
+    def _refresh_default(self) -> bool:
+        """Re-read the default scheduler where it is stored; True if it changed."""
+        return False
 
     def _new_executor(self) -> ThreadPoolExecutor:
         """The worker threads that run granted work (threads start on first use)."""
@@ -545,6 +549,9 @@ class Decider:
             self._specs = specs
             for stream in changed:
                 self._rebuild(stream)
+        if self._refresh_default():  # streams without an override follow the new default
+            for stream in {k[1] for k in self._runs if k[0] == "tasks"} - set(self._specs):
+                self._rebuild(stream)
 
     def _drop_waiting(self, task_id: str) -> None:
         """A task cancelled elsewhere: out of its pool, its holds released."""
@@ -586,6 +593,7 @@ class Decider:
         self._term = secrets.token_hex(4)
         self._feed = LedgerFeed(self.ledger)
         self._specs = self.rows.overrides()
+        self._refresh_default()
         self._last_poll = self.clock()
         opened = self.ledger.reservations(state=ReservationState.OPEN)
         grants: dict[str, Reservation] = {}
@@ -597,6 +605,7 @@ class Decider:
                 grants[rid_text] = res
         for task in self.rows.select(states=(TaskState.RUNNING,), limit=10**9):
             self._recover(task)
+        self._release_orphan_runs(opened)
         for task in self.rows.select(states=_WAITING, limit=10**9):
             held = grants.get(grant_request_id(task.principal, task.id))
             if held is not None:  # granted, then the leader died before the row said so
@@ -606,6 +615,23 @@ class Decider:
             else:
                 self._enter(task)
         self._leading = True
+
+    def _release_orphan_runs(self, opened: list[Reservation]) -> None:
+        """Pipeline run grants a former leader left open, of tasks not running now: it died
+        between reserving a run's grant and the row saying RUNNING (or its task was just
+        recovered). Released: the run never happens here (what it drew stays charged)."""
+        for res in opened:
+            owner = run_task_of(res.request_id)
+            task = None if owner is None else self.rows.get(owner[1])
+            if (
+                owner is not None
+                and task is not None
+                and task.kind is WorkKind.PIPELINE
+                and task.state is not TaskState.RUNNING
+                and owner[0] == task.principal.replace(":", "%3A")
+                and res.holder == task.principal
+            ):
+                self._release(res.id)
 
     def _recover(self, task: Task) -> None:
         rid = task.reservation_id

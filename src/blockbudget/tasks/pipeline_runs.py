@@ -46,6 +46,7 @@ __all__ = [
     "capped",
     "configure",
     "make_strategy",
+    "release_open",
     "release_quietly",
     "run_on_grant",
 ]
@@ -231,3 +232,14 @@ def run_on_grant(
 def release_quietly(ledger: Ledger, reservation_id: str) -> None:
     with contextlib.suppress(BlockBudgetError):  # the grant closed it already
         ledger.release(reservation_id)
+
+
+def release_open(ledger: Ledger, prefixes: tuple[str, ...]) -> None:
+    """Release every open reservation whose request id starts with one of ``prefixes``."""
+    if not prefixes:
+        return
+    from blockbudget.ledger import ReservationState
+
+    for res in ledger.reservations(state=ReservationState.OPEN):
+        if (res.request_id or "").startswith(prefixes):
+            release_quietly(ledger, res.id)

@@ -13,7 +13,9 @@ ledger operations and real training runs:
   by the :class:`~blockbudget.scheduling.ledger_bridge.LedgerBridge` RESERVE path.
 * **A run is one grant.** When the strategy starts a run (a fraction of the demand on a window
   of blocks) its CHARGE decisions become ONE ledger reservation, held by the principal, request
-  id ``<principal %3A-escaped>:pipeline:<task id>:run:<n>``; the pipeline's share on those
+  id ``<principal %3A-escaped>:pipeline:<task id>:run:<n>:<term>`` (a nonce per leader's lane:
+  a run redone by a later leader never replays an id; that leader releases run grants a dead
+  one left open before their task said RUNNING); the pipeline's share on those
   blocks is released in the same step, so the ledger never counts the run twice.
   :func:`~blockbudget.training.adaptive.run_iteration` trains and validates on it in a worker
   thread, outside the queue's lock; closing the grant returns what the run did not draw
@@ -59,6 +61,7 @@ from blockbudget.errors import BlockBudgetError, InternalError, InvalidRequestEr
 from blockbudget.scheduling import Decision, DecisionKind, Pool, TaskSpec
 from blockbudget.scheduling.sage import RunRequest, SageStrategy
 from blockbudget.store import Unit
+from blockbudget.tasks.bridge import run_request_id
 from blockbudget.tasks.model import Task, TaskState, WorkKind
 from blockbudget.tasks.pipeline_runs import (
     RUN_TTL_SECONDS,
@@ -69,6 +72,7 @@ from blockbudget.tasks.pipeline_runs import (
     capped,
     configure,
     make_strategy,
+    release_open,
     release_quietly,
     run_on_grant,
 )
@@ -120,6 +124,7 @@ class _Lane:
     stopped: set[str] = field(default_factory=set)  # cancelled or failed: no REFUSED record
     accepted: dict[str, dict[str, Any]] = field(default_factory=dict)  # task → summary
     started: list[RunRequest] = field(default_factory=list)  # runs to start, in order
+    term: str = field(default_factory=lambda: secrets.token_hex(4))  # in its runs' request ids
 
     @property
     def pool(self) -> Pool:
@@ -174,6 +179,7 @@ class PipelineFamily:
         self._worker_count = workers
         self._workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bb-pipeline")
         self._idle = threading.Condition()
+        self._closing = False  # close() under way: no run starts (nor reserves its grant)
         make_strategy(scheduler)  # refuse a bad spec now
 
     #: the work kind it drives, and the name of its pools
@@ -369,12 +375,26 @@ class PipelineFamily:
             return self._idle.wait_for(idle, timeout)
 
     def close(self) -> None:
-        """Wait for the runs in flight (their outcomes are still applied) and stop; the family
-        may run again afterwards, with fresh worker threads."""
-        self._workers.shutdown(wait=True)
-        self._workers = ThreadPoolExecutor(
-            max_workers=self._worker_count, thread_name_prefix="bb-pipeline"
-        )
+        """Stop: no new run starts from now on (a RETRY decided meanwhile reserves nothing),
+        the runs in flight finish (their outcomes are still applied; a task whose search goes
+        on is left ``waiting``), then the shares this family holds are released and its lanes
+        forgotten, so the next leader — this process or another — takes the tasks over from
+        their rows. The family may run again afterwards, with fresh worker threads."""
+        with self.lock:
+            self._closing = True
+        try:
+            self._workers.shutdown(wait=True)
+            with self.lock:
+                lanes = self._lanes.values()  # their shares; a run's grant closes with it
+                release_open(self.platform.ledger, tuple(f"{x.bridge.run_id}:" for x in lanes))
+                self._lanes.clear()
+                self._where.clear()
+        finally:
+            self._workers = ThreadPoolExecutor(
+                max_workers=self._worker_count, thread_name_prefix="bb-pipeline"
+            )
+            with self.lock:
+                self._closing = False
 
     # --- lanes -----------------------------------------------------------------------------------
 
@@ -477,13 +497,14 @@ class PipelineFamily:
         """Reserve the run's one grant (its CHARGE decisions, which the bridge did not apply)
         and hand the run to a worker."""
         task_id = request.task_id
+        if self._closing:  # the task stays waiting; the next leader decides its runs afresh
+            return
         task = lane.tasks[task_id]
         budget = request.cost
         if not isinstance(budget, Budget):
             raise InternalError(f"a pipeline run charges an (ε, δ) budget, got {budget!r}")
         number = len(lane.earlier[task_id]) + len(lane.runs[task_id]) + 1  # ids never reused
         blocks = request.blocks
-        principal = task.principal.replace(":", "%3A")
         try:
             res = self.platform.ledger.reserve(
                 blocks,
@@ -491,7 +512,7 @@ class PipelineFamily:
                 context=task.context,
                 holder=task.principal,
                 ttl_seconds=RUN_TTL_SECONDS,
-                request_id=f"{principal}:pipeline:{task.id}:run:{number}",
+                request_id=run_request_id(task.principal, task.id, number, lane.term),
             )
         except BlockBudgetError as exc:  # another writer took the budget since the sync, or
             # between the release of this pipeline's shares (applied in _settle) and this
@@ -517,8 +538,13 @@ class PipelineFamily:
             release_quietly(self.platform.ledger, res.id)
             self.cancel(task_id, note="cancelled")
             return
+        try:
+            self._workers.submit(self._execute, lane, run)
+        except RuntimeError:  # the workers were shut down: give the grant back, wait
+            release_quietly(self.platform.ledger, res.id)
+            self._record(task_id, TaskState.WAITING, note=f"run {number} not started")
+            return
         lane.running[task_id] = run
-        self._workers.submit(self._execute, lane, run)
 
     def _execute(self, lane: _Lane, run: _Run) -> None:
         """In a worker: the run on its grant, then its outcome under the queue's lock."""

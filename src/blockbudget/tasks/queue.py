@@ -37,6 +37,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import math
 import secrets
 import time
@@ -75,6 +76,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_SCHEDULER", "TaskQueue"]
 
+log = logging.getLogger("blockbudget.tasks")
+
 #: The default scheduler of QUERY and BUDGET tasks: DPF with N-unlocking, N = 10.
 DEFAULT_SCHEDULER = "dpf-n:n=10"
 _LIVE = (TaskState.WAITING, TaskState.GRANTED, TaskState.RUNNING)
@@ -86,7 +89,10 @@ class TaskQueue(Decider):
     Args:
         platform: the platform (its database holds the task table).
         scheduler: spec of the QUERY/BUDGET scheduler, ``"name[:key=value,...]"``; a stream
-            may override it (:meth:`set_scheduler`).
+            may override it (:meth:`set_scheduler`). None: the service's default stored in the
+            database (:meth:`store_default_scheduler`; followed when it changes), else
+            :data:`DEFAULT_SCHEDULER` — so a local CLI on a server's database decides with the
+            server's scheduler.
         pipeline_scheduler: spec of the pipeline family's scheduler.
         grant_ttl_seconds: how long a grant's reservation stays open.
         clock: wall-clock seconds (deadlines, scheduler time); tests pass a fake one.
@@ -107,7 +113,7 @@ class TaskQueue(Decider):
         self,
         platform: Platform,
         *,
-        scheduler: str = DEFAULT_SCHEDULER,
+        scheduler: str | None = None,
         pipeline_scheduler: str = "sage-block-conserve",
         grant_ttl_seconds: float = 86_400.0,
         clock: Callable[[], float] = time.time,
@@ -117,7 +123,9 @@ class TaskQueue(Decider):
         poll_seconds: float = 1.0,
     ) -> None:
         self.platform = platform
-        self.default_spec = parse_spec(scheduler)
+        self.rows = TaskRows(platform.ledger.engine)
+        self._explicit = scheduler is not None
+        self.default_spec = parse_spec(scheduler) if scheduler is not None else self._stored()
         self.pipeline_spec = parse_spec(pipeline_scheduler)
         if not (grant_ttl_seconds > 0 and math.isfinite(grant_ttl_seconds)):
             raise InvalidRequestError(f"grant_ttl_seconds must be > 0, got {grant_ttl_seconds!r}")
@@ -130,7 +138,6 @@ class TaskQueue(Decider):
         self.leadership = leadership
         self.noise = noise
         self.poll_seconds = poll_seconds
-        self.rows = TaskRows(platform.ledger.engine)
         self._init_decider(workers)
         from blockbudget.tasks.bridge import HOLD_PREFIX
         from blockbudget.tasks.pipelines import PipelineFamily
@@ -513,6 +520,11 @@ class TaskQueue(Decider):
                 self._specs[stream] = spec
                 self._rebuild(stream)
 
+    def store_default_scheduler(self) -> None:
+        """Record this queue's default scheduler in the database as the service's (a server
+        does at start): queues built there without a ``scheduler`` (a local CLI) use it."""
+        self.rows.set_default(self.default_spec.text)
+
     def close(self) -> None:
         """Finish running work and give up the leadership. The queue may be used again
         afterwards (a server's startup may run more than once): its next pump takes the
@@ -531,8 +543,33 @@ class TaskQueue(Decider):
     def _spec_for(self, family: str, stream: str) -> SchedulerSpec:
         if family != "tasks":
             return self.pipeline_spec
+        if not self._leading:
+            self._refresh_default()
         text = self._specs.get(stream) if self._leading else self.rows.overrides().get(stream)
         return self.default_spec if text is None else parse_spec(text)
+
+    def _refresh_default(self) -> bool:
+        """Follow the stored default scheduler (a queue built without one); True if it
+        changed."""
+        if self._explicit:
+            return False
+        spec = self._stored()
+        changed = spec.text != self.default_spec.text
+        self.default_spec = spec
+        return changed
+
+    def _stored(self) -> SchedulerSpec:
+        text = self.rows.stored_default()
+        if text is not None:
+            try:
+                return parse_spec(text)
+            except InvalidRequestError:  # stored by another release: not ours to decide with
+                log.warning(
+                    "stored default scheduler %r is not valid here; using %s",
+                    text,
+                    DEFAULT_SCHEDULER,
+                )
+        return parse_spec(DEFAULT_SCHEDULER)
 
     def _run_query(self, task: Task) -> Mapping[str, Any]:
         from blockbudget.query import from_dict

@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from blockbudget.errors import RequestIdConflictError
 from blockbudget.tasks.model import Task, TaskState, WorkKind
 from blockbudget.tasks.table import (
+    DEFAULT_KEY,
     ensure_table,
     scheduler_table,
     task_from_row,
@@ -121,8 +122,16 @@ class TaskRows:
 
     def overrides(self) -> dict[str, str]:
         """Stream → its scheduler spec, for streams with an override."""
+        s = scheduler_table
         with self.engine.connect() as conn:
-            return {r.stream: r.spec for r in conn.execute(sa.select(scheduler_table))}
+            rows = conn.execute(sa.select(s).where(s.c.stream != DEFAULT_KEY))
+            return {r.stream: r.spec for r in rows}
+
+    def stored_default(self) -> str | None:
+        """The service's default scheduler spec (:meth:`set_default`), None if never stored."""
+        s = scheduler_table
+        with self.engine.connect() as conn:
+            return conn.execute(sa.select(s.c.spec).where(s.c.stream == DEFAULT_KEY)).scalar()
 
     # --- writes --------------------------------------------------------------------------
 
@@ -169,6 +178,10 @@ class TaskRows:
         text = json.dumps({str(b): float(v) for b, v in values.items()}, sort_keys=True)
         with self.engine.begin() as conn:
             conn.execute(sa.update(t).where(t.c.id == task_id).values(significance=text))
+
+    def set_default(self, spec: str) -> None:
+        """Store the service's default scheduler spec (replacing any)."""
+        self.set_override(DEFAULT_KEY, spec)
 
     def set_override(self, stream: str, spec: str) -> None:
         """Store a stream's scheduler spec (replacing any)."""

@@ -32,6 +32,7 @@ from blockbudget.tasks.model import Task, TaskState, WorkKind
 from blockbudget.tasks.selectors import Named, selector_from_json
 
 __all__ = [
+    "DEFAULT_KEY",
     "ensure_table",
     "fingerprint",
     "scheduler_table",
@@ -77,6 +78,11 @@ scheduler_table = sa.Table(
     sa.Column("spec", sa.String(512), nullable=False),
 )
 
+#: The key of ``service_task_schedulers`` that stores the service's default scheduler (the
+#: ``--scheduler`` of ``blockbudget serve``): no stream name can take it (stream names match
+#: ``[a-z0-9][a-z0-9_-]*``).
+DEFAULT_KEY = "*default"
+
 #: The columns added since the first release of the table, with their SQL types.
 _ADDED = {
     "fingerprint": "VARCHAR(64)",
@@ -91,7 +97,7 @@ _ADDED = {
 def ensure_table(engine: sa.Engine) -> None:
     """Create the tables if missing and add the columns an older table lacks (idempotent;
     safe when another process does the same at the same time)."""
-    metadata.create_all(engine, checkfirst=True)
+    _create_tables(engine)
 
     def missing() -> list[str]:
         have = {c["name"] for c in sa.inspect(engine).get_columns(tasks_table.name)}
@@ -105,6 +111,24 @@ def ensure_table(engine: sa.Engine) -> None:
                 )
         except DBAPIError:
             if column in missing():  # not another process adding it at the same time
+                raise
+
+
+def _create_tables(engine: sa.Engine, *, attempts: int = 3) -> None:
+    """``CREATE TABLE`` the missing tables. The check and the create are two statements, so
+    a process starting at the same moment may create a table in between (PostgreSQL then
+    says UniqueViolation on its catalog, or DuplicateTable): such an error is accepted once a
+    fresh check finds every table there, and otherwise the step is tried again."""
+    names = [table.name for table in metadata.sorted_tables]
+    for attempt in range(attempts):
+        try:
+            metadata.create_all(engine, checkfirst=True)
+            return
+        except DBAPIError:
+            have = set(sa.inspect(engine).get_table_names())
+            if all(name in have for name in names):
+                return
+            if attempt == attempts - 1:
                 raise
 
 
