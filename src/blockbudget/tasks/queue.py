@@ -1,4 +1,4 @@
-"""The task queue: one engine for Python, the CLI and HTTP (issue 13).
+"""The task queue: one engine for Python, the CLI and HTTP.
 
 Work — a DP query, a plain budget, a privacy-adaptive pipeline — is submitted as a task that
 says what it needs (a selector, a demand, optional significance, a deadline). The stream's
