@@ -73,3 +73,43 @@ def test_columns_added_by_several_starters_at_once(fresh_urls: list[str]) -> Non
     )
     for url in fresh_urls:
         assert _start_together(url, prepare=old) == []
+
+
+def test_servers_storing_their_default_scheduler_at_once_all_succeed(
+    fresh_urls: list[str],
+) -> None:
+    """Servers starting together each store their default scheduler (``*default``): an
+    insert that loses the race is retried as an update, never an error."""
+    from blockbudget.tasks.rows import TaskRows
+
+    for url in fresh_urls:
+        engines = [sa.create_engine(url) for _ in range(STARTERS)]
+        ensure_table(engines[0])
+        barrier = threading.Barrier(STARTERS)
+        errors: list[BaseException] = []
+
+        def store(
+            engine: sa.Engine,
+            spec: str,
+            barrier: threading.Barrier = barrier,
+            errors: list[BaseException] = errors,
+        ) -> None:
+            barrier.wait()
+            try:
+                TaskRows(engine).set_default(spec)
+            except BaseException as error:  # collected and asserted below
+                errors.append(error)
+
+        specs = [f"dpf-n:n={10 + k}" for k in range(STARTERS)]
+        threads = [
+            threading.Thread(target=store, args=(e, spec))
+            for e, spec in zip(engines, specs, strict=True)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert TaskRows(engines[0]).stored_default() in specs
+        for e in engines:
+            e.dispose()

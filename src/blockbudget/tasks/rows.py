@@ -184,8 +184,19 @@ class TaskRows:
         self.set_override(DEFAULT_KEY, spec)
 
     def set_override(self, stream: str, spec: str) -> None:
-        """Store a stream's scheduler spec (replacing any)."""
+        """Store a stream's scheduler spec (replacing any). Safe when several processes store
+        one at the same moment (servers starting together): an update, else an insert, and an
+        insert that lost the race to another process's is retried as an update."""
         s = scheduler_table
-        with self.engine.begin() as conn:
-            conn.execute(sa.delete(s).where(s.c.stream == stream))
-            conn.execute(sa.insert(s).values(stream=stream, spec=spec))
+        for attempt in range(3):
+            try:
+                with self.engine.begin() as conn:
+                    done = conn.execute(
+                        sa.update(s).where(s.c.stream == stream).values(spec=spec)
+                    ).rowcount
+                    if not done:
+                        conn.execute(sa.insert(s).values(stream=stream, spec=spec))
+                return
+            except sa.exc.IntegrityError:
+                if attempt == 2:
+                    raise
