@@ -308,9 +308,17 @@ class Platform:
         return out
 
     def select(
-        self, stream: str, selection: Sequence[str] | Last, *, context: str, cost: Cost
+        self,
+        stream: str,
+        selection: Sequence[str] | Last,
+        *,
+        context: str | None = None,
+        cost: Cost | None = None,
     ) -> tuple[str, ...]:
         """Resolve a selection (block ids, block keys, or :class:`Last`) to block ids.
+
+        ``context`` and ``cost`` are read by ``Last`` only (which needs both); named blocks
+        are resolved without them.
 
         Costs what the chosen blocks cost, not what the stream holds: named blocks are looked
         up by id or key; ``Last(n)`` walks the stream from its newest block
@@ -327,6 +335,8 @@ class Platform:
             return list(ids) if bound is None else userids.within(bound, ids)
 
         if isinstance(selection, Last):
+            if context is None or cost is None:
+                raise InvalidRequestError("selecting the newest blocks needs a context and a cost")
             chosen = newest_blocks(
                 self.ledger,
                 self.store.engine,

@@ -149,7 +149,7 @@ def significance_of(
         refuse_noise_controls(spec)  # a principal never seeds a DP measurement (422)
         return spec
     ids = naming.resolve(list(sig))
-    known = platform.select(stream, ids, context="_", cost=Budget(epsilon=1))
+    known = platform.select(stream, ids)
     if len(known) != len(ids):  # a key names its window's blocks: only block ids are taken
         raise InvalidRequestError("significance names blocks by id, one value per block")
     return dict(zip(ids, sig.values(), strict=True))
