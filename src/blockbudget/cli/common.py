@@ -9,9 +9,11 @@ the HTTP client (httpx; the service extra) are imported inside the commands that
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import date, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -72,6 +74,13 @@ ContextOpt = Annotated[
         envvar="BLOCKBUDGET_CONTEXT",
         help="Registered context that pays (or $BLOCKBUDGET_CONTEXT). With --server it may be "
         "left out when the key's principal is bound to exactly one context.",
+    ),
+]
+#: ``--json`` on every command: one JSON document on stdout (see :func:`emit_json`).
+JsonOpt = Annotated[
+    bool,
+    typer.Option(
+        "--json", help="Print one JSON document (stable keys; budgets as exact decimal strings)."
     ),
 ]
 principal_app = typer.Typer(
@@ -154,6 +163,28 @@ def handle_errors(fn: F) -> F:
             raise typer.Exit(code=2) from exc
 
     return wrapper  # type: ignore[return-value]
+
+
+def _json_default(value: object) -> object:
+    """JSON for the value types commands print: exact decimals as strings, times in ISO 8601."""
+    from blockbudget.budget import canonical_decimal
+
+    if isinstance(value, Decimal):
+        return canonical_decimal(value)
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, tuple | frozenset | set):
+        return list(value)
+    raise TypeError(f"not JSON-serialisable: {type(value).__name__}")
+
+
+def emit_json(document: object) -> None:
+    """Print ``document`` as one JSON document on stdout, keys sorted, no markup.
+
+    The form every ``--json`` option prints: stable keys, budgets as exact decimal strings
+    (never floats or display strings), times in ISO 8601 (UTC).
+    """
+    typer.echo(json.dumps(document, sort_keys=True, default=_json_default))
 
 
 def parse_window(text: str) -> timedelta:
