@@ -20,7 +20,7 @@ _OPTIONAL = {"ray": "blockbudget.engine.ray_engine", "torch": "blockbudget.train
 
 
 def _modules_with_examples() -> list[str]:
-    names = []
+    names = ["blockbudget"]
     for info in pkgutil.walk_packages(blockbudget.__path__, prefix="blockbudget."):
         if info.name.endswith("__main__"):
             continue
