@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from blockbudget.mechanisms import AboveThreshold, SeededNoise
-from blockbudget.mechanisms.kmeans import dp_kmeans
 from blockbudget.series import parse_strategy
+from blockbudget.series.kmeans import dp_kmeans
 
 from .fakes import FakeSource
 

@@ -13,6 +13,7 @@ import pytest
 from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget
 from blockbudget.errors import InvalidRequestError
+from blockbudget.outcome import Outcome
 from blockbudget.scheduling import BlockSpec, DecisionKind, TaskSpec, TaskStatus
 from blockbudget.scheduling.sage import (
     BlockAggressive,
@@ -22,7 +23,6 @@ from blockbudget.scheduling.sage import (
     StreamingComposition,
 )
 from blockbudget.scheduling.simulator import simulate
-from blockbudget.training.validation import Outcome
 
 CAP = Budget(epsilon=1.0, delta=1e-6)
 DEMAND = Budget(epsilon=1.0, delta=1e-7)

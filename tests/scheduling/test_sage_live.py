@@ -10,6 +10,7 @@ import pytest
 
 from blockbudget.accounting import Accounting
 from blockbudget.errors import InvalidRequestError
+from blockbudget.outcome import Outcome
 from blockbudget.scheduling import BlockSpec, DecisionKind, Pool, TaskSpec, TaskStatus
 from blockbudget.scheduling.sage import (
     BlockAggressive,
@@ -18,7 +19,6 @@ from blockbudget.scheduling.sage import (
     SageStrategy,
 )
 from blockbudget.scheduling.simulator import simulate
-from blockbudget.training.validation import Outcome
 
 from .test_sage import CAP, DEMAND, Need, blocks
 

@@ -21,6 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from blockbudget.mechanisms.noise import SeededNoise
+from blockbudget.outcome import Outcome
 from blockbudget.training.adassp import AdaSSPRegressor
 from blockbudget.training.linear_dpsgd import LogisticDPSGD
 from blockbudget.training.pipeline import split_rows
@@ -32,7 +33,7 @@ from blockbudget.training.tasks import (
     classification_arrays,
     regression_arrays,
 )
-from blockbudget.training.validation import Outcome, SlaMode, ValidationResult
+from blockbudget.training.validation import SlaMode, ValidationResult
 from blockbudget.training.validators import (
     AccuracyEvidence,
     AccuracyValidator,

@@ -27,7 +27,8 @@ from blockbudget.experiments.sage_common import (
     train_iteration,
     validate,
 )
-from blockbudget.training.validation import Outcome, SlaMode
+from blockbudget.outcome import Outcome
+from blockbudget.training.validation import SlaMode
 
 ETA = 0.05
 SLAS = (SlaMode.NO_SLA, SlaMode.NON_PRIVATE, SlaMode.SAGE)

@@ -35,7 +35,8 @@ from blockbudget.experiments.sage_common import (
     validate,
     violates,
 )
-from blockbudget.training.validation import Outcome, SlaMode
+from blockbudget.outcome import Outcome
+from blockbudget.training.validation import SlaMode
 
 ETAS = (0.01, 0.05)
 #: Seed 004 Tab. 2 (violation rate of ACCEPTed models).

@@ -57,6 +57,7 @@ from blockbudget.experiments.sage_standin import (
     store_tables,
 )
 from blockbudget.mechanisms.noise import SeededNoise
+from blockbudget.outcome import Outcome
 from blockbudget.scheduling.base import BlockSpec, TaskSpec
 from blockbudget.scheduling.sage import (
     BlockAggressive,
@@ -76,7 +77,7 @@ from blockbudget.training.tasks import (
     speed_keys,
     year_frame,
 )
-from blockbudget.training.validation import Outcome, SlaMode
+from blockbudget.training.validation import SlaMode
 from blockbudget.training.validators import (
     LossEvidence,
     LossValidator,

@@ -24,7 +24,7 @@ from scipy.optimize import linear_sum_assignment
 from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget, Cost
 from blockbudget.errors import InvalidRequestError, ReservationError
-from blockbudget.mechanisms.kmeans import assign
+from blockbudget.series.kmeans import assign
 
 FloatMatrix = NDArray[np.float64]
 Labels = NDArray[np.intp]

@@ -2,7 +2,7 @@
 
 Source: seed ``003_a7fa9cb9080a05af.txt``, §7.2, Algorithm 1, Eq. 38–39, Tables 3–5.
 
-Every run is :func:`~blockbudget.mechanisms.kmeans.dp_kmeans` (Algorithm 1: noisy counts and
+Every run is :func:`~blockbudget.series.kmeans.dp_kmeans` (Algorithm 1: noisy counts and
 sums per cluster each iteration, points scaled to [−1, 1]², half of ε_j on the counts) on a
 metered source capped at ε, with seeded noise. For each total number of iterations N, all
 strategies of a round share the same public random initial centroids and the same noise seed
@@ -41,7 +41,6 @@ from blockbudget.experiments.series_data import (
     weighted_f1,
 )
 from blockbudget.mechanisms import SeededNoise
-from blockbudget.mechanisms.kmeans import assign, dp_kmeans, lloyd_step, to_unit_cube
 from blockbudget.series import (
     FiniteBudgetSequence,
     NoisySign,
@@ -50,6 +49,7 @@ from blockbudget.series import (
     probabilistic_perturbation,
     random_arrangement,
 )
+from blockbudget.series.kmeans import assign, dp_kmeans, lloyd_step, to_unit_cube
 
 #: Table 3 (geometric strategies, ε = 0.3): the U_s actually set, by N.
 TABLE3_US = {

@@ -39,7 +39,7 @@ block), does not start another run for that pipeline, and keeps its reservations
 its even split of new blocks). The driver reads the run with :meth:`SageStrategy.started` (or
 receives it through ``on_run``), turns its CHARGE decisions into one ledger reservation, runs the
 iteration on it, and calls :meth:`SageStrategy.report` with the validator's
-:class:`~blockbudget.training.validation.Outcome`; the strategy resumes exactly where a
+:class:`~blockbudget.outcome.Outcome`; the strategy resumes exactly where a
 synchronous outcome would have taken it (ACCEPT: grant and reallocate what the pipeline held;
 REJECT: reject; RETRY: double ε if the allocation allows, else the window, and go on).
 
@@ -63,9 +63,9 @@ from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget, Cost, RdpCurve
 from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.noise import NoiseSource
+from blockbudget.outcome import Outcome
 from blockbudget.scheduling.base import BlockSpec, Scheduler, TaskShape, TaskSpec
 from blockbudget.scheduling.pool import Pool
-from blockbudget.training.validation import Outcome
 
 #: Relative tolerance when comparing a cost with a reservation (the pool keeps a 1e-9 capacity
 #: margin, so an even share of a whole block is a hair below the block; the pool still checks

@@ -18,6 +18,7 @@ import numpy as np
 from blockbudget.budget import Budget, Cost
 from blockbudget.errors import BlockBudgetError, InvalidRequestError
 from blockbudget.failures import failure_of, new_reference
+from blockbudget.outcome import Outcome
 from blockbudget.scheduling import Decision, DecisionKind, Pool
 from blockbudget.scheduling.base import scheduler_classes
 from blockbudget.scheduling.ledger_bridge import LedgerBridge
@@ -31,7 +32,6 @@ from blockbudget.tasks.pipeline_work import (
     build_pipeline,
     describe_model,
 )
-from blockbudget.training.validation import Outcome
 
 if TYPE_CHECKING:  # pragma: no cover
     from blockbudget.ledger import Ledger

@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 
 from blockbudget.budget import Budget
 from blockbudget.errors import BlockBudgetError, InternalError, InvalidRequestError
+from blockbudget.outcome import Outcome
 from blockbudget.scheduling import Decision, DecisionKind, Pool, TaskSpec
 from blockbudget.scheduling.sage import RunRequest, SageStrategy
 from blockbudget.store import Unit
@@ -78,7 +79,6 @@ from blockbudget.tasks.pipeline_runs import (
 )
 from blockbudget.tasks.pipeline_work import PipelineWork, check_stream
 from blockbudget.tasks.selectors import AnyBlocks, Selector
-from blockbudget.training.validation import Outcome
 
 if TYPE_CHECKING:  # pragma: no cover
     from blockbudget.platform import Platform

@@ -16,6 +16,7 @@
 See docs/training.md.
 """
 
+from blockbudget.outcome import Outcome
 from blockbudget.training.adaptive import (
     AdaptiveConfig,
     AdaptiveSearch,
@@ -37,7 +38,6 @@ from blockbudget.training.pipelines import AdaSSPPipeline, AverageSpeedPipeline,
 from blockbudget.training.sources import MeteredSource
 from blockbudget.training.validation import (
     Inequality,
-    Outcome,
     SlaMode,
     ValidationResult,
     Validator,

@@ -38,10 +38,10 @@ from blockbudget.budget import Budget, Number
 from blockbudget.errors import BudgetExceededError, InternalError, InvalidRequestError
 from blockbudget.grant import group_cost
 from blockbudget.mechanisms.calibration import exact_delta, exact_epsilon
+from blockbudget.outcome import Outcome
 from blockbudget.store import Unit
 from blockbudget.training.bounds import check_probability
 from blockbudget.training.checks import check_int
-from blockbudget.training.validation import Outcome
 
 if TYPE_CHECKING:  # pragma: no cover
     from blockbudget.grant import Grant

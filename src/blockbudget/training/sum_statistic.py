@@ -27,6 +27,7 @@ from blockbudget.errors import DataError, InvalidRequestError
 from blockbudget.mechanisms.noise import FloatArray
 from blockbudget.mechanisms.results import DPResult, GroupMeans, Perturbation
 from blockbudget.mechanisms.statistics import sum_sensitivity
+from blockbudget.outcome import Outcome
 from blockbudget.training.bounds import (
     empirical_bernstein_margin,
     hoeffding_margin,
@@ -36,7 +37,6 @@ from blockbudget.training.bounds import (
 )
 from blockbudget.training.validation import (
     Inequality,
-    Outcome,
     Released,
     SlaMode,
     Validator,

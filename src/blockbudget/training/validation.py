@@ -47,15 +47,8 @@ from blockbudget.mechanisms.source import (
     price,
     source_accounting,
 )
+from blockbudget.outcome import Outcome
 from blockbudget.training.bounds import check_probability
-
-
-class Outcome(Enum):
-    """What a validator decides (Sage §3.3; PrivateKube encodes them 1 / −1 / 0)."""
-
-    ACCEPT = "accept"
-    REJECT = "reject"
-    RETRY = "retry"
 
 
 class SlaMode(Enum):

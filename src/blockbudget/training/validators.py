@@ -24,6 +24,7 @@ from blockbudget.mechanisms.calibration import split_epsilon
 from blockbudget.mechanisms.noise import FloatArray
 from blockbudget.mechanisms.results import Perturbation
 from blockbudget.mechanisms.statistics import sum_sensitivity
+from blockbudget.outcome import Outcome
 from blockbudget.training.bounds import (
     bernstein_upper,
     clopper_pearson_lower,
@@ -37,7 +38,6 @@ from blockbudget.training.bounds import (
 from blockbudget.training.sum_statistic import SumStatisticEvidence, SumStatisticValidator
 from blockbudget.training.validation import (
     Inequality,
-    Outcome,
     Released,
     SlaMode,
     Validator,

@@ -9,24 +9,23 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from mechanisms.fakes import FakeSource, NoNoise, RecordingNoise
 
 from blockbudget import Budget
 from blockbudget.errors import BudgetExceededError, DataError, InvalidRequestError, ReservationError
 from blockbudget.ledger.types import EventKind
 from blockbudget.mechanisms import NoiseKind, SeededNoise
-from blockbudget.mechanisms.kmeans import (
+from blockbudget.mechanisms.statistics import sum_sensitivity
+from blockbudget.platform import Last, Platform
+from blockbudget.series import parse_strategy
+from blockbudget.series.kmeans import (
     assign,
     dp_kmeans,
     from_unit_cube,
     lloyd_step,
     to_unit_cube,
 )
-from blockbudget.mechanisms.statistics import sum_sensitivity
-from blockbudget.platform import Last, Platform
-from blockbudget.series import parse_strategy
 from blockbudget.store import Blocking, Unit
-
-from .fakes import FakeSource, NoNoise, RecordingNoise
 
 DAY = Blocking(unit=Unit.TIME, column="ts", window=timedelta(days=1))
 
