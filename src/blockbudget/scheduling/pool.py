@@ -4,7 +4,7 @@
 anything. It keeps, per block, float vectors in the feature layout of the block's filter
 (:mod:`blockbudget.accounting.filters`): ``capacity``, ``charged`` and ``reserved`` (the sum of
 every waiting task's reservation). Every operation is checked and either done completely and
-logged as :class:`~blockbudget.scheduling.base.Decision` records, or refused with nothing
+logged as :class:`~blockbudget.scheduling.spec.Decision` records, or refused with nothing
 changed:
 
 * an operation that would push a block beyond its filter returns ``False``;
@@ -45,14 +45,6 @@ import numpy.typing as npt
 from blockbudget.accounting import Accounting, Filter, make_filter
 from blockbudget.budget import Budget, Cost, RdpCurve, sum_costs
 from blockbudget.errors import InternalError, InvalidRequestError, UnknownBlockError
-from blockbudget.scheduling.base import (
-    BlockSpec,
-    Decision,
-    DecisionKind,
-    TaskShape,
-    TaskSpec,
-    TaskStatus,
-)
 from blockbudget.scheduling.exact import (
     CAPACITY_MARGIN,
     EXACT_WINDOW,
@@ -64,6 +56,14 @@ from blockbudget.scheduling.exact import (
     nominal_vector,
     to_units,
     up_vector,
+)
+from blockbudget.scheduling.spec import (
+    BlockSpec,
+    Decision,
+    DecisionKind,
+    TaskShape,
+    TaskSpec,
+    TaskStatus,
 )
 
 __all__ = ["CAPACITY_MARGIN", "EXACT_WINDOW", "CostVector", "FloatArray", "IntArray", "Pool"]
