@@ -193,6 +193,25 @@ def selection_bound(platform: Platform, stream: str) -> int | None:
     Raises:
         UnreleasedIdsError: a user stream with no maximum-id release yet (the message names
             the command that releases it).
+
+    Example:
+        >>> import tempfile, pandas as pd
+        >>> from blockbudget import Budget
+        >>> from blockbudget.errors import UnreleasedIdsError
+        >>> from blockbudget.platform import Platform
+        >>> from blockbudget.store import Blocking, LatePolicy
+        >>> p = Platform(tempfile.mkdtemp(), engine="arrow")
+        >>> _ = p.create_stream("u", policy=Budget(epsilon=10), late_policy=LatePolicy.DROP,
+        ...                     blocking=Blocking.by_user("uid", 10))
+        >>> _ = p.ingest("u", pd.DataFrame({"uid": list(range(25)), "v": [1.0] * 25}))
+        >>> try:
+        ...     selection_bound(p, "u")
+        ... except UnreleasedIdsError as exc:
+        ...     print("blockbudget stream max-id u" in str(exc))
+        True
+        >>> known_bound(p, "u")  # analysts' lists: nothing is known yet
+        -1
+        >>> p.close()
     """
     if platform.stream(stream).blocking.unit is not Unit.USER:
         return None

@@ -150,3 +150,46 @@ def test_an_analyst_cannot_learn_an_unreleased_range(seeded: Seeded, client: Tes
         ]
         assert keys == [b["key"] for b in real]
     assert not any(RANGE.search(t) for t in texts), texts
+
+
+def test_the_remote_cli_shows_an_analyst_the_gate_and_its_command(seeded: Seeded) -> None:
+    from typer.testing import CliRunner
+
+    from blockbudget.cli import app as cli
+    from blockbudget.service import create_app
+    from service.support import thread_server
+
+    runner = CliRunner()
+    app_ = create_app(seeded.platform, keys=seeded.keys, auth_cache_seconds=0)
+    with TestClient(app_) as client:
+        owned_stream(client, seeded, "users", by="user", column="uid", csv=CSV, ids_known=False)
+    with thread_server(app_) as url:
+
+        def as_(key: str, *args: str) -> str:
+            r = runner.invoke(cli, [*args, "--server", url, "--api-key", key])
+            return f"{r.exit_code} " + " ".join(r.output.split())  # rich wraps lines
+
+        query = [
+            "query",
+            "count",
+            "users",
+            "--epsilon",
+            "0.1",
+            "--context",
+            "team-a",
+            "--last",
+            "1",
+        ]
+        listed = as_(seeded.analyst, "stream", "list")
+        assert re.search(r"│ users │[^│]*│[^│]*│ user\(uid\) │ 0 │", listed), listed
+        out = as_(seeded.analyst, *query)
+        assert out.startswith("2 ") and "blockbudget stream max-id users --context" in out, out
+        assert not RANGE.search(out) and "u000000" not in as_(seeded.analyst, "blocks", "users")
+        out = as_(
+            seeded.admin, "stream", "max-id", "users", "--epsilon", "0.5", "--context", "team-a"
+        )
+        assert out.startswith("0 ") and "released maximum id" in out, out
+        out = as_(seeded.analyst, *query, "--json")
+        assert out.startswith("0 ") and re.search(r'"blocks": \[ "users/b[0-9a-f]{24}" \]', out), (
+            out
+        )
