@@ -151,7 +151,10 @@ def test_demo_quick(tmp_path: Path) -> None:
 def test_user_stream_queries_reserve_the_group_cost(tmp_path: Path) -> None:
     home = ["--home", str(tmp_path / "h")]
     data = tmp_path / "u.csv"
-    pd.DataFrame({"uid": [1] * 10 + [2, 3], "v": range(12)}).to_csv(data, index=False)
+    # users 1..201 (user 1 with 10 rows): ids 0-99 are known after the release below unless its
+    # Laplace(1/0.3) noise is under -93 (probability ~1e-13)
+    uids = [1] * 10 + list(range(2, 202))
+    pd.DataFrame({"uid": uids, "v": range(len(uids))}).to_csv(data, index=False)
     r = runner.invoke(
         app,
         [
@@ -174,6 +177,10 @@ def test_user_stream_queries_reserve_the_group_cost(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     runner.invoke(app, ["context", "add", "a", *home])
     assert runner.invoke(app, ["ingest", "u", str(data), *home]).exit_code == 0
+    # A user stream's blocks are selectable only below a DP maximum id (charged in "ids": 3 × 0.3).
+    runner.invoke(app, ["context", "add", "ids", *home])
+    release = ["stream", "max-id", "u", "--epsilon", "0.3", "--context", "ids", *home]
+    assert runner.invoke(app, release).exit_code == 0
     r = runner.invoke(app, ["query", "count", "u", "--epsilon", "0.2", "--context", "a", *home])
     assert r.exit_code == 0, r.output
     assert "cost per block: (ε=0.6, δ=0)" in r.output  # the group cost of (ε=0.2), k = 3

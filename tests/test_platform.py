@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from pg_support import BACKENDS, postgres_database
+from userids_support import make_known
 
 from blockbudget import Accounting, Budget, RdpCurve
 from blockbudget.errors import (
@@ -372,6 +373,7 @@ def test_user_level_streams_bound_contributions_and_charge_the_group(
     )
     uids = [7] * 200 + list(range(10, 60))
     p.ingest("visits", pd.DataFrame({"uid": uids, "v": np.arange(len(uids), dtype=float)}))
+    make_known(p, "visits")  # a user stream is gated until its maximum id is released
     with p.request("visits", blocks=Last(1), budget=Budget(epsilon=0.5), context="a") as g:
         frame = g.frame()
         assert (frame["uid"] == 7).sum() == 2  # user 7 contributes at most k = 2 rows
@@ -460,6 +462,7 @@ def test_user_streams_serve_a_column_subset_without_the_user_column(
         late_policy=LatePolicy.DROP,
     )
     p.ingest("visits", pd.DataFrame({"uid": [1, 1, 1, 2], "v": [1.0, 2.0, 3.0, 4.0]}))
+    make_known(p, "visits")
     with p.request(
         "visits", blocks=Last(1), budget=Budget(epsilon=0.1), context="a", columns=["v"]
     ) as g:

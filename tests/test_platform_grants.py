@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+from userids_support import make_known
 
 from blockbudget import Budget
 from blockbudget.engine import Engine, Op, Partials, Plan, Predicate, ScanSource, get_engine
@@ -66,6 +67,7 @@ def user_platform(home: Path, uids: list[int], **kwargs: Any) -> Platform:
         late_policy=LatePolicy.DROP,
     )
     p.ingest("visits", pd.DataFrame({"uid": uids, "v": np.arange(len(uids), dtype=float)}))
+    make_known(p, "visits")  # a user stream is gated until its maximum id is released
     return p
 
 

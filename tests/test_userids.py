@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -11,12 +12,12 @@ import pandas as pd
 import pytest
 
 from blockbudget import Budget
-from blockbudget.errors import InvalidRequestError, UnknownBlockError
+from blockbudget.errors import InvalidRequestError, UnknownBlockError, UnreleasedIdsError
 from blockbudget.ledger import EventKind
 from blockbudget.mechanisms.noise import NoiseSource, SeededNoise
 from blockbudget.platform import Last, Platform
 from blockbudget.store import Blocking, LatePolicy
-from blockbudget.userids import known_bound, latest_release, release_max_id
+from blockbudget.userids import known_bound, latest_release, release_max_id, visible_blocks
 
 HUGE = 1e9  # ε of an (almost) exact count: the margin ln(1/(2β))/ε is ~2e-9
 
@@ -87,7 +88,6 @@ def test_a_later_release_reads_only_blocks_from_the_floor(platform: Platform) ->
 
 def test_selection_hides_blocks_above_the_released_maximum(platform: Platform) -> None:
     cost = Budget(epsilon=1)
-    assert len(platform.select("u", Last(3), context="c", cost=cost)) == 3  # no release: ungated
     # a noisy count 7 below the truth: released 17, safe 16 → only ids 0..9 are known
     r = release_max_id(platform, "u", context="c", epsilon=HUGE, noise=ShiftNoise(-7.0, platform))
     assert r.released_max == 17.0 and r.safe_max == 16
@@ -174,3 +174,87 @@ def test_the_release_leaves_the_last_range_open_for_new_users(platform: Platform
     assert r.floor == 20 and r.released_max == 29.0 and r.safe_max == 28
     # the reservations are closed: nothing stays held
     assert all(not any(s.reserved) for s in platform.ledger.states(stream="u"))
+
+
+def test_a_fresh_user_stream_has_no_block_to_select_for_anyone(platform: Platform) -> None:
+    from blockbudget.tasks.queue import TaskQueue
+    from blockbudget.tasks.selectors import AnyBlocks, Named, Newest
+
+    cost = Budget(epsilon=1)
+    assert (
+        known_bound(platform, "u") == -1
+        and visible_blocks(platform, "u", ["u/u000000-000009"]) == []
+    )
+    tries: list[Callable[[], object]] = [
+        lambda: platform.select("u", Last(1), context="c", cost=cost),
+        lambda: platform.select("u", ["u000000-000009"], context="c", cost=cost),
+        lambda: platform.select("u", ["u/u000000-000009"], context="c", cost=cost),
+        lambda: platform.select("u", ["u/u999000-999999"], context="c", cost=cost),  # no such
+        lambda: platform.request("u", blocks=Last(1), budget=cost, context="c"),
+    ]
+    q = TaskQueue(platform, scheduler="fcfs", noise=SeededNoise(1), clock=lambda: 0.0)
+    try:
+        for selector in (Newest(1), AnyBlocks(1), Named(("u/u000000-000009",))):
+            tries.append(lambda s=selector: q.submit_budget("u", cost, selector=s, context="c"))
+        for attempt in tries:
+            with pytest.raises(UnreleasedIdsError) as caught:
+                attempt()
+            text = str(caught.value)
+            assert "no DP maximum-id release" in text and "blockbudget stream max-id u " in text
+        assert q.tasks() == []
+    finally:
+        q.close()
+    assert _charges(platform) == [] and all(
+        not any(s.reserved) for s in platform.ledger.states(stream="u")
+    )
+    # Released: exactly the blocks at or below the bound (noise 0: safe_max 23, ids 0..19).
+    release_max_id(platform, "u", context="c", epsilon=HUGE, noise=ShiftNoise(0.0, platform))
+    known = ("u/u000000-000009", "u/u000010-000019")
+    assert platform.select("u", Last(3), context="c", cost=cost) == known
+    assert platform.select("u", ["u000010-000019"], context="c", cost=cost) == known[1:]
+
+
+def test_time_streams_are_not_gated(platform: Platform) -> None:
+    platform.create_stream(
+        "t", policy=Budget(epsilon=1), blocking=Blocking.by_time("ts", timedelta(days=1))
+    )
+    day = pd.Timestamp("2024-01-01", tz="UTC")
+    platform.ingest("t", pd.DataFrame({"ts": [day, day + pd.Timedelta(days=1)], "v": [1.0, 2.0]}))
+    assert known_bound(platform, "t") is None
+    assert len(platform.select("t", Last(2), context="c", cost=Budget(epsilon=0.1))) == 2
+
+
+def test_a_waiting_task_explains_itself_with_known_blocks_only(platform: Platform) -> None:
+    from blockbudget.tasks.queue import TaskQueue
+    from blockbudget.tasks.selectors import AnyBlocks
+
+    release_max_id(platform, "u", context="c", epsilon=HUGE, noise=ShiftNoise(-7.0, platform))
+    q = TaskQueue(platform, scheduler="fcfs", noise=SeededNoise(1), clock=lambda: 0.0)
+    try:
+        t = q.submit_budget("u", Budget(epsilon=0.1), selector=AnyBlocks(3, min_k=3), context="c")
+        q.pump()
+        why = q.why(t.id)
+        assert why.affordable == 1 and "1 of the 1 block(s)" in why.reason, why
+        assert all(row.block == "u/u000000-000009" for row in why.shortfall)
+    finally:
+        q.close()
+
+
+def test_the_cli_names_the_release_command_and_works_after_it(platform: Platform) -> None:
+    from typer.testing import CliRunner
+
+    from blockbudget.cli import app
+
+    home = str(platform.home)
+    platform.close()
+    runner = CliRunner()
+    query = ["query", "count", "u", "--epsilon", "0.1", "--context", "c", "--last", "1"]
+    r = runner.invoke(app, [*query, "--home", home])
+    text = " ".join(r.output.split())  # rich wraps lines
+    assert r.exit_code == 2 and "UnreleasedIdsError" in text, r.output
+    assert "blockbudget stream max-id u --context CONTEXT --epsilon EPSILON" in text
+    release = ["stream", "max-id", "u", "--epsilon", "1e9", "--context", "c", "--home", home]
+    assert runner.invoke(app, release).exit_code == 0
+    r = runner.invoke(app, [*query, "--home", home, "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["blocks"] == ["u/u000010-000019"]  # the newest known block

@@ -48,6 +48,25 @@ class StreamExistsError(InvalidRequestError):
     never shows the existing stream's spec."""
 
 
+class UnreleasedIdsError(InvalidRequestError):
+    """A block selection on a user-blocked stream that has no DP maximum-id release yet.
+
+    A user stream's blocks exist for selection only once a DP release of its largest id in
+    use made them known (Sage §4.4; :mod:`blockbudget.userids`): before the first release no
+    block can be selected or named, by anyone. The message names the command that releases it
+    (an administrator or an owner of the stream runs it)."""
+
+    def __init__(self, stream: str) -> None:
+        self.stream = stream
+        super().__init__(
+            f"stream {stream!r} is blocked by user id and has no DP maximum-id release yet, so "
+            "none of its blocks can be selected (its ids become known only through that "
+            "release); an administrator or an owner of the stream must first run "
+            f"`blockbudget stream max-id {stream} --context CONTEXT --epsilon EPSILON` "
+            f"(or POST /v1/streams/{stream}/max-id)"
+        )
+
+
 class UnknownColumnError(InvalidRequestError):
     """A request names a column the stream does not have.
 

@@ -326,10 +326,13 @@ class Platform:
         ``affordable``, blocks that cannot afford ``cost`` in ``context``). On a user stream
         with a maximum-id release, only blocks whose ids all lie at or below its ``safe_max``
         exist for selection (:mod:`blockbudget.userids`); naming another is refused as unknown.
+        A user stream with no release yet has no block to select: any selection on it raises
+        :class:`~blockbudget.errors.UnreleasedIdsError` (release one with
+        :func:`blockbudget.userids.release_max_id` first).
         """
         from blockbudget import userids
 
-        bound = userids.known_bound(self, stream)
+        bound = userids.selection_bound(self, stream)
 
         def admit(ids: Sequence[str]) -> list[str]:
             return list(ids) if bound is None else userids.within(bound, ids)

@@ -25,11 +25,16 @@ The release (:func:`release_max_id`):
   As P[Laplace(1/ε) > ln(1/(2β))/ε] = β, every id up to ``safe_max`` is in use with probability
   at least 1 − β: a block is offered only once it is full with probability ≥ 1 − β.
 
-Selection (:func:`known_bound`, used by :meth:`Platform.select
-<blockbudget.platform.Platform.select>` and the service's block lists): once a user stream has a
-release, a block whose last id exceeds the latest ``safe_max`` is treated as unknown — ``Last(n)``
-skips it, naming it is refused as an unknown block. A user stream with no release yet is not
-gated (its owner opts in with the first release).
+Selection (:func:`selection_bound`, used by :meth:`Platform.select
+<blockbudget.platform.Platform.select>` and task binding) and the service's block lists
+(:func:`known_bound`): a user stream is gated **from its creation**. Before its first release no
+block of it exists for selection — a selection, by anyone, is refused with
+:class:`~blockbudget.errors.UnreleasedIdsError`, whose message names the command that releases
+the maximum id — and an analyst's block list is empty. Afterwards a block whose last id exceeds
+the latest ``safe_max`` is treated as unknown: ``Last(n)`` skips it, naming it is refused as an
+unknown block. So which blocks a query reads, and which blocks an analyst can list or count, is
+a function of released values only (Sage §4.4: "block selection only among ids known through
+it").
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from blockbudget.budget import Budget
-from blockbudget.errors import InvalidBudgetError, InvalidRequestError
+from blockbudget.errors import InvalidBudgetError, InvalidRequestError, UnreleasedIdsError
 from blockbudget.grant import group_cost
 from blockbudget.mechanisms.basic import laplace_mechanism
 from blockbudget.mechanisms.calibration import exact_epsilon
@@ -66,6 +71,8 @@ __all__ = [
     "known_filter",
     "latest_release",
     "release_max_id",
+    "require_release",
+    "selection_bound",
     "visible_blocks",
     "within",
 ]
@@ -164,19 +171,69 @@ def latest_release(platform: Platform, stream: str) -> MaxIdRelease | None:
     )
 
 
+#: The bound of a user stream with no release: no id is known, so no block (ids are >= 0).
+NOTHING_KNOWN = -1
+
+
 def known_bound(platform: Platform, stream: str) -> int | None:
     """The largest id a block of ``stream`` may end at to be offered: the latest release's
-    ``safe_max`` (never lower than an earlier one's: a block once offered stays known);
-    None when blocks are not gated (not a user stream, or no release yet)."""
+    ``safe_max`` (never lower than an earlier one's: a block once offered stays known), or
+    :data:`NOTHING_KNOWN` on a user stream with no release yet; None when blocks are not
+    gated (not a user stream)."""
     if platform.stream(stream).blocking.unit is not Unit.USER:
         return None
     release = latest_release(platform, stream)
-    return None if release is None else release.safe_max
+    return NOTHING_KNOWN if release is None else release.safe_max
+
+
+def selection_bound(platform: Platform, stream: str) -> int | None:
+    """:func:`known_bound` for a selection: None when ``stream`` is not gated, else the
+    release's ``safe_max``.
+
+    Raises:
+        UnreleasedIdsError: a user stream with no maximum-id release yet (the message names
+            the command that releases it).
+
+    Example:
+        >>> import tempfile, pandas as pd
+        >>> from blockbudget import Budget
+        >>> from blockbudget.errors import UnreleasedIdsError
+        >>> from blockbudget.platform import Platform
+        >>> from blockbudget.store import Blocking, LatePolicy
+        >>> p = Platform(tempfile.mkdtemp(), engine="arrow")
+        >>> _ = p.create_stream("u", policy=Budget(epsilon=10), late_policy=LatePolicy.DROP,
+        ...                     blocking=Blocking.by_user("uid", 10))
+        >>> _ = p.ingest("u", pd.DataFrame({"uid": list(range(25)), "v": [1.0] * 25}))
+        >>> try:
+        ...     selection_bound(p, "u")
+        ... except UnreleasedIdsError as exc:
+        ...     print("blockbudget stream max-id u" in str(exc))
+        True
+        >>> known_bound(p, "u")  # analysts' lists: nothing is known yet
+        -1
+        >>> p.close()
+    """
+    if platform.stream(stream).blocking.unit is not Unit.USER:
+        return None
+    release = latest_release(platform, stream)
+    if release is None:
+        raise UnreleasedIdsError(stream)
+    return release.safe_max
+
+
+def require_release(platform: Platform, stream: str) -> None:
+    """Refuse any selection on a user stream that has no maximum-id release yet.
+
+    Raises:
+        UnreleasedIdsError: as :func:`selection_bound`.
+    """
+    selection_bound(platform, stream)
 
 
 def visible_blocks(platform: Platform, stream: str, block_ids: Sequence[str]) -> list[str]:
     """The blocks of ``block_ids`` (of ``stream``) that selection may offer, in order: all of
-    them unless the stream is gated, else those whose last id is at most :func:`known_bound`."""
+    them unless the stream is gated, else those whose last id is at most :func:`known_bound`
+    (none on a user stream with no release)."""
     bound = known_bound(platform, stream)
     if bound is None:
         return list(block_ids)
@@ -185,7 +242,8 @@ def visible_blocks(platform: Platform, stream: str, block_ids: Sequence[str]) ->
 
 def known_filter(platform: Platform, stream: str) -> Callable[[Sequence[str]], list[str]] | None:
     """A filter keeping the blocks selection may offer on ``stream`` (None when it is not
-    gated), with the bound read once: for callers that filter many lists (task binding)."""
+    gated; it keeps nothing on a user stream with no release), with the bound read once: for
+    callers that filter many lists (task binding)."""
     bound = known_bound(platform, stream)
     if bound is None:
         return None

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 from mechanisms.fakes import NoNoise
 from scipy import optimize, stats
+from userids_support import make_known
 
 from blockbudget.accounting import Accounting
 from blockbudget.budget import ALPHAS, Budget, RdpCurve
@@ -213,6 +214,7 @@ def _user_stream(home: Path, accounting: Accounting, rows_per_user: int) -> Plat
     )
     plat.add_context("a")
     plat.ingest("u", pd.DataFrame({"uid": [1, 1, 2, 1, 3], "v": [1.0, 2.0, 3.0, 4.0, 5.0]}))
+    make_known(plat, "u")  # a user stream is gated until its maximum id is released
     return plat
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from mechanisms.fakes import NoNoise
+from userids_support import make_known
 
 from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget, RdpCurve
@@ -221,6 +222,7 @@ def test_a_user_level_stream_bounds_rows_and_pays_group_privacy(tmp_path: Path) 
         # user 1 has 4 rows: only its first 2 (in stored order) count.
         rows = pd.DataFrame({"uid": [1, 1, 2, 1, 3, 1], "v": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]})
         p.ingest("u", rows)
+        make_known(p, "u")  # a user stream is gated until its maximum id is released
         before = state(p, "u")
         q = Query.sum("v", epsilon=0.5, lower=0, upper=10)
         quote = price(p, "u", q, blocks=Last(1), context="a")

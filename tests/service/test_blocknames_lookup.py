@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from userids_support import make_known
 
 from blockbudget.budget import Budget
 from blockbudget.errors import UnknownBlockError
@@ -27,6 +28,7 @@ def test_new_blocks_resolve_without_relisting_the_stream(
         late_policy=LatePolicy.DROP,
     )
     p.ingest("u", pd.DataFrame({"uid": [1, 15]}))
+    make_known(p, "u")  # a user stream is gated until its maximum id is released
     names = BlockNames(p, p.ledger.engine)
     first, second = (m.block_id for m in p.store.blocks("u"))
     assert names.resolve("u", names.opaque(first)) == first  # lists the stream once

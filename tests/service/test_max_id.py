@@ -1,6 +1,9 @@
-"""Over HTTP, a user stream's DP maximum id (Sage §4.4): admins release it; afterwards an
-analyst can neither list, count, select nor name a block beyond it, and every answer it gets
-carries opaque ids or released values only."""
+"""Over HTTP, a user stream's DP maximum id (Sage §4.4). A user stream is gated from its
+creation: before the first release an analyst sees no block, counts none and can select none
+(the refusal names the command that releases the maximum id), and nobody can select one; an
+admin or an owner releases it; afterwards an analyst can neither list, count, select nor name a
+block beyond it, and every answer it gets carries opaque ids or released values only. Owners
+and admins see every block with its real key throughout."""
 
 from __future__ import annotations
 
@@ -9,17 +12,28 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from blockbudget.service.blocknames import BlockNames
 from service.support import Seeded, owned_stream
 
 #: Users 0..2499 (incrementing ids): blocks 0-999, 1000-1999 full, 2000-2999 a quarter full.
 CSV = "uid,spend\n" + "".join(f"{u},{u % 5}\n" for u in range(2500))
 HIDDEN = "u002000-002999"
+RANGE = re.compile(r"u\d{6,}-\d{6,}")
+Q = {"epsilon": 0.01, "context": "team-a"}
+#: What must be the same in two refusals for them to tell nothing apart (the body aside).
+SAME_HEADERS = ("content-type", "content-length", "www-authenticate")
 
 
-def test_an_analyst_cannot_learn_an_unreleased_range(seeded: Seeded, client: TestClient) -> None:
-    real = owned_stream(client, seeded, "users", by="user", column="uid", csv=CSV)
+def _refusal(r: Any, name: str) -> tuple[int, str, dict[str, str | None]]:
+    return r.status_code, r.text.replace(name, "NAME"), {h: r.headers.get(h) for h in SAME_HEADERS}
+
+
+def test_a_fresh_user_stream_shows_an_analyst_nothing_and_refuses_every_selection(
+    seeded: Seeded, client: TestClient
+) -> None:
+    real = owned_stream(client, seeded, "users", by="user", column="uid", csv=CSV, ids_known=False)
     assert [b["key"] for b in real] == ["u000000-000999", "u001000-001999", HIDDEN]
-    ha, hadmin = seeded.headers(seeded.analyst), seeded.headers(seeded.admin)
+    ha, ho = seeded.headers(seeded.analyst), seeded.headers(seeded.owner)
     texts: list[str] = []
 
     def call(method: str, path: str, **kw: Any) -> Any:
@@ -27,13 +41,71 @@ def test_an_analyst_cannot_learn_an_unreleased_range(seeded: Seeded, client: Tes
         texts.append(r.text)
         return r
 
-    before = call("GET", "/v1/streams/users/blocks").json()
-    assert len(before) == 3  # no release yet: the stream is not gated
-    hidden_id = next(b for b in real if b["key"] == HIDDEN)["block_id"]
-    # Only admins release; an analyst's attempt is refused and charges nothing.
+    # Listing, counting, the dashboard: nothing (the raw count is 3).
+    assert call("GET", "/v1/streams/users/blocks").json() == []
+    assert call("GET", "/v1/streams/users").json()["blocks"] == 0
+    assert {s["name"]: s["blocks"] for s in call("GET", "/v1/streams").json()}["users"] == 0
+    board = call("GET", "/v1/dashboard", params={"stream": "users"}).json()
+    assert board["blocks"] == [] and board["heatmap"]["blocks"] == [] and board["retiring"] == []
+    assert call("GET", "/v1/streams/users/max-id").status_code == 422  # no release yet
+    # Every selection is refused with the command to run; naming a real block's opaque id or
+    # a made-up one gives the very same answer (the name is not even echoed).
+    real_id = BlockNames(seeded.platform, seeded.platform.ledger.engine).opaque("users/" + HIDDEN)
+    made_up = "users/b" + "0" * 24
+    tries = [
+        ("POST", "/v1/streams/users/queries/count", {**Q, "last": 1}),
+        ("POST", "/v1/streams/users/reservations", {**Q, "last": 1}),
+        ("POST", "/v1/streams/users/tasks", {**Q, "last": 1}),
+        ("POST", "/v1/streams/users/tasks", {**Q, "selector": {"any": {}}}),
+    ]
+    bodies = set()
+    for method, path, body in tries:
+        r = call(method, path, json=body)
+        assert r.status_code == 422, r.text
+        assert r.json()["error"] == "UnreleasedIdsError", r.text
+        assert "blockbudget stream max-id users" in r.json()["detail"], r.text
+        assert "POST /v1/streams/users/max-id" in r.json()["detail"], r.text
+    for name in (real_id, made_up):
+        for path in ("queries/count", "reservations", "tasks"):
+            r = call("POST", f"/v1/streams/users/{path}", json={**Q, "blocks": [name]})
+            assert r.status_code == 422 and "stream max-id users" in r.text, r.text
+            bodies.add((r.text, *(r.headers.get(h) for h in SAME_HEADERS)))
+        r = call("POST", "/v1/streams/users/charges", json={**Q, "blocks": [name]})
+        assert r.status_code == 422 and "stream max-id users" in r.text, r.text
+    assert len(bodies) == 1  # one answer, byte for byte, whichever route and name
+    assert call("GET", "/v1/tasks").json()["tasks"] == []  # nothing was queued
+    # The owner (and admins) see every block and its key, but cannot select one either.
+    assert client.get("/v1/streams/users", headers=ho).json()["blocks"] == 3
+    admin = client.get("/v1/streams/users/blocks", headers=seeded.headers(seeded.admin)).json()
+    assert [b["key"] for b in admin] == [b["key"] for b in real]
+    r = client.post(
+        "/v1/streams/users/queries/count",
+        headers=seeded.headers(seeded.admin),
+        json={**Q, "blocks": [HIDDEN]},
+    )
+    assert r.status_code == 422 and r.json()["error"] == "UnreleasedIdsError", r.text
+    # Nothing was charged by any refusal.
+    assert all(not any(s.charged) for s in seeded.platform.ledger.states(stream="users"))
+    assert not any(RANGE.search(t) for t in texts), texts
+
+
+def test_an_analyst_cannot_learn_an_unreleased_range(seeded: Seeded, client: TestClient) -> None:
+    real = owned_stream(client, seeded, "users", by="user", column="uid", csv=CSV, ids_known=False)
+    ha, ho = seeded.headers(seeded.analyst), seeded.headers(seeded.owner)
+    texts: list[str] = []
+
+    def call(method: str, path: str, **kw: Any) -> Any:
+        r = client.request(method, path, headers=ha, **kw)
+        texts.append(r.text)
+        return r
+
+    # Analysts cannot release; an owner must be able to spend in the context it charges.
     body = {"context": "team-a", "epsilon": 0.5, "beta": 0.05}
     assert call("POST", "/v1/streams/users/max-id", json=body).status_code == 403
-    r = client.post("/v1/streams/users/max-id", headers=hadmin, json=body)
+    assert client.post("/v1/streams/users/max-id", headers=ho, json=body).status_code == 403
+    assert all(not any(s.charged) for s in seeded.platform.ledger.states(stream="users"))
+    seeded.keys.set_contexts("olga", ("team-a",))
+    r = client.post("/v1/streams/users/max-id", headers=ho, json=body)
     assert r.status_code == 200, r.text
     out = r.json()
     # 2500 ids ± Laplace(2), less a margin ln(10)/0.5 ≈ 4.6: the partial block stays hidden
@@ -44,25 +116,80 @@ def test_an_analyst_cannot_learn_an_unreleased_range(seeded: Seeded, client: Tes
     shown = call("GET", "/v1/streams/users/blocks").json()
     assert len(shown) == 2
     assert all(re.fullmatch(r"users/b[0-9a-f]{24}", b["block_id"]) for b in shown)
+    assert all(b["key"] == b["block_id"].partition("/")[2] and b["rows"] is None for b in shown)
     board = call("GET", "/v1/dashboard", params={"stream": "users"}).json()
     assert {b["block_id"] for b in board["blocks"]} == {b["block_id"] for b in shown}
     streams = {s["name"]: s for s in call("GET", "/v1/streams").json()}
     assert streams["users"]["blocks"] == 2
-    q = {"epsilon": 0.01, "context": "team-a"}
-    r = call("POST", "/v1/streams/users/queries/count", json={**q, "last": 3})
+    r = call("POST", "/v1/streams/users/queries/count", json={**Q, "last": 3})
     assert r.status_code == 200 and len(r.json()["blocks"]) == 2, r.text
     assert {*r.json()["blocks"]} == {b["block_id"] for b in shown}
-    # The hidden block's opaque id (seen before the release) is refused exactly like a made-up
-    # one, and never with its key.
-    opaque_hidden = next(b["block_id"] for b in before if b["block_id"] not in r.json()["blocks"])
+    # A task over any blocks explains itself with the known blocks only.
+    r = call(
+        "POST", "/v1/streams/users/tasks", json={**Q, "selector": {"any": {"k": 3, "min_k": 3}}}
+    )
+    assert r.status_code == 201, r.text
+    why = call("GET", f"/v1/tasks/{r.json()['id']}").json()["why"]
+    assert "of the 2 block(s)" in why["reason"], why
+    # The hidden block's opaque id is refused exactly like a made-up one of the same shape.
+    hidden = BlockNames(seeded.platform, seeded.platform.ledger.engine).opaque("users/" + HIDDEN)
+    assert hidden not in {b["block_id"] for b in shown}
     made_up = "users/b" + "0" * 24
-    refusals = []
-    for name in (opaque_hidden, made_up):
-        r = call("POST", "/v1/streams/users/queries/count", json={**q, "blocks": [name]})
-        assert r.status_code == 404, r.text
-        refusals.append(r.text.replace(name, "NAME"))
-    assert refusals[0] == refusals[1]
-    # The owner (and admins) still see every key; no analyst answer names any real range.
-    owner = client.get("/v1/streams/users/blocks", headers=seeded.headers(seeded.owner)).json()
-    assert len(owner) == 3 and hidden_id.endswith(HIDDEN)
-    assert not any(re.search(r"u\d{6,}-\d{6,}", t) for t in texts), texts
+    for path in ("queries/count", "reservations", "tasks"):
+        refusals = []
+        for name in (hidden, made_up):
+            r = call("POST", f"/v1/streams/users/{path}", json={**Q, "blocks": [name]})
+            assert r.status_code == 404, r.text
+            refusals.append(_refusal(r, name))
+        assert refusals[0] == refusals[1], refusals
+    # The owner and admins still see every key; no analyst answer names any real range.
+    for who in (seeded.owner, seeded.admin):
+        keys = [
+            b["key"]
+            for b in client.get("/v1/streams/users/blocks", headers=seeded.headers(who)).json()
+        ]
+        assert keys == [b["key"] for b in real]
+    assert not any(RANGE.search(t) for t in texts), texts
+
+
+def test_the_remote_cli_shows_an_analyst_the_gate_and_its_command(seeded: Seeded) -> None:
+    from typer.testing import CliRunner
+
+    from blockbudget.cli import app as cli
+    from blockbudget.service import create_app
+    from service.support import thread_server
+
+    runner = CliRunner()
+    app_ = create_app(seeded.platform, keys=seeded.keys, auth_cache_seconds=0)
+    with TestClient(app_) as client:
+        owned_stream(client, seeded, "users", by="user", column="uid", csv=CSV, ids_known=False)
+    with thread_server(app_) as url:
+
+        def as_(key: str, *args: str) -> str:
+            r = runner.invoke(cli, [*args, "--server", url, "--api-key", key])
+            return f"{r.exit_code} " + " ".join(r.output.split())  # rich wraps lines
+
+        query = [
+            "query",
+            "count",
+            "users",
+            "--epsilon",
+            "0.1",
+            "--context",
+            "team-a",
+            "--last",
+            "1",
+        ]
+        listed = as_(seeded.analyst, "stream", "list")
+        assert re.search(r"│ users │[^│]*│[^│]*│ user\(uid\) │ 0 │", listed), listed
+        out = as_(seeded.analyst, *query)
+        assert out.startswith("2 ") and "blockbudget stream max-id users --context" in out, out
+        assert not RANGE.search(out) and "u000000" not in as_(seeded.analyst, "blocks", "users")
+        out = as_(
+            seeded.admin, "stream", "max-id", "users", "--epsilon", "0.5", "--context", "team-a"
+        )
+        assert out.startswith("0 ") and "released maximum id" in out, out
+        out = as_(seeded.analyst, *query, "--json")
+        assert out.startswith("0 ") and re.search(r'"blocks": \[ "users/b[0-9a-f]{24}" \]', out), (
+            out
+        )

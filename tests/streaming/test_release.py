@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from userids_support import make_known
 
 from blockbudget import Accounting, Budget, RdpCurve
 from blockbudget.errors import DataError, InvalidRequestError
@@ -219,6 +220,7 @@ def test_stream_total_is_charged_to_the_ledger_before_any_slot(
     )
     frame = pd.DataFrame({"user": np.arange(200) % 50, "item": np.arange(200) % K})
     platform.ingest("visits", frame)
+    make_known(platform, "visits")  # a user stream is gated until its maximum id is released
     expected: Budget | RdpCurve = (
         RdpCurve.from_pure_dp(2.0) if accounting is Accounting.RDP else Budget(epsilon=2.0)
     )

@@ -29,7 +29,13 @@ streams keep their keys (days are public).
   order would tell between which existing ranges (or values) a new block's key lies.
 
 Analysts still learn how many blocks a stream has, not which keys they have nor their order;
-they pick the newest blocks with ``last``, which the service resolves.
+they pick the newest blocks with ``last``, which the service resolves. On a user stream they
+learn only what its DP maximum-id release made known (:meth:`BlockNames.known`,
+:mod:`blockbudget.userids`): before the first release they see no block at all (the list is
+empty, the count 0, and naming any block is refused saying that the release must run first);
+afterwards exactly the blocks whose ids lie at or below its ``safe_max``, a number that follows
+from the released value (``⌊(safe_max + 1) / ids_per_block⌋`` when ids are incrementing), and
+still by opaque ids, since a key would show a gap in the ids or a late ``#2`` block.
 
 The service's error mapping (:meth:`BlockNames.describe`) also words an unknown column for a
 principal that does not own the stream as ``unknown column 'x'``, without the stream's columns.
@@ -233,7 +239,17 @@ class BlockNames:
         return [s for s, _ in me.streams if self.hides(me, s)]
 
     def resolve(self, stream: str, name: str) -> str:
-        """The block id of an opaque name on ``stream`` (see :meth:`Naming.resolve`)."""
+        """The block id of an opaque name on ``stream`` (see :meth:`Naming.resolve`).
+
+        Raises:
+            UnreleasedIdsError: ``stream`` is a user stream with no maximum-id release yet
+                (whatever the name: the refusal tells nothing about it).
+            UnknownBlockError: see :meth:`Naming.resolve`.
+        """
+        if self._unit(stream) is Unit.USER:
+            from blockbudget.userids import require_release
+
+            require_release(self._platform, stream)
         token = name[len(stream) + 1 :] if name.startswith(f"{stream}/") else name
         if _TOKEN.fullmatch(token):
             known = self._ids.get(stream)

@@ -1,9 +1,11 @@
 """A user stream's DP maximum id over HTTP (Sage §4.4; :mod:`blockbudget.userids`).
 
-* ``POST /v1/streams/{stream}/max-id`` (admins only) releases a new DP maximum id: a
-  Laplace(1/ε) count of the distinct ids at or above the floor, charged to the blocks it reads
-  in the given context before any noise is drawn; from then on only blocks at or below its
-  ``safe_max`` can be selected.
+* ``POST /v1/streams/{stream}/max-id`` (admins and the stream's owners, in a context they may
+  spend in) releases a new DP maximum id: a Laplace(1/ε) count of the distinct ids at or above
+  the floor, charged to the blocks it reads in the given context before any noise is drawn;
+  from then on only blocks at or below its ``safe_max`` can be selected. A user stream is gated
+  from its creation: until its first release no block of it can be selected (by anyone) and
+  analysts see none, so its owner runs this once after the first ingest and then periodically.
 * ``GET /v1/streams/{stream}/max-id`` (any reader of the stream) returns the latest release:
   it is public by construction (a DP release), so reading it again costs nothing.
 
@@ -18,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from blockbudget.errors import InvalidRequestError
 from blockbudget.platform import Platform
-from blockbudget.service.access import Authenticator, require_role, require_stream
+from blockbudget.service.access import Authenticator, require_context, require_stream
 from blockbudget.service.auth import Principal
 from blockbudget.service.failures import LEDGER_REFUSALS, concealing
 from blockbudget.userids import MaxIdRelease, latest_release, release_max_id
@@ -66,8 +68,8 @@ def register_max_id_routes(
     Auth = Annotated[Principal, Depends(authenticate)]
 
     def run(me: Principal, stream: str, body: MaxIdIn) -> MaxIdOut:
-        require_role(me)  # admins only
-        require_stream(me, stream)
+        require_stream(me, stream, own=True)  # admins and the stream's owners
+        require_context(me, body.context)
         with concealing("max_id", passing=(*LEDGER_REFUSALS, InvalidRequestError)):
             release = release_max_id(
                 platform,

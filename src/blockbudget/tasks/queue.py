@@ -67,6 +67,7 @@ from blockbudget.tasks.scoring import check_comparison, check_provider
 from blockbudget.tasks.selectors import AnyBlocks, InRange, Named, Selector
 from blockbudget.tasks.table import fingerprint
 from blockbudget.tasks.why import explain
+from blockbudget.userids import require_release
 
 if TYPE_CHECKING:
     from blockbudget.mechanisms.noise import NoiseSource
@@ -359,6 +360,7 @@ class TaskQueue(Decider):
         significance: Mapping[str, Any] | None,
     ) -> tuple[Cost, Selector, Mapping[str, Any] | None]:
         spec = self.platform.stream(stream)  # UnknownBlockError for an unknown stream
+        require_release(self.platform, stream)  # a user stream: no block before its DP max id
         validate_context_name(context)
         if context not in self.platform.contexts():
             raise UnknownContextError(f"unknown or closed context {context!r}")

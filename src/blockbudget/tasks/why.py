@@ -15,6 +15,7 @@ from blockbudget.platform import Last
 from blockbudget.tasks.binding import blocks_in_range
 from blockbudget.tasks.model import Shortfall, Task, TaskState, Waiting
 from blockbudget.tasks.selectors import AnyBlocks, InRange, Named, Newest
+from blockbudget.userids import known_filter
 
 if TYPE_CHECKING:
     from blockbudget.platform import Platform
@@ -64,7 +65,8 @@ def _candidates(platform: Platform, task: Task) -> tuple[list[str] | None, int]:
 
 def explain(platform: Platform, task: Task, spec: SchedulerSpec, *, note: str = "") -> Waiting:
     """A task's :class:`Waiting` (see the module docstring). Reads the ledger rows of the
-    blocks it may use (of every block of the stream for ``AnyBlocks``)."""
+    blocks it may use (of every block of the stream for ``AnyBlocks``); on a user stream it
+    counts and lists only the blocks a DP maximum-id release made known."""
     if task.state is not TaskState.WAITING:
         return Waiting(task.id, task.state, f"{task.state.value}: {task.note}".rstrip(": "))
     blocks, needed = _candidates(platform, task)
@@ -74,6 +76,10 @@ def explain(platform: Platform, task: Task, spec: SchedulerSpec, *, note: str = 
         if blocks is None
         else ledger.states(task.stream, task.context, blocks=blocks)
     )
+    known = known_filter(platform, task.stream)
+    if known is not None:  # a user stream: only blocks its DP maximum id made known (Sage §4.4)
+        keep = set(known([st.block for st in states]))
+        states = [st for st in states if st.block in keep]
     f = platform.filter(task.stream)
     need = f.features(task.demand)
     short: list[Shortfall] = []
