@@ -120,12 +120,13 @@ def test_dashboard_in_headless_chromium(tmp_path: Path) -> None:
                     cell = row.locator(f'td[data-context="{ctx}"] .remaining')
                     assert cell.inner_text() == expected[b]["remaining"][ctx]
                 assert str(expected[b]["rows"]) in row.inner_text()  # admins see row counts
-            # one heatmap per context, with pixels drawn for each block
+            # one heatmap per context: a cell per block and time bucket (24 by default)
             for ctx in ("team-a", "team-b"):
-                assert page.locator(f'.heat[data-context="{ctx}"] canvas').count() == 1
+                cells = page.locator(f'.heat[data-context="{ctx}"] svg rect.cell')
+                assert cells.count() == 24 * len(blocks)
             assert "retiring" in page.locator("#summary").inner_text()
             retiring = page.locator("#retiring").inner_text()
-            assert f"{blocks[0]} — under 10% left" in retiring
+            assert f"{blocks[0]} — under 10% left in every open context" in retiring
             assert f"{blocks[1]} — retired" in retiring
             assert (
                 "retired"
