@@ -74,8 +74,8 @@ def test_axes_legend_tooltips_trend_and_alert(tmp_path: Path) -> None:
                 assert heat.locator("rect.cell[aria-label]").count() == 24 * len(blocks)
             legend = page.locator("#legend svg")
             assert "consumed fraction" in (legend.text_content() or "")
-            for label in ("0%", "50%", "100%", "retired"):
-                assert label in legend.locator("text").all_text_contents()
+            for mark in ("0%", "50%", "100%", "retired"):
+                assert mark in legend.locator("text").all_text_contents()
             assert "0%" in legend.get_attribute("aria-label")  # type: ignore[operator]
             # hover the last bucket of block 0 in team-a: 0.5 of ε_g = 1 spent
             cell = page.locator(

@@ -142,7 +142,7 @@ class StreamEventIndex:
             select(audit)
             .join(stream_events, stream_events.c.seq == audit.c.seq)
             .where(stream_events.c.stream == stream, audit.c.kind.in_(wanted))
-            .order_by(audit.c.seq)
+            .order_by(stream_events.c.seq)  # the index range's own order: no sort
         )
         with self._engine.connect() as conn:
             return [row_to_event(r._mapping) for r in conn.execute(q)]

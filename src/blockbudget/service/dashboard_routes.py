@@ -119,14 +119,6 @@ def register_dashboard_routes(
             )
             for a in alerts_from_views(stream, views, below=below, contexts=ctxs)
         ]
-        jobs = [  # pipeline jobs: tasks of kind pipeline (the TaskQueue's pipeline family)
-            job_json(t)
-            for t in tasks.tasks(
-                stream=stream,
-                kind=WorkKind.PIPELINE,
-                principal=None if me.role is Role.ADMIN else me.name,
-            )[-200:]
-        ]
         return sc.DashboardOut(
             stream=stream,
             streams=names,
@@ -148,41 +140,51 @@ def register_dashboard_routes(
             series=sc.SeriesOut(times=list(hm.times), contexts=hm.series),
             alert_below=below,
             alerts=alerts,
-            extras={
-                "scheduler_queue": [
-                    {
-                        "task": t.id[:12],
-                        "principal": t.principal,
-                        "context": t.context,
-                        "kind": t.kind.value,
-                        "demand": str(t.demand),
-                        "blocks": len(t.blocks),
-                        "state": t.state.value,
-                        "grant": t.reservation_id or "-",
-                        "note": naming.text(t.note) or "-",
-                    }
-                    for t in tasks.tasks(
-                        stream=stream, principal=None if me.role is Role.ADMIN else me.name
-                    )[-200:]
-                ],
-                "pipelines": [
-                    {
-                        "job": j["id"],
-                        "owner": j["owner"],
-                        "kind": j["kind"],
-                        "context": j["context"],
-                        "state": j["state"],
-                        "outcomes": " ".join(a["outcome"] for a in j["attempts"]) or "-",
-                    }
-                    for j in jobs
-                ],
-                "released_models": [
-                    {"job": j["id"], "kind": j["kind"], "model": j["model"] or ""}
-                    for j in jobs
-                    if j["state"] == "accepted"
-                ],
-            },
+            extras=_extras(tasks, stream, None if me.role is Role.ADMIN else me.name, naming),
         )
+
+
+def _extras(
+    tasks: "TaskQueue", stream: str, principal: str | None, naming: Naming
+) -> dict[str, list[dict[str, object]]]:
+    """The task queue, pipeline jobs and released models of ``stream`` (``principal``'s own
+    only, unless None), the newest 200 of each."""
+    jobs = [  # pipeline jobs: tasks of kind pipeline (the TaskQueue's pipeline family)
+        job_json(t)
+        for t in tasks.tasks(stream=stream, kind=WorkKind.PIPELINE, principal=principal)[-200:]
+    ]
+    return {
+        "scheduler_queue": [
+            {
+                "task": t.id[:12],
+                "principal": t.principal,
+                "context": t.context,
+                "kind": t.kind.value,
+                "demand": str(t.demand),
+                "blocks": len(t.blocks),
+                "state": t.state.value,
+                "grant": t.reservation_id or "-",
+                "note": naming.text(t.note) or "-",
+            }
+            for t in tasks.tasks(stream=stream, principal=principal)[-200:]
+        ],
+        "pipelines": [
+            {
+                "job": j["id"],
+                "owner": j["owner"],
+                "kind": j["kind"],
+                "context": j["context"],
+                "state": j["state"],
+                "outcomes": " ".join(a["outcome"] for a in j["attempts"]) or "-",
+            }
+            for j in jobs
+        ],
+        "released_models": [
+            {"job": j["id"], "kind": j["kind"], "model": j["model"] or ""}
+            for j in jobs
+            if j["state"] == "accepted"
+        ],
+    }
 
 
 def _view_id(view: BlockView) -> str:
