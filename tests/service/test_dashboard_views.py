@@ -16,10 +16,16 @@ from typer.testing import CliRunner
 from blockbudget.budget import Budget
 from blockbudget.cli import app as cli_app
 from blockbudget.errors import InvalidRequestError
+from blockbudget.ledger import EventKind
 from blockbudget.lowbudget import ALERT_ENV, alert_threshold_from_env, check_threshold
 from blockbudget.service import create_app
 from blockbudget.service.dashboard import low_budget_alerts, retiring_counts
-from blockbudget.service.dashboard_index import StreamEventIndex, index_mark, stream_events
+from blockbudget.service.dashboard_index import (
+    StreamEventIndex,
+    _catch_up_batch,
+    index_mark,
+    stream_events,
+)
 from service.support import Seeded, seed, thread_server
 
 
@@ -177,10 +183,11 @@ def test_threshold_validation() -> None:
         check_threshold(True)
 
 
-def test_history_reads_only_its_streams_events(tmp_path: Path) -> None:
-    """The per-stream index: complete, caught up incrementally, never reading other streams'
-    events when asked for one stream's (their rows are not in its range)."""
-    seeded = seed(tmp_path / "home")
+def test_history_reads_only_its_streams_events(tmp_path: Path, database_url: str | None) -> None:
+    """The per-stream index (SQLite and PostgreSQL): complete, caught up incrementally, never
+    reading other streams' events when asked for one stream's (their rows are not in its
+    range); two processes catching up over the same events insert each row once."""
+    seeded = seed(tmp_path / "home", database_url=database_url)
     platform = seeded.platform
     ledger = platform.ledger
     index = StreamEventIndex(ledger.engine)
@@ -206,4 +213,30 @@ def test_history_reads_only_its_streams_events(tmp_path: Path) -> None:
     assert [e.seq for e in StreamEventIndex(ledger.engine).events("flights")] == [
         e.seq for e in got
     ]
+    # two catching up over the same new events (as if their reads interleaved): rows once
+    platform.ledger.charge(flights[1:2], Budget(epsilon="0.1"), context="team-a")
+    with ledger.engine.begin() as conn:
+        _catch_up_batch(conn)
+        conn.execute(index_mark.update().values(seq=mark.seq))  # the other saw the old mark
+    with ledger.engine.begin() as conn:
+        _catch_up_batch(conn)
+    charges = [e.payload["blocks"] for e in index.events("flights", [EventKind.CHARGED])]
+    assert charges == [flights[:1], flights[1:2]]  # each once, in order
     platform.close()
+
+
+def test_serve_takes_the_alert_threshold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``serve --alert-below`` reaches the worker processes through the environment (where
+    ``create_app`` reads it); a value outside [0, 1] is refused before anything starts."""
+    import blockbudget.service.server as server
+
+    started: list[dict[str, Any]] = []
+    monkeypatch.setattr(server, "bootstrap_admin", lambda home, database: None)
+    monkeypatch.setattr(server, "serve", lambda **kw: started.append(kw))
+    monkeypatch.delenv(ALERT_ENV, raising=False)
+    runner = CliRunner()
+    r = runner.invoke(cli_app, ["serve", "--home", str(tmp_path), "--alert-below", "1.5"])
+    assert r.exit_code == 2 and not started, r.output
+    r = runner.invoke(cli_app, ["serve", "--home", str(tmp_path), "--alert-below", "0.25"])
+    assert r.exit_code == 0 and len(started) == 1, r.output
+    assert alert_threshold_from_env() == 0.25
