@@ -179,7 +179,7 @@ async function refresh() {
     drawExtras(data);
     document.body.dataset.loaded = "true";
     document.body.dataset.refreshes = String(+(document.body.dataset.refreshes || 0) + 1);
-    status.textContent = "updated " + new Date().toLocaleTimeString();
+    status.textContent = "updated " + BBCharts.utc(Date.now() / 1000);
   } catch (err) {
     status.textContent = String(err.message || err);
     document.body.dataset.error = String(err.message || err);
