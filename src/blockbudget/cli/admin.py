@@ -13,7 +13,6 @@ server.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote
@@ -74,7 +73,7 @@ class _Local:
     def record(self, name: str) -> dict[str, Any]:
         from blockbudget.service.admin_views import principal_json
 
-        return principal_json(self.keys.record(name), now=time.time())
+        return principal_json(self.keys.record(name), now=auth_now())
 
     def add(self, name: str, role: str, contexts: list[str]) -> dict[str, Any]:
         self._check_contexts(contexts)
@@ -140,7 +139,7 @@ class _Local:
     def key_list(self, name: str) -> list[dict[str, Any]]:
         from blockbudget.service.admin_views import key_json
 
-        now = time.time()
+        now = auth_now()
         return [key_json(k, now=now) for k in self.keys.keys(name)]
 
     def key_revoke(self, name: str, key_id: str) -> dict[str, Any]:
@@ -154,7 +153,7 @@ class _Local:
 
         key, old = self.keys.rotate_key(key_id, principal=name, grace_seconds=grace)
         new_id = (split_key(key) or ("?", ""))[0]
-        replaced = key_json(old, now=time.time())
+        replaced = key_json(old, now=auth_now())
         return {"principal": name, "api_key": key, "key_id": new_id, "replaced": replaced}
 
     def _check_contexts(self, contexts: list[str]) -> None:
@@ -257,6 +256,13 @@ class _Remote:
     def key_rotate(self, name: str, key_id: str, grace: float) -> dict[str, Any]:
         path = f"{self._p(name)}/keys/{quote(key_id, safe='')}/rotate"
         return dict(self.client.call("POST", path, json={"grace_seconds": grace}))
+
+
+def auth_now() -> float:
+    """The time keys expire against (:func:`blockbudget.service.auth.now`)."""
+    from blockbudget.service import auth
+
+    return auth.now()
 
 
 def _backend(

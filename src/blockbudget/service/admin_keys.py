@@ -11,11 +11,11 @@ Issuing (``POST …/keys``) and revoking (``DELETE …/keys/{key_id}``) are in
 with the server's clock: servers sharing a database should keep their clocks in sync.
 """
 
-import time
 from typing import Annotated
 
 from fastapi import Depends, FastAPI
 
+from blockbudget.service import auth
 from blockbudget.service.access import Authenticator, require_role
 from blockbudget.service.admin_schemas import KeyOut, RotatedKeyOut, RotateIn
 from blockbudget.service.admin_views import key_json, log_admin
@@ -31,7 +31,7 @@ def register_key_routes(app: FastAPI, *, keys: KeyStore, authenticate: Authentic
     @app.get("/v1/principals/{name}/keys", tags=["principals"])
     def list_keys(me: Auth, name: str) -> list[KeyOut]:
         require_role(me)
-        now = time.time()
+        now = auth.now()
         return [KeyOut(**key_json(k, now=now)) for k in keys.keys(name)]
 
     @app.post("/v1/principals/{name}/keys/{key_id}/rotate", tags=["principals"])
@@ -47,5 +47,5 @@ def register_key_routes(app: FastAPI, *, keys: KeyStore, authenticate: Authentic
             principal=name,
             api_key=new_key,
             key_id=parts[0],
-            replaced=KeyOut(**key_json(old, now=time.time())),
+            replaced=KeyOut(**key_json(old, now=auth.now())),
         )

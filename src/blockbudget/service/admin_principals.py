@@ -15,13 +15,13 @@ left without the admin who acted. Every change drops the authenticator's cache a
 every lookup, so other server processes refuse the keys within their cache's time to live.
 """
 
-import time
 from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import Depends, FastAPI
 
 from blockbudget.errors import InvalidRequestError
+from blockbudget.service import auth
 from blockbudget.service.access import Authenticator, require_role
 from blockbudget.service.admin_schemas import PrincipalRecordOut, RoleIn
 from blockbudget.service.admin_views import log_admin, principal_json
@@ -32,7 +32,7 @@ __all__ = ["record_out", "register_principal_admin_routes"]
 
 def record_out(keys: KeyStore, name: str) -> PrincipalRecordOut:
     """The admin's view of principal ``name``."""
-    return PrincipalRecordOut(**principal_json(keys.record(name), now=time.time()))
+    return PrincipalRecordOut(**principal_json(keys.record(name), now=auth.now()))
 
 
 def _not_self(me: Principal, name: str, action: str) -> None:

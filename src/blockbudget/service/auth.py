@@ -204,6 +204,11 @@ def validate_principal_name(name: object) -> str:
     return name
 
 
+def now() -> float:
+    """The time keys expire against (Unix seconds; a seam for tests)."""
+    return time.time()
+
+
 def hash_secret(secret: str) -> str:
     """SHA-256 of a key's secret, hex (what is stored)."""
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
@@ -353,7 +358,7 @@ class KeyStore:
             ).first()
         if row is None or row.revoked or row.state != PrincipalState.ACTIVE.value:
             return None
-        if row.expires_at is not None and time.time() >= row.expires_at:
+        if row.expires_at is not None and now() >= row.expires_at:
             return None
         if not hmac.compare_digest(row.secret_sha256, hash_secret(secret)):
             return None
@@ -399,17 +404,17 @@ class KeyStore:
         """
         if not grace_seconds >= 0 or math.isinf(grace_seconds):
             raise InvalidRequestError(f"grace_seconds must be finite and >= 0, got {grace_seconds}")
-        now = time.time()
+        at = now()
         old = next((k for k in self.keys(principal) if k.key_id == key_id), None)
         if old is None:
             raise UnknownBlockError(f"unknown key id {key_id!r} of principal {principal!r}")
-        if not old.valid_at(now):
+        if not old.valid_at(at):
             raise InvalidRequestError(
                 f"key {key_id!r} of principal {principal!r} is revoked or expired already; "
                 "issue a new key instead of rotating it"
             )
         new_key = self.create_key(principal)
-        ends = now + grace_seconds
+        ends = at + grace_seconds
         if old.expires_at is not None:
             ends = min(ends, old.expires_at)  # rotating never lengthens a key's life
         change = {"revoked": True} if grace_seconds == 0 else {"expires_at": ends}
