@@ -51,9 +51,7 @@ def _admin_requests(seeded: Seeded) -> list[tuple[str, str, dict[str, Any] | Non
     ]
 
 
-def test_only_admins_may_call_the_admin_routes(
-    seeded: Seeded, client: TestClient
-) -> None:
+def test_only_admins_may_call_the_admin_routes(seeded: Seeded, client: TestClient) -> None:
     before = (_tables(seeded), ledger_snapshot(seeded.platform), seeded.platform.contexts())
     for key in (seeded.owner, seeded.analyst):
         for method, path, body in _admin_requests(seeded):
