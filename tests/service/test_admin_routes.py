@@ -3,6 +3,7 @@ owners and analysts are refused with 403 and nothing changes; no secret is ever 
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -66,14 +67,30 @@ def test_only_admins_may_call_the_admin_routes(seeded: Seeded, client: TestClien
 
 
 def test_the_principal_list_shows_rights_and_key_ids_never_secrets(
-    seeded: Seeded, client: TestClient
+    seeded: Seeded, client: TestClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     h = seeded.headers(seeded.admin)
-    r = client.post(
-        "/v1/principals", headers=h, json={"name": "cy", "role": "analyst", "contexts": ["team-a"]}
-    )
+    with caplog.at_level("INFO", logger="blockbudget.admin"):
+        r = client.post(
+            "/v1/principals",
+            headers=h,
+            json={"name": "cy", "role": "analyst", "contexts": ["team-a"]},
+        )
     assert r.status_code == 201
     new_key = r.json()["api_key"]
+    logged = [
+        json.loads(rec.getMessage()) for rec in caplog.records if rec.name == "blockbudget.admin"
+    ]
+    assert logged == [
+        {
+            "event": "admin",
+            "actor": "root",
+            "action": "add_principal",
+            "target": "cy",
+            "role": "analyst",
+            "key_id": _key_id(new_key),
+        }
+    ]
     r = client.get("/v1/principals", headers=h)
     assert r.status_code == 200
     listed = {p["name"]: p for p in r.json()}

@@ -30,7 +30,7 @@ from blockbudget.service.admin_acl import register_acl_routes
 from blockbudget.service.admin_keys import register_key_routes
 from blockbudget.service.admin_principals import record_out, register_principal_admin_routes
 from blockbudget.service.admin_schemas import PrincipalRecordOut
-from blockbudget.service.admin_views import log_admin
+from blockbudget.service.admin_views import enable_admin_log, log_admin
 from blockbudget.service.auth import KeyStore, Permission, Principal, Role, split_key
 
 
@@ -61,6 +61,7 @@ def register_principal_routes(
             from those contexts.
     """
     keystore = keys
+    enable_admin_log()
 
     def revoked(principal: str, stream: str | None) -> None:
         if on_revoke is not None:

@@ -32,6 +32,7 @@ __all__ = [
     "acl_json",
     "admin_log",
     "context_json",
+    "enable_admin_log",
     "iso",
     "key_json",
     "log_admin",
@@ -90,6 +91,14 @@ def context_json(info: ContextInfo) -> dict[str, Any]:
         "created": iso(info.created_at),
         "closed": iso(info.closed_at),
     }
+
+
+def enable_admin_log() -> None:
+    """Make admin lines visible: INFO on ``blockbudget.admin``, written to stderr unless some
+    handler (e.g. the server's request log) is configured up the logger chain."""
+    admin_log.setLevel(logging.INFO)
+    if not admin_log.hasHandlers():
+        admin_log.addHandler(logging.StreamHandler())
 
 
 def log_admin(actor: str, action: str, target: str, **details: object) -> None:
