@@ -13,8 +13,9 @@ commands need no service extra (``--server`` and ``serve`` say to install it).
 
 Modules by concern: :mod:`.common` (apps, options, helpers), :mod:`.data` (streams, contexts,
 ingest, blocks), :mod:`.queries` (DP queries, audit), :mod:`.server` (``serve``, demo),
-:mod:`.admin` (principals, keys, stream access), :mod:`.tasks` (the scheduler queue, server
-mode), :mod:`.experiments`, :mod:`.releases` (live stream releases). Importing this
+:mod:`.admin` and :mod:`.admin_backends` (principals, keys, stream access), :mod:`.tasks`
+(the scheduler queue, server mode), :mod:`.experiments`, :mod:`.releases` (live stream
+releases). Importing this
 package registers every command on :data:`app` (the console entry ``blockbudget.cli:app``).
 """
 
