@@ -12,18 +12,20 @@ HTTP client are imported inside the commands that use them, so ``--help`` is qui
 commands need no service extra (``--server`` and ``serve`` say to install it).
 
 Modules by concern: :mod:`.common` (apps, options, helpers), :mod:`.data` (streams, contexts,
-ingest, blocks), :mod:`.queries` (DP queries, audit), :mod:`.server` (``serve``, principals,
-demo), :mod:`.tasks` (the scheduler queue, server mode), :mod:`.experiments`, :mod:`.releases` (live
-stream releases). Importing this
+ingest, blocks), :mod:`.queries` (DP queries, audit), :mod:`.server` (``serve``, demo),
+:mod:`.admin` and :mod:`.admin_backends` (principals, keys, stream access), :mod:`.tasks`
+(the scheduler queue, server mode), :mod:`.experiments`, :mod:`.releases` (live stream
+releases). Importing this
 package registers every command on :data:`app` (the console entry ``blockbudget.cli:app``).
 """
 
-from blockbudget.cli import data, experiments, queries, releases, server, tasks
+from blockbudget.cli import admin, data, experiments, queries, releases, server, tasks
 from blockbudget.cli.common import app
 from blockbudget.cli.data import render_blocks
 from blockbudget.cli.queries import print_verify
 
 __all__ = [
+    "admin",
     "app",
     "data",
     "experiments",

@@ -1,4 +1,4 @@
-"""Server mode: ``serve``, the principals of a service, and the local ``demo``."""
+"""Server mode: ``serve`` and the local ``demo`` (principals: :mod:`blockbudget.cli.admin`)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,10 @@ import typer
 from blockbudget.cli.common import (
     DEFAULT_HOME,
     HomeOpt,
-    KeyOpt,
-    ServerOpt,
     app,
     console,
     handle_errors,
     missing_extra,
-    principal_app,
-    remote,
 )
 
 # --- service ------------------------------------------------------------------------------------
@@ -114,79 +110,6 @@ def serve(
         pipeline_scheduler=pipeline_scheduler,
         data_root=data_root,
     )
-
-
-@principal_app.command("add")
-@handle_errors
-def principal_add(
-    name: str,
-    role: Annotated[str, typer.Option(help="admin, owner or analyst.")] = "analyst",
-    context: Annotated[
-        list[str] | None, typer.Option(help="Context(s) the principal may spend in.")
-    ] = None,
-    home: HomeOpt = DEFAULT_HOME,
-    database: Annotated[str | None, typer.Option(envvar="BLOCKBUDGET_DATABASE")] = None,
-    server: ServerOpt = None,
-    api_key: KeyOpt = None,
-) -> None:
-    """Create a principal and print its first API key (shown once, stored hashed)."""
-    from blockbudget.service.auth import KeyStore, Role
-
-    contexts = list(context or [])
-    client = remote(server, api_key)
-    if client is not None:
-        key = client.add_principal(name, role, contexts)["api_key"]
-    else:
-        try:
-            role_value = Role(role)
-        except ValueError:
-            raise typer.BadParameter(
-                f"role must be admin, owner or analyst, not {role!r}"
-            ) from None
-        from blockbudget.platform import Platform
-
-        platform = Platform(home, database_url=database)
-        unknown = sorted(set(contexts) - set(platform.contexts()))
-        if unknown:
-            raise typer.BadParameter(f"unknown context(s) {unknown}: register them first")
-        keys = KeyStore(platform.ledger.engine)
-        keys.add_principal(name, role_value, contexts=tuple(contexts))
-        key = keys.create_key(name)
-    console.print(
-        f"principal [bold]{name}[/] ({role}); API key (shown once): {key}", soft_wrap=True
-    )
-
-
-@principal_app.command("grant")
-@handle_errors
-def principal_grant(
-    name: str,
-    stream: str,
-    permission: Annotated[str, typer.Option(help="read or own.")] = "read",
-    home: HomeOpt = DEFAULT_HOME,
-    database: Annotated[str | None, typer.Option(envvar="BLOCKBUDGET_DATABASE")] = None,
-    server: ServerOpt = None,
-    api_key: KeyOpt = None,
-) -> None:
-    """Give a principal read (or own) access to a stream."""
-    from blockbudget.service.auth import KeyStore, Permission
-
-    client = remote(server, api_key)
-    if client is not None:
-        client.grant(name, stream, permission)
-    else:
-        try:
-            perm = Permission(permission)
-        except ValueError:
-            raise typer.BadParameter(
-                f"permission must be read or own, not {permission!r}"
-            ) from None
-        from blockbudget.platform import Platform
-
-        platform = Platform(home, database_url=database)
-        platform.stream(stream)
-        KeyStore(platform.ledger.engine).grant(name, stream, perm)
-    console.print(f"principal [bold]{name}[/] may now {permission} stream {stream}")
 
 
 # --- demo ----------------------------------------------------------------------------------------

@@ -26,7 +26,12 @@ from blockbudget.errors import InvalidRequestError
 from blockbudget.platform import Platform
 from blockbudget.service import schemas as sc
 from blockbudget.service.access import Authenticator, AuthError, require_role, require_stream
-from blockbudget.service.auth import KeyStore, Permission, Principal, Role
+from blockbudget.service.admin_acl import register_acl_routes
+from blockbudget.service.admin_keys import register_key_routes
+from blockbudget.service.admin_principals import record_out, register_principal_admin_routes
+from blockbudget.service.admin_schemas import PrincipalRecordOut
+from blockbudget.service.admin_views import enable_admin_log, log_admin
+from blockbudget.service.auth import KeyStore, Permission, Principal, Role, split_key
 
 
 def principal_out(p: Principal) -> sc.PrincipalOut:
@@ -45,7 +50,9 @@ def register_principal_routes(
     on_revoke: Callable[[str, str | None], object] | None = None,
     on_unbind: Callable[[str, Sequence[str]], object] | None = None,
 ) -> None:
-    """Add the ``/v1/whoami`` and ``/v1/principals…`` routes to ``app``.
+    """Add the ``/v1/whoami``, ``/v1/principals…`` and ``/v1/streams/{stream}/acl`` routes to
+    ``app`` (with those of :mod:`~blockbudget.service.admin_principals`,
+    :mod:`~blockbudget.service.admin_keys` and :mod:`~blockbudget.service.admin_acl`).
 
     Args:
         on_revoke: called with (principal, stream) after its access to a stream was revoked,
@@ -54,6 +61,7 @@ def register_principal_routes(
             from those contexts.
     """
     keystore = keys
+    enable_admin_log()
 
     def revoked(principal: str, stream: str | None) -> None:
         if on_revoke is not None:
@@ -73,17 +81,21 @@ def register_principal_routes(
         if unknown:
             raise InvalidRequestError(f"unknown context(s) {unknown}: register them first")
         p = keystore.add_principal(body.name, body.role, contexts=tuple(body.contexts))
-        return sc.NewKeyOut(principal=principal_out(p), api_key=keystore.create_key(p.name))
+        key = keystore.create_key(p.name)
+        log_admin(me.name, "add_principal", p.name, role=p.role.value, key_id=_key_id(key))
+        return sc.NewKeyOut(principal=principal_out(p), api_key=key)
 
     @app.get("/v1/principals", tags=["principals"])
-    def list_principals(me: Auth) -> list[sc.PrincipalOut]:
+    def list_principals(me: Auth) -> list[PrincipalRecordOut]:
+        """Every principal (deleted ones included) with its state and key ids (no secret)."""
         require_role(me)
-        return [principal_out(p) for p in keystore.principals()]
+        return [record_out(keystore, p.name) for p in keystore.principals()]
 
     @app.post("/v1/principals/{name}/keys", status_code=201, tags=["principals"])
     def new_key(me: Auth, name: str) -> sc.NewKeyOut:
         require_role(me)
         key = keystore.create_key(name)
+        log_admin(me.name, "create_key", name, key_id=_key_id(key))
         return sc.NewKeyOut(principal=principal_out(keystore.principal(name)), api_key=key)
 
     @app.delete("/v1/principals/{name}/keys/{key_id}", tags=["principals"])
@@ -93,6 +105,7 @@ def register_principal_routes(
         require_role(me)
         keystore.revoke_key(key_id, principal=name)
         authenticate.invalidate()
+        log_admin(me.name, "revoke_key", name, key_id=key_id)
         revoked(name, None)
         return principal_out(keystore.principal(name))
 
@@ -105,6 +118,7 @@ def register_principal_routes(
         before = keystore.principal(name)
         out = keystore.set_contexts(name, tuple(body.contexts))
         authenticate.invalidate()
+        log_admin(me.name, "set_contexts", name, contexts=list(out.contexts))
         dropped = sorted(set(before.contexts) - set(out.contexts))
         # an admin spends any context, bound or not: unbinding takes nothing from it
         if dropped and out.role is not Role.ADMIN and on_unbind is not None:
@@ -124,6 +138,7 @@ def register_principal_routes(
         platform.stream(stream)
         out = keystore.grant(name, stream, body.permission, keep_owner=owner_only)
         authenticate.invalidate()
+        log_admin(me.name, "grant", name, stream=stream, permission=body.permission.value)
         if owner_only:
             return sc.StreamAccessOut(
                 principal=name, stream=stream, permission=out.permission(stream)
@@ -136,6 +151,7 @@ def register_principal_routes(
         if me.role is Role.ADMIN:
             out = keystore.revoke(name, stream)
             authenticate.invalidate()
+            log_admin(me.name, "revoke", name, stream=stream)
             revoked(name, stream)
             return principal_out(out)
         # An owner learns only the right on its own stream afterwards (none): the same answer
@@ -143,5 +159,18 @@ def register_principal_routes(
         require_stream(me, stream, own=True)
         keystore.revoke_right(name, stream, keep_owner=True)
         authenticate.invalidate()
+        log_admin(me.name, "revoke", name, stream=stream)
         revoked(name, stream)
         return sc.StreamAccessOut(principal=name, stream=stream, permission=None)
+
+    register_principal_admin_routes(
+        app, keys=keystore, authenticate=authenticate, on_revoke=on_revoke
+    )
+    register_key_routes(app, keys=keystore, authenticate=authenticate)
+    register_acl_routes(app, platform=platform, keys=keystore, authenticate=authenticate)
+
+
+def _key_id(key: str) -> str:
+    """The id part of a key just issued (what the admin log may name)."""
+    parts = split_key(key)
+    return parts[0] if parts is not None else "?"

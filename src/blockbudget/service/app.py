@@ -36,7 +36,7 @@ from blockbudget.errors import (
     ReservationError,
     StreamExistsError,
 )
-from blockbudget.ledger import ContextInfo, Ledger, Reservation, ReservationState
+from blockbudget.ledger import Ledger, Reservation, ReservationState
 from blockbudget.lowbudget import alert_threshold_from_env
 from blockbudget.platform import Last, Platform
 from blockbudget.service import schemas as sc
@@ -63,6 +63,7 @@ from blockbudget.service.queue_routes import (
     revoke_tasks,
     unbind_tasks,
 )
+from blockbudget.service.reservation_usage import usage_json
 from blockbudget.store import Blocking, LatePolicy, Unit
 from blockbudget.store.model import parse_block_id
 from blockbudget.tasks.leader import leadership_for
@@ -224,30 +225,9 @@ def create_app(
         on_unbind=lambda principal, contexts: unbind_tasks(queue_of_tasks, principal, contexts),
     )
 
-    # --- contexts ------------------------------------------------------------------------------
+    from blockbudget.service.admin_contexts import register_context_routes
 
-    def context_out(i: ContextInfo) -> sc.ContextOut:
-        return sc.ContextOut(
-            name=i.name, description=i.description, created_at=i.created_at, closed_at=i.closed_at
-        )
-
-    @app.get("/v1/contexts", tags=["contexts"])
-    def list_contexts(me: Auth) -> list[sc.ContextOut]:
-        """The registered contexts the caller may use (admins: all, closed ones included)."""
-        seen = set(visible_contexts(me, platform.ledger.contexts(include_closed=True)))
-        return [context_out(i) for i in platform.ledger.context_infos() if i.name in seen]
-
-    @app.post("/v1/contexts", status_code=201, tags=["contexts"])
-    def add_context(me: Auth, body: sc.ContextIn) -> sc.ContextOut:
-        require_role(me)
-        return context_out(platform.ledger.add_context(body.name, description=body.description))
-
-    @app.post("/v1/contexts/{name}/close", tags=["contexts"])
-    def close_context(me: Auth, name: str) -> sc.ContextOut:
-        """Close a context for good (admins; audited): it never spends again and no longer
-        keeps exhausted blocks from retiring."""
-        require_role(me)
-        return context_out(platform.ledger.close_context(name))
+    register_context_routes(app, platform=platform, authenticate=authenticate)
 
     # --- streams and blocks --------------------------------------------------------------------
 
@@ -364,11 +344,13 @@ def create_app(
             late_rows=report.late_rows,
         )
 
-    def contexts_for(me: Principal, asked: list[str] | None) -> list[str]:
-        seen = visible_contexts(me, platform.contexts())  # the open ones by default
+    def contexts_for(me: Principal, asked: list[str] | None, *, owns: bool) -> list[str]:
+        # A stream's owners see its budget in every context (they spend none of it); others
+        # see the contexts they may use.
+        seen = platform.contexts() if owns else visible_contexts(me, platform.contexts())
         registered = platform.ledger.contexts(include_closed=True)
         if asked:
-            for c in asked:
+            for c in asked if not owns else ():
                 require_context(me, c)
             bad = sorted(set(asked) - set(registered))
             if bad:
@@ -383,7 +365,7 @@ def create_app(
         context: Annotated[list[str] | None, Query()] = None,
     ) -> list[sc.BlockOut]:
         perm = require_stream(me, stream)
-        ctxs = contexts_for(me, context)
+        ctxs = contexts_for(me, context, owns=perm is Permission.OWN)
         with_rows = me.role is Role.ADMIN or perm is Permission.OWN
         naming = names.naming(me, stream)
         views = platform.blocks(stream, contexts=ctxs)
@@ -420,6 +402,10 @@ def create_app(
             state=r.state.value,
             holder=r.holder,
             expires_at=r.expires_at,
+            usage=[
+                {**u, "block": naming.show(u["block"])}
+                for u in usage_json(r.cost, r.remaining, is_open=r.is_open)
+            ],
         )
 
     def owned_reservation(me: Principal, rid: str) -> Reservation:

@@ -18,7 +18,16 @@ API keys look like ``bbk_<key id>_<secret>``: 16 hex digits of id, 64 of secret 
 bits from :mod:`secrets`). Only SHA-256 of the secret is stored ("hashed at rest"): a secret
 with 256 bits of entropy cannot be brute-forced from its hash, so a slow password hash would
 add nothing. Lookups go by id and compare hashes in constant time (:func:`hmac.compare_digest`).
-A key is shown once, when it is created, and can be revoked.
+A key is shown once, when it is created, and can be revoked, or rotated: a new key is issued
+and the old one stays valid for a grace period (``expires_at``), then is refused.
+
+A principal is *active*, *disabled* (its keys are refused until an admin enables it again;
+nothing else changes) or *deleted*: its keys are revoked, its stream rights and context
+bindings dropped, and its row kept as a tombstone, so that the name — which reservations,
+tasks and request ids of the ledger still carry — is never given to another principal. Every
+request checks the key, its expiry and its principal's state in the database (through the
+service's short per-process cache, :class:`~blockbudget.service.access.Authenticator`), so a
+change holds in every server process on the same database.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 import secrets
 import time
 from dataclasses import dataclass
@@ -45,6 +55,8 @@ principals = sa.Table(
     sa.Column("role", sa.String(16), nullable=False),
     sa.Column("contexts", sa.Text, nullable=False),  # JSON list of bound contexts
     sa.Column("created_at", sa.Float, nullable=False),
+    # active | disabled | deleted (a tombstone: the name is never reused, see PrincipalState)
+    sa.Column("state", sa.String(16), nullable=False, server_default="active"),
 )
 api_keys = sa.Table(
     "service_api_keys",
@@ -54,6 +66,8 @@ api_keys = sa.Table(
     sa.Column("secret_sha256", sa.String(64), nullable=False),
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("revoked", sa.Boolean, nullable=False, default=False),
+    # Unix time after which the key is refused (a rotated key's grace period); NULL: never
+    sa.Column("expires_at", sa.Float, nullable=True),
 )
 stream_acl = sa.Table(
     "service_stream_acl",
@@ -86,6 +100,14 @@ class Role(Enum):
     ADMIN = "admin"
     OWNER = "owner"
     ANALYST = "analyst"
+
+
+class PrincipalState(Enum):
+    """Whether a principal's keys work (see the module docstring)."""
+
+    ACTIVE = "active"
+    DISABLED = "disabled"
+    DELETED = "deleted"
 
 
 class Permission(Enum):
@@ -127,6 +149,46 @@ class Principal:
         return None
 
 
+@dataclass(frozen=True)
+class KeyInfo:
+    """What is known of an API key besides its secret (never stored).
+
+    Attributes:
+        key_id: the middle part of ``bbk_<key id>_<secret>``.
+        principal: whose key it is.
+        created_at: Unix time of issue.
+        revoked: revoked by an admin (or by deleting its principal).
+        expires_at: Unix time after which it is refused (a rotated key), or None.
+    """
+
+    key_id: str
+    principal: str
+    created_at: float
+    revoked: bool
+    expires_at: float | None
+
+    def valid_at(self, now: float) -> bool:
+        """Whether the key authenticates at Unix time ``now`` (its principal aside)."""
+        return not self.revoked and (self.expires_at is None or now < self.expires_at)
+
+
+@dataclass(frozen=True)
+class PrincipalRecord:
+    """A principal as an admin sees it: rights, state and key ids (never secrets).
+
+    Attributes:
+        principal: the principal (role, bound contexts, stream rights).
+        state: active, disabled or deleted.
+        created_at: Unix time of creation.
+        keys: its keys, oldest first.
+    """
+
+    principal: Principal
+    state: PrincipalState
+    created_at: float
+    keys: tuple[KeyInfo, ...]
+
+
 def validate_principal_name(name: object) -> str:
     """Raise InvalidRequestError unless ``name`` is a valid principal name; return it."""
     if (
@@ -140,6 +202,11 @@ def validate_principal_name(name: object) -> str:
             f"digit; got {name!r}"
         )
     return name
+
+
+def now() -> float:
+    """The time keys expire against (Unix seconds; a seam for tests)."""
+    return time.time()
 
 
 def hash_secret(secret: str) -> str:
@@ -186,13 +253,17 @@ class KeyStore:
                     )
                 )
         except sa.exc.IntegrityError:
-            raise InvalidRequestError(f"principal {name!r} already exists") from None
+            raise InvalidRequestError(
+                f"principal {name!r} already exists (the name of a deleted principal is never "
+                "reused)"
+            ) from None
         return principal
 
     def set_contexts(self, name: str, contexts: tuple[str, ...]) -> Principal:
         """Bind a principal to exactly these contexts."""
         for c in contexts:
             validate_context_name(c)
+        self._require_live(name)
         with self._engine.begin() as conn:
             done = conn.execute(
                 principals.update()
@@ -238,7 +309,7 @@ class KeyStore:
         Raises:
             UnknownBlockError: no such principal.
         """
-        self.principal(principal)
+        self._require_live(principal)
         key_id = secrets.token_hex(8)
         secret = secrets.token_hex(32)
         with self._engine.begin() as conn:
@@ -278,17 +349,164 @@ class KeyStore:
         if parts is None:
             return None
         key_id, secret = parts
+        k, who = api_keys.c, principals.c
         with self._engine.connect() as conn:
             row = conn.execute(
-                sa.select(api_keys.c.principal, api_keys.c.secret_sha256, api_keys.c.revoked).where(
-                    api_keys.c.key_id == key_id
-                )
+                sa.select(k.principal, k.secret_sha256, k.revoked, k.expires_at, who.state)
+                .join(principals, who.name == k.principal)
+                .where(k.key_id == key_id)
             ).first()
-        if row is None or row.revoked:
+        if row is None or row.revoked or row.state != PrincipalState.ACTIVE.value:
+            return None
+        if row.expires_at is not None and now() >= row.expires_at:
             return None
         if not hmac.compare_digest(row.secret_sha256, hash_secret(secret)):
             return None
         return self.principal(row.principal)
+
+    def keys(self, principal: str) -> list[KeyInfo]:
+        """The principal's keys, oldest first (ids and dates only: secrets are never stored).
+
+        Raises:
+            UnknownBlockError: no such principal.
+        """
+        self.principal(principal)
+        with self._engine.connect() as conn:
+            return self._keys_of(conn, [principal]).get(principal, [])
+
+    @staticmethod
+    def _keys_of(conn: sa.Connection, names: list[str]) -> dict[str, list[KeyInfo]]:
+        k = api_keys.c
+        rows = conn.execute(
+            sa.select(k.key_id, k.principal, k.created_at, k.revoked, k.expires_at)
+            .where(k.principal.in_(names))
+            .order_by(k.created_at, k.key_id)
+        ).all()
+        out: dict[str, list[KeyInfo]] = {}
+        for r in rows:
+            info = KeyInfo(r.key_id, r.principal, r.created_at, bool(r.revoked), r.expires_at)
+            out.setdefault(r.principal, []).append(info)
+        return out
+
+    def rotate_key(
+        self, key_id: str, *, principal: str, grace_seconds: float = 0.0
+    ) -> tuple[str, KeyInfo]:
+        """Issue a new key for ``principal`` and retire its key ``key_id``: the old key stays
+        valid for ``grace_seconds`` (0: refused at once), then is refused. Active tasks are
+        left alone (the principal keeps working under the new key).
+
+        Returns:
+            The new key (shown once) and the old key's record after the change.
+
+        Raises:
+            UnknownBlockError: no such key of ``principal``.
+            InvalidRequestError: a negative grace, or the key is revoked or expired already.
+        """
+        if not grace_seconds >= 0 or math.isinf(grace_seconds):
+            raise InvalidRequestError(f"grace_seconds must be finite and >= 0, got {grace_seconds}")
+        at = now()
+        old = next((k for k in self.keys(principal) if k.key_id == key_id), None)
+        if old is None:
+            raise UnknownBlockError(f"unknown key id {key_id!r} of principal {principal!r}")
+        if not old.valid_at(at):
+            raise InvalidRequestError(
+                f"key {key_id!r} of principal {principal!r} is revoked or expired already; "
+                "issue a new key instead of rotating it"
+            )
+        new_key = self.create_key(principal)
+        ends = at + grace_seconds
+        if old.expires_at is not None:
+            ends = min(ends, old.expires_at)  # rotating never lengthens a key's life
+        change = {"revoked": True} if grace_seconds == 0 else {"expires_at": ends}
+        with self._engine.begin() as conn:
+            conn.execute(api_keys.update().where(api_keys.c.key_id == key_id).values(**change))
+        return new_key, next(k for k in self.keys(principal) if k.key_id == key_id)
+
+    # --- administration ------------------------------------------------------------------------
+
+    def record(self, name: str) -> PrincipalRecord:
+        """The principal with its state and keys.
+
+        Raises:
+            UnknownBlockError: no such principal.
+        """
+        p = self.principal(name)
+        with self._engine.connect() as conn:
+            row = conn.execute(
+                sa.select(principals.c.state, principals.c.created_at).where(
+                    principals.c.name == name
+                )
+            ).one()
+            keys = self._keys_of(conn, [name]).get(name, [])
+        return PrincipalRecord(p, PrincipalState(row.state), row.created_at, tuple(keys))
+
+    def records(self) -> list[PrincipalRecord]:
+        """Every principal (deleted ones included), by name."""
+        with self._engine.connect() as conn:
+            names = conn.execute(sa.select(principals.c.name).order_by(principals.c.name)).all()
+        return [self.record(row[0]) for row in names]
+
+    def _require_live(self, name: str) -> None:
+        if self.record(name).state is PrincipalState.DELETED:
+            raise InvalidRequestError(f"principal {name!r} is deleted; a deleted one never returns")
+
+    def set_role(self, name: str, role: Role) -> Principal:
+        """Give a principal another role (its contexts and stream rights are kept).
+
+        Raises:
+            UnknownBlockError: no such principal.
+            InvalidRequestError: the principal is deleted.
+        """
+        self._require_live(name)
+        with self._engine.begin() as conn:
+            conn.execute(
+                principals.update().where(principals.c.name == name).values(role=role.value)
+            )
+        return self.principal(name)
+
+    def set_state(self, name: str, state: PrincipalState) -> PrincipalRecord:
+        """Disable or enable a principal (delete with :meth:`delete_principal`).
+
+        Raises:
+            UnknownBlockError: no such principal.
+            InvalidRequestError: the principal is deleted, or ``state`` is DELETED.
+        """
+        if state is PrincipalState.DELETED:
+            raise InvalidRequestError("delete a principal with delete_principal, not set_state")
+        self._require_live(name)
+        with self._engine.begin() as conn:
+            conn.execute(
+                principals.update().where(principals.c.name == name).values(state=state.value)
+            )
+        return self.record(name)
+
+    def delete_principal(self, name: str) -> PrincipalRecord:
+        """Delete a principal for good: revoke its keys, drop its stream rights and context
+        bindings, keep its name as a tombstone (never reused). Deleting twice is a no-op.
+
+        Raises:
+            UnknownBlockError: no such principal.
+        """
+        self.record(name)
+        with self._engine.begin() as conn:
+            conn.execute(api_keys.update().where(api_keys.c.principal == name).values(revoked=True))
+            conn.execute(stream_acl.delete().where(stream_acl.c.principal == name))
+            conn.execute(
+                principals.update()
+                .where(principals.c.name == name)
+                .values(state=PrincipalState.DELETED.value, contexts="[]")
+            )
+        return self.record(name)
+
+    def stream_access(self, stream: str) -> list[tuple[str, Permission]]:
+        """Who has a right on ``stream``: (principal, permission), by name."""
+        with self._engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(stream_acl.c.principal, stream_acl.c.permission)
+                .where(stream_acl.c.stream == stream)
+                .order_by(stream_acl.c.principal)
+            ).all()
+        return [(r.principal, Permission(r.permission)) for r in rows]
 
     # --- ACLs ----------------------------------------------------------------------------------
 
@@ -308,7 +526,7 @@ class KeyStore:
             UnknownBlockError: no such principal.
             AuthError: ``keep_owner`` and ``principal`` owns ``stream``.
         """
-        self.principal(principal)
+        self._require_live(principal)
         with self._engine.begin() as conn:
             self._delete_acl(conn, principal, stream, keep_owner=keep_owner)
             conn.execute(

@@ -175,6 +175,9 @@ class ReservationOut(BaseModel):
     #: True when ``POST .../reservations`` replayed an earlier request with the same
     #: ``request_id``: nothing was reserved now, and ``state`` is the reservation's current one.
     replayed: bool = False
+    #: Per block: ``block``, ``drawn`` (None once closed) and ``left``, exact decimal strings
+    #: (:mod:`blockbudget.service.reservation_usage`).
+    usage: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class DrawIn(Strict):
