@@ -15,14 +15,16 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from decimal import Decimal
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyarrow import Schema
 from pyarrow import schema as pa_schema
 
 from blockbudget.accounting import Accounting, Filter, add_vectors, make_filter
+from blockbudget.affordance import AffordFor, Affordance, afford, last_refusal
 from blockbudget.budget import Budget, Cost
 from blockbudget.errors import (
     InvalidRequestError,
@@ -77,6 +79,9 @@ class BlockView:
     retired: bool
     remaining_fraction: dict[str, float]
     remaining: dict[str, str]
+    #: per context, the exact remaining budget as decimal strings (``{"epsilon", "delta"}``,
+    #: or ``{"rdp": [...]}`` per order; :meth:`Filter.remaining_json`); None once retired
+    remaining_exact: dict[str, dict[str, Any] | None] = field(default_factory=dict)
 
 
 class Platform:
@@ -269,11 +274,13 @@ class Platform:
         for m in metas:
             fractions: dict[str, float] = {}
             texts: dict[str, str] = {}
+            exact: dict[str, dict[str, Any] | None] = {}
             for c in ctxs:
                 s = states.get((m.block_id, c))
                 used = add_vectors(s.charged, s.reserved) if s is not None else f.zero()
                 fractions[c] = 0.0 if m.block_id in retired else f.remaining_fraction(used)
                 texts[c] = "retired" if m.block_id in retired else f.describe_remaining(used)
+                exact[c] = None if m.block_id in retired else f.remaining_json(used)
             views.append(
                 BlockView(
                     block_id=m.block_id,
@@ -283,9 +290,24 @@ class Platform:
                     retired=m.block_id in retired,
                     remaining_fraction=fractions,
                     remaining=texts,
+                    remaining_exact=exact,
                 )
             )
         return views
+
+    def afford(
+        self,
+        stream: str,
+        selection: Sequence[str] | Last,
+        *,
+        context: str,
+        delta: float | str | Decimal = 0,
+        kind: AffordFor = AffordFor.BUDGET,
+    ) -> Affordance:
+        """The largest ε (at ``delta``; or, with ``kind=GAUSSIAN`` on an RDP stream, the
+        smallest noise multiplier) that ``selection`` can still afford in ``context``, exact
+        from the filters (:func:`blockbudget.affordance.afford`). Reserves nothing."""
+        return afford(self, stream, selection, context=context, delta=delta, kind=kind)
 
     def can_afford(
         self, block_ids: Sequence[str], cost: Cost, *, context: str, stream: str | None = None
@@ -348,8 +370,14 @@ class Platform:
                 admit=None if bound is None else admit,
             )
             if not chosen:
-                raise InvalidRequestError(
-                    f"no block of stream {stream!r} can afford {cost} in context {context!r}"
+                raise last_refusal(
+                    self.ledger,
+                    self.store.engine,
+                    self.filter(stream),
+                    stream,
+                    context=context,
+                    cost=cost,
+                    admit=None if bound is None else admit,
                 )
             return tuple(chosen)
         named = named_blocks(self.store.engine, stream, selection)
