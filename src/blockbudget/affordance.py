@@ -99,9 +99,9 @@ class Affordance:
             "kind": self.kind.value,
             "delta": canonical_decimal(self.delta),
             "epsilon": None if self.epsilon is None else canonical_decimal(self.epsilon),
-            "noise_multiplier": None if self.noise_multiplier is None else repr(
-                self.noise_multiplier
-            ),
+            "noise_multiplier": None
+            if self.noise_multiplier is None
+            else repr(self.noise_multiplier),
             "binding": list(self.binding),
             "rule": self.rule,
         }

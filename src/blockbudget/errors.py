@@ -186,9 +186,11 @@ class NothingAffordableError(InvalidRequestError):
     def refusal_json(self) -> dict[str, object]:
         """The refusal's budgets for a wire answer (the form of
         :meth:`BudgetExceededError.refusal_json`, with the newest live block as its one row)."""
-        rows = [] if self.remaining is None else [
-            {"remaining": self.remaining, "shortfall": self.shortfall}
-        ]
+        rows = (
+            []
+            if self.remaining is None
+            else [{"remaining": self.remaining, "shortfall": self.shortfall}]
+        )
         return {"context": self.context, "refusing_blocks": len(rows), "blocks": rows}
 
 

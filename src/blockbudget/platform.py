@@ -15,8 +15,8 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Sequence
-from decimal import Decimal
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +24,7 @@ from pyarrow import Schema
 from pyarrow import schema as pa_schema
 
 from blockbudget.accounting import Accounting, Filter, add_vectors, make_filter
-from blockbudget.affordance import AffordFor, Affordance, afford, last_refusal
+from blockbudget.affordance import Affordance, AffordFor, afford, last_refusal
 from blockbudget.budget import Budget, Cost
 from blockbudget.errors import (
     InvalidRequestError,

@@ -28,20 +28,48 @@ def test_local_dry_runs_change_nothing(tmp_path: Path) -> None:
     p.close()
     h = ["--home", str(home), "--context", "a"]
     before = _snapshot(home)
-    code, doc = invoke_json("task", "submit", "b", "--epsilon", "0.5", "--newest", "2", "--dry-run", *h)
+    code, doc = invoke_json(
+        "task", "submit", "b", "--epsilon", "0.5", "--newest", "2", "--dry-run", *h
+    )
     assert code == 0 and doc["dry_run"] is True and doc["reserved"] is False
     assert doc["demand"] == {"epsilon": "0.5", "delta": "0"}
     assert doc["blocks"] == b[1:] and doc["affordable"] == [b[1]] and doc["ok"] is False
     code, doc = invoke_json(
-        "task", "submit", "b", "--statistic", "count", "--epsilon", "0.25", "--block", b[0],
-        "--dry-run", *h,
+        "task",
+        "submit",
+        "b",
+        "--statistic",
+        "count",
+        "--epsilon",
+        "0.25",
+        "--block",
+        b[0],
+        "--dry-run",
+        *h,
     )
     assert code == 0 and doc["ok"] is True and doc["kind"] == "query"
     assert doc["demand"] == {"epsilon": "0.25", "delta": "0"}
-    code, doc = invoke_json("task", "submit", "b", "--epsilon", "0.05", "--any", "3", "--dry-run", *h)
+    code, doc = invoke_json(
+        "task", "submit", "b", "--epsilon", "0.05", "--any", "3", "--dry-run", *h
+    )
     assert code == 0 and doc["affordable"] == b and doc["ok"] is True
-    code, doc = invoke_json("query", "mean", "b", "--epsilon", "0.5", "--column", "v",
-                            "--lower", "0", "--upper", "9", "--last", "2", "--dry-run", *h)
+    code, doc = invoke_json(
+        "query",
+        "mean",
+        "b",
+        "--epsilon",
+        "0.5",
+        "--column",
+        "v",
+        "--lower",
+        "0",
+        "--upper",
+        "9",
+        "--last",
+        "2",
+        "--dry-run",
+        *h,
+    )
     assert code == 0 and doc["ok"] is True and doc["blocks"] == b[:2]
     assert _snapshot(home) == before
     code, doc = invoke_json("task", "list", "--home", str(home))
@@ -67,10 +95,21 @@ def test_dry_runs_through_a_server_change_nothing(tmp_path: Path) -> None:
         assert doc["largest_epsilon"] == "0.25" and doc["ok"] is False
         assert doc["blocks"] == blocks[-2:]
         code, doc = invoke_json(
-            "task", "submit", "flights", "--statistic", "count", "--epsilon", "0.25",
-            "--block", blocks[0], "--dry-run", *srv,
+            "task",
+            "submit",
+            "flights",
+            "--statistic",
+            "count",
+            "--epsilon",
+            "0.25",
+            "--block",
+            blocks[0],
+            "--dry-run",
+            *srv,
         )
-        assert code == 0 and doc["ok"] is True and doc["demand"] == {"epsilon": "0.25", "delta": "0"}
+        assert (
+            code == 0 and doc["ok"] is True and doc["demand"] == {"epsilon": "0.25", "delta": "0"}
+        )
         code, doc = invoke_json("afford", "flights", "--last", "2", *srv)
         assert code == 0 and doc["epsilon"] == "0.25" and doc["binding"] == [blocks[-1]]
         code, doc = invoke_json(

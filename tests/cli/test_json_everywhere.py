@@ -5,10 +5,9 @@ budgets, ISO 8601 times), errors in ``--json`` mode are one JSON document too, a
 from __future__ import annotations
 
 import re
-from importlib.metadata import version
 from decimal import Decimal
+from importlib.metadata import version
 from pathlib import Path
-
 from typing import Any
 
 import typer
@@ -121,11 +120,16 @@ def test_errors_in_json_mode_are_one_document_and_keep_brackets(tmp_path: Path) 
     )
     assert code == 2 and "'b/[a-z0-9]'" in doc["error"]["message"]
     # The same error as text: one red line, the brackets printed literally.
-    r = invoke("query", "count", "b", "--epsilon", "0.1", "--context", "a", "--block", "[a-z0-9]", *h)
+    r = invoke(
+        "query", "count", "b", "--epsilon", "0.1", "--context", "a", "--block", "[a-z0-9]", *h
+    )
     assert r.exit_code == 2 and "'[a-z0-9]'" in r.output, r.output
     # A budget refusal in --json mode carries the exact remaining budget and shortfall.
     code, doc = invoke_json("query", "count", "b", "--epsilon", "1.5", "--context", "a", *h)
     assert code == 2 and doc["error"]["type"] == "NothingAffordableError"
     assert doc["error"]["refusal"]["blocks"] == [
-        {"remaining": {"epsilon": "1", "delta": "0.000001"}, "shortfall": {"epsilon": "0.5", "delta": "0"}}
+        {
+            "remaining": {"epsilon": "1", "delta": "0.000001"},
+            "shortfall": {"epsilon": "0.5", "delta": "0"},
+        }
     ]

@@ -75,8 +75,19 @@ def test_histogram_prints_as_a_table(tmp_path: Path) -> None:
     home = tmp_path / "h"
     make_home(home).close()
     r = invoke(
-        "query", "histogram", "b", "--epsilon", "0.5", "--column", "c", "--categories", "x,y",
-        "--context", "a", "--home", str(home),
+        "query",
+        "histogram",
+        "b",
+        "--epsilon",
+        "0.5",
+        "--column",
+        "c",
+        "--categories",
+        "x,y",
+        "--context",
+        "a",
+        "--home",
+        str(home),
     )
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()

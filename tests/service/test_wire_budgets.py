@@ -72,7 +72,9 @@ def test_overdraws_and_refusals_show_decimals(tmp_path: Path) -> None:
             }
         ]
         # remaining in the blocks answer: exact and structured; the display text separate
-        views = {b["block_id"]: b for b in client.get("/v1/streams/flights/blocks", headers=h).json()}
+        views = {
+            b["block_id"]: b for b in client.get("/v1/streams/flights/blocks", headers=h).json()
+        }
         assert views[blocks[0]]["remaining"]["team-a"] == {"epsilon": "0.1", "delta": "0.000001"}
         assert views[blocks[0]]["remaining_display"]["team-a"] == "(ε=0.1, δ=1e-06)"
 
@@ -114,7 +116,10 @@ def test_afford_route(tmp_path: Path) -> None:
             json={"epsilon": 0.625, "blocks": blocks[1:2]},
         )
         assert ok.status_code == 201
-        assert client.get("/v1/streams/secret/afford", headers=h, params={"last": 1}).status_code == 403
+        assert (
+            client.get("/v1/streams/secret/afford", headers=h, params={"last": 1}).status_code
+            == 403
+        )
         bad = client.get(
             "/v1/streams/flights/afford", headers=h, params={"last": 1, "context": "team-b"}
         )

@@ -103,8 +103,7 @@ def print_affordance(out: dict[str, Any]) -> None:
         text = f"nothing fits at δ={out['delta']}: a block has less δ left (or none at all)"
     else:
         text = (
-            f"the largest ε one can still request at δ={out['delta']} is "
-            f"[bold]{out['epsilon']}[/]"
+            f"the largest ε one can still request at δ={out['delta']} is [bold]{out['epsilon']}[/]"
         )
     console.print(f"{where}: {text}")
     console.print(f"  rule: {escape(out['rule'])}")

@@ -12,7 +12,7 @@ import functools
 import json
 import os
 from collections.abc import Callable
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from enum import Enum
 from pathlib import Path
@@ -255,14 +255,14 @@ def utc(ts: float | None) -> str:
     """A Unix time as people read it: ``2026-11-24 03:12 UTC`` (empty for None)."""
     if ts is None:
         return ""
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def iso(ts: float | None) -> str | None:
     """A Unix time in ISO 8601, UTC (``2026-11-24T03:12:05.250000Z``; None stays None)."""
     if ts is None:
         return None
-    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat().replace("+00:00", "Z")
 
 
 def print_blocks_used(

@@ -6,12 +6,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget
-from rich.markup import escape
-
 from blockbudget.cli.common import (
     DEFAULT_HOME,
     HomeOpt,
@@ -196,8 +195,8 @@ def stream_max_id(
         emit_json(out)
         return
     console.print(
-        f"stream [bold]{escape(stream)}[/]: released maximum id {out['released_max']:.1f}; blocks up "
-        f"to id {out['safe_max']} can be selected (secure noise: {out['secure_noise']})"
+        f"stream [bold]{escape(stream)}[/]: released maximum id {out['released_max']:.1f}; "
+        f"blocks up to id {out['safe_max']} can be selected (secure noise: {out['secure_noise']})"
     )
 
 
@@ -427,8 +426,8 @@ def render_blocks(
     coalition = platform.coalition_contexts()
     if len(coalition) > 1:
         console.print(
-            f"[dim]{len(coalition)} contexts count ({escape(', '.join(coalition))}): a coalition of all "
-            f"of them could learn up to {len(coalition)} × ε_g = "
+            f"[dim]{len(coalition)} contexts count ({escape(', '.join(coalition))}): a coalition "
+            f"of all of them could learn up to {len(coalition)} × ε_g = "
             f"{platform.coalition_epsilon(stream):g} about any one block. Row counts are exact: "
             "show them to data owners only.[/]"
         )

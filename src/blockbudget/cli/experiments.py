@@ -7,9 +7,8 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Column, Table
-
 from rich.markup import escape
+from rich.table import Column, Table
 
 from blockbudget.cli.common import (
     JsonOpt,

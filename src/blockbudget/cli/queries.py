@@ -491,7 +491,9 @@ def audit_log(
             platform.close()
     if as_json:
         keys = ("seq", "ts", "kind", "context", "request_id", "payload")
-        emit_json({"events": [dict(zip(keys, (r[0], iso(r[1]), *r[2:]), strict=True)) for r in rows]})
+        emit_json(
+            {"events": [dict(zip(keys, (r[0], iso(r[1]), *r[2:]), strict=True)) for r in rows]}
+        )
         return
     import json
 
