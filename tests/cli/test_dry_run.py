@@ -116,5 +116,16 @@ def test_dry_runs_through_a_server_change_nothing(tmp_path: Path) -> None:
             "task", "submit", "flights", "--epsilon", "0.5", "--any", "2", "--dry-run", *srv
         )
         assert code == 2 and "priced locally only" in doc["error"]["message"]
+        # --json against a server: the server's forms, exact budgets; refusals with status
+        code, doc = invoke_json("blocks", "flights", *srv)
+        assert code == 0 and doc["blocks"][-1]["remaining"]["team-a"]["epsilon"] == "0.25"
+        code, doc = invoke_json("stream", "list", *srv)
+        assert code == 0 and [s["name"] for s in doc["streams"]] == ["flights"]
+        code, doc = invoke_json(
+            "query", "count", "flights", "--epsilon", "0.5", "--block", blocks[-1], *srv
+        )
+        assert code == 2 and doc["error"]["status"] == 409
+        assert doc["error"]["type"] == "BudgetExceededError"
+        assert doc["error"]["refusal"]["blocks"][0]["shortfall"]["epsilon"] == "0.25"
     assert (ledger_snapshot(p), tuple(m.sealed for m in p.store.blocks("flights"))) == before
     assert not seeded.platform.ledger.reservations()
