@@ -11,7 +11,7 @@ operation, nothing was charged, reserved, written or retired.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 
 class BlockBudgetError(Exception):
@@ -102,7 +102,8 @@ class UnknownReservationError(UnknownBlockError):
 class UnknownContextError(UnknownBlockError):
     """A request names a context that was never registered.
 
-    Contexts are registered by an administrator (``Ledger.add_context``): letting any caller mint
+    Contexts are registered by an administrator (``Ledger.add_context``; on the command line
+    ``blockbudget context add NAME``): letting any caller mint
     a context would hand out a fresh full budget on every block (Sage §3.2 allows one budget per
     group of non-colluding principals, not per request).
     """
@@ -133,6 +134,9 @@ class BudgetExceededError(BlockBudgetError):
         difference: per refusing block, how much the request exceeds what remains (epsilon
             units for (epsilon, delta) filters; the smallest excess over orders for RDP).
         context: the context whose budget was exhausted.
+        exact: per refusing block, ``{"remaining": {...}, "shortfall": {...}}`` as exact
+            decimal strings (``{"epsilon", "delta"}``, or ``{"rdp": [...]}`` per order); empty
+            when the raiser did not compute them.
     """
 
     def __init__(
@@ -144,7 +148,9 @@ class BudgetExceededError(BlockBudgetError):
         difference: Sequence[str],
         context: str,
         rule: str,
+        exact: Sequence[Mapping[str, Mapping[str, object]]] = (),
     ) -> None:
+        self.exact = tuple(exact)
         self.blocks = tuple(blocks)
         self.requested = requested
         self.remaining = tuple(remaining)
@@ -159,6 +165,52 @@ class BudgetExceededError(BlockBudgetError):
             f"budget exceeded under {rule} in context {context!r}: requested {requested} "
             f"on {len(self.blocks)} refusing block(s) — {details}. Nothing was charged."
         )
+
+    def refusal_json(self) -> dict[str, object]:
+        """The refusal's budgets for a wire answer, naming no block: the context, and per
+        refusing block (sorted by value, so that the order tells nothing of the blocks) the
+        exact remaining budget and shortfall as decimal strings."""
+        import json
+
+        rows = sorted((dict(e) for e in self.exact), key=lambda e: json.dumps(e, sort_keys=True))
+        return {"context": self.context, "refusing_blocks": len(self.blocks), "blocks": rows}
+
+
+class NothingAffordableError(InvalidRequestError):
+    """A selection of the newest blocks (``Last``/``--last N``) found no live block that can
+    afford the cost in the context (HTTP 422, as before: the request names no block). The
+    message and :meth:`refusal_json` give what the newest live block has left and the
+    shortfall there, as exact decimals, naming no block.
+
+    Attributes:
+        context: the context asked for.
+        remaining: the newest live block's remaining budget (``{"epsilon", "delta"}`` or
+            ``{"rdp": [...]}``), or None when the stream has no live block.
+        shortfall: by how much the cost exceeds it there (same form), or None.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        context: str,
+        remaining: Mapping[str, object] | None,
+        shortfall: Mapping[str, object] | None,
+    ) -> None:
+        super().__init__(message)
+        self.context = context
+        self.remaining = None if remaining is None else dict(remaining)
+        self.shortfall = None if shortfall is None else dict(shortfall)
+
+    def refusal_json(self) -> dict[str, object]:
+        """The refusal's budgets for a wire answer (the form of
+        :meth:`BudgetExceededError.refusal_json`, with the newest live block as its one row)."""
+        rows = (
+            []
+            if self.remaining is None
+            else [{"remaining": self.remaining, "shortfall": self.shortfall}]
+        )
+        return {"context": self.context, "refusing_blocks": len(rows), "blocks": rows}
 
 
 class ReservationError(BlockBudgetError):

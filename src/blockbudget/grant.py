@@ -35,6 +35,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
 from blockbudget.accounting import Accounting, Filter, make_filter
+from blockbudget.accounting.filters import exact_text, vector_json
 from blockbudget.budget import Budget, Cost, RdpCurve
 from blockbudget.engine.base import Engine
 from blockbudget.errors import (
@@ -522,10 +523,13 @@ def refuse_short(
     """
     if short:
         block, needs, holds = short[0]
+        over = tuple(max(0, n - h) for n, h in zip(needs, holds, strict=True))
         raise ReservationError(
-            f"a draw spends at most what its reservation still holds: {what} needs features "
-            f"{list(needs)} but reservation {reservation_id!r} holds {list(holds)} on "
-            f"{block!r} ({len(short)} block(s) short); nothing was read or charged"
+            f"a draw spends at most what its reservation still holds: {what} needs "
+            f"{exact_text(vector_json(needs))} but reservation {reservation_id!r} holds "
+            f"{exact_text(vector_json(holds))} on {block!r}, short by "
+            f"{exact_text(vector_json(over))} ({len(short)} block(s) short); nothing was read "
+            "or charged"
         )
 
 

@@ -15,14 +15,16 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyarrow import Schema
 from pyarrow import schema as pa_schema
 
 from blockbudget.accounting import Accounting, Filter, add_vectors, make_filter
+from blockbudget.affordance import Affordance, AffordFor, afford, last_refusal
 from blockbudget.budget import Budget, Cost
 from blockbudget.errors import (
     InvalidRequestError,
@@ -80,6 +82,9 @@ class BlockView:
     remaining: dict[str, str]
     #: live and under 10% left in every open context (:func:`blockbudget.lowbudget.is_retiring`)
     retiring: bool = False
+    #: per context, the exact remaining budget as decimal strings (``{"epsilon", "delta"}``,
+    #: or ``{"rdp": [...]}`` per order; :meth:`Filter.remaining_json`); None once retired
+    remaining_exact: dict[str, dict[str, Any] | None] = field(default_factory=dict)
 
 
 class Platform:
@@ -274,11 +279,14 @@ class Platform:
         for m in metas:
             fractions: dict[str, float] = {}
             texts: dict[str, str] = {}
+            exact: dict[str, dict[str, Any] | None] = {}
             for c in dict.fromkeys([*ctxs, *open_ctxs]):
                 s = states.get((m.block_id, c))
                 used = add_vectors(s.charged, s.reserved) if s is not None else f.zero()
                 fractions[c] = 0.0 if m.block_id in retired else f.remaining_fraction(used)
                 texts[c] = "retired" if m.block_id in retired else f.describe_remaining(used)
+                if c in ctxs:
+                    exact[c] = None if m.block_id in retired else f.remaining_json(used)
             every_open = {c: fractions[c] for c in open_ctxs}
             views.append(
                 BlockView(
@@ -290,9 +298,24 @@ class Platform:
                     remaining_fraction={c: fractions[c] for c in ctxs},
                     remaining={c: texts[c] for c in ctxs},
                     retiring=is_retiring(every_open, retired=m.block_id in retired),
+                    remaining_exact=exact,
                 )
             )
         return views
+
+    def afford(
+        self,
+        stream: str,
+        selection: Sequence[str] | Last,
+        *,
+        context: str,
+        delta: float | str | Decimal = 0,
+        kind: AffordFor = AffordFor.BUDGET,
+    ) -> Affordance:
+        """The largest ε (at ``delta``; or, with ``kind=GAUSSIAN`` on an RDP stream, the
+        smallest noise multiplier) that ``selection`` can still afford in ``context``, exact
+        from the filters (:func:`blockbudget.affordance.afford`). Reserves nothing."""
+        return afford(self, stream, selection, context=context, delta=delta, kind=kind)
 
     def can_afford(
         self, block_ids: Sequence[str], cost: Cost, *, context: str, stream: str | None = None
@@ -358,8 +381,14 @@ class Platform:
                 admit=None if bound is None else admit,
             )
             if not chosen:
-                raise InvalidRequestError(
-                    f"no block of stream {stream!r} can afford {cost} in context {context!r}"
+                raise last_refusal(
+                    self.ledger,
+                    self.store.engine,
+                    self.filter(stream),
+                    stream,
+                    context=context,
+                    cost=cost,
+                    admit=None if bound is None else admit,
                 )
             return tuple(chosen)
         named = named_blocks(self.store.engine, stream, selection)

@@ -1,5 +1,5 @@
 """The command line prints every kind of answer as text: grouped answers one line per group,
-histograms and quantiles as `key: value` pairs, a dry run's price; and refuses bad short forms
+histograms and quantiles as tables (a row per bin), a dry run's price; and refuses bad short forms
 with a clear message and nothing charged."""
 
 from __future__ import annotations
@@ -38,10 +38,12 @@ def test_every_answer_prints_as_text(tmp_path: Path) -> None:
         assert "cost per block: (ε=1, δ=0)" in r.output, r.output
     assert "  a: " in out["variance"].output and "  b: " in out["variance"].output
     assert (
-        "0.5: " in out["quantiles"].output
+        "┃ quantile ┃ DP value ┃" in out["quantiles"].output
+        and "│ 0.5 " in out["quantiles"].output
         and "resolution (bin width): 1" in out["quantiles"].output
     )
-    assert "other: " in out["histogram"].output
+    assert "┃ category ┃" in out["histogram"].output and "│ other " in out["histogram"].output
+    assert "Decimal(" not in out["histogram"].output and "[[" not in out["histogram"].output
     assert "a  0: " in out["count"].output and "b  1: " in out["count"].output
     p = platform(tmp_path / "h2")
     before = state(p)

@@ -71,7 +71,8 @@ def test_queries_are_exact_at_huge_epsilon(seeded: Seeded, client: TestClient, b
     assert abs(r.json()["value"] - mean) < 0.01
     # Each query drew its ε once on each of the 4 blocks: 3 × 1e5 of 1e6.
     for b in client.get(f"/v1/streams/{big}/blocks", headers=h).json():
-        assert b["remaining"]["team-a"] == "(ε=700000, δ=1e-06)"
+        assert b["remaining"]["team-a"] == {"epsilon": "700000", "delta": "0.000001"}
+        assert b["remaining_display"]["team-a"] == "(ε=700000, δ=1e-06)"
     assert seeded.platform.verify().ok
 
 
@@ -90,7 +91,8 @@ def test_reserve_draw_release_and_replays(seeded: Seeded, client: TestClient) ->
         b["block_id"]: b["remaining"]["team-a"]
         for b in client.get("/v1/streams/flights/blocks", headers=h).json()
     }
-    assert left[blocks[0]] == "(ε=0.5, δ=1e-06)" and left[blocks[2]] == "(ε=1, δ=1e-06)"
+    assert left[blocks[0]] == {"epsilon": "0.5", "delta": "0.000001"}
+    assert left[blocks[2]] == {"epsilon": "1", "delta": "0.000001"}
     # A replay of the same request id returns the same reservation and reserves nothing more.
     again = client.post(
         "/v1/streams/flights/reservations",
@@ -117,7 +119,7 @@ def test_reserve_draw_release_and_replays(seeded: Seeded, client: TestClient) ->
         b["block_id"]: b["remaining"]["team-a"]
         for b in client.get("/v1/streams/flights/blocks", headers=h).json()
     }
-    assert left[blocks[0]] == "(ε=0.8, δ=1e-06)"  # 0.2 drawn, 0.3 returned
+    assert left[blocks[0]] == {"epsilon": "0.8", "delta": "0.000001"}  # 0.2 drawn, 0.3 back
     r = client.post(f"/v1/reservations/{res['id']}/charges", headers=h, json={"epsilon": 0.1})
     assert r.status_code == 409
     # Request ids are per principal: another principal's "d1" is a different request.

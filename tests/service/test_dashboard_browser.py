@@ -118,7 +118,7 @@ def test_dashboard_in_headless_chromium(tmp_path: Path) -> None:
                 assert row.count() == 1
                 for ctx in ("team-a", "team-b"):
                     cell = row.locator(f'td[data-context="{ctx}"] .remaining')
-                    assert cell.inner_text() == expected[b]["remaining"][ctx]
+                    assert cell.inner_text() == expected[b]["remaining_display"][ctx]
                 assert str(expected[b]["rows"]) in row.inner_text()  # admins see row counts
             # one heatmap per context: a cell per block and time bucket (24 by default)
             for ctx in ("team-a", "team-b"):
@@ -148,7 +148,7 @@ def test_dashboard_in_headless_chromium(tmp_path: Path) -> None:
             )
             page.wait_for_function(
                 "([sel, text]) => document.querySelector(sel)?.textContent === text",
-                arg=[cell, now["remaining"]["team-a"]],
+                arg=[cell, now["remaining_display"]["team-a"]],
                 timeout=10_000,
             )
             # The pipeline queue: a privacy-adaptive job on a stream with the flights columns.

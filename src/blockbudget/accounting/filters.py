@@ -37,6 +37,7 @@ from blockbudget.budget import (
     Budget,
     Cost,
     RdpCurve,
+    canonical_decimal,
     from_units,
     units_down,
     units_up,
@@ -135,6 +136,34 @@ class Filter(ABC):
     def describe(self) -> str:
         return f"{self.accounting.value} composition with capacity {self.capacity}"
 
+    def features_json(self, features: Sequence[int]) -> dict[str, str | list[str]]:
+        """A feature vector (e.g. what a reservation holds) as exact decimal strings:
+        ``{"epsilon", "delta"}`` for (ε, δ) filters, ``{"rdp": [...]}`` per order for RDP."""
+        return {"epsilon": _exact(features[0]), "delta": _exact(features[-1])}
+
+    def remaining_json(self, used: Sequence[int]) -> dict[str, str | list[str]]:
+        """What remains after ``used``, as exact decimal strings (the form of
+        :meth:`features_json`; for strong composition the largest ε of one more pure charge,
+        see :func:`blockbudget.accounting.afford.largest_epsilon`)."""
+        return self.features_json(
+            tuple(max(0, c - u) for c, u in zip(self._capacity_vector(), used, strict=True))
+        )
+
+    def shortfall_json(
+        self, used: Sequence[int], candidate: Sequence[int]
+    ) -> dict[str, str | list[str]]:
+        """By how much ``candidate`` exceeds what remains after ``used``, as exact decimal
+        strings (the form of :meth:`features_json`; zero where it does not exceed)."""
+        return self.features_json(
+            tuple(
+                max(0, u + d - c)
+                for u, d, c in zip(used, candidate, self._capacity_vector(), strict=True)
+            )
+        )
+
+    def _capacity_vector(self) -> Vector:
+        raise NotImplementedError  # each filter with a per-feature capacity overrides it
+
 
 class BasicFilter(Filter):
     """Sage basic block composition (seed 004, §4.3, Theorem 4.3):
@@ -176,6 +205,9 @@ class BasicFilter(Filter):
 
     def describe_remaining(self, used: Sequence[int]) -> str:
         return str(self.remaining_budget(used))
+
+    def _capacity_vector(self) -> Vector:
+        return self._cap
 
     def shortfall(self, used: Sequence[int], candidate: Sequence[int]) -> str:
         over_e = used[0] + candidate[0] - self._cap[0]
@@ -226,6 +258,7 @@ class StrongFilter(Filter):
             raise InvalidBudgetError(
                 f"strong composition (Rogers et al. 2016, Thm 5.1) needs 2δ̃ < 1/e; got δ̃={slack!r}"
             )
+        self._next_memo: dict[Vector, int] = {}
         log_slack = math.log(1 / slack)
         # (L_H, L) for Rogers et al.'s reading and for Sage Thm A.2 as printed.
         self._forms = ((math.log(1 / delta_c), log_slack), (log_slack, log_slack))
@@ -293,6 +326,32 @@ class StrongFilter(Filter):
         want = candidate[0] / UNIT
         return f"ε {max(0.0, want - self.max_next_epsilon(used)):.6g}"
 
+    def _next_epsilon_units(self, used: Sequence[int]) -> int:
+        """The largest ε of one more pure charge, in units (a search of ~60 fit tests, so
+        remembered per used vector: many blocks share one, e.g. the untouched)."""
+        key = tuple(used)
+        found = self._next_memo.get(key)
+        if found is None:
+            from blockbudget.accounting.afford import largest_epsilon
+
+            best = largest_epsilon(self, [used], delta=0)
+            found = 0 if best is None else units_down(best)
+            if len(self._next_memo) >= 4096:
+                self._next_memo.clear()
+            self._next_memo[key] = found
+        return found
+
+    def remaining_json(self, used: Sequence[int]) -> dict[str, str | list[str]]:
+        left_delta = max(0, self._delta_cap - used[3])
+        return {"epsilon": _exact(self._next_epsilon_units(used)), "delta": _exact(left_delta)}
+
+    def shortfall_json(
+        self, used: Sequence[int], candidate: Sequence[int]
+    ) -> dict[str, str | list[str]]:
+        over_delta = max(0, used[3] + candidate[3] - self._delta_cap)
+        over_eps = max(0, candidate[0] - self._next_epsilon_units(used))
+        return {"epsilon": _exact(over_eps), "delta": _exact(over_delta)}
+
 
 class RdpFilter(Filter):
     """Rényi-DP block filter over :data:`ALPHAS` (PrivateKube OSDI'21 §4, DPack EuroSys'25 §3).
@@ -351,6 +410,45 @@ class RdpFilter(Filter):
             default=INF_UNITS,
         )
         return f"RDP ε {float(from_units(max(0, excess))):.6g} at the best order"
+
+    def _capacity_vector(self) -> Vector:
+        return self.order_capacity
+
+    def features_json(self, features: Sequence[int]) -> dict[str, str | list[str]]:
+        return {"rdp": [_exact(v) for v in features]}
+
+
+def _exact(units: int) -> str:
+    """Fixed-point units as an exact decimal string ("inf" beyond any capacity)."""
+    return "inf" if units >= INF_UNITS else canonical_decimal(from_units(units))
+
+
+def vector_json(features: Sequence[int]) -> dict[str, str | list[str]]:
+    """A feature vector of any filter here, told apart by its length (basic: 2, strong: 4,
+    RDP: one per order), as exact decimal strings — :meth:`Filter.features_json` for callers
+    that hold the vector but not its filter.
+
+    Example:
+        >>> vector_json((300_000_000_000_000_000, 0))
+        {'epsilon': '0.3', 'delta': '0'}
+    """
+    if len(features) == len(ALPHAS):
+        return {"rdp": [_exact(v) for v in features]}
+    return {"epsilon": _exact(features[0]), "delta": _exact(features[-1])}
+
+
+def exact_text(form: dict[str, str | list[str]]) -> str:
+    """The text of an exact budget form (:meth:`Filter.features_json`): ``ε=0.3, δ=0`` or
+    ``RDP ε(α)=[1.5: 0.1, …]``.
+
+    Example:
+        >>> exact_text({"epsilon": "0.3", "delta": "0"})
+        'ε=0.3, δ=0'
+    """
+    if "rdp" in form:
+        pairs = zip(ALPHAS, form["rdp"], strict=True)
+        return "RDP ε(α)=[" + ", ".join(f"{a:g}: {v}" for a, v in pairs) + "]"
+    return f"ε={form['epsilon']}, δ={form['delta']}"
 
 
 def rdp_order_capacities(capacity: Budget) -> Vector:

@@ -19,13 +19,14 @@ releases). Importing this
 package registers every command on :data:`app` (the console entry ``blockbudget.cli:app``).
 """
 
-from blockbudget.cli import admin, data, experiments, queries, releases, server, tasks
+from blockbudget.cli import admin, afford, data, experiments, queries, releases, server, tasks
 from blockbudget.cli.common import app
 from blockbudget.cli.data import render_blocks
 from blockbudget.cli.queries import print_verify
 
 __all__ = [
     "admin",
+    "afford",
     "app",
     "data",
     "experiments",

@@ -12,8 +12,9 @@ import functools
 import json
 import os
 from collections.abc import Callable
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -33,6 +34,35 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            installed = version("blockbudget")
+        except PackageNotFoundError:  # run from a source tree that is not installed
+            from blockbudget import __version__ as installed
+        typer.echo(f"blockbudget {installed}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print the installed version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Differential-privacy budgets for growing datasets."""
+
+
 stream_app = typer.Typer(help="Create and list streams.", no_args_is_help=True)
 query_app = typer.Typer(help="Run DP queries over a window of blocks.", no_args_is_help=True)
 audit_app = typer.Typer(help="Inspect and verify the audit log.", no_args_is_help=True)
@@ -151,18 +181,113 @@ def local_context(platform: Platform, context: str | None) -> str:
     )
 
 
+#: Python names that may reach a message, and the command a CLI user runs instead.
+CLI_NAMES = {
+    "Ledger.add_context": "`blockbudget context add NAME`",
+    "Platform.add_context": "`blockbudget context add NAME`",
+    "Ledger.close_context": "`blockbudget context close NAME`",
+    "Platform.close_context": "`blockbudget context close NAME`",
+}
+#: Hints the CLI adds after an error of these classes (local or from a server).
+CLI_HINTS = {
+    "NothingAffordableError": "`blockbudget afford STREAM --context C --last N` says the "
+    "largest ε those blocks can still afford",
+    "BudgetExceededError": "`blockbudget afford STREAM --context C --block B` says the largest "
+    "ε those blocks can still afford",
+}
+
+
+def error_json(exc: BlockBudgetError) -> dict[str, Any]:
+    """The ``--json`` form of an error: ``{"error": {"type", "message"}}`` plus ``status`` (the
+    HTTP status, for a server's refusal) and ``refusal`` (a budget refusal's exact remaining
+    budget and shortfall as decimal strings) when known."""
+    from blockbudget.errors import BudgetExceededError, NothingAffordableError
+
+    kind, message = type(exc).__name__, cli_text(str(exc))
+    out: dict[str, Any] = {"type": kind, "message": message}
+    status = getattr(exc, "status", None)
+    if isinstance(status, int) and type(exc).__name__ == "ServiceError":
+        out.update(type=getattr(exc, "error", kind), status=status)
+        out["message"] = cli_text(getattr(exc, "detail", message))
+        if getattr(exc, "refusal", None) is not None:
+            out["refusal"] = exc.refusal  # type: ignore[attr-defined]
+    elif isinstance(exc, NothingAffordableError) or (
+        isinstance(exc, BudgetExceededError) and exc.exact
+    ):
+        out["refusal"] = exc.refusal_json()
+    return {"error": out}
+
+
+def cli_text(message: str) -> str:
+    """A platform message as a CLI user reads it: Python calls named by their commands."""
+    for python, command in CLI_NAMES.items():
+        message = message.replace(python, command)
+    return message
+
+
 def handle_errors(fn: F) -> F:
-    """Turn platform errors into one red line and exit code 2."""
+    """Turn platform (and server) errors into exit code 2 with one clear message: a red line
+    on the terminal (brackets printed literally), or with ``--json`` the document of
+    :func:`error_json` on stdout."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except BlockBudgetError as exc:
-            console.print(f"[bold red]error:[/] {type(exc).__name__}: {exc}")
+            if kwargs.get("as_json"):
+                emit_json(error_json(exc))
+                raise typer.Exit(code=2) from exc
+            doc = error_json(exc)["error"]
+            what = doc["type"] if "status" not in doc else f"HTTP {doc['status']} {doc['type']}"
+            console.print(
+                f"[bold red]error:[/] {escape(what)}: {escape(doc['message'])}", soft_wrap=True
+            )
+            hint = CLI_HINTS.get(doc["type"])
+            if hint:
+                console.print(f"[dim]hint: {escape(hint)}[/]")
             raise typer.Exit(code=2) from exc
 
     return wrapper  # type: ignore[return-value]
+
+
+def utc(ts: float | None) -> str:
+    """A Unix time as people read it: ``2026-11-24 03:12 UTC`` (empty for None)."""
+    if ts is None:
+        return ""
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def iso(ts: float | None) -> str | None:
+    """A Unix time in ISO 8601, UTC (``2026-11-24T03:12:05.250000Z``; None stays None)."""
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat().replace("+00:00", "Z")
+
+
+def print_blocks_used(
+    blocks: list[str],
+    *,
+    last: int | None = None,
+    newest: list[str] | None = None,
+    label: str = "blocks used",
+) -> None:
+    """Print the blocks an answer used; with ``--last N``, say so when they are not the newest
+    ``N`` live blocks (newer ones could not afford the request and were skipped)."""
+    shown = (
+        ", ".join(blocks)
+        if len(blocks) <= 12
+        else f"{', '.join(blocks[:6])}, … ({len(blocks) - 12} more) …, {', '.join(blocks[-6:])}"
+    )
+    console.print(f"  {label} ({len(blocks)}): {escape(shown)}")
+    if last is not None and newest is not None and set(newest) != set(blocks):
+        used = set(blocks)
+        skipped = [b for b in newest if b not in used]
+        console.print(
+            f"  [yellow]note:[/] --last {last} moved to older blocks: of the newest {last} live "
+            f"block(s), {len(skipped)} could not afford the request and were skipped "
+            f"({escape(', '.join(skipped[:6]))}{', …' if len(skipped) > 6 else ''})"
+        )
 
 
 def _json_default(value: object) -> object:
@@ -175,6 +300,10 @@ def _json_default(value: object) -> object:
         return value.isoformat()
     if isinstance(value, tuple | frozenset | set):
         return list(value)
+    if isinstance(value, Path | Enum):
+        return str(value) if isinstance(value, Path) else value.value
+    if hasattr(value, "item") and callable(value.item):  # a numpy scalar
+        return value.item()
     raise TypeError(f"not JSON-serialisable: {type(value).__name__}")
 
 

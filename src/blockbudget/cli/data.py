@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from blockbudget.accounting import Accounting
@@ -13,17 +14,21 @@ from blockbudget.budget import Budget
 from blockbudget.cli.common import (
     DEFAULT_HOME,
     HomeOpt,
+    JsonOpt,
     KeyOpt,
     ServerOpt,
     app,
     bar,
     console,
     context_app,
+    emit_json,
     handle_errors,
+    iso,
     open_platform,
     parse_window,
     remote,
     stream_app,
+    utc,
 )
 from blockbudget.lowbudget import RETIRING_BELOW
 from blockbudget.store import Blocking, LatePolicy, Unit
@@ -52,6 +57,7 @@ def stream_create(
         LatePolicy | None,
         typer.Option(help="Late records (default: new_block; drop for user streams)."),
     ] = None,
+    as_json: JsonOpt = False,
     home: HomeOpt = DEFAULT_HOME,
     server: ServerOpt = None,
     api_key: KeyOpt = None,
@@ -75,10 +81,13 @@ def stream_create(
                 "late_policy": late_policy.value if late_policy is not None else None,
             }
         )
+        if as_json:
+            emit_json(out)
+            return
         policy = out["policy"]
         console.print(
-            f"created stream [bold]{out['name']}[/] with policy "
-            f"(ε={policy['epsilon']}, δ={policy['delta']}) on {server}"
+            f"created stream [bold]{escape(out['name'])}[/] with policy "
+            f"(ε={policy['epsilon']}, δ={policy['delta']}) on {escape(server or '')}"
         )
         return
     if by is Unit.TIME:
@@ -99,37 +108,54 @@ def stream_create(
         if late_policy is not None
         else (LatePolicy.DROP if by is Unit.USER else LatePolicy.NEW_BLOCK),
     )
-    console.print(f"created stream [bold]{spec.name}[/] with policy {spec.policy}")
+    if as_json:
+        emit_json(_stream_json(platform, spec.name))
+        return
+    console.print(f"created stream [bold]{escape(spec.name)}[/] with policy {spec.policy}")
+
+
+def _stream_json(platform: Platform, name: str) -> dict[str, Any]:
+    """A local stream in the server's form (``StreamOut``)."""
+    spec = platform.stream(name)
+    return {
+        "name": spec.name,
+        "policy": spec.policy.to_json(),
+        "accounting": spec.accounting.value,
+        "unit": spec.blocking.unit.value,
+        "column": spec.blocking.column,
+        "blocks": len(platform.store.blocks(spec.name)),
+        "description": spec.description,
+        "permission": None,
+    }
 
 
 @stream_app.command("list")
 @handle_errors
 def stream_list(
-    home: HomeOpt = DEFAULT_HOME, server: ServerOpt = None, api_key: KeyOpt = None
+    as_json: JsonOpt = False,
+    home: HomeOpt = DEFAULT_HOME,
+    server: ServerOpt = None,
+    api_key: KeyOpt = None,
 ) -> None:
     """List the streams."""
-    table = Table("stream", "policy", "accounting", "blocking", "blocks")
     client = remote(server, api_key)
     if client is not None:
-        for st in client.streams():
-            pol = st["policy"]
-            table.add_row(
-                st["name"],
-                f"(ε={pol['epsilon']}, δ={pol['delta']})",
-                st["accounting"],
-                f"{st['unit']}({st['column']})",
-                str(st["blocks"]),
-            )
-        console.print(table)
+        streams = client.streams()
+    else:
+        platform = open_platform(home)
+        streams = [_stream_json(platform, spec.name) for spec in platform.streams()]
+    if as_json:
+        emit_json({"streams": streams})
         return
-    platform = open_platform(home)
-    for spec in platform.streams():
+    table = Table("stream", "policy", "accounting", "blocking", "blocks")
+    for st in streams:
+        pol = st["policy"]
         table.add_row(
-            spec.name,
-            str(spec.policy),
-            spec.accounting.value,
-            f"{spec.blocking.unit.value}({spec.blocking.column})",
-            str(len(platform.store.blocks(spec.name))),
+            escape(st["name"]),
+            f"(ε={pol['epsilon']}, δ={pol['delta']})",
+            st["accounting"],
+            escape(f"{st['unit']}({st['column']})"),
+            str(st["blocks"]),
         )
     console.print(table)
 
@@ -145,6 +171,7 @@ def stream_max_id(
     beta: Annotated[
         float, typer.Option(help="Offer a block only once it is full with probability ≥ 1 − β.")
     ] = 0.05,
+    as_json: JsonOpt = False,
     home: HomeOpt = DEFAULT_HOME,
     server: ServerOpt = None,
     api_key: KeyOpt = None,
@@ -165,9 +192,12 @@ def stream_max_id(
             open_platform(home), stream, context=context, epsilon=epsilon, beta=beta
         )
         out = {k: str(v) if k == "epsilon" else v for k, v in asdict(release).items()}
+    if as_json:
+        emit_json(out)
+        return
     console.print(
-        f"stream [bold]{stream}[/]: released maximum id {out['released_max']:.1f}; blocks up "
-        f"to id {out['safe_max']} can be selected (secure noise: {out['secure_noise']})"
+        f"stream [bold]{escape(stream)}[/]: released maximum id {out['released_max']:.1f}; "
+        f"blocks up to id {out['safe_max']} can be selected (secure noise: {out['secure_noise']})"
     )
 
 
@@ -179,6 +209,7 @@ def stream_max_id(
 def context_add(
     name: str,
     description: Annotated[str, typer.Option(help="Who the context is for.")] = "",
+    as_json: JsonOpt = False,
     home: HomeOpt = DEFAULT_HOME,
     server: ServerOpt = None,
     api_key: KeyOpt = None,
@@ -186,16 +217,22 @@ def context_add(
     """Register a context (administrators only: each context gets a full budget per block)."""
     client = remote(server, api_key)
     if client is not None:
-        client.add_context(name, description)
+        out = _context_json(client.add_context(name, description))
     else:
-        open_platform(home).add_context(name, description=description)
-    console.print(f"context [bold]{name}[/] registered")
+        platform = open_platform(home)
+        platform.add_context(name, description=description)
+        out = _context_json(_local_info(platform, name))
+    if as_json:
+        emit_json(out)
+        return
+    console.print(f"context [bold]{escape(name)}[/] registered")
 
 
 @context_app.command("close")
 @handle_errors
 def context_close(
     name: str,
+    as_json: JsonOpt = False,
     home: HomeOpt = DEFAULT_HOME,
     server: ServerOpt = None,
     api_key: KeyOpt = None,
@@ -205,36 +242,69 @@ def context_close(
     ever charged. E.g. the `default` context that older ledgers registered by themselves."""
     client = remote(server, api_key)
     if client is not None:
-        client.close_context(name)
+        info = client.close_context(name)
     else:
-        open_platform(home).close_context(name)
-    console.print(f"context [bold]{name}[/] closed")
+        platform = open_platform(home)
+        platform.close_context(name)
+        info = _local_info(platform, name)
+    if as_json:
+        emit_json(_context_json(info))
+        return
+    console.print(f"context [bold]{escape(name)}[/] closed at {utc(info.get('closed_at'))}")
 
 
 @context_app.command("list")
 @handle_errors
 def context_list(
-    home: HomeOpt = DEFAULT_HOME, server: ServerOpt = None, api_key: KeyOpt = None
+    as_json: JsonOpt = False,
+    home: HomeOpt = DEFAULT_HOME,
+    server: ServerOpt = None,
+    api_key: KeyOpt = None,
 ) -> None:
     """List the registered contexts (on a server: those the key's principal may use)."""
-    table = Table("context", "description", "registered", "closed")
     client = remote(server, api_key)
     if client is not None:
-        for c in client.contexts():
-            closed = c.get("closed_at")
-            table.add_row(
-                c["name"],
-                c["description"],
-                str(c["created_at"]),
-                "" if closed is None else str(closed),
-            )
-        console.print(table)
+        infos = client.contexts()
+    else:
+        infos = [_info_dict(i) for i in open_platform(home).ledger.context_infos()]
+    if as_json:
+        emit_json({"contexts": [_context_json(c) for c in infos]})
         return
-    platform = open_platform(home)
-    for info in platform.ledger.context_infos():
-        closed = "" if info.closed_at is None else str(info.closed_at)
-        table.add_row(info.name, info.description, str(info.created_at), closed)
+    table = Table("context", "description", "registered", "closed")
+    for c in infos:
+        table.add_row(
+            escape(c["name"]),
+            escape(c["description"]),
+            utc(c["created_at"]),
+            utc(c.get("closed_at")),
+        )
     console.print(table)
+
+
+def _local_info(platform: Platform, name: str) -> dict[str, Any]:
+    """The local context ``name`` in the server's form."""
+    infos = platform.ledger.context_infos()
+    return next(_info_dict(i) for i in infos if i.name == name)
+
+
+def _info_dict(info: Any) -> dict[str, Any]:
+    """A local :class:`~blockbudget.ledger.ContextInfo` in the server's form."""
+    return {
+        "name": info.name,
+        "description": info.description,
+        "created_at": info.created_at,
+        "closed_at": info.closed_at,
+    }
+
+
+def _context_json(c: dict[str, Any]) -> dict[str, Any]:
+    """A context for ``--json``: times in ISO 8601 (UTC)."""
+    return {
+        "name": c["name"],
+        "description": c["description"],
+        "created_at": iso(c["created_at"]),
+        "closed_at": iso(c.get("closed_at")),
+    }
 
 
 # --- ingest and blocks ---------------------------------------------------------------------------
@@ -246,6 +316,7 @@ def ingest(
     stream: str,
     path: Path,
     format: Annotated[str | None, typer.Option(help="csv or parquet (default: suffix).")] = None,
+    as_json: JsonOpt = False,
     home: HomeOpt = DEFAULT_HOME,
     server: ServerOpt = None,
     api_key: KeyOpt = None,
@@ -263,20 +334,23 @@ def ingest(
             upload = Path(tempfile.mkdtemp()) / "upload.csv"
             pd.read_parquet(path).to_csv(upload, index=False)
         out = client.ingest_csv(stream, upload)
-        rows, new, appended, late = (
-            out["rows"],
-            len(out["new_blocks"]),
-            len(out["appended_blocks"]),
-            out["late_rows"],
-        )
     else:
         report = open_platform(home).ingest(stream, path, format=format)
-        rows, new, appended, late = (
-            report.rows,
-            len(report.new_blocks),
-            len(report.appended_blocks),
-            report.late_rows,
-        )
+        out = {
+            "rows": report.rows,
+            "new_blocks": list(report.new_blocks),
+            "appended_blocks": list(report.appended_blocks),
+            "late_rows": report.late_rows,
+        }
+    if as_json:
+        emit_json(out)
+        return
+    rows, new, appended, late = (
+        out["rows"],
+        len(out["new_blocks"]),
+        len(out["appended_blocks"]),
+        out["late_rows"],
+    )
     console.print(
         f"ingested {rows} rows: {new} new block(s), {appended} appended, {late} late row(s)"
     )
@@ -290,17 +364,45 @@ def blocks(
         list[str] | None, typer.Option(help="Context(s) to show (default: every open one).")
     ] = None,
     last: Annotated[int, typer.Option(help="Show only the newest N blocks (0: all).")] = 0,
+    as_json: JsonOpt = False,
     home: HomeOpt = DEFAULT_HOME,
     server: ServerOpt = None,
     api_key: KeyOpt = None,
 ) -> None:
-    """Show each block's remaining budget, per context, as a bar."""
+    """Show each block's remaining budget, per context, as a bar (exact with --json)."""
     client = remote(server, api_key)
     if client is not None:
-        render_remote_blocks(client.blocks(stream, context), stream, last=last)
+        views = client.blocks(stream, context)
+        if as_json:
+            emit_json({"stream": stream, "blocks": views[-last:] if last > 0 else views})
+            return
+        render_remote_blocks(views, stream, last=last)
         return
     platform = open_platform(home)
+    if as_json:
+        emit_json({"stream": stream, "blocks": _blocks_json(platform, stream, context, last)})
+        return
     render_blocks(platform, stream, contexts=context, last=last)
+
+
+def _blocks_json(
+    platform: Platform, stream: str, contexts: list[str] | None, last: int
+) -> list[dict[str, Any]]:
+    """The blocks in the server's form (``BlockOut``): remaining budgets exact."""
+    views = platform.blocks(stream, contexts=contexts, last=last if last > 0 else None)
+    return [
+        {
+            "block_id": v.block_id,
+            "key": v.key,
+            "sealed": v.sealed,
+            "retired": v.retired,
+            "rows": v.rows,
+            "remaining_fraction": v.remaining_fraction,
+            "remaining": v.remaining_exact,
+            "remaining_display": v.remaining,
+        }
+        for v in views
+    ]
 
 
 def render_blocks(
@@ -311,24 +413,24 @@ def render_blocks(
     if last > 0:
         views = views[-last:]
     ctxs = list(contexts) if contexts else platform.ledger.contexts()
-    table = Table(title=f"blocks of {stream} — remaining budget per context")
+    table = Table(title=f"blocks of {escape(stream)} — remaining budget per context")
     table.add_column("block")
     table.add_column("rows", justify="right")
     table.add_column("state")
     for c in ctxs:
-        table.add_column(c)
+        table.add_column(escape(c))
     for v in views:
         state = "[red]retired[/]" if v.retired else ("sealed" if v.sealed else "open")
         state += ", [yellow]retiring[/]" if v.retiring else ""
         cells = [bar(v.remaining_fraction.get(c, 1.0)) for c in ctxs]
-        table.add_row(v.block_id, f"{v.rows:,}", state, *cells)
+        table.add_row(escape(v.block_id), f"{v.rows:,}", state, *cells)
     console.print(table)
     console.print(retiring_line(sum(v.retiring for v in views)))
     coalition = platform.coalition_contexts()
     if len(coalition) > 1:
         console.print(
-            f"[dim]{len(coalition)} contexts count ({', '.join(coalition)}): a coalition of all "
-            f"of them could learn up to {len(coalition)} × ε_g = "
+            f"[dim]{len(coalition)} contexts count ({escape(', '.join(coalition))}): a coalition "
+            f"of all of them could learn up to {len(coalition)} × ε_g = "
             f"{platform.coalition_epsilon(stream):g} about any one block. Row counts are exact: "
             "show them to data owners only.[/]"
         )
@@ -341,19 +443,19 @@ def render_remote_blocks(views: list[dict[str, Any]], stream: str, *, last: int 
         views = views[-last:]
     ctxs = sorted({c for v in views for c in v["remaining_fraction"]})
     with_rows = any(v.get("rows") is not None for v in views)
-    table = Table(title=f"blocks of {stream} — remaining budget per context")
+    table = Table(title=f"blocks of {escape(stream)} — remaining budget per context")
     table.add_column("block")
     if with_rows:
         table.add_column("rows", justify="right")
     table.add_column("state")
     for c in ctxs:
-        table.add_column(c)
+        table.add_column(escape(c))
     for v in views:
         state = "[red]retired[/]" if v["retired"] else ("sealed" if v["sealed"] else "open")
         state += ", [yellow]retiring[/]" if v.get("retiring") else ""
         cells = [bar(v["remaining_fraction"].get(c, 1.0)) for c in ctxs]
         rows = [f"{v['rows']:,}"] if with_rows else []
-        table.add_row(v["block_id"], *rows, state, *cells)
+        table.add_row(escape(v["block_id"]), *rows, state, *cells)
     console.print(table)
     console.print(retiring_line(sum(bool(v.get("retiring")) for v in views)))
 

@@ -6,21 +6,27 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
+from rich.markup import escape
+from rich.table import Column, Table
 
 from blockbudget.cli.common import (
     DEFAULT_HOME,
     ContextOpt,
     HomeOpt,
+    JsonOpt,
     KeyOpt,
     ServerOpt,
     audit_app,
     console,
+    emit_json,
     handle_errors,
+    iso,
     local_context,
     open_platform,
+    print_blocks_used,
     query_app,
     remote,
+    utc,
 )
 
 if TYPE_CHECKING:
@@ -121,7 +127,11 @@ def _execute(
             body["reservation_id"] = reservation
         else:
             body.update({"blocks": list(block)} if block else {"last": last})
-        return client.price(stream, body) if dry_run else client.run_query(stream, body)
+        out = client.price(stream, body) if dry_run else client.run_query(stream, body)
+        if reservation is None and not block:
+            out["last"] = _moved(out["blocks"], last, _remote_newest(client, stream, context, last))
+        return out
+    from blockbudget.budget import Budget
     from blockbudget.platform import Last
 
     platform = open_platform(home)
@@ -130,12 +140,44 @@ def _execute(
             return run(platform, stream, query, reservation=reservation, context=context).to_dict()
         ctx = local_context(platform, context)
         selection: list[str] | Last = list(block) if block else Last(last)
+        newest = None
+        if not block:  # the newest live blocks, to say when --last moved to older ones
+            newest = platform.select(
+                stream, Last(last, affordable=False), context=ctx, cost=Budget.zero()
+            )
         if dry_run:
-            return price(platform, stream, query, blocks=selection, context=ctx).to_dict()
-        # Checked (columns, types, bounds, price) before anything is reserved or sealed.
-        return run(platform, stream, query, blocks=selection, context=ctx).to_dict()
+            out = price(platform, stream, query, blocks=selection, context=ctx).to_dict()
+        else:  # checked (columns, types, bounds, price) before anything is reserved or sealed
+            out = run(platform, stream, query, blocks=selection, context=ctx).to_dict()
+        if newest is not None:
+            out["last"] = _moved(out["blocks"], last, list(newest))
+        return out
     finally:
         platform.close()
+
+
+def _remote_newest(
+    client: ServiceClient, stream: str, context: str | None, last: int
+) -> list[str] | None:
+    """The newest ``last`` live blocks as the server names them (None if it cannot say)."""
+    from blockbudget.service.client import ServiceError
+
+    params: dict[str, Any] = {"last": last}
+    if context:
+        params["context"] = context
+    try:
+        return list(client.call("GET", f"/v1/streams/{stream}/afford", params=params)["blocks"])
+    except ServiceError:
+        return None
+
+
+def _moved(used: list[str], last: int, newest: list[str] | None) -> dict[str, Any]:
+    """The ``last`` part of an answer: the newest live blocks and whether ``--last`` had to
+    move to older ones (newer blocks could not afford the request and were skipped)."""
+    if newest is None:
+        return {"n": last, "newest_live": None, "moved_to_older": None, "skipped": None}
+    skipped = [b for b in newest if b not in set(used)]
+    return {"n": last, "newest_live": newest, "moved_to_older": bool(skipped), "skipped": skipped}
 
 
 def _text(value: Any) -> str:
@@ -150,36 +192,63 @@ def _text(value: Any) -> str:
 
 
 def print_answer(out: dict[str, Any], *, as_json: bool, dry_run: bool) -> None:
-    """Print an answer's (or a dry run's) JSON form, as JSON or as text."""
+    """Print an answer's (or a dry run's) JSON form, as one JSON document or as text: the
+    answer (a table for histograms and quantiles), its cost, and the blocks it used."""
     if as_json:
-        import json
-
-        console.print_json(json.dumps(out))
+        emit_json(out)
         return
     statistic = out["query"]["statistic"]
-    where = f"over {len(out['blocks'])} block(s) in context {out['context']!r}"
+    where = f"over {len(out['blocks'])} block(s) in context {escape(repr(out['context']))}"
     cost = out["cost"]
     if "epsilon" in cost:
         cost_text = f"ε={cost['epsilon']}, δ={cost['delta']}"
     else:
         cost_text = "RDP ε(α) = " + ", ".join(cost["rdp"])
+    moved = out.get("last") or {}
     if dry_run:
         ok = "every block can afford it" if out["ok"] else "NOT every block can afford it"
         console.print(f"[bold]dry run: {statistic}[/] {where} — nothing reserved or charged")
         console.print(f"  cost per block: ({cost_text})   {ok}")
-        console.print(f"  noise: {out['noise']}")
+        console.print(f"  noise: {escape(out['noise'])}")
+        print_blocks_used(
+            out["blocks"],
+            last=moved.get("n"),
+            newest=moved.get("newest_live"),
+            label="blocks it would use",
+        )
         return
     console.print(f"[bold]{statistic}[/] {where}:")
+    if any(isinstance(g["value"], list) for g in out["groups"]):
+        console.print(answer_table(out))
     for g in out["groups"]:
+        if isinstance(g["value"], list):
+            continue
         label = "DP answer" if not g["key"] else "  ".join(_text(k) for k in g["key"])
         interval = g["interval"]
         ci = "" if interval is None else f"   95% CI [{interval[0]:.6g}, {interval[1]:.6g}]"
-        console.print(f"  {label}: {_text(g['value'])}{ci}")
-    console.print(f"  cost per block: ({cost_text})   noise: {out['noise']}")
+        console.print(f"  {escape(label)}: {escape(_text(g['value']))}{ci}")
+    console.print(f"  cost per block: ({cost_text})   noise: {escape(out['noise'])}")
     if out.get("resolution") is not None:
         console.print(f"  resolution (bin width): {out['resolution']:.6g}")
+    print_blocks_used(out["blocks"], last=moved.get("n"), newest=moved.get("newest_live"))
     if not out["secure_noise"]:
         console.print("  [bold yellow]noise is NOT secure (seeded): not fit for release[/]")
+
+
+def answer_table(out: dict[str, Any]) -> Table:
+    """A histogram's (or quantiles') answer as a table: one row per group and bin, with the
+    group-by columns first."""
+    query = out["query"]
+    by = [g["column"] for g in query.get("group_by") or []]
+    what = "quantile" if query["statistic"] == "quantiles" else "category"
+    table = Table(*[escape(c) for c in by], what, "DP value")
+    for column in table.columns[-1:]:
+        column.justify = "right"
+    for g in out["groups"]:
+        keys = [escape(_text(k)) for k in g["key"]]
+        for name, value in g["value"]:
+            table.add_row(*keys, escape(_text(name)), f"{value:.6g}")
+    return table
 
 
 WhereOpt = Annotated[
@@ -206,7 +275,6 @@ DeltaOpt = Annotated[
     float | None,
     typer.Option("--delta", help="δ of a Gaussian query (0 < δ < 1), charged with ε."),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print the answer's JSON form.")]
 LastOpt = Annotated[int, typer.Option(help="Use the newest N affordable blocks.")]
 BlockOpt = Annotated[list[str] | None, typer.Option(help="Explicit block ids/keys.")]
 ReservationOpt = Annotated[
@@ -333,6 +401,7 @@ def audit_verify(
     full: Annotated[
         bool, typer.Option("--full", help="replay the whole log, not only after the checkpoint")
     ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Replay the audit log (after the last verified checkpoint, or all of it with --full);
     check the ledger and every filter."""
@@ -348,7 +417,20 @@ def audit_verify(
             report = platform.verify(full=full)
         finally:
             platform.close()
-    print_verify(report)
+    if as_json:
+        emit_json(
+            {
+                "ok": report.ok,
+                "events": report.events,
+                "blocks": report.blocks,
+                "contexts": report.contexts,
+                "problems": list(report.problems),
+                "replayed": getattr(report, "replayed", None),
+                "checkpoint_seq": getattr(report, "checkpoint_seq", None),
+            }
+        )
+    else:
+        print_verify(report)
     if not report.ok:
         raise typer.Exit(code=1)
 
@@ -371,19 +453,19 @@ def print_verify(report: Any) -> None:
     else:
         console.print(f"[bold red]audit verify: FAILED[/] — {len(report.problems)} problem(s)")
         for p in report.problems[:20]:
-            console.print(f"  - {p}")
+            console.print(f"  - {escape(str(p))}")
 
 
 @audit_app.command("log")
 @handle_errors
 def audit_log(
     limit: Annotated[int, typer.Option(help="Newest N events.")] = 20,
+    as_json: JsonOpt = False,
     home: HomeOpt = DEFAULT_HOME,
     server: ServerOpt = None,
     api_key: KeyOpt = None,
 ) -> None:
     """Show the newest audit events."""
-    table = Table("seq", "kind", "context", "request", "payload")
     client = remote(server, api_key)
     if client is not None:
         rows: list[tuple[Any, ...]] = []
@@ -391,7 +473,8 @@ def audit_log(
         while True:  # page through the log, keeping the newest `limit`
             page = client.events(after_seq=after, limit=1000)
             rows.extend(
-                (e["seq"], e["kind"], e["context"], e["request_id"], e["payload"]) for e in page
+                (e["seq"], e["ts"], e["kind"], e["context"], e["request_id"], e["payload"])
+                for e in page
             )
             rows = rows[-limit:]
             if len(page) < 1000:
@@ -401,11 +484,27 @@ def audit_log(
         platform = open_platform(home)
         try:
             rows = [
-                (e.seq, e.kind.value, e.context, e.request_id, e.payload)
+                (e.seq, e.ts, e.kind.value, e.context, e.request_id, e.payload)
                 for e in platform.ledger.events()[-limit:]
             ]
         finally:
             platform.close()
-    for seq, kind, context, request_id, payload in rows:
-        table.add_row(str(seq), str(kind), context or "", request_id, str(payload)[:80])
+    if as_json:
+        keys = ("seq", "ts", "kind", "context", "request_id", "payload")
+        emit_json(
+            {"events": [dict(zip(keys, (r[0], iso(r[1]), *r[2:]), strict=True)) for r in rows]}
+        )
+        return
+    import json
+
+    table = Table("seq", Column("time", no_wrap=True), "kind", "context", "request", "payload")
+    for seq, ts, kind, context, request_id, payload in rows:
+        table.add_row(
+            str(seq),
+            utc(ts),
+            str(kind),
+            escape(context or ""),
+            escape(request_id),
+            escape(json.dumps(payload, sort_keys=True)[:80]),
+        )
     console.print(table)

@@ -13,16 +13,19 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from blockbudget.cli.common import (
     DEFAULT_HOME,
     ContextOpt,
     HomeOpt,
+    JsonOpt,
     KeyOpt,
     ServerOpt,
     app,
     console,
+    emit_json,
     handle_errors,
     local_context,
     open_platform,
@@ -43,7 +46,7 @@ _DomainOpt = Annotated[
 def _print_answer(answer: dict[str, float], top: int) -> None:
     table = Table("category", "share")
     for cat, share in sorted(answer.items(), key=lambda kv: -kv[1])[:top]:
-        table.add_row(cat, f"{share:.4f}")
+        table.add_row(escape(str(cat)), f"{share:.4f}")
     console.print(table)
 
 
@@ -65,20 +68,22 @@ def release_run(
     horizon: Annotated[str, typer.Option(help="accumulative or instantaneous.")] = "accumulative",
     max_windows: Annotated[int | None, typer.Option(help="Release at most N windows.")] = None,
     top: Annotated[int, typer.Option(help="Categories to print.")] = 10,
+    as_json: JsonOpt = False,
     home: HomeOpt = DEFAULT_HOME,
     server: ServerOpt = None,
     api_key: KeyOpt = None,
 ) -> None:
     """Release every complete window of STREAM not yet released."""
-    _warn_before_run(
-        domain=domain,
-        min_users=min_users,
-        epsilon=epsilon,
-        window=window,
-        delta=delta,
-        mode=mode,
-        horizon=horizon,
-    )
+    if not as_json:  # a script reads the document only; `release recommend --json` warns
+        _warn_before_run(
+            domain=domain,
+            min_users=min_users,
+            epsilon=epsilon,
+            window=window,
+            delta=delta,
+            mode=mode,
+            horizon=horizon,
+        )
     body: dict[str, Any] = {
         "item_column": item_column,
         "user_column": user_column,
@@ -98,7 +103,7 @@ def release_run(
             body["context"] = context
         out = client.call("POST", f"/v1/streams/{stream}/releases/{name}", json=body)
         slots, answer = out["slots"], out["answer"]
-        spent = f"{out['spent']} {out['unit']}"
+        spent_value, unit = str(out["spent"]), str(out["unit"])
     else:
         from blockbudget.streaming.platform_release import open_release
 
@@ -109,15 +114,38 @@ def release_run(
             release = open_release(platform, stream, name=name, context=ctx, **options)
             done = release.run(max_windows=max_windows)
             slots = release.log[-len(done) :] if done else []
-            answer, spent = release.answer, f"{release.spent} {release.config.unit}"
+            answer, spent_value, unit = release.answer, str(release.spent), release.config.unit
         finally:
             platform.close()
     released = sum(1 for s in slots if s["released"])
+    if as_json:
+        emit_json(
+            {
+                "stream": stream,
+                "name": name,
+                "slots": slots,
+                "released_windows": released,
+                "spent": _exact(spent_value),
+                "unit": str(unit),
+                "epsilon": _exact(repr(epsilon)),
+                "answer": answer,
+            }
+        )
+        return
     console.print(
-        f"[bold]{stream}[/] release {name!r}: {len(slots)} slot(s) answered, "
-        f"{released} window(s) released; spent {spent} of {epsilon}"
+        f"[bold]{escape(stream)}[/] release {escape(repr(name))}: {len(slots)} slot(s) answered, "
+        f"{released} window(s) released; spent {spent_value} {escape(str(unit))} of {epsilon}"
     )
     _print_answer(answer, top)
+
+
+def _exact(text: str) -> str:
+    """A budget's text as its exact canonical decimal string."""
+    from decimal import Decimal
+
+    from blockbudget.budget import canonical_decimal
+
+    return canonical_decimal(Decimal(text))
 
 
 def _warn_before_run(
@@ -149,7 +177,7 @@ def _warn_before_run(
         return  # the run itself refuses bad parameters, with its own message
     for w in r.warnings:
         if w.startswith(f"{mode}:"):
-            console.print(f"[yellow]warning:[/] {w}")
+            console.print(f"[yellow]warning:[/] {escape(w)}")
 
 
 @release_app.command("show")
@@ -158,6 +186,7 @@ def release_show(
     stream: str,
     name: Annotated[str, typer.Option(help="The release's name.")] = "default",
     top: Annotated[int, typer.Option(help="Categories to print.")] = 10,
+    as_json: JsonOpt = False,
     home: HomeOpt = DEFAULT_HOME,
     server: ServerOpt = None,
     api_key: KeyOpt = None,
@@ -179,7 +208,13 @@ def release_show(
         answer = dict(zip(data["fingerprint"]["source"]["domain"], data["answer"], strict=True))
         log = data["log"]
     last = log[-1]["key"] if log else "none"
-    console.print(f"[bold]{stream}[/] release {name!r}: {len(log)} slot(s), latest {last}")
+    if as_json:
+        emit_json({"stream": stream, "name": name, "answer": answer, "log": log})
+        return
+    console.print(
+        f"[bold]{escape(stream)}[/] release {escape(repr(name))}: {len(log)} slot(s), "
+        f"latest {escape(str(last))}"
+    )
     _print_answer(answer, top)
 
 
@@ -195,6 +230,7 @@ def release_recommend(
     answer: Annotated[
         str, typer.Option(help="The published answer: accumulative or instantaneous.")
     ] = "accumulative",
+    as_json: JsonOpt = False,
 ) -> None:
     """Forecast each mode's resolution from public parameters (reads nothing)."""
     from blockbudget.errors import InvalidRequestError
@@ -216,6 +252,25 @@ def release_recommend(
         window=window,
         delta=delta,
     )
+    if as_json:
+        emit_json(
+            {
+                "forecasts": [
+                    {
+                        "mode": f.mode,
+                        "accumulative_noise": f.accumulative_noise,
+                        "instantaneous_noise": f.instantaneous_noise,
+                        "resolution": f.resolution,
+                        "note": f.note,
+                    }
+                    for f in r.forecasts
+                ],
+                "best": r.best,
+                "horizon": r.horizon,
+                "warnings": list(r.warnings),
+            }
+        )
+        return
     table = Table("mode", "noise/bin (accumulative)", "noise/bin (latest)", "resolution", "note")
     for f in r.forecasts:
         table.add_row(
@@ -223,9 +278,9 @@ def release_recommend(
             f"{f.accumulative_noise:.3g}",
             f"{f.instantaneous_noise:.3g}",
             f"{f.resolution:.3g}",
-            f.note,
+            escape(f.note),
         )
     console.print(table)
     console.print(f"recommended: [bold]{r.best}[/] (forecast over {r.horizon} slots)")
     for w in r.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
+        console.print(f"[yellow]warning:[/] {escape(w)}")

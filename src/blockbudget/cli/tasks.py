@@ -26,14 +26,19 @@ from blockbudget.cli.common import (
     DEFAULT_HOME,
     ContextOpt,
     HomeOpt,
+    JsonOpt,
     KeyOpt,
     ServerOpt,
     app,
     console,
+    emit_json,
     handle_errors,
+    iso,
     local_context,
     open_platform,
+    print_blocks_used,
     remote,
+    utc,
 )
 from blockbudget.cli.queries import GroupOpt, WhereOpt, _query_form, _read_spec, print_answer
 from blockbudget.errors import InvalidRequestError
@@ -47,7 +52,6 @@ task_app = typer.Typer(
 )
 app.add_typer(task_app, name="task")
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print the JSON form.")]
 #: How long a local ``submit`` pumps by default (a server pumps by itself: no wait there).
 LOCAL_WAIT_SECONDS = 30.0
 
@@ -197,12 +201,21 @@ def task_submit(
         typer.Option(help="Seconds to wait for a decision (default: 30 locally, 0 on a server)."),
     ] = None,
     context: ContextOpt = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Price the task and check its blocks only: nothing is queued, reserved or "
+            "charged.",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
     home: HomeOpt = DEFAULT_HOME,
     server: ServerOpt = None,
     api_key: KeyOpt = None,
 ) -> None:
-    """Submit a task; the stream's scheduler grants it, and the grant is what the work spends."""
+    """Submit a task; the stream's scheduler grants it, and the grant is what the work spends
+    (--dry-run: only price it)."""
     body = _work(query_spec, statistic, epsilon)
     if statistic and epsilon is not None:
         body["query"] = _query_form(
@@ -234,6 +247,9 @@ def task_submit(
 
             refuse_noise_controls(body["significance"])  # the CLI's user is a principal
     client = remote(server, api_key)
+    if dry_run:
+        print_dry_run(_dry_run(body, stream, context, home, client), as_json=as_json)
+        return
     if client is not None:
         if context:
             body["context"] = context  # left out: the principal's only bound context
@@ -250,20 +266,72 @@ def task_submit(
     print_task(task, as_json=as_json)
 
 
+def _dry_run(
+    body: dict[str, Any], stream: str, context: str | None, home: Path, client: Any
+) -> dict[str, Any]:
+    from blockbudget.cli.dry_run import price_task_local, price_task_remote
+
+    if client is not None:
+        with client:
+            return price_task_remote(client, stream, body, context=context)
+    platform = open_platform(home)
+    try:
+        ctx = local_context(platform, context)
+        return price_task_local(platform, stream, body, context=ctx)
+    finally:
+        platform.close()
+
+
+def print_dry_run(out: dict[str, Any], *, as_json: bool) -> None:
+    """A task's dry run, as JSON or as text."""
+    if as_json:
+        emit_json(out)
+        return
+    verdict = "could be granted now" if out["ok"] else "could NOT be granted now"
+    console.print(
+        f"[bold]dry run: {escape(out['kind'])} task[/] on {escape(out['stream'])} in context "
+        f"{escape(repr(out['context']))} — {verdict}; nothing queued, reserved or charged"
+    )
+    console.print(f"  demand per block: {escape(_budget_text(out['demand']))}")
+    if out.get("largest_epsilon") is not None:
+        console.print(f"  largest ε those blocks can still afford: {out['largest_epsilon']}")
+    if out.get("affordable") is not None:
+        console.print(f"  {len(out['affordable'])} of {len(out['blocks'])} block(s) can afford it")
+    print_blocks_used(out["blocks"], label="blocks priced")
+
+
+def _budget_text(form: dict[str, Any]) -> str:
+    from blockbudget.accounting.filters import exact_text
+
+    return exact_text(form) if ("rdp" in form or "epsilon" in form) else json.dumps(form)
+
+
+def _task_doc(task: dict[str, Any]) -> dict[str, Any]:
+    """A task for ``--json``: its times in ISO 8601 (UTC)."""
+    out = dict(task)
+    for name in ("submitted_at", "deadline", "decided_at"):
+        if isinstance(out.get(name), int | float):
+            out[name] = iso(out[name])
+    return out
+
+
 def print_task(task: dict[str, Any], *, as_json: bool) -> None:
     """A task's JSON form, as JSON or as a few lines of text (with its answer once done)."""
     if as_json:
-        console.print_json(json.dumps(task))
+        emit_json(_task_doc(task))
         return
-    grant = f", reservation {task['reservation_id']}" if task["reservation_id"] else ""
+    grant = f", reservation {escape(task['reservation_id'])}" if task["reservation_id"] else ""
     note = escape(task["note"] or "")
-    console.print(f"task {task['id']}: [bold]{task['state']}[/]{grant} {note}".rstrip())
+    console.print(f"task {escape(task['id'])}: [bold]{task['state']}[/]{grant} {note}".rstrip())
     demand = task["demand"] or {}
     console.print(
-        f"  {task['kind']} on {task['stream']} in context {task['context']!r}; selector "
-        f"{escape(json.dumps(task['selector']))}; demand {escape(json.dumps(demand))}; "
-        f"{len(task['blocks'])} block(s) granted"
+        f"  {task['kind']} on {escape(task['stream'])} in context "
+        f"{escape(repr(task['context']))}; selector "
+        f"{escape(json.dumps(task['selector']))}; demand {escape(_budget_text(demand))}; "
+        f"{len(task['blocks'])} block(s) granted; submitted {utc(task.get('submitted_at'))}"
     )
+    if task["blocks"]:
+        print_blocks_used(list(task["blocks"]), label="blocks granted")
     if task.get("why"):
         print_why(task["why"])
     if task.get("result") and task["kind"] == "query":
@@ -274,7 +342,7 @@ def print_why(why: dict[str, Any]) -> None:
     console.print(f"  waits: {escape(why['reason'])}")
     for row in why["shortfall"][:20]:
         console.print(
-            f"    {row['block']}: needs {escape(json.dumps(row['needs']))}, "
+            f"    {escape(row['block'])}: needs {escape(json.dumps(row['needs']))}, "
             f"has {escape(json.dumps(row['has']))}"
         )
 
@@ -317,11 +385,11 @@ def task_why(
     task = _one(task_id, home, server, api_key)
     why = task.get("why")
     if as_json:
-        console.print_json(json.dumps({"id": task["id"], "state": task["state"], "why": why}))
+        emit_json({"id": task["id"], "state": task["state"], "why": why})
     elif why is None:
-        console.print(f"task {task['id']} does not wait: it is [bold]{task['state']}[/]")
+        console.print(f"task {escape(task['id'])} does not wait: it is [bold]{task['state']}[/]")
     else:
-        console.print(f"task {task['id']}: [bold]waiting[/]")
+        console.print(f"task {escape(task['id'])}: [bold]waiting[/]")
         print_why(why)
 
 
@@ -368,7 +436,7 @@ def task_list(
     else:
         queue_json = _list_local(home, stream, state, kind)
     if as_json:
-        console.print_json(json.dumps(queue_json))
+        emit_json({**queue_json, "tasks": [_task_doc(t) for t in queue_json["tasks"]]})
         return
     table = Table(
         Column("task", no_wrap=True),
@@ -380,20 +448,20 @@ def task_list(
         "blocks",
         Column("state", no_wrap=True),
         "grant",
-        title=f"tasks (scheduler {queue_json['scheduler']})",
+        title=f"tasks (scheduler {escape(str(queue_json['scheduler']))})",
     )
     for t in queue_json["tasks"]:
         demand = t["demand"] or {}
         table.add_row(
-            t["id"][:12],
-            t["principal"],
-            t["stream"],
-            t["context"],
+            escape(t["id"][:12]),
+            escape(t["principal"]),
+            escape(t["stream"]),
+            escape(t["context"]),
             t["kind"],
             ", ".join(f"{k}={v}" for k, v in demand.items() if k != "rdp") or "rdp",
             str(len(t["blocks"])),
             t["state"],
-            t["reservation_id"] or "-",
+            escape(t["reservation_id"] or "-"),
         )
     console.print(table)
 
@@ -443,9 +511,9 @@ def task_scheduler(
                 "pipeline_scheduler": queue.pipeline_spec.text,
             }
     if as_json:
-        console.print_json(json.dumps(out))
+        emit_json(out)
     else:
         console.print(
-            f"stream {stream}: scheduler [bold]{out['scheduler']}[/], pipelines "
-            f"{out['pipeline_scheduler']}"
+            f"stream {escape(stream)}: scheduler [bold]{escape(str(out['scheduler']))}[/], "
+            f"pipelines {escape(str(out['pipeline_scheduler']))}"
         )

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from sqlalchemy import bindparam, insert, select, update
 
+from blockbudget.accounting.filters import exact_text, vector_json
 from blockbudget.budget import Cost, cost_from_json
 from blockbudget.errors import InvalidRequestError, ReservationError
 from blockbudget.ledger import statements as st
@@ -277,11 +278,12 @@ def charge(
         over = [b for b in block_ids if any(f > r for f, r in zip(feats[b], left[b], strict=True))]
         if over:
             b = over[0]
+            short = tuple(max(0, n - h) for n, h in zip(feats[b], left[b], strict=True))
             raise ReservationError(
                 f"a draw cannot exceed what its reservation still holds: drawing {cost} "
-                f"(features {list(feats[b])}) on {len(over)} block(s) of reservation "
-                f"{reservation_id!r}, first {b!r}, which holds {list(left[b])}; nothing "
-                "was charged"
+                f"on {len(over)} block(s) of reservation {reservation_id!r}, first {b!r}, "
+                f"which holds {exact_text(vector_json(left[b]))}, short by "
+                f"{exact_text(vector_json(short))}; nothing was charged"
             )
         tx.expire_stale(block_ids, ctx)
         new_left = {b: vsub(left[b], feats[b]) for b in block_ids}

@@ -73,8 +73,9 @@ def unknown_context(context: str) -> UnknownContextError:
     """The error for a request naming an unregistered context."""
     return UnknownContextError(
         f"unknown context {context!r}: a request may only name a registered context — an "
-        "administrator registers contexts with Ledger.add_context (each context is a group of "
-        "non-colluding principals with its own per-block budget, Sage §3.2)"
+        "administrator registers it (command line: `blockbudget context add NAME`; HTTP: POST "
+        "/v1/contexts; Python: Ledger.add_context). Each context is a group of non-colluding "
+        "principals with its own per-block budget (Sage §3.2)"
     )
 
 
@@ -352,6 +353,13 @@ class WriteTx:
             ],
             context=context,
             rule="; ".join(rules),
+            exact=[
+                {
+                    "remaining": f.remaining_json(used_of[b]),
+                    "shortfall": f.shortfall_json(used_of[b], feats[b]),
+                }
+                for f, b in zip(filters, refusing, strict=True)
+            ],
         )
 
     # --- reservations ------------------------------------------------------------------------

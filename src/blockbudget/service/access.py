@@ -23,6 +23,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import anyio.to_thread
 from fastapi import Request
@@ -34,6 +35,7 @@ from blockbudget.errors import (
     DataError,
     InvalidBudgetError,
     InvalidRequestError,
+    NothingAffordableError,
     RequestIdConflictError,
     ReservationError,
     RetiredBlockError,
@@ -100,7 +102,11 @@ def error_response(
     if status >= 500 and not isinstance(exc, ConcealedError):
         return internal_error_response(exc)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    body = {"error": type(exc).__name__, "detail": describe(exc)}
+    body: dict[str, Any] = {"error": type(exc).__name__, "detail": describe(exc)}
+    if isinstance(exc, NothingAffordableError) or (
+        isinstance(exc, BudgetExceededError) and exc.exact
+    ):  # exact budgets as decimal strings, no block named
+        body["refusal"] = exc.refusal_json()
     if isinstance(exc, ConcealedError):
         body["code"] = exc.failure.code
     return JSONResponse(body, status_code=status, headers=headers)

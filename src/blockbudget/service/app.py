@@ -52,6 +52,7 @@ from blockbudget.service.access import (
     visible_contexts,
 )
 from blockbudget.service.admin import register_principal_routes
+from blockbudget.service.afford import register_afford_routes
 from blockbudget.service.auth import KeyStore, Permission, Principal, Role
 from blockbudget.service.blocknames import BlockNames, Naming
 from blockbudget.service.charges import charge_json, register_charge_routes, scoped
@@ -236,7 +237,7 @@ def create_app(
         perm = me.permission(name)
         return sc.StreamOut(
             name=spec.name,
-            policy={"epsilon": str(spec.policy.epsilon), "delta": str(spec.policy.delta)},
+            policy=spec.policy.to_json(),
             accounting=spec.accounting.value,
             unit=spec.blocking.unit.value,
             column=spec.blocking.column,
@@ -461,6 +462,7 @@ def create_app(
         return reservation_out(platform.ledger.release(rid, request_id=f"{rid}/release"), naming)
 
     register_charge_routes(app, platform=platform, authenticate=authenticate, names=names)
+    register_afford_routes(app, platform=platform, authenticate=authenticate, names=names)
 
     # --- DP queries ----------------------------------------------------------------------------
 

@@ -22,10 +22,15 @@ class ServiceError(BlockBudgetError):
         error: the server's error class name (e.g. ``BudgetExceededError``).
     """
 
-    def __init__(self, status: int, error: str, detail: str) -> None:
+    def __init__(
+        self, status: int, error: str, detail: str, refusal: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(f"HTTP {status} {error}: {detail}")
         self.status = status
         self.error = error
+        self.detail = detail
+        #: a budget refusal's exact remaining budget and shortfall, when the server sent them
+        self.refusal = refusal
 
 
 class ServiceClient:
@@ -60,12 +65,14 @@ class ServiceClient:
         except httpx.HTTPError as exc:
             raise ServiceError(0, type(exc).__name__, f"cannot reach the server: {exc}") from exc
         if res.status_code >= 400:
+            refusal = None
             try:
                 body = res.json()
                 error, detail = str(body.get("error", "")), str(body.get("detail", body))
-            except ValueError:
+                refusal = body.get("refusal")
+            except (ValueError, AttributeError):
                 error, detail = "", res.text[:500]
-            raise ServiceError(res.status_code, error or res.reason_phrase, detail)
+            raise ServiceError(res.status_code, error or res.reason_phrase, detail, refusal)
         return res.json()
 
     # --- the CLI's commands ------------------------------------------------------------------

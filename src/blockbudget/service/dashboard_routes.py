@@ -41,7 +41,8 @@ def block_out(v: BlockView, *, with_rows: bool, naming: Naming) -> sc.BlockOut:
         sealed=v.sealed,
         retired=v.retired,
         remaining_fraction=v.remaining_fraction,
-        remaining=v.remaining,
+        remaining=v.remaining_exact,
+        remaining_display=v.remaining,
         rows=v.rows if with_rows else None,
         retiring=v.retiring,
     )

@@ -40,6 +40,11 @@ class ErrorOut(BaseModel):
     code: str | None = Field(
         default=None, description="a stable code where the cause is only in the server log"
     )
+    refusal: dict[str, Any] | None = Field(
+        default=None,
+        description="a budget refusal (409 BudgetExceededError): the context and, per refusing "
+        "block, the exact remaining budget and shortfall as decimal strings",
+    )
 
 
 class PrincipalIn(Strict):
@@ -141,7 +146,12 @@ class BlockOut(BaseModel):
     sealed: bool
     retired: bool
     remaining_fraction: dict[str, float]
-    remaining: dict[str, str]
+    #: per context, the exact remaining budget as decimal strings: ``{"epsilon", "delta"}``
+    #: (basic: what is left; strong: the largest ε of one more pure charge and the δ left) or
+    #: ``{"rdp": [...]}`` per order of the grid; null once the block is retired
+    remaining: dict[str, dict[str, Any] | None]
+    #: the same for people: e.g. ``(ε=0.3, δ=1e-06)`` or ``retired``
+    remaining_display: dict[str, str]
     rows: int | None = None
     retiring: bool = Field(
         default=False,

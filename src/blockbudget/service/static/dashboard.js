@@ -109,7 +109,7 @@ function drawBlocks(data) {
       fill.style.background = remainingColour(f);
       bar.appendChild(fill);
       td.appendChild(bar);
-      td.appendChild(el("span", { class: "remaining" }, b.remaining[c]));
+      td.appendChild(el("span", { class: "remaining" }, b.remaining_display[c]));
       tr.appendChild(td);
     }
     body.appendChild(tr);

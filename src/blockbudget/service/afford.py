@@ -1,0 +1,94 @@
+"""``GET|POST /v1/streams/{stream}/afford``: the largest ε a block selection can still afford.
+
+The answer of :meth:`Platform.afford <blockbudget.platform.Platform.afford>` for the caller's
+context (or the one it is bound to): the largest ε of an (ε, δ) budget that fits on every
+selected block right now — exact, a multiple of 1e-18, as a decimal string — or, with
+``kind=gaussian`` on an RDP stream, the smallest Gaussian noise multiplier σ/Δ. The blocks are
+``blocks`` (ids or keys; opaque ids for analysts on user and attribute streams) or the newest
+``last`` live ones. Nothing is reserved: the answer is advisory, and the ledger re-checks when
+a request spends. Reading it needs the same stream access as a query.
+"""
+
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Query
+from pydantic import BaseModel, Field
+
+from blockbudget.affordance import AffordFor
+from blockbudget.errors import InvalidRequestError
+from blockbudget.platform import Last, Platform
+from blockbudget.service.access import Authenticator, require_stream, resolve_context
+from blockbudget.service.auth import Principal
+from blockbudget.service.blocknames import BlockNames
+
+__all__ = ["AffordIn", "AffordOut", "register_afford_routes"]
+
+
+class AffordIn(BaseModel):
+    """Which blocks, in which context, and what to size."""
+
+    model_config = {"extra": "forbid"}
+
+    blocks: list[str] | None = Field(default=None, min_length=1, max_length=10_000)
+    last: int | None = Field(default=None, ge=1, le=100_000)
+    context: str | None = Field(default=None, min_length=1, max_length=64)
+    delta: str | float = Field(
+        default="0", description="δ of the budget sized (exact decimal string or number)"
+    )
+    kind: AffordFor = AffordFor.BUDGET
+
+
+class AffordOut(BaseModel):
+    """The largest request the blocks can still afford (budgets as exact decimal strings)."""
+
+    stream: str
+    context: str
+    accounting: str
+    blocks: list[str]
+    kind: str
+    delta: str
+    epsilon: str | None = Field(description="largest ε that fits on every block (null: none)")
+    noise_multiplier: str | None = Field(description="kind=gaussian: smallest σ/Δ that fits")
+    binding: list[str] = Field(description="the blocks a larger request would not fit on")
+    rule: str
+
+
+def register_afford_routes(
+    app: FastAPI, *, platform: Platform, authenticate: Authenticator, names: BlockNames
+) -> None:
+    """Add ``GET`` and ``POST /v1/streams/{stream}/afford`` to ``app``."""
+    Auth = Annotated[Principal, Depends(authenticate)]
+
+    def answer(me: Principal, stream: str, body: AffordIn) -> AffordOut:
+        require_stream(me, stream)
+        context = resolve_context(me, body.context)
+        if (body.blocks is None) == (body.last is None):
+            raise InvalidRequestError("give exactly one of 'blocks' and 'last'")
+        naming = names.naming(me, stream)
+        selection: list[str] | Last = (
+            naming.resolve(body.blocks) if body.blocks is not None else Last(body.last or 1)
+        )
+        delta = body.delta if isinstance(body.delta, str) else repr(body.delta)
+        out: dict[str, Any] = platform.afford(
+            stream, selection, context=context, delta=delta, kind=body.kind
+        ).to_json()
+        out["blocks"] = naming.show_all(out["blocks"])
+        out["binding"] = naming.show_all(out["binding"])
+        return AffordOut(**out)
+
+    @app.post("/v1/streams/{stream}/afford", tags=["budget"])
+    def afford_post(me: Auth, stream: str, body: AffordIn) -> AffordOut:
+        return answer(me, stream, body)
+
+    @app.get("/v1/streams/{stream}/afford", tags=["budget"])
+    def afford_get(
+        me: Auth,
+        stream: str,
+        blocks: Annotated[list[str] | None, Query(max_length=10_000)] = None,
+        last: Annotated[int | None, Query(ge=1, le=100_000)] = None,
+        context: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
+        delta: Annotated[str, Query(max_length=64)] = "0",
+        kind: AffordFor = AffordFor.BUDGET,
+    ) -> AffordOut:
+        body = AffordIn(blocks=blocks, last=last, context=context, delta=delta, kind=kind)
+        return answer(me, stream, body)
