@@ -233,7 +233,9 @@ def test_serve_takes_the_alert_threshold(tmp_path: Path, monkeypatch: pytest.Mon
     started: list[dict[str, Any]] = []
     monkeypatch.setattr(server, "bootstrap_admin", lambda home, database: None)
     monkeypatch.setattr(server, "serve", lambda **kw: started.append(kw))
-    monkeypatch.delenv(ALERT_ENV, raising=False)
+    # serve sets the variable in os.environ; setenv first makes monkeypatch remove it afterwards.
+    monkeypatch.setenv(ALERT_ENV, "0.1")
+    monkeypatch.delenv(ALERT_ENV)
     runner = CliRunner()
     r = runner.invoke(cli_app, ["serve", "--home", str(tmp_path), "--alert-below", "1.5"])
     assert r.exit_code == 2 and not started, r.output
