@@ -14,11 +14,12 @@ commands need no service extra (``--server`` and ``serve`` say to install it).
 Modules by concern: :mod:`.common` (apps, options, helpers), :mod:`.data` (streams, contexts,
 ingest, blocks), :mod:`.queries` (DP queries, audit), :mod:`.server` (``serve``, principals,
 demo), :mod:`.tasks` (the scheduler queue, server mode), :mod:`.experiments`, :mod:`.releases` (live
-stream releases). Importing this
-package registers every command on :data:`app` (the console entry ``blockbudget.cli:app``).
+stream releases), :mod:`.db` (the database's schema revision: ``db upgrade|current|check``).
+Importing this package registers every command on :data:`app` (the console entry
+``blockbudget.cli:app``).
 """
 
-from blockbudget.cli import data, experiments, queries, releases, server, tasks
+from blockbudget.cli import data, db, experiments, queries, releases, server, tasks
 from blockbudget.cli.common import app
 from blockbudget.cli.data import render_blocks
 from blockbudget.cli.queries import print_verify
@@ -26,6 +27,7 @@ from blockbudget.cli.queries import print_verify
 __all__ = [
     "app",
     "data",
+    "db",
     "experiments",
     "main",
     "print_verify",

@@ -82,6 +82,7 @@ def serve(
     pipeline_scheduler = pipeline_scheduler or DEFAULT_PIPELINE_SCHEDULER
     parse_spec(scheduler)  # a clear error before anything starts
     parse_spec(pipeline_scheduler)
+    check_schema(home, database)  # refuse an old schema before anything opens it
     key = bootstrap_admin(home, database)
     if key is not None:
         console.print(
@@ -101,6 +102,19 @@ def serve(
         pipeline_scheduler=pipeline_scheduler,
         data_root=data_root,
     )
+
+
+def check_schema(home: Path, database: str | None) -> None:
+    """The start check of ``serve``: refuse a database whose schema needs ``blockbudget db
+    upgrade`` (one message naming that command with this ``--home``/``--database``).
+
+    Raises:
+        SchemaRevisionError: the database is behind (or from a newer release).
+    """
+    from blockbudget.cli.db import database_url, upgrade_command
+    from blockbudget.migrations import require_current
+
+    require_current(database_url(home, database), command=upgrade_command(home, database))
 
 
 @principal_app.command("add")
