@@ -30,11 +30,12 @@ Adding a schema change
 1. Change the table in its module's SQLAlchemy metadata as usual (a new table, column or
    index). ``tests/migrations/test_head_matches_metadata.py`` now fails: the head no longer
    equals the metadata.
-2. Write the revision: ``PYTHONPATH=src python -m blockbudget.migrations revision -m "what"``
-   (``--autogenerate`` drafts the operations by comparing an empty database upgraded to the
-   current head with the metadata). It lands in ``src/blockbudget/migrations/versions/`` with
-   ``down_revision`` set to the previous head. Give it a short readable id
-   (``--rev-id 0002_short_name``, at most 32 characters).
+2. Write the revision: ``PYTHONPATH=src python -m blockbudget.migrations revision -m "what"
+   --rev-id 0002_short_name --autogenerate`` (a short readable id, at most 32 characters;
+   ``--autogenerate`` drafts the operations by comparing an empty database upgraded to the
+   current head with the metadata). It lands in ``src/blockbudget/migrations/versions/`` as
+   ``r0002_short_name_<slug>.py`` with ``down_revision`` set to the previous head; run
+   ``ruff format`` on it.
 3. Set :data:`blockbudget.dbrevision.HEAD_REVISION` to the new id (a test keeps them equal).
 4. Write the operations for both dialects by hand where autogenerate cannot (data moves,
    triggers, server defaults). Rules:

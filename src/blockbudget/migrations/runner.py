@@ -117,6 +117,8 @@ def alembic_config() -> Config:
     config = Config()
     config.set_main_option("script_location", str(_HERE))
     config.set_main_option("path_separator", "os")
+    # r<rev id>_<slug>.py: a module name mypy and Python accept (ids start with digits).
+    config.set_main_option("file_template", "r%%(rev)s_%%(slug)s")
     return config
 
 
