@@ -104,6 +104,10 @@ def read_revision(conn: sa.Connection) -> str | None:
     """The revision recorded in ``alembic_version`` (None: no table or no row)."""
     if not sa.inspect(conn).has_table(VERSION_TABLE):
         return None
+    return _read_row(conn)
+
+
+def _read_row(conn: sa.Connection) -> str | None:
     row = conn.execute(sa.select(_version.c.version_num)).first()
     return None if row is None else str(row[0])
 
@@ -116,7 +120,8 @@ def check_or_stamp(conn: sa.Connection) -> None:
         SchemaRevisionError: the database is at another revision, or holds the platform's
             tables without a revision (an older release wrote it).
     """
-    revision = read_revision(conn)
+    tables = set(sa.inspect(conn).get_table_names())
+    revision = _read_row(conn) if VERSION_TABLE in tables else None
     if revision == HEAD_REVISION:
         return
     if revision is not None:
@@ -125,7 +130,7 @@ def check_or_stamp(conn: sa.Connection) -> None:
             f"{HEAD_REVISION!r}: {UPGRADE_HINT} (a revision it does not know was written by a "
             "newer release: use that release)"
         )
-    found = sorted(LEGACY_TABLES & set(sa.inspect(conn).get_table_names()))
+    found = sorted(LEGACY_TABLES & tables)
     if found:
         raise SchemaRevisionError(
             "the database was written by a blockbudget release from before schema revisions "
