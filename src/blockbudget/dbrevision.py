@@ -137,7 +137,8 @@ def check_or_stamp(conn: sa.Connection) -> None:
             f"(it has {', '.join(found[:3])}{', ...' if len(found) > 3 else ''} but no "
             f"{VERSION_TABLE}); this blockbudget needs revision {HEAD_REVISION!r}: {UPGRADE_HINT}"
         )
-    _version.create(conn)
+    if VERSION_TABLE not in tables:  # (an empty one is left by a downgrade to nothing)
+        _version.create(conn)
     conn.execute(_version.insert().values(version_num=HEAD_REVISION))
 
 
