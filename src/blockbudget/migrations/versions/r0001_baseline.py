@@ -66,6 +66,20 @@ _POSTGRES_TRIGGERS = {
 def baseline_metadata() -> sa.MetaData:
     """The baseline's tables (a frozen copy of every table set's metadata at the baseline)."""
     m = sa.MetaData()
+    for add in (
+        _ledger_log_tables,
+        _ledger_block_tables,
+        _ledger_budget_tables,
+        _store_tables,
+        _service_tables,
+        _task_and_release_tables,
+    ):
+        add(m)
+    return m
+
+
+def _ledger_log_tables(m: sa.MetaData) -> None:
+    """Add the ledger's log, requests and derived tables (audit, requests, sweeps, checkpoints)."""
     sa.Table(
         "ledger_audit",
         m,
@@ -86,22 +100,6 @@ def baseline_metadata() -> sa.MetaData:
         sa.PrimaryKeyConstraint("seq"),
     )
     sa.Table(
-        "ledger_blocks",
-        m,
-        sa.Column("block_id", sa.String(), nullable=False),
-        sa.Column("stream", sa.String(), nullable=False),
-        sa.Column("accounting", sa.String(), nullable=False),
-        sa.Column("capacity_epsilon", sa.String(), nullable=False),
-        sa.Column("capacity_delta", sa.String(), nullable=False),
-        sa.Column("slack_delta", sa.Float(), nullable=True),
-        sa.Column("retired", sa.Boolean(), nullable=False),
-        sa.Column("retired_reason", sa.String(), nullable=True),
-        sa.Column("created_at", sa.Float(), nullable=False),
-        sa.PrimaryKeyConstraint("block_id"),
-        sqlite_with_rowid=False,
-    )
-    sa.Index("ix_ledger_blocks_stream", *(m.tables["ledger_blocks"].c[c] for c in ["stream"]))
-    sa.Table(
         "ledger_checkpoints",
         m,
         sa.Column("seq", sa.BigInteger(), autoincrement=False, nullable=False),
@@ -110,23 +108,6 @@ def baseline_metadata() -> sa.MetaData:
         sa.Column("state", sa.LargeBinary(), nullable=False),
         sa.Column("created_at", sa.Float(), nullable=False),
         sa.PrimaryKeyConstraint("seq"),
-    )
-    sa.Table(
-        "ledger_contexts",
-        m,
-        sa.Column("name", sa.String(), nullable=False),
-        sa.Column("description", sa.Text(), nullable=False),
-        sa.Column("created_at", sa.Float(), nullable=False),
-        sa.Column("closed_at", sa.Float(), nullable=True),
-        sa.PrimaryKeyConstraint("name"),
-        sqlite_with_rowid=False,
-    )
-    sa.Table(
-        "ledger_head",
-        m,
-        sa.Column("id", sa.Integer(), autoincrement=False, nullable=False),
-        sa.Column("schema_version", sa.Integer(), nullable=False),
-        sa.PrimaryKeyConstraint("id"),
     )
     sa.Table(
         "ledger_requests",
@@ -149,6 +130,47 @@ def baseline_metadata() -> sa.MetaData:
         sa.PrimaryKeyConstraint("stream"),
         sqlite_with_rowid=False,
     )
+
+
+def _ledger_block_tables(m: sa.MetaData) -> None:
+    """Add the ledger's head row table, blocks and contexts."""
+    sa.Table(
+        "ledger_blocks",
+        m,
+        sa.Column("block_id", sa.String(), nullable=False),
+        sa.Column("stream", sa.String(), nullable=False),
+        sa.Column("accounting", sa.String(), nullable=False),
+        sa.Column("capacity_epsilon", sa.String(), nullable=False),
+        sa.Column("capacity_delta", sa.String(), nullable=False),
+        sa.Column("slack_delta", sa.Float(), nullable=True),
+        sa.Column("retired", sa.Boolean(), nullable=False),
+        sa.Column("retired_reason", sa.String(), nullable=True),
+        sa.Column("created_at", sa.Float(), nullable=False),
+        sa.PrimaryKeyConstraint("block_id"),
+        sqlite_with_rowid=False,
+    )
+    sa.Index("ix_ledger_blocks_stream", *(m.tables["ledger_blocks"].c[c] for c in ["stream"]))
+    sa.Table(
+        "ledger_contexts",
+        m,
+        sa.Column("name", sa.String(), nullable=False),
+        sa.Column("description", sa.Text(), nullable=False),
+        sa.Column("created_at", sa.Float(), nullable=False),
+        sa.Column("closed_at", sa.Float(), nullable=True),
+        sa.PrimaryKeyConstraint("name"),
+        sqlite_with_rowid=False,
+    )
+    sa.Table(
+        "ledger_head",
+        m,
+        sa.Column("id", sa.Integer(), autoincrement=False, nullable=False),
+        sa.Column("schema_version", sa.Integer(), nullable=False),
+        sa.PrimaryKeyConstraint("id"),
+    )
+
+
+def _ledger_budget_tables(m: sa.MetaData) -> None:
+    """Add the ledger's budgets and reservations (after its blocks and contexts)."""
     sa.Table(
         "ledger_budgets",
         m,
@@ -208,6 +230,10 @@ def baseline_metadata() -> sa.MetaData:
         sa.PrimaryKeyConstraint("reservation_id", "block_id"),
         sqlite_with_rowid=False,
     )
+
+
+def _store_tables(m: sa.MetaData) -> None:
+    """Add the block store's catalog."""
     sa.Table(
         "store_streams",
         m,
@@ -270,6 +296,10 @@ def baseline_metadata() -> sa.MetaData:
         sa.UniqueConstraint("path"),
     )
     sa.Index("ix_store_parts_block", *(m.tables["store_parts"].c[c] for c in ["block_id"]))
+
+
+def _service_tables(m: sa.MetaData) -> None:
+    """Add the service's principals, keys, ACLs and block-name secret."""
     sa.Table(
         "service_principals",
         m,
@@ -315,6 +345,10 @@ def baseline_metadata() -> sa.MetaData:
         ),
         sa.PrimaryKeyConstraint("principal", "stream"),
     )
+
+
+def _task_and_release_tables(m: sa.MetaData) -> None:
+    """Add the task queue's tables and the user-id releases."""
     sa.Table(
         "service_task_schedulers",
         m,
@@ -373,7 +407,6 @@ def baseline_metadata() -> sa.MetaData:
         sa.PrimaryKeyConstraint("id"),
     )
     sa.Index("ix_user_id_releases_stream", *(m.tables["user_id_releases"].c[c] for c in ["stream"]))
-    return m
 
 
 def upgrade() -> None:
