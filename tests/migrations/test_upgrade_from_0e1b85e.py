@@ -177,3 +177,22 @@ def test_a_ledger_of_an_unknown_version_is_refused_by_the_upgrade(tmp_path: Path
     with pytest.raises(SchemaRevisionError, match="ledger schema version 1"):
         upgrade(f"sqlite:///{path}")
     assert _tables(f"sqlite:///{path}") == {"ledger_head"}
+
+
+def test_an_older_version_2_database_is_adopted_to_exactly_the_head(tmp_path: Path) -> None:
+    """``tests/fixtures/v2_home`` (ledger schema version 2, no ``closed_at``, sweeps,
+    checkpoints, store order index or service tables): the baseline brings it to exactly the
+    head schema, and its chain still verifies."""
+    home = tmp_path / "home"
+    shutil.copytree(FIXTURES / "v2_home", home)
+    url = f"sqlite:///{home / 'platform.db'}"
+    assert upgrade(url).applied == (HEAD_REVISION,)
+    assert differences(url) == []
+    con = sqlite3.connect(home / "platform.db")
+    assert con.execute("SELECT schema_version FROM ledger_head").fetchone() == (4,)
+    con.close()
+    platform = Platform(home)
+    try:
+        assert platform.verify(full=True).ok
+    finally:
+        platform.close()
