@@ -29,7 +29,9 @@ Adding a schema change
 ----------------------
 1. Change the table in its module's SQLAlchemy metadata as usual (a new table, column or
    index). ``tests/migrations/test_head_matches_metadata.py`` now fails: the head no longer
-   equals the metadata.
+   equals the metadata. A new table set (a new ``MetaData``) is also listed in
+   :func:`target_metadata`, and its module calls
+   :func:`blockbudget.dbrevision.ensure_current` before its ``create_all``.
 2. Write the revision: ``PYTHONPATH=src python -m blockbudget.migrations revision -m "what"
    --rev-id 0002_short_name --autogenerate`` (a short readable id, at most 32 characters;
    ``--autogenerate`` drafts the operations by comparing an empty database upgraded to the
