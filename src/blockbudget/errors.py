@@ -236,6 +236,12 @@ class StoreConflictError(BlockBudgetError):
     catalog entries; nothing was written. Retrying later is safe."""
 
 
+class SchemaRevisionError(InvalidRequestError):
+    """The database's schema is not the revision this release reads: an older revision, one
+    written before revisions were tracked, or an unknown (newer) one. Nothing was changed; the
+    message names ``blockbudget db upgrade``."""
+
+
 class AuditError(BlockBudgetError):
     """The audit log and the ledger disagree, or a replayed history violates a filter."""
 

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from blockbudget.budget import Budget
+from blockbudget.dbrevision import ensure_current
 from blockbudget.errors import InvalidBudgetError, InvalidRequestError, UnreleasedIdsError
 from blockbudget.grant import group_cost
 from blockbudget.mechanisms.basic import laplace_mechanism
@@ -130,6 +131,7 @@ def _engine(platform: Platform) -> sa.Engine:
     """The platform's database, with ``user_id_releases`` created (checked once per engine)."""
     engine = platform.store.engine
     if engine not in _READY:
+        ensure_current(engine)
         _metadata.create_all(engine, checkfirst=True)
         _READY.add(engine)  # after the table exists
     return engine

@@ -18,8 +18,14 @@ from test_ledger_contexts import append_forged
 
 from blockbudget.accounting import Accounting, make_filter
 from blockbudget.budget import Budget
-from blockbudget.errors import ClosedContextError, ReservationError, UnknownContextError
+from blockbudget.errors import (
+    ClosedContextError,
+    ReservationError,
+    SchemaRevisionError,
+    UnknownContextError,
+)
 from blockbudget.ledger import EventKind, Ledger, ReservationState
+from blockbudget.migrations import upgrade
 from blockbudget.platform import Platform
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "v2_home"
@@ -106,15 +112,20 @@ def test_verify_reports_a_charge_after_the_close(ledger: Ledger) -> None:
     assert any(p.startswith(f"event {seq}:") and "closed" in p for p in problems)
 
 
-def test_a_version_2_ledger_opens_migrates_verifies_and_serves(tmp_path: Path) -> None:
+def test_a_version_2_ledger_is_upgraded_then_verifies_and_serves(tmp_path: Path) -> None:
     """``tests/fixtures/v2_home`` was written by the release whose ledgers registered
     ``default`` by themselves (schema version 2; see ``make_v2_home.py``): contexts default, ops
-    and ml, stream ``events`` with two day blocks, the first one spent in ops and ml."""
+    and ml, stream ``events`` with two day blocks, the first one spent in ops and ml. Opening
+    it is refused until ``blockbudget db upgrade`` (:func:`blockbudget.migrations.upgrade`)
+    brings it to version 4 and the head revision."""
     home = tmp_path / "home"
     shutil.copytree(FIXTURE, home)
     con = sqlite3.connect(home / "platform.db")
     assert con.execute("SELECT schema_version FROM ledger_head").fetchone() == (2,)
     con.close()
+    with pytest.raises(SchemaRevisionError, match=r"version 2; .*`blockbudget db upgrade`"):
+        Platform(home)
+    upgrade(f"sqlite:///{home / 'platform.db'}")
     platform = Platform(home)
     try:
         assert platform.verify().ok

@@ -148,8 +148,8 @@ def test_a_database_of_another_schema_version_is_refused(tmp_path: Path) -> None
 
 def test_a_version_1_database_is_refused_and_left_untouched(tmp_path: Path) -> None:
     """Version 2 added registered contexts; a version 1 ledger (contexts minted on first use)
-    is refused, and opening it creates no table in it (versions 2 and 3 are migrated to 4 in
-    place)."""
+    is refused, and opening it creates no table in it (versions 2 and 3 are brought to 4 by
+    ``blockbudget db upgrade``)."""
     assert SCHEMA_VERSION == 4
     path = tmp_path / "v1.db"
     con = sqlite3.connect(path)

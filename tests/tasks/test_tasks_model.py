@@ -9,7 +9,9 @@ import pytest
 import sqlalchemy as sa
 
 from blockbudget.budget import Budget, RdpCurve
-from blockbudget.errors import InvalidRequestError
+from blockbudget.dbrevision import HEAD_REVISION
+from blockbudget.errors import InvalidRequestError, SchemaRevisionError
+from blockbudget.migrations import upgrade
 from blockbudget.tasks.model import Task, TaskState, WorkKind
 from blockbudget.tasks.selectors import AnyBlocks, InRange, Named, Newest, selector_from_json
 from blockbudget.tasks.table import ensure_table, task_from_row, task_row, tasks_table
@@ -87,7 +89,7 @@ def test_a_task_round_trips_through_its_row() -> None:
         assert task_from_row(row._mapping) == task
 
 
-def test_an_old_table_gains_columns_and_its_rows_read_as_budget_tasks() -> None:
+def test_an_old_table_gains_columns_by_the_upgrade_and_its_rows_read_as_budget_tasks() -> None:
     engine = sa.create_engine("sqlite://")
     old = sa.MetaData()
     sa.Table(
@@ -108,8 +110,10 @@ def test_an_old_table_gains_columns_and_its_rows_read_as_budget_tasks() -> None:
                 "'team', '0.5', '0', '[\"s/1\", \"s/2\"]', 1.0, 'granted', '', 'r1')"
             )
         )
+    with pytest.raises(SchemaRevisionError, match="`blockbudget db upgrade`"):
+        ensure_table(engine)  # an old table is refused until the upgrade adds the columns
+    assert upgrade(engine).applied == (HEAD_REVISION,)
     ensure_table(engine)
-    ensure_table(engine)  # idempotent
     with engine.connect() as conn:
         row = conn.execute(sa.select(tasks_table)).one()
     task = task_from_row(row._mapping)

@@ -1,5 +1,5 @@
-"""Several processes start on a fresh database at once: creating the task tables (and adding
-their columns) must succeed in every one of them."""
+"""Several processes start on a fresh database at once: creating the task tables must succeed
+in every one of them (and several upgrades of an old one at once too)."""
 
 from __future__ import annotations
 
@@ -63,7 +63,15 @@ def test_tables_created_by_several_starters_at_once(fresh_urls: list[str]) -> No
         assert _start_together(url) == []
 
 
-def test_columns_added_by_several_starters_at_once(fresh_urls: list[str]) -> None:
+def test_an_old_table_is_refused_by_every_starter_then_upgraded_at_once(
+    fresh_urls: list[str],
+) -> None:
+    """A table from before the added columns: every starter is refused (naming ``blockbudget
+    db upgrade``) and nothing changes; several upgrades at once then succeed, exactly one of
+    them doing the work, and the starters all start."""
+    from blockbudget.errors import SchemaRevisionError
+    from blockbudget.migrations import upgrade
+
     old = (
         f"CREATE TABLE {tasks_table.name} (id VARCHAR(40) PRIMARY KEY, principal VARCHAR(64),"
         " request_id VARCHAR(200), stream VARCHAR(256), context VARCHAR(64),"
@@ -72,7 +80,31 @@ def test_columns_added_by_several_starters_at_once(fresh_urls: list[str]) -> Non
         " decided_at FLOAT, note TEXT)"
     )
     for url in fresh_urls:
-        assert _start_together(url, prepare=old) == []
+        engine = sa.create_engine(url)
+        with engine.begin() as conn:
+            conn.execute(sa.text(old))
+        with pytest.raises(SchemaRevisionError, match="`blockbudget db upgrade`"):
+            ensure_table(engine)
+        assert "kind" not in {c["name"] for c in sa.inspect(engine).get_columns("service_tasks")}
+        engine.dispose()
+        barrier = threading.Barrier(STARTERS)
+        applied: list[tuple[str, ...]] = []
+
+        def run(
+            barrier: threading.Barrier = barrier,
+            url: str = url,
+            applied: list[tuple[str, ...]] = applied,
+        ) -> None:
+            barrier.wait()
+            applied.append(upgrade(url).applied)
+
+        threads = [threading.Thread(target=run) for _ in range(STARTERS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(applied) == [()] * (STARTERS - 1) + [("0001_baseline",)]
+        assert _start_together(url) == []
 
 
 def test_servers_storing_their_default_scheduler_at_once_all_succeed(

@@ -15,11 +15,12 @@ Modules by concern: :mod:`.common` (apps, options, helpers), :mod:`.data` (strea
 ingest, blocks), :mod:`.queries` (DP queries, audit), :mod:`.server` (``serve``, demo),
 :mod:`.admin` and :mod:`.admin_backends` (principals, keys, stream access), :mod:`.tasks`
 (the scheduler queue, server mode), :mod:`.experiments`, :mod:`.releases` (live stream
-releases). Importing this
-package registers every command on :data:`app` (the console entry ``blockbudget.cli:app``).
+releases), :mod:`.afford` and :mod:`.dry_run`, :mod:`.db` (the database's schema revision:
+``db upgrade|current|check``). Importing this package registers every command on :data:`app`
+(the console entry ``blockbudget.cli:app``).
 """
 
-from blockbudget.cli import admin, afford, data, experiments, queries, releases, server, tasks
+from blockbudget.cli import admin, afford, data, db, experiments, queries, releases, server, tasks
 from blockbudget.cli.common import app
 from blockbudget.cli.data import render_blocks
 from blockbudget.cli.queries import print_verify
@@ -29,6 +30,7 @@ __all__ = [
     "afford",
     "app",
     "data",
+    "db",
     "experiments",
     "main",
     "print_verify",

@@ -91,6 +91,7 @@ def serve(
     parse_spec(pipeline_scheduler)
     if alert_below is not None:  # worker processes read it from the environment
         os.environ["BLOCKBUDGET_ALERT_BELOW"] = repr(alert_below)
+    check_schema(home, database)  # refuse an old schema before anything opens it
     key = bootstrap_admin(home, database)
     if key is not None:
         console.print(
@@ -110,6 +111,19 @@ def serve(
         pipeline_scheduler=pipeline_scheduler,
         data_root=data_root,
     )
+
+
+def check_schema(home: Path, database: str | None) -> None:
+    """The start check of ``serve``: refuse a database whose schema needs ``blockbudget db
+    upgrade`` (one message naming that command with this ``--home``/``--database``).
+
+    Raises:
+        SchemaRevisionError: the database is behind (or from a newer release).
+    """
+    from blockbudget.cli.db import database_url, upgrade_command
+    from blockbudget.migrations import require_current
+
+    require_current(database_url(home, database), command=upgrade_command(home, database))
 
 
 # --- demo ----------------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from blockbudget.errors import (
     BlockBudgetError,
     InvalidBudgetError,
     InvalidRequestError,
+    SchemaRevisionError,
 )
 from blockbudget.ledger import checkpoint, reads
 from blockbudget.ledger import operations as ops
@@ -137,15 +138,22 @@ class Ledger(RetireWrites):
         self._clock = clock
         self._attempts = attempts
         self._catalog = BlockCatalog()
-        version = create_schema(self._engine)
+        try:
+            version = create_schema(self._engine)
+        except BaseException:
+            self.dispose()
+            raise
         if version != SCHEMA_VERSION:
             self.dispose()
-            raise InvalidRequestError(
+            upgradable = version in MIGRATABLE_VERSIONS
+            error = SchemaRevisionError if upgradable else InvalidRequestError
+            raise error(
                 f"the database holds ledger schema version {version}; this blockbudget reads "
-                f"version {SCHEMA_VERSION} and migrates version(s) "
-                f"{', '.join(map(str, MIGRATABLE_VERSIONS))} in place (version 2 added "
-                "registered contexts, version 3 closed ones, version 4 retirement sweeps and "
-                "verified checkpoints)"
+                f"version {SCHEMA_VERSION} and upgrades version(s) "
+                f"{', '.join(map(str, MIGRATABLE_VERSIONS))} with `blockbudget db upgrade` "
+                "(version 2 added registered contexts, version 3 closed ones, version 4 "
+                "retirement sweeps and verified checkpoints)"
+                + ("; run it first" if upgradable else "")
             )
 
     @property

@@ -2,7 +2,8 @@
 
 Tables (all prefixed ``ledger_`` so that other modules may share the database):
 
-* ``ledger_head`` — one row (id 1). On PostgreSQL every write transaction locks it first
+* ``ledger_head`` — one row (id 1; its ``schema_version`` is frozen at 4, see
+  :data:`SCHEMA_VERSION`). On PostgreSQL every write transaction locks it first
   (``SELECT … FOR UPDATE``): the audit log is one hash chain, so appends are serial anyway, and
   this lock makes every write transaction serial too. On SQLite ``BEGIN IMMEDIATE`` takes the
   database write lock, which does the same.
@@ -56,16 +57,19 @@ from sqlalchemy import (
     insert,
     inspect,
     select,
-    text,
-    update,
 )
 
-#: Bumped when the table layout changes. 2: registered contexts (``ledger_contexts``).
-#: 3: ``ledger_contexts.closed_at`` (closed contexts). 4: ``ledger_sweeps`` and
-#: ``ledger_checkpoints``. Versions 2 and 3 are migrated in place.
+from blockbudget.dbrevision import SCHEMA_LOCK_KEY, check_or_stamp, mark_current
+
+#: The ledger's own layout numbering, frozen at 4 since the database's schema evolves by
+#: Alembic revisions (:mod:`blockbudget.dbrevision`, :mod:`blockbudget.migrations`): the head
+#: row keeps saying 4 and no later change bumps it. 2: registered contexts
+#: (``ledger_contexts``). 3: ``ledger_contexts.closed_at`` (closed contexts). 4:
+#: ``ledger_sweeps`` and ``ledger_checkpoints``.
 SCHEMA_VERSION = 4
 
-#: The versions :func:`create_schema` migrates to :data:`SCHEMA_VERSION` when it opens them.
+#: Older versions that ``blockbudget db upgrade`` brings to :data:`SCHEMA_VERSION` (the
+#: baseline revision does it); opening one without upgrading is refused.
 MIGRATABLE_VERSIONS = (2, 3)
 
 metadata = MetaData()
@@ -231,40 +235,18 @@ for _sql in _POSTGRES_TRIGGERS:
 #: Names of the triggers that guard the audit table (for tests and operators).
 AUDIT_TRIGGERS = ("ledger_audit_no_update", "ledger_audit_no_delete", "ledger_audit_no_truncate")
 
-#: Arbitrary key of the PostgreSQL advisory lock that serializes schema creation.
-_SCHEMA_LOCK_KEY = 0x6C656467  # "ledg"
-
-
-def _migrate(conn: Connection, version: int) -> int:
-    """Bring a database of an older :data:`MIGRATABLE_VERSIONS` version to
-    :data:`SCHEMA_VERSION`, in the caller's transaction (which holds the writers' lock).
-
-    2 → 3 adds the nullable ``ledger_contexts.closed_at`` column: every existing context stays
-    open. 3 → 4 adds the empty ``ledger_sweeps`` and ``ledger_checkpoints`` tables (the first
-    sweep and the first verify after it see everything). The audit log is not touched (its
-    events keep their hashes).
-    """
-    if version not in MIGRATABLE_VERSIONS:
-        return version
-    if version == 2:
-        conn.execute(text("ALTER TABLE ledger_contexts ADD COLUMN closed_at FLOAT"))
-    sweeps.create(conn, checkfirst=True)
-    checkpoints.create(conn, checkfirst=True)
-    conn.execute(update(head).where(head.c.id == 1).values(schema_version=SCHEMA_VERSION))
-    return SCHEMA_VERSION
-
 
 def create_schema(engine: Engine, *, on_create: Callable[[Connection], None] | None = None) -> int:
     """Create the tables, triggers and the head row if missing (safe to call concurrently);
-    return the schema version recorded in the database.
+    return the ledger schema version recorded in the database.
 
     The whole check-and-create is one transaction that holds the writers' lock: on SQLite
     ``BEGIN IMMEDIATE`` (installed by :mod:`blockbudget.ledger.db`), on PostgreSQL a
     transaction-scoped advisory lock (DDL there is transactional). So when several processes
     open a fresh database at once, exactly one creates it — and runs ``on_create`` — and the
-    others find it created. A database of an older version listed in
-    :data:`MIGRATABLE_VERSIONS` is migrated in place (the same lock makes exactly one process
-    do it); one of another version is left as it is.
+    others find it created. The same transaction checks the database's schema revision
+    (:func:`blockbudget.dbrevision.check_or_stamp`): a fresh database is stamped with the head
+    revision, a current one passes, any other is refused before anything is created.
 
     Args:
         engine: the ledger's engine.
@@ -272,21 +254,35 @@ def create_schema(engine: Engine, *, on_create: Callable[[Connection], None] | N
             (nothing by default: a new ledger has no contexts).
 
     Returns:
-        The schema version of the database (:data:`SCHEMA_VERSION` when it was just created or
-        migrated).
+        The ledger schema version of the database: :data:`SCHEMA_VERSION` when it is current
+        or was just created; an older one (:data:`MIGRATABLE_VERSIONS`, upgraded by
+        ``blockbudget db upgrade``) or an unknown one is returned as it is, untouched.
+
+    Raises:
+        SchemaRevisionError: the database's revision is not this release's head (see
+            :mod:`blockbudget.dbrevision`).
     """
     with engine.begin() as conn:
         if conn.dialect.name == "postgresql":
-            conn.execute(select(func.pg_advisory_xact_lock(_SCHEMA_LOCK_KEY)))
-        if inspect(conn).has_table(head.name):
-            row = conn.execute(select(head.c.schema_version).where(head.c.id == 1)).first()
-            if row is not None:
-                version = int(row[0])
-                if version in MIGRATABLE_VERSIONS:
-                    version = _migrate(conn, version)
-                return version
-        metadata.create_all(conn, checkfirst=True)
-        conn.execute(insert(head).values(id=1, schema_version=SCHEMA_VERSION))
-        if on_create is not None:
-            on_create(conn)
-        return SCHEMA_VERSION
+            conn.execute(select(func.pg_advisory_xact_lock(SCHEMA_LOCK_KEY)))
+        version = _open_or_create(conn, on_create)
+    if version == SCHEMA_VERSION:
+        mark_current(engine)  # the revision was checked (or stamped) in a committed transaction
+    return version
+
+
+def _open_or_create(conn: Connection, on_create: Callable[[Connection], None] | None) -> int:
+    """:func:`create_schema`'s work, in its locked transaction."""
+    if inspect(conn).has_table(head.name):
+        row = conn.execute(select(head.c.schema_version).where(head.c.id == 1)).first()
+        if row is not None:
+            version = int(row[0])
+            if version == SCHEMA_VERSION:
+                check_or_stamp(conn)
+            return version
+    check_or_stamp(conn)
+    metadata.create_all(conn, checkfirst=True)
+    conn.execute(insert(head).values(id=1, schema_version=SCHEMA_VERSION))
+    if on_create is not None:
+        on_create(conn)
+    return SCHEMA_VERSION

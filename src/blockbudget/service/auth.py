@@ -43,6 +43,7 @@ from enum import Enum
 
 import sqlalchemy as sa
 
+from blockbudget.dbrevision import ensure_current
 from blockbudget.errors import BlockBudgetError, InvalidRequestError, UnknownBlockError
 from blockbudget.ledger import validate_context_name
 
@@ -227,10 +228,14 @@ class KeyStore:
 
     Args:
         engine: the database the ledger uses (SQLite or PostgreSQL).
+
+    Raises:
+        SchemaRevisionError: the database needs ``blockbudget db upgrade``.
     """
 
     def __init__(self, engine: sa.Engine) -> None:
         self._engine = engine
+        ensure_current(engine)
         service_metadata.create_all(engine, checkfirst=True)
 
     # --- principals ----------------------------------------------------------------------------

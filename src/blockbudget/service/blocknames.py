@@ -54,6 +54,7 @@ from typing import TypeVar
 
 import sqlalchemy as sa
 
+from blockbudget.dbrevision import ensure_current
 from blockbudget.errors import (
     BlockBudgetError,
     BudgetExceededError,
@@ -92,6 +93,7 @@ def _sees_schema(me: Principal | None, stream: str) -> bool:
 
 def _load_secret(engine: sa.Engine) -> bytes:
     """The service's block-name secret, created on first use (the first writer wins)."""
+    ensure_current(engine)
     secrets_table.create(engine, checkfirst=True)
     query = sa.select(secrets_table.c.value).where(secrets_table.c.name == _SECRET_NAME)
     with engine.connect() as conn:

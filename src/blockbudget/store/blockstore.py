@@ -108,7 +108,11 @@ class BlockStore:
         # Committed facts that never change: a stream's spec, and its schema once set.
         self._specs: dict[str, StreamSpec] = {}
         self._schemas: dict[str, pa.Schema] = {}
-        catalog.create_tables(self._engine)
+        try:
+            catalog.create_tables(self._engine)
+        except BaseException:
+            self.dispose()
+            raise
 
     @property
     def engine(self) -> Engine:

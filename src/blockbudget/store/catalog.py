@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
+from blockbudget.dbrevision import ensure_current
 from blockbudget.store.model import BlockMeta, StreamSpec
 
 metadata = sa.MetaData()
@@ -62,8 +63,8 @@ blocks_table = sa.Table(
 )
 
 #: The order :func:`select_blocks` lists a stream's blocks in, as an index, so that a walk from
-#: the newest block (:func:`select_newest_block_ids`) reads only the rows it returns. Added to
-#: existing databases by :func:`create_tables`.
+#: the newest block (:func:`select_newest_block_ids`) reads only the rows it returns (catalogs
+#: made before it existed get it from ``blockbudget db upgrade``).
 order_index = sa.Index(
     "ix_store_blocks_order",
     blocks_table.c.stream,
@@ -89,11 +90,17 @@ CHUNK = 500
 
 
 def create_tables(engine: Engine) -> None:
-    """Create the store's tables if missing (safe when several processes race to do it)."""
+    """Create the store's tables if missing (safe when several processes race to do it), once
+    the database's schema revision is found current (:func:`~blockbudget.dbrevision.
+    ensure_current`; a fresh database is stamped).
+
+    Raises:
+        SchemaRevisionError: the database needs ``blockbudget db upgrade``.
+    """
+    ensure_current(engine)
     for attempt in range(5):
         try:
             metadata.create_all(engine, checkfirst=True)
-            order_index.create(engine, checkfirst=True)  # catalogs made before it existed
             return
         except (OperationalError, ProgrammingError):
             if attempt == 4:

@@ -1,9 +1,9 @@
 """The task table ``service_tasks``: every task, in the ledger's own database.
 
 The table keeps its name and its first columns (tasks stored by earlier releases — plain
-budgets on named blocks — read back as ``kind=budget`` with a :class:`Named` selector), and
-gains ``kind``, ``selector``, ``demand``, ``work`` and ``result`` through a small idempotent
-add-column step (:func:`ensure_table`) that several processes may run at once.
+budgets on named blocks — read back as ``kind=budget`` with a :class:`Named` selector); the
+columns added since (``fingerprint``, ``kind``, ``selector``, ``demand``, ``work`` and
+``result``) reach an older table through ``blockbudget db upgrade`` (its baseline revision).
 
 Example:
     >>> import sqlalchemy as sa
@@ -27,6 +27,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
 from blockbudget.budget import Budget, Cost, cost_from_json
+from blockbudget.dbrevision import ensure_current
 from blockbudget.ledger import canonical_json
 from blockbudget.tasks.model import Task, TaskState, WorkKind
 from blockbudget.tasks.selectors import Named, selector_from_json
@@ -83,35 +84,16 @@ scheduler_table = sa.Table(
 #: ``[a-z0-9][a-z0-9_-]*``).
 DEFAULT_KEY = "*default"
 
-#: The columns added since the first release of the table, with their SQL types.
-_ADDED = {
-    "fingerprint": "VARCHAR(64)",
-    "kind": "VARCHAR(16)",
-    "selector": "TEXT",
-    "demand": "TEXT",
-    "work": "TEXT",
-    "result": "TEXT",
-}
-
 
 def ensure_table(engine: sa.Engine) -> None:
-    """Create the tables if missing and add the columns an older table lacks (idempotent;
-    safe when another process does the same at the same time)."""
+    """Create the tables if missing (idempotent; safe when another process does the same at
+    the same time), once the database's schema revision is found current.
+
+    Raises:
+        SchemaRevisionError: the database needs ``blockbudget db upgrade``.
+    """
+    ensure_current(engine)
     _create_tables(engine)
-
-    def missing() -> list[str]:
-        have = {c["name"] for c in sa.inspect(engine).get_columns(tasks_table.name)}
-        return [c for c in _ADDED if c not in have]
-
-    for column in missing():
-        try:
-            with engine.begin() as conn:
-                conn.execute(
-                    sa.text(f"ALTER TABLE {tasks_table.name} ADD COLUMN {column} {_ADDED[column]}")
-                )
-        except DBAPIError:
-            if column in missing():  # not another process adding it at the same time
-                raise
 
 
 def _create_tables(engine: sa.Engine, *, attempts: int = 3) -> None:

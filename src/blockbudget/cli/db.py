@@ -1,0 +1,123 @@
+"""``blockbudget db``: the schema revision of the platform's database, and upgrading it.
+
+``db upgrade`` brings a database to this release's schema (run it after installing a new
+release, before starting servers; a second run does nothing); ``db current`` shows where a
+database stands; ``db check`` exits 1 when the database needs ``db upgrade`` (or a newer
+release), 0 when this release can open it. Each takes ``--json``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from blockbudget.cli.common import DEFAULT_HOME, HomeOpt, JsonOpt, app, console, emit_json
+from blockbudget.cli.common import handle_errors as _handle_errors
+
+db_app = typer.Typer(
+    help="The database's schema revision: upgrade, current, check.", no_args_is_help=True
+)
+app.add_typer(db_app, name="db")
+
+DatabaseOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--database",
+        envvar="BLOCKBUDGET_DATABASE",
+        help="SQLAlchemy URL of the database (default: the SQLite file in --home).",
+    ),
+]
+
+
+def database_url(home: Path, database: str | None) -> str:
+    """The URL ``--database`` names, else the SQLite file of the platform in ``home``."""
+    return database or f"sqlite:///{(home / 'platform.db').resolve()}"
+
+
+def upgrade_command(home: Path, database: str | None) -> str:
+    """The ``db upgrade`` command line for this database (for messages)."""
+    return "blockbudget db upgrade " + (
+        f"--database {_hidden(database)}" if database else f"--home {home}"
+    )
+
+
+def _hidden(url: str) -> str:
+    import sqlalchemy as sa
+
+    return sa.engine.make_url(url).render_as_string(hide_password=True)
+
+
+@db_app.command("upgrade")
+@_handle_errors
+def upgrade(
+    home: HomeOpt = DEFAULT_HOME, database: DatabaseOpt = None, json: JsonOpt = False
+) -> None:
+    """Bring the database to this release's schema (a no-op when it is there already)."""
+    from blockbudget.migrations import upgrade as run_upgrade
+
+    if database is None:
+        home.mkdir(parents=True, exist_ok=True)
+    report = run_upgrade(database_url(home, database))
+    if json:
+        emit_json(report.to_json())
+        return
+    if report.applied:
+        console.print(
+            f"upgraded {report.database} from {report.before or 'no revision'} to "
+            f"{report.after} (ran {', '.join(report.applied)})",
+            markup=False,
+        )
+    else:
+        console.print(
+            f"{report.database} is at {report.after} already: nothing to do", markup=False
+        )
+
+
+@db_app.command("current")
+@_handle_errors
+def current(
+    home: HomeOpt = DEFAULT_HOME, database: DatabaseOpt = None, json: JsonOpt = False
+) -> None:
+    """Show the database's schema revision and this release's head."""
+    from blockbudget.migrations import status
+
+    found = status(database_url(home, database))
+    if json:
+        emit_json(found.to_json())
+        return
+    console.print(
+        f"{found.database}: revision {found.revision or '(none)'}, head {found.head} — "
+        f"{found.state.value}",
+        markup=False,
+    )
+
+
+@db_app.command("check")
+@_handle_errors
+def check(
+    home: HomeOpt = DEFAULT_HOME, database: DatabaseOpt = None, json: JsonOpt = False
+) -> None:
+    """Exit 0 when this release can open the database (current or empty), 1 when it needs
+    ``blockbudget db upgrade`` (or was written by a newer release)."""
+    from blockbudget.migrations import SchemaState, status
+
+    found = status(database_url(home, database))
+    if json:
+        emit_json(found.to_json())
+    elif found.usable:
+        console.print(f"{found.database}: {found.state.value} (head {found.head})", markup=False)
+    else:
+        hint = (
+            f"run `{upgrade_command(home, database)}`"
+            if found.state is SchemaState.BEHIND
+            else "a newer release wrote it"
+        )
+        console.print(
+            f"{found.database}: {found.state.value} (revision {found.revision or '(none)'}, "
+            f"head {found.head}): {hint}",
+            markup=False,
+        )
+    if not found.usable:
+        raise typer.Exit(code=1)
