@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -35,13 +36,20 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 from blockbudget.engine.plan import BlockFiles, ScanSource
 from blockbudget.errors import (
+    IngestIdConflictError,
     InvalidRequestError,
     StoreConflictError,
     StreamExistsError,
     UnknownBlockError,
 )
 from blockbudget.store import catalog
-from blockbudget.store.commit import PlanConflict, record_ingest
+from blockbudget.store.commit import (
+    AlreadyIngested,
+    IngestIdentity,
+    PlanConflict,
+    record_ingest,
+)
+from blockbudget.store.content import ContentHasher, check_ingest_id, hash_ingest_id
 from blockbudget.store.files import DataFiles, WrittenPart
 from blockbudget.store.inputs import (
     BATCH_ROWS,
@@ -54,16 +62,21 @@ from blockbudget.store.model import (
     BlockMeta,
     DataFormat,
     IngestReport,
+    OnOverlap,
+    OverlapReport,
     StreamSpec,
     Unit,
     check_stream_name,
     parse_block_id,
     utc_now,
 )
+from blockbudget.store.overlap import OverlapCheck
 from blockbudget.store.planning import (
     Target,
     backoff,
     coerce_format,
+    coerce_on_overlap,
+    fit_schema,
     plan_targets,
     require_known,
     retryable,
@@ -218,8 +231,19 @@ class BlockStore:
         batch_rows: int = BATCH_ROWS,
         max_open_writers: int = MAX_OPEN_WRITERS,
         buffer_bytes: int = BUFFER_BYTES,
+        ingest_id: str | None = None,
+        on_overlap: OnOverlap | str = OnOverlap.REFUSE,
     ) -> IngestReport:
-        """Add records to a stream, all or nothing, streaming them into the block files.
+        """Add records to a stream, all or nothing, streaming them into the block files;
+        idempotent per ingest id.
+
+        Every ingest has an id: ``ingest_id``, or by default ``"sha256:<content hash>"``
+        (:mod:`blockbudget.store.content`: the rows as stored, in input order). An id is
+        unique within its stream: an ingest whose id is committed already changes nothing and
+        returns the first ingest's report with ``repeat=True`` (of two concurrent ingests of
+        one id exactly one commits; the other gets the repeat); the same id with other
+        content is refused. Rows that repeat stored rows of their block key are governed by
+        ``on_overlap`` (:class:`OnOverlap`) and reported in ``overlap``.
 
         The input is read batch by batch; each batch is checked and its rows go to the part
         file of their block (one per block and ingest, unless more than ``max_open_writers``
@@ -239,10 +263,14 @@ class BlockStore:
             batch_rows: rows per batch read from a Parquet file or an in-memory input.
             max_open_writers: the most part files open for writing at once.
             buffer_bytes: the most bytes of rows buffered before they are written.
+            ingest_id: the caller's id of this ingest (1 to 128 characters of letters, digits
+                and ``._:@/+=-``); default: the content hash.
+            on_overlap: what to do with exact duplicates of stored rows (default REFUSE).
 
         Returns:
-            What was done: rows, new and appended blocks, late rows, rows per block, and the
-            blocks that ``close_after`` sealed.
+            What was done: rows, new and appended blocks, late rows, rows per block, the
+            blocks that ``close_after`` sealed, the ingest id and content hash, the overlap
+            with stored rows, and whether this was a repeat (then: what the first one did).
 
         Raises:
             UnknownBlockError: when the stream does not exist.
@@ -254,8 +282,13 @@ class BlockStore:
             StoreConflictError: if other writers kept winning the race for this stream, or
                 a :meth:`vacuum` deleted a staged part file before the commit (an ingest that
                 ran longer than its ``older_than``). Nothing is written then; retry.
+            IngestIdConflictError: the ingest id names a committed ingest of other content.
+            DuplicateRowsError: under ``on_overlap`` REFUSE, rows equal to stored rows.
         """
         fmt = coerce_format(format, data)
+        policy = coerce_on_overlap(on_overlap)
+        if ingest_id is not None:
+            check_ingest_id(ingest_id)
         if batch_rows < 1 or max_open_writers < 1 or buffer_bytes < 0:
             raise InvalidRequestError(
                 "ingest needs batch_rows >= 1, max_open_writers >= 1 and buffer_bytes >= 0; got "
@@ -266,6 +299,13 @@ class BlockStore:
         schema = None if row.schema_bytes is None else schema_from_bytes(row.schema_bytes)
         batches, source = open_batches(data, fmt=fmt, schema=schema, batch_rows=batch_rows)
         limits = WriterLimits(max_open=max_open_writers, buffer_bytes=buffer_bytes)
+        hasher = ContentHasher()
+        if ingest_id is not None:
+            done = self._ingested(stream, ingest_id)
+            if done is not None:  # read the input only to compare it: nothing is written
+                for batch in batches:
+                    hasher.update(fit_schema(batch, schema, stream=stream, source=source))
+                return self._repeat(stream, ingest_id, hasher.hexdigest(), done)
 
         def snapshot(keys: Sequence[str]) -> tuple[int | None, dict[str, tuple[int, bool]]]:
             with self._engine.connect() as conn:
@@ -275,20 +315,67 @@ class BlockStore:
                 raise UnknownBlockError(f"no stream {stream!r}")
             return state.closed_until, latest
 
-        staged = stage(self._files, spec, schema, batches, source, snapshot, limits)
+        staged = stage(self._files, spec, schema, batches, source, snapshot, limits, hasher.update)
+        content = hasher.hexdigest()
+        identity = IngestIdentity(ingest_id or hash_ingest_id(content), content)
         if staged.rows == 0:
-            return IngestReport(stream=stream, source=source, rows=0)
-        return self._commit_ingest(spec, staged, limits)
+            self._cleanup(staged, set())
+            return IngestReport(
+                stream=stream,
+                source=source,
+                rows=0,
+                ingest_id=identity.ingest_id,
+                content_hash=content,
+                overlap=OverlapReport(policy=policy),
+            )
+        done = self._ingested(stream, identity.ingest_id)
+        if done is not None:
+            self._cleanup(staged, set())
+            return self._repeat(stream, identity.ingest_id, content, done)
+        try:
+            return self._commit_ingest(spec, staged, limits, identity, OverlapCheck(policy))
+        except AlreadyIngested as exc:  # a concurrent ingest of this id committed first
+            return self._repeat(stream, identity.ingest_id, content, exc.row)
+
+    def _ingested(self, stream: str, ingest_id: str) -> catalog.IngestRow | None:
+        with self._engine.connect() as conn:
+            return catalog.select_ingest(conn, stream, ingest_id)
+
+    def _repeat(
+        self, stream: str, ingest_id: str, content_hash: str, done: catalog.IngestRow
+    ) -> IngestReport:
+        """The answer to an ingest whose id is committed: the first report, marked a repeat
+        (and counted in the catalog), or a refusal when the content differs."""
+        if done.content_hash != content_hash:
+            raise IngestIdConflictError(
+                f"ingest id {ingest_id!r} of stream {stream!r} names an ingest of other "
+                f"content (content hash {done.content_hash[:16]}…, this input's "
+                f"{content_hash[:16]}…); an ingest id names one content; nothing was ingested"
+            )
+        self._transaction(lambda conn: catalog.note_repeat(conn, stream, ingest_id, utc_now()))
+        return replace(done.report, repeat=True)
 
     def _commit_ingest(
-        self, spec: StreamSpec, staged: Staged, limits: WriterLimits
+        self,
+        spec: StreamSpec,
+        staged: Staged,
+        limits: WriterLimits,
+        identity: IngestIdentity,
+        overlap: OverlapCheck,
     ) -> IngestReport:
         stream = spec.name
-        keys, counts = staged.ordered()
         report: IngestReport | None = None
         synced: set[str] = set()
         try:
             for attempt in range(MAX_ATTEMPTS):
+                written = [k for k in staged.keys if k in staged.parts]
+                with self._engine.connect() as conn:
+                    state = catalog.select_stream(conn, stream)
+                    stored = catalog.select_key_parts(conn, stream, written)
+                if state is None:
+                    raise UnknownBlockError(f"no stream {stream!r}")
+                overlap.run(self._files, stream, staged, stored)
+                keys, counts = staged.ordered()
                 with self._engine.connect() as conn:
                     state = catalog.select_stream(conn, stream)
                     latest = catalog.latest_blocks(conn, stream, [k.key for k in keys])
@@ -306,7 +393,9 @@ class BlockStore:
                 synced.update(paths)
                 try:
                     with self._engine.begin() as conn:
-                        report = record_ingest(conn, spec, staged, plan, self._files.missing)
+                        report = record_ingest(
+                            conn, spec, staged, plan, self._files.missing, identity, overlap
+                        )
                 except PlanConflict:
                     pass
                 except (OperationalError, IntegrityError) as exc:
