@@ -141,7 +141,7 @@ def test_ingest_accepts_records_and_refuses_bad_data(seeded: Seeded, client: Tes
             ]
         },
     )
-    assert r.status_code == 200 and r.json()["new_blocks"] == ["flights/2013-01-09"]
+    assert r.status_code == 201 and r.json()["new_blocks"] == ["flights/2013-01-09"]
     before = ledger_snapshot(seeded.platform)
     for kind, body in [
         ("text/csv", b"nope\n1\n"),

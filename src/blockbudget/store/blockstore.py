@@ -368,17 +368,12 @@ class BlockStore:
         synced: set[str] = set()
         try:
             for attempt in range(MAX_ATTEMPTS):
-                written = [k for k in staged.keys if k in staged.parts]
-                with self._engine.connect() as conn:
-                    state = catalog.select_stream(conn, stream)
-                    stored = catalog.select_key_parts(conn, stream, written)
-                if state is None:
-                    raise UnknownBlockError(f"no stream {stream!r}")
-                overlap.run(self._files, stream, staged, stored)
                 keys, counts = staged.ordered()
+                written = [k.key for k in keys if k.key in staged.parts]
                 with self._engine.connect() as conn:
                     state = catalog.select_stream(conn, stream)
                     latest = catalog.latest_blocks(conn, stream, [k.key for k in keys])
+                    stored = catalog.select_key_parts(conn, stream, written)
                 if state is None:
                     raise UnknownBlockError(f"no stream {stream!r}")
                 assert staged.schema is not None
@@ -386,7 +381,11 @@ class BlockStore:
                     fixed = schema_from_bytes(state.schema_bytes)
                     if not staged.schema.equals(fixed):  # a concurrent first ingest won
                         staged = restage(self._files, spec, staged, fixed, limits)
-                plan = plan_targets(spec, keys, counts, latest, state.closed_until, staged.source)
+                closed = state.closed_until
+                plan_targets(spec, keys, counts, latest, closed, staged.source)  # late REJECT
+                overlap.run(self._files, stream, staged, stored)  # may leave rows out
+                keys, counts = staged.ordered()
+                plan = plan_targets(spec, keys, counts, latest, closed, staged.source)
                 self._place(staged, plan)
                 paths = [p.path for t in plan for p in staged.parts[t.key.key][1]]
                 self._files.sync([p for p in paths if p not in synced])
