@@ -24,7 +24,7 @@ def big(seeded: Seeded, client: TestClient) -> str:
         headers={**h, "Content-Type": "text/csv"},
         content=seeded.csv.read_bytes(),
     )
-    assert r.status_code == 200
+    assert r.status_code == 201
     r = client.put("/v1/principals/ana/streams/big", headers=h, json={"permission": "read"})
     assert r.status_code == 200
     return "big"
