@@ -63,8 +63,8 @@ def test_overlaps_are_refused_by_default_and_reported(tmp_path: Path) -> None:
     out = " ".join(_run("ingest", "s", two, "--on-overlap", "skip-duplicates", *home).split())
     assert "ingested 3 rows: 0 new block(s), 1 appended" in out
     assert (
-        "5 row(s) fell in blocks that already had rows (2024-03-01); 2 were exact duplicates, 2 skipped"
-        in out
+        "5 row(s) fell in blocks that already had rows (2024-03-01); "
+        "2 were exact duplicates, 2 skipped" in out
     )
     r = runner.invoke(app, ["ingest", "s", two, "--ingest-id", "one", *home])
     assert r.exit_code == 2 and "IngestIdConflictError" in r.output
