@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -36,21 +35,14 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 from blockbudget.engine.plan import BlockFiles, ScanSource
 from blockbudget.errors import (
-    IngestIdConflictError,
     InvalidRequestError,
-    StoreConflictError,
     StreamExistsError,
     UnknownBlockError,
 )
 from blockbudget.store import catalog
-from blockbudget.store.commit import (
-    AlreadyIngested,
-    IngestIdentity,
-    PlanConflict,
-    record_ingest,
-)
-from blockbudget.store.content import ContentHasher, check_ingest_id, hash_ingest_id
-from blockbudget.store.files import DataFiles, WrittenPart
+from blockbudget.store.content import check_ingest_id
+from blockbudget.store.files import DataFiles
+from blockbudget.store.ingesting import MAX_ATTEMPTS, IngestRun
 from blockbudget.store.inputs import (
     BATCH_ROWS,
     IngestData,
@@ -63,30 +55,23 @@ from blockbudget.store.model import (
     DataFormat,
     IngestReport,
     OnOverlap,
-    OverlapReport,
     StreamSpec,
     Unit,
     check_stream_name,
     parse_block_id,
     utc_now,
 )
-from blockbudget.store.overlap import OverlapCheck
 from blockbudget.store.planning import (
-    Target,
     backoff,
     coerce_format,
     coerce_on_overlap,
-    fit_schema,
-    plan_targets,
     require_known,
     retryable,
     unique_ids,
 )
-from blockbudget.store.staging import Staged, WriterLimits, restage, stage
+from blockbudget.store.staging import WriterLimits
 from blockbudget.store.writers import BUFFER_BYTES, MAX_OPEN_WRITERS
 
-#: How many times an ingest re-plans after losing a race before giving up.
-MAX_ATTEMPTS = 60
 _T = TypeVar("_T")
 
 
@@ -299,154 +284,8 @@ class BlockStore:
         schema = None if row.schema_bytes is None else schema_from_bytes(row.schema_bytes)
         batches, source = open_batches(data, fmt=fmt, schema=schema, batch_rows=batch_rows)
         limits = WriterLimits(max_open=max_open_writers, buffer_bytes=buffer_bytes)
-        hasher = ContentHasher()
-        if ingest_id is not None:
-            done = self._ingested(stream, ingest_id)
-            if done is not None:  # read the input only to compare it: nothing is written
-                for batch in batches:
-                    hasher.update(fit_schema(batch, schema, stream=stream, source=source))
-                return self._repeat(stream, ingest_id, hasher.hexdigest(), done)
-
-        def snapshot(keys: Sequence[str]) -> tuple[int | None, dict[str, tuple[int, bool]]]:
-            with self._engine.connect() as conn:
-                state = catalog.select_stream(conn, stream)
-                latest = catalog.latest_blocks(conn, stream, list(keys))
-            if state is None:
-                raise UnknownBlockError(f"no stream {stream!r}")
-            return state.closed_until, latest
-
-        staged = stage(self._files, spec, schema, batches, source, snapshot, limits, hasher.update)
-        content = hasher.hexdigest()
-        identity = IngestIdentity(ingest_id or hash_ingest_id(content), content)
-        if staged.rows == 0:
-            self._cleanup(staged, set())
-            return IngestReport(
-                stream=stream,
-                source=source,
-                rows=0,
-                ingest_id=identity.ingest_id,
-                content_hash=content,
-                overlap=OverlapReport(policy=policy),
-            )
-        done = self._ingested(stream, identity.ingest_id)
-        if done is not None:
-            self._cleanup(staged, set())
-            return self._repeat(stream, identity.ingest_id, content, done)
-        try:
-            return self._commit_ingest(spec, staged, limits, identity, OverlapCheck(policy))
-        except AlreadyIngested as exc:  # a concurrent ingest of this id committed first
-            return self._repeat(stream, identity.ingest_id, content, exc.row)
-
-    def _ingested(self, stream: str, ingest_id: str) -> catalog.IngestRow | None:
-        with self._engine.connect() as conn:
-            return catalog.select_ingest(conn, stream, ingest_id)
-
-    def _repeat(
-        self, stream: str, ingest_id: str, content_hash: str, done: catalog.IngestRow
-    ) -> IngestReport:
-        """The answer to an ingest whose id is committed: the first report, marked a repeat
-        (and counted in the catalog), or a refusal when the content differs."""
-        if done.content_hash != content_hash:
-            raise IngestIdConflictError(
-                f"ingest id {ingest_id!r} of stream {stream!r} names an ingest of other "
-                f"content (content hash {done.content_hash[:16]}…, this input's "
-                f"{content_hash[:16]}…); an ingest id names one content; nothing was ingested"
-            )
-        self._transaction(lambda conn: catalog.note_repeat(conn, stream, ingest_id, utc_now()))
-        return replace(done.report, repeat=True)
-
-    def _commit_ingest(
-        self,
-        spec: StreamSpec,
-        staged: Staged,
-        limits: WriterLimits,
-        identity: IngestIdentity,
-        overlap: OverlapCheck,
-    ) -> IngestReport:
-        stream = spec.name
-        report: IngestReport | None = None
-        synced: set[str] = set()
-        try:
-            for attempt in range(MAX_ATTEMPTS):
-                keys, counts = staged.ordered()
-                written = [k.key for k in keys if k.key in staged.parts]
-                with self._engine.connect() as conn:
-                    state = catalog.select_stream(conn, stream)
-                    latest = catalog.latest_blocks(conn, stream, [k.key for k in keys])
-                    stored = catalog.select_key_parts(conn, stream, written)
-                if state is None:
-                    raise UnknownBlockError(f"no stream {stream!r}")
-                assert staged.schema is not None
-                if state.schema_bytes is not None:
-                    fixed = schema_from_bytes(state.schema_bytes)
-                    if not staged.schema.equals(fixed):  # a concurrent first ingest won
-                        staged = restage(self._files, spec, staged, fixed, limits)
-                closed = state.closed_until
-                plan_targets(spec, keys, counts, latest, closed, staged.source)  # late REJECT
-                overlap.run(self._files, stream, staged, stored)  # may leave rows out
-                keys, counts = staged.ordered()
-                plan = plan_targets(spec, keys, counts, latest, closed, staged.source)
-                self._place(staged, plan)
-                paths = [p.path for t in plan for p in staged.parts[t.key.key][1]]
-                self._files.sync([p for p in paths if p not in synced])
-                synced.update(paths)
-                try:
-                    with self._engine.begin() as conn:
-                        report = record_ingest(
-                            conn, spec, staged, plan, self._files.missing, identity, overlap
-                        )
-                except PlanConflict:
-                    pass
-                except (OperationalError, IntegrityError) as exc:
-                    if not retryable(exc):
-                        raise
-                if report is not None:
-                    self._cleanup(staged, set(paths))
-                    return report
-                backoff(attempt)
-            raise StoreConflictError(
-                f"ingest into stream {stream!r} lost the race to other writers {MAX_ATTEMPTS} "
-                "times; nothing was written"
-            )
-        except BaseException:
-            self._cleanup(staged, None)
-            raise
-
-    def _place(self, staged: Staged, plan: tuple[Target, ...]) -> None:
-        """Move staged files whose block's seq changed since staging (a block was sealed or
-        created meanwhile) into the planned seq's directory."""
-        for t in plan:
-            entry = staged.parts.get(t.key.key)
-            if entry is None:  # cannot happen: a key late at staging stays late
-                raise StoreConflictError(
-                    f"ingest: rows for key {t.key.key!r} were late when read but are not now, "
-                    "which blocks never allow (was the catalog edited?); nothing was written"
-                )
-            seq, parts = entry
-            if seq != t.seq:
-                moved = [
-                    WrittenPart(self._files.move_part(p.path, t.seq), p.rows, p.nbytes)
-                    for p in parts
-                ]
-                staged.paths.extend(p.path for p in moved)
-                staged.parts[t.key.key] = (t.seq, moved)
-
-    def _cleanup(self, staged: Staged, keep: set[str] | None) -> None:
-        """Delete the part files this ingest wrote that the catalog does not reference.
-
-        ``keep`` lists the committed paths after a success; after a failure (None) the catalog
-        is asked, in case a commit went through although its acknowledgement was lost.
-        """
-        paths = list(dict.fromkeys(staged.paths))
-        if not paths:
-            return
-        if keep is None:
-            try:
-                with self._engine.connect() as conn:
-                    keep = catalog.registered(conn, paths)
-            except sa.exc.SQLAlchemyError:
-                return  # the database is unreachable: leave orphans (vacuum) rather than guess
-        self._files.remove_parts([p for p in paths if p not in keep])
+        run = IngestRun(self._engine, self._files, self._transaction, spec, limits)
+        return run.run(batches, source, schema=schema, ingest_id=ingest_id, policy=policy)
 
     # ----------------------------------------------------------------------------- sealing
 
