@@ -6,7 +6,9 @@ block are appended as a new part file, rows for a sealed block (or a closed wind
 stream's :class:`LatePolicy`; :meth:`BlockStore.seal` freezes blocks before their data first
 leaves in a grant; :meth:`BlockStore.read` assembles the rows of chosen blocks.
 
-Atomicity and concurrency. An ingest streams its input batch by batch
+Atomicity and concurrency. An ingest (run by :mod:`blockbudget.store.ingesting`, idempotent per
+ingest id, with its overlap check in :mod:`blockbudget.store.overlap`) streams its input batch by
+batch
 (:mod:`blockbudget.store.staging`): each batch is checked, its rows grouped by block key and
 appended to the part files of their blocks (:mod:`blockbudget.store.writers`, bounded memory),
 each key's block planned from a snapshot of the catalog when the key first appears. Once the
