@@ -13,7 +13,7 @@ import pytest
 from blockbudget.budget import Budget
 from blockbudget.errors import InvalidRequestError, UnknownBlockError
 from blockbudget.platform import Last, Platform
-from blockbudget.store import Blocking, LatePolicy, Unit
+from blockbudget.store import Blocking, LatePolicy, OnOverlap, Unit
 
 DAY = timedelta(days=1)
 START = datetime(2024, 1, 1, 12, tzinfo=UTC)
@@ -77,7 +77,9 @@ def test_last_skips_retired_blocks_even_when_not_asked_to_afford(platform: Platf
 def test_named_blocks_by_id_and_by_key_with_late_blocks(platform: Platform) -> None:
     ids = _ids(platform)
     platform.store.seal(ids[:1])
-    platform.ingest("d", _days(1))  # a late row for the sealed first day: block #2 of its key
+    platform.ingest(
+        "d", _days(1), on_overlap=OnOverlap.APPEND
+    )  # a late row for the sealed first day: block #2 of its key
     first_key = platform.store.block(ids[0]).key
     late = [m.block_id for m in platform.store.blocks("d") if m.key == first_key]
     assert len(late) == 2 and late[0] == ids[0]

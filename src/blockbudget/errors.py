@@ -233,7 +233,19 @@ class DataError(BlockBudgetError, ValueError):
 
 class StoreConflictError(BlockBudgetError):
     """An ingest could not commit because other writers kept changing the same stream's
-    catalog entries; nothing was written. Retrying later is safe."""
+    catalog entries; nothing was written. Retrying later is safe. Its subclasses are ingests
+    that conflict with what the stream holds, which a retry does not change (HTTP 409 all)."""
+
+
+class IngestIdConflictError(StoreConflictError):
+    """An ingest id already names a committed ingest of other content (an ingest id names
+    exactly one content: a repeat with the same rows is answered with the first ingest's
+    report; anything else is this error and changes nothing)."""
+
+
+class DuplicateRowsError(StoreConflictError):
+    """An ingest under ``on_overlap`` REFUSE has rows equal in every column to rows its stream
+    already holds under the same block key; nothing was written."""
 
 
 class SchemaRevisionError(InvalidRequestError):

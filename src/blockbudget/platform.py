@@ -55,6 +55,7 @@ from blockbudget.store import (
     BlockStore,
     IngestReport,
     LatePolicy,
+    OnOverlap,
     StreamSpec,
     Unit,
 )
@@ -219,16 +220,38 @@ class Platform:
 
     # --- data ----------------------------------------------------------------------------------
 
-    def ingest(self, stream: str, data: IngestData, *, format: str | None = None) -> IngestReport:
+    def ingest(
+        self,
+        stream: str,
+        data: IngestData,
+        *,
+        format: str | None = None,
+        ingest_id: str | None = None,
+        on_overlap: OnOverlap | str = OnOverlap.REFUSE,
+    ) -> IngestReport:
         """Add rows to a stream's blocks; every new block starts with the stream's full budget.
 
         ``data`` is anything :meth:`BlockStore.ingest` takes (files and batch streams are read
-        batch by batch)."""
-        report = self.store.ingest(stream, data, format=format)
-        self._register_blocks(stream, report.new_blocks)
+        batch by batch). Idempotent per ``ingest_id`` (default: the content hash): a repeat
+        changes nothing and returns the first report with ``repeat=True``; exact duplicates
+        of stored rows follow ``on_overlap`` (default: refuse). See :meth:`BlockStore.ingest`.
+
+        Example:
+            >>> first = p.ingest("flights", "jan.csv")  # doctest: +SKIP
+            >>> p.ingest("flights", "jan.csv").repeat, first.ingest_id  # doctest: +SKIP
+            (True, 'sha256:…')
+        """
+        report = self.store.ingest(
+            stream, data, format=format, ingest_id=ingest_id, on_overlap=on_overlap
+        )
+        # Under the ingest's own request id: a repeat replays it (no write), and registers the
+        # blocks if the first ingest stopped between its store commit and this call.
+        self._register_blocks(stream, report.new_blocks, request_id=_ingest_request(report))
         return report
 
-    def _register_blocks(self, stream: str, block_ids: Sequence[str]) -> None:
+    def _register_blocks(
+        self, stream: str, block_ids: Sequence[str], *, request_id: str | None = None
+    ) -> None:
         if not block_ids:
             return
         spec = self.stream(stream)
@@ -238,6 +261,7 @@ class Platform:
             capacity=spec.policy,
             accounting=spec.accounting,
             slack_delta=spec.slack_delta,
+            request_id=request_id,
         )
 
     def reconcile(self, stream: str) -> list[str]:
@@ -623,3 +647,8 @@ class Platform:
     def close(self) -> None:
         self.ledger.dispose()
         self.store.dispose()
+
+
+def _ingest_request(report: IngestReport) -> str | None:
+    """The ledger request id that registers an ingest's new blocks."""
+    return f"ingest:{report.stream}:{report.ingest_id}" if report.ingest_id else None

@@ -95,7 +95,7 @@ def seed(home: Path, *, database_url: str | None = None, group_commit: bool = Tr
             headers={**h_owner, "Content-Type": "text/csv"},
             content=seeded.csv.read_bytes(),
         )
-        assert r.status_code == 200, r.text
+        assert r.status_code == 201, r.text
         h_admin = seeded.headers(seeded.admin)
         r = client.post("/v1/streams", headers=h_admin, json={"name": "secret", "epsilon": 1.0})
         assert r.status_code == 201, r.text
@@ -104,7 +104,7 @@ def seed(home: Path, *, database_url: str | None = None, group_commit: bool = Tr
             headers={**h_admin, "Content-Type": "text/csv"},
             content=flights_csv(home / "secret.csv", days=2, start_day=10).read_bytes(),
         )
-        assert r.status_code == 200, r.text
+        assert r.status_code == 201, r.text
     keys.grant("ana", "flights", Permission.READ)
     keys.grant("bob", "secret", Permission.READ)
     return seeded
@@ -226,7 +226,7 @@ def owned_stream(
         headers={**ho, "Content-Type": "text/csv"},
         content=csv.encode(),
     )
-    assert r.status_code == 200, r.text
+    assert r.status_code == 201, r.text
     seeded.keys.grant("ana", name, Permission.READ)
     if by == "user" and ids_known:
         make_known(seeded.platform, name)

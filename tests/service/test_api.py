@@ -24,7 +24,7 @@ def big(seeded: Seeded, client: TestClient) -> str:
         headers={**h, "Content-Type": "text/csv"},
         content=seeded.csv.read_bytes(),
     )
-    assert r.status_code == 200
+    assert r.status_code == 201
     r = client.put("/v1/principals/ana/streams/big", headers=h, json={"permission": "read"})
     assert r.status_code == 200
     return "big"
@@ -143,7 +143,7 @@ def test_ingest_accepts_records_and_refuses_bad_data(seeded: Seeded, client: Tes
             ]
         },
     )
-    assert r.status_code == 200 and r.json()["new_blocks"] == ["flights/2013-01-09"]
+    assert r.status_code == 201 and r.json()["new_blocks"] == ["flights/2013-01-09"]
     before = ledger_snapshot(seeded.platform)
     for kind, body in [
         ("text/csv", b"nope\n1\n"),

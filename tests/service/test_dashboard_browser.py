@@ -160,7 +160,7 @@ def test_dashboard_in_headless_chromium(tmp_path: Path) -> None:
                     headers={**h_root, "Content-Type": "text/csv"},
                     content=_full_flights(RESULTS.parent / "full-flights.csv"),
                 )
-                assert r.status_code == 200, r.text
+                assert r.status_code == 201, r.text
                 seeded.keys.grant("ana", "full", Permission.READ)
                 r = api.post(
                     "/v1/streams/full/pipelines",

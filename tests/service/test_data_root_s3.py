@@ -46,7 +46,7 @@ def test_serve_with_an_s3_data_root_answers_a_query(s3_root: str, tmp_path: Path
                 headers={"Content-Type": "text/csv"},
                 content=csv.read_bytes(),
             )
-            assert r.status_code == 200, r.text
+            assert r.status_code == 201, r.text
             r = client.post(
                 "/v1/streams/flights/queries/count",
                 json={"epsilon": BIG, "context": "team", "last": 2},

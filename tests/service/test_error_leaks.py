@@ -70,7 +70,7 @@ def test_a_cell_value_in_a_failing_pipeline_or_query_reaches_no_response(
             {**ho, "Content-Type": "text/csv"},
             content=_flights_with_marker(tmp_path / "leaky.csv"),
         )
-        assert r.status_code == 200, r.text
+        assert r.status_code == 201, r.text
         seen.pop()  # the owner's own upload echoed back would be fine; it is not the point
         seeded.keys.grant("ana", "leaky", Permission.READ)
         seeded.keys.set_contexts("olga", ("team-a",))

@@ -50,7 +50,7 @@ def test_pipeline_queue_end_to_end(seeded: Seeded, client: TestClient, tmp_path:
         headers={**hroot, **csv},
         content=_full_flights(tmp_path / "a.csv", 1, 1),
     )
-    assert r.status_code == 200 and len(r.json()["new_blocks"]) == 1
+    assert r.status_code == 201 and len(r.json()["new_blocks"]) == 1
     seeded.keys.grant("ana", "full", Permission.READ)
     job = {"kind": "average-speed", "target": 150.0, "context": "team-a", "epsilon0": 0.25}
     # Refusals first: nothing queued, nothing charged.
@@ -104,7 +104,7 @@ def test_pipeline_queue_end_to_end(seeded: Seeded, client: TestClient, tmp_path:
             headers={**hroot, **csv},
             content=_full_flights(tmp_path / "b.csv", 2, 3),
         )
-        assert r.status_code == 200
+        assert r.status_code == 201
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             now = _settle(client, ha, job_id)
@@ -147,7 +147,7 @@ def test_one_rows_bad_cell_does_not_decide_whether_a_job_fails(
             headers={**hroot, "Content-Type": "text/csv"},
             content=_day_with(tmp_path / f"{name}.csv", cell),
         )
-        assert r.status_code == 200, r.text
+        assert r.status_code == 201, r.text
         seeded.keys.grant("ana", name, Permission.READ)
         # a target no model meets: every attempt is a RETRY, so the charges are deterministic
         job = {"kind": "adassp-regression", "target": 1e-9, "context": "team-a"}

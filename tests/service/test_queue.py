@@ -131,7 +131,7 @@ def test_rdp_stream_grants_exactly_what_the_filter_admits(seeded: Seeded) -> Non
             headers={**h, "Content-Type": "text/csv"},
             content=seeded.csv.read_bytes(),
         )
-        assert r.status_code == 200
+        assert r.status_code == 201
         seeded.keys.grant("ana", "r", Permission.READ)
         ids = [
             submit(c, seeded.analyst, "r", epsilon=0.5, context="team-a", last=1).json()["id"]

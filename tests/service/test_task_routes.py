@@ -281,7 +281,7 @@ def test_a_pipeline_task_is_listed_as_a_job_and_cancelled(seeded: Seeded, tmp_pa
             headers={**hroot, "Content-Type": "text/csv"},
             content=_full_flights(tmp_path / "a.csv", 1, 1),
         )
-        assert r.status_code == 200, r.text
+        assert r.status_code == 201, r.text
         seeded.keys.grant("ana", "full", Permission.READ)
         body = {
             "kind": "pipeline",

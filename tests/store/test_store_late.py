@@ -10,7 +10,7 @@ import pytest
 from store_helpers import POLICY, part_files, snapshot, sort_frame, time_spec
 
 from blockbudget import Accounting, DataError, InvalidRequestError, UnknownBlockError
-from blockbudget.store import Blocking, BlockStore, LatePolicy, StreamSpec
+from blockbudget.store import Blocking, BlockStore, LatePolicy, OnOverlap, StreamSpec
 
 
 def _day(frame: pd.DataFrame, day: int) -> pd.DataFrame:
@@ -60,10 +60,12 @@ def test_late_rows_new_block(store: BlockStore, three_days: pd.DataFrame, root: 
     )
     assert any(p.startswith("flights/2013-01-01/2/part-") for p in part_files(root))
     # more late rows go to the open late block; once it is sealed, to #3
-    again = store.ingest("flights", day1.iloc[:10])
+    again = store.ingest("flights", day1.iloc[:10], on_overlap=OnOverlap.APPEND)
     assert again.appended_blocks == ("flights/2013-01-01#2",) and again.late_rows == 10
     store.seal(["flights/2013-01-01#2"])
-    assert store.ingest("flights", day1.iloc[:5]).new_blocks == ("flights/2013-01-01#3",)
+    assert store.ingest("flights", day1.iloc[:5], on_overlap=OnOverlap.APPEND).new_blocks == (
+        "flights/2013-01-01#3",
+    )
     both = store.read_pandas(["flights/2013-01-01", "flights/2013-01-01#2"])
     want = pd.concat([day1, day1.iloc[:10]], ignore_index=True)
     pd.testing.assert_frame_equal(sort_frame(both), sort_frame(want))
@@ -81,7 +83,10 @@ def test_late_rows_reject(store: BlockStore, three_days: pd.DataFrame, root: Pat
     assert snapshot(store, root) == before  # nothing written: not even day 3 or day 2's rows
     assert store.block("flights/2013-01-01").rows == 500
     # without the late rows the same batch goes through
-    assert store.ingest("flights", pd.concat([day2.iloc[:3], day3])).rows == 3 + 914
+    assert (
+        store.ingest("flights", pd.concat([day2.iloc[:3], day3]), on_overlap=OnOverlap.APPEND).rows
+        == 3 + 914
+    )
 
 
 def test_close_after_seals_old_windows(store: BlockStore, three_days: pd.DataFrame) -> None:
@@ -94,7 +99,9 @@ def test_close_after_seals_old_windows(store: BlockStore, three_days: pd.DataFra
     assert [m.sealed for m in store.blocks("w")] == [True, False, False]
     with pytest.raises(DataError, match="sealed block w/2013-01-01"):
         store.ingest("w", day1.iloc[:1])
-    assert store.ingest("w", day2.iloc[:1]).appended_blocks == ("w/2013-01-02",)
+    assert store.ingest("w", day2.iloc[:1], on_overlap=OnOverlap.APPEND).appended_blocks == (
+        "w/2013-01-02",
+    )
     # a jump ahead closes everything older, including windows that never had a block
     later = day3.iloc[:2].assign(time_hour=[datetime(2013, 1, 10, 5), datetime(2013, 1, 10, 6)])
     assert store.ingest("w", later).sealed_blocks == ("w/2013-01-02", "w/2013-01-03")
@@ -107,7 +114,7 @@ def test_close_after_one_with_new_block(store: BlockStore, three_days: pd.DataFr
     day1, day2 = _day(three_days, 1), _day(three_days, 2)
     first = store.ingest("w", pd.concat([day1, day2]))
     assert first.sealed_blocks == ("w/2013-01-01",)  # day 2 is in the same batch
-    report = store.ingest("w", day1.iloc[:7])
+    report = store.ingest("w", day1.iloc[:7], on_overlap=OnOverlap.APPEND)
     # late rows for a closed window get a new block, sealed at once: the window stays closed
     assert report.new_blocks == ("w/2013-01-01#2",) and report.late_rows == 7
     assert report.sealed_blocks == ("w/2013-01-01#2",)

@@ -14,7 +14,7 @@ import pytest
 from store_helpers import part_files, snapshot, sort_frame, time_spec
 
 from blockbudget import DataError, InvalidRequestError
-from blockbudget.store import BlockStore, LatePolicy, catalog, files, inputs
+from blockbudget.store import BlockStore, LatePolicy, OnOverlap, catalog, files, inputs
 
 DAYS = ("flights/2013-01-01", "flights/2013-01-02", "flights/2013-01-03")
 
@@ -54,7 +54,7 @@ def test_csv_file_is_read_in_blocks(
     monkeypatch.setattr(inputs, "normalize", counting)
     store.create_stream(time_spec())
     store.ingest("flights", three_days.iloc[:10])  # fixes the schema from the frame's types
-    report = store.ingest("flights", path)
+    report = store.ingest("flights", path, on_overlap=OnOverlap.APPEND)
     assert len(seen) > 10 and max(seen) < 400 and sum(seen) == 10 + 2699
     assert report.rows == 2699
     got = store.read_pandas(list(DAYS))
@@ -123,7 +123,7 @@ def test_reject_counts_late_rows_of_every_batch(
     store.ingest("flights", three_days)
     store.seal(["flights/2013-01-01", "flights/2013-01-03"])
     with pytest.raises(DataError, match=r"1756 late row\(s\): 842 row\(s\) for sealed block"):
-        store.ingest("flights", three_days, batch_rows=100)
+        store.ingest("flights", three_days, batch_rows=100, ingest_id="again")
     assert [m.parts for m in store.blocks("flights")] == [1, 1, 1]
 
 

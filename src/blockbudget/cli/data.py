@@ -31,7 +31,7 @@ from blockbudget.cli.common import (
     utc,
 )
 from blockbudget.lowbudget import RETIRING_BELOW
-from blockbudget.store import Blocking, LatePolicy, Unit
+from blockbudget.store import Blocking, LatePolicy, OnOverlap, Unit
 
 if TYPE_CHECKING:
     from blockbudget.platform import Platform
@@ -316,12 +316,28 @@ def ingest(
     stream: str,
     path: Path,
     format: Annotated[str | None, typer.Option(help="csv or parquet (default: suffix).")] = None,
+    ingest_id: Annotated[
+        str | None,
+        typer.Option(
+            "--ingest-id",
+            help="This ingest's id (default: the content hash of the rows). The same id again "
+            "changes nothing; with other content it is refused.",
+        ),
+    ] = None,
+    on_overlap: Annotated[
+        OnOverlap,
+        typer.Option(
+            "--on-overlap",
+            help="Rows equal to rows already stored under their block key: refuse the "
+            "ingest, skip-duplicates (leave them out) or append them.",
+        ),
+    ] = OnOverlap.REFUSE,
     as_json: JsonOpt = False,
     home: HomeOpt = DEFAULT_HOME,
     server: ServerOpt = None,
     api_key: KeyOpt = None,
 ) -> None:
-    """Ingest a CSV or Parquet file into a stream's blocks (all rows or none)."""
+    """Ingest a CSV or Parquet file into a stream's blocks (all rows or none; idempotent)."""
     client = remote(server, api_key)
     if client is not None:
         upload = path
@@ -333,27 +349,40 @@ def ingest(
 
             upload = Path(tempfile.mkdtemp()) / "upload.csv"
             pd.read_parquet(path).to_csv(upload, index=False)
-        out = client.ingest_csv(stream, upload)
+        out = client.ingest_csv(stream, upload, ingest_id=ingest_id, on_overlap=on_overlap.value)
     else:
-        report = open_platform(home).ingest(stream, path, format=format)
-        out = {
-            "rows": report.rows,
-            "new_blocks": list(report.new_blocks),
-            "appended_blocks": list(report.appended_blocks),
-            "late_rows": report.late_rows,
-        }
+        report = open_platform(home).ingest(
+            stream, path, format=format, ingest_id=ingest_id, on_overlap=on_overlap
+        )
+        # the keys of the server's answer (the source and per-block rows stay local)
+        hidden = ("source", "stream", "block_rows")
+        out = {k: v for k, v in report.to_json().items() if k not in hidden}
     if as_json:
         emit_json(out)
         return
-    rows, new, appended, late = (
-        out["rows"],
-        len(out["new_blocks"]),
-        len(out["appended_blocks"]),
-        out["late_rows"],
+    console.print(escape(ingest_text(out)))
+
+
+def ingest_text(out: dict[str, Any]) -> str:
+    """What an ingest did (or, for a repeat, did the first time), in words."""
+    done = (
+        f"{out['rows']} rows: {len(out['new_blocks'])} new block(s), "
+        f"{len(out['appended_blocks'])} appended, {out['late_rows']} late row(s)"
     )
-    console.print(
-        f"ingested {rows} rows: {new} new block(s), {appended} appended, {late} late row(s)"
-    )
+    if out["repeat"]:
+        return f"already ingested as {done} (ingest id {out['ingest_id']}); nothing changed"
+    text = f"ingested {done} (ingest id {out['ingest_id']})"
+    overlap = out.get("overlap") or {}
+    if overlap.get("rows"):
+        text += (
+            f"\n{overlap['rows']} row(s) fell in blocks that already had rows"
+            f" ({', '.join(sorted(overlap['keys']))})"
+        )
+        if overlap.get("checked"):
+            text += f"; {overlap['duplicate_rows']} were exact duplicates"
+            if overlap.get("skipped_rows"):
+                text += f", {overlap['skipped_rows']} skipped"
+    return text
 
 
 @app.command()

@@ -14,7 +14,6 @@ ledger batches concurrent writes of all those threads into single durable transa
 """
 
 import os
-import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -58,6 +57,7 @@ from blockbudget.service.blocknames import BlockNames, Naming
 from blockbudget.service.charges import charge_json, register_charge_routes, scoped
 from blockbudget.service.dashboard import STATIC_DIR, page
 from blockbudget.service.dashboard_routes import block_out, register_dashboard_routes
+from blockbudget.service.ingest_routes import register_ingest_routes
 from blockbudget.service.queue_routes import (
     Pump,
     register_queue_routes,
@@ -311,39 +311,7 @@ def create_app(
         require_stream(me, stream)
         return stream_out(stream, me)
 
-    @app.post("/v1/streams/{stream}/ingest", tags=["streams"])
-    async def ingest(me: Auth, stream: str, request: Request) -> sc.IngestOut:
-        require_stream(me, stream, own=True)
-        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        raw = await request.body()
-        return await anyio.to_thread.run_sync(_ingest, stream, kind, raw)
-
-    def _ingest(stream: str, kind: str, raw: bytes) -> sc.IngestOut:
-        import pandas as pd
-        import pydantic
-
-        platform.stream(stream)
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "upload.csv"
-            if kind in ("text/csv", "application/csv"):
-                path.write_bytes(raw)
-            elif kind == "application/json":
-                try:
-                    body = sc.IngestIn.model_validate_json(raw)
-                except pydantic.ValidationError as exc:
-                    raise InvalidRequestError(f"ingest body: {exc.errors()[:3]}") from None
-                pd.DataFrame.from_records(body.records).to_csv(path, index=False)
-            else:
-                raise InvalidRequestError(
-                    f"ingest takes text/csv or application/json records, not {kind or 'nothing'!r}"
-                )
-            report = platform.ingest(stream, path, format="csv")
-        return sc.IngestOut(
-            rows=report.rows,
-            new_blocks=list(report.new_blocks),
-            appended_blocks=list(report.appended_blocks),
-            late_rows=report.late_rows,
-        )
+    register_ingest_routes(app, platform=platform, authenticate=authenticate)
 
     def contexts_for(me: Principal, asked: list[str] | None, *, owns: bool) -> list[str]:
         # A stream's owners see its budget in every context (they spend none of it); others

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from blockbudget.service.auth import Permission, Role
+from blockbudget.store.model import OnOverlap
 
 Name = Field(min_length=1, max_length=256)
 #: A request's context; omitted (None), it is the principal's only bound context (else 422).
@@ -126,13 +127,39 @@ class IngestIn(Strict):
     read exactly like a CSV file with those columns. ``text/csv`` bodies are accepted too."""
 
     records: list[dict[str, Any]] = Field(min_length=1, max_length=1_000_000)
+    ingest_id: str | None = Field(default=None, min_length=1, max_length=128)
+    on_overlap: OnOverlap | None = None
+
+
+class OverlapOut(BaseModel):
+    """How the rows overlapped stored rows: ``rows`` whose block key already had rows (per
+    key in ``keys``); under ``refuse`` and ``skip-duplicates`` (``checked``) the exact
+    duplicates of stored rows (per key in ``duplicates``) and those left out."""
+
+    policy: str
+    rows: int
+    keys: dict[str, int]
+    checked: bool
+    duplicate_rows: int
+    duplicates: dict[str, int]
+    skipped_rows: int
 
 
 class IngestOut(BaseModel):
+    """What an ingest did (201), or, with ``repeat`` true (200), what the first ingest of
+    this ``ingest_id`` did: nothing changed."""
+
     rows: int
     new_blocks: list[str]
     appended_blocks: list[str]
     late_rows: int
+    dropped_rows: int = 0
+    sealed_blocks: list[str] = []
+    ingest_id: str = ""
+    content_hash: str = ""
+    repeat: bool = False
+    ingested_at: datetime | None = None
+    overlap: OverlapOut | None = None
 
 
 class BlockOut(BaseModel):

@@ -6,7 +6,9 @@ block are appended as a new part file, rows for a sealed block (or a closed wind
 stream's :class:`LatePolicy`; :meth:`BlockStore.seal` freezes blocks before their data first
 leaves in a grant; :meth:`BlockStore.read` assembles the rows of chosen blocks.
 
-Atomicity and concurrency. An ingest streams its input batch by batch
+Atomicity and concurrency. An ingest (run by :mod:`blockbudget.store.ingesting`, idempotent per
+ingest id, with its overlap check in :mod:`blockbudget.store.overlap`) streams its input batch by
+batch
 (:mod:`blockbudget.store.staging`): each batch is checked, its rows grouped by block key and
 appended to the part files of their blocks (:mod:`blockbudget.store.writers`, bounded memory),
 each key's block planned from a snapshot of the catalog when the key first appears. Once the
@@ -36,13 +38,13 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from blockbudget.engine.plan import BlockFiles, ScanSource
 from blockbudget.errors import (
     InvalidRequestError,
-    StoreConflictError,
     StreamExistsError,
     UnknownBlockError,
 )
 from blockbudget.store import catalog
-from blockbudget.store.commit import PlanConflict, record_ingest
-from blockbudget.store.files import DataFiles, WrittenPart
+from blockbudget.store.content import check_ingest_id
+from blockbudget.store.files import DataFiles
+from blockbudget.store.ingesting import MAX_ATTEMPTS, IngestRun
 from blockbudget.store.inputs import (
     BATCH_ROWS,
     IngestData,
@@ -54,6 +56,7 @@ from blockbudget.store.model import (
     BlockMeta,
     DataFormat,
     IngestReport,
+    OnOverlap,
     StreamSpec,
     Unit,
     check_stream_name,
@@ -61,19 +64,16 @@ from blockbudget.store.model import (
     utc_now,
 )
 from blockbudget.store.planning import (
-    Target,
     backoff,
     coerce_format,
-    plan_targets,
+    coerce_on_overlap,
     require_known,
     retryable,
     unique_ids,
 )
-from blockbudget.store.staging import Staged, WriterLimits, restage, stage
+from blockbudget.store.staging import WriterLimits
 from blockbudget.store.writers import BUFFER_BYTES, MAX_OPEN_WRITERS
 
-#: How many times an ingest re-plans after losing a race before giving up.
-MAX_ATTEMPTS = 60
 _T = TypeVar("_T")
 
 
@@ -222,8 +222,19 @@ class BlockStore:
         batch_rows: int = BATCH_ROWS,
         max_open_writers: int = MAX_OPEN_WRITERS,
         buffer_bytes: int = BUFFER_BYTES,
+        ingest_id: str | None = None,
+        on_overlap: OnOverlap | str = OnOverlap.REFUSE,
     ) -> IngestReport:
-        """Add records to a stream, all or nothing, streaming them into the block files.
+        """Add records to a stream, all or nothing, streaming them into the block files;
+        idempotent per ingest id.
+
+        Every ingest has an id: ``ingest_id``, or by default ``"sha256:<content hash>"``
+        (:mod:`blockbudget.store.content`: the rows as stored, in input order). An id is
+        unique within its stream: an ingest whose id is committed already changes nothing and
+        returns the first ingest's report with ``repeat=True`` (of two concurrent ingests of
+        one id exactly one commits; the other gets the repeat); the same id with other
+        content is refused. Rows that repeat stored rows of their block key are governed by
+        ``on_overlap`` (:class:`OnOverlap`) and reported in ``overlap``.
 
         The input is read batch by batch; each batch is checked and its rows go to the part
         file of their block (one per block and ingest, unless more than ``max_open_writers``
@@ -243,10 +254,14 @@ class BlockStore:
             batch_rows: rows per batch read from a Parquet file or an in-memory input.
             max_open_writers: the most part files open for writing at once.
             buffer_bytes: the most bytes of rows buffered before they are written.
+            ingest_id: the caller's id of this ingest (1 to 128 characters of letters, digits
+                and ``._:@/+=-``); default: the content hash.
+            on_overlap: what to do with exact duplicates of stored rows (default REFUSE).
 
         Returns:
-            What was done: rows, new and appended blocks, late rows, rows per block, and the
-            blocks that ``close_after`` sealed.
+            What was done: rows, new and appended blocks, late rows, rows per block, the
+            blocks that ``close_after`` sealed, the ingest id and content hash, the overlap
+            with stored rows, and whether this was a repeat (then: what the first one did).
 
         Raises:
             UnknownBlockError: when the stream does not exist.
@@ -258,8 +273,13 @@ class BlockStore:
             StoreConflictError: if other writers kept winning the race for this stream, or
                 a :meth:`vacuum` deleted a staged part file before the commit (an ingest that
                 ran longer than its ``older_than``). Nothing is written then; retry.
+            IngestIdConflictError: the ingest id names a committed ingest of other content.
+            DuplicateRowsError: under ``on_overlap`` REFUSE, rows equal to stored rows.
         """
         fmt = coerce_format(format, data)
+        policy = coerce_on_overlap(on_overlap)
+        if ingest_id is not None:
+            check_ingest_id(ingest_id)
         if batch_rows < 1 or max_open_writers < 1 or buffer_bytes < 0:
             raise InvalidRequestError(
                 "ingest needs batch_rows >= 1, max_open_writers >= 1 and buffer_bytes >= 0; got "
@@ -270,99 +290,8 @@ class BlockStore:
         schema = None if row.schema_bytes is None else schema_from_bytes(row.schema_bytes)
         batches, source = open_batches(data, fmt=fmt, schema=schema, batch_rows=batch_rows)
         limits = WriterLimits(max_open=max_open_writers, buffer_bytes=buffer_bytes)
-
-        def snapshot(keys: Sequence[str]) -> tuple[int | None, dict[str, tuple[int, bool]]]:
-            with self._engine.connect() as conn:
-                state = catalog.select_stream(conn, stream)
-                latest = catalog.latest_blocks(conn, stream, list(keys))
-            if state is None:
-                raise UnknownBlockError(f"no stream {stream!r}")
-            return state.closed_until, latest
-
-        staged = stage(self._files, spec, schema, batches, source, snapshot, limits)
-        if staged.rows == 0:
-            return IngestReport(stream=stream, source=source, rows=0)
-        return self._commit_ingest(spec, staged, limits)
-
-    def _commit_ingest(
-        self, spec: StreamSpec, staged: Staged, limits: WriterLimits
-    ) -> IngestReport:
-        stream = spec.name
-        keys, counts = staged.ordered()
-        report: IngestReport | None = None
-        synced: set[str] = set()
-        try:
-            for attempt in range(MAX_ATTEMPTS):
-                with self._engine.connect() as conn:
-                    state = catalog.select_stream(conn, stream)
-                    latest = catalog.latest_blocks(conn, stream, [k.key for k in keys])
-                if state is None:
-                    raise UnknownBlockError(f"no stream {stream!r}")
-                assert staged.schema is not None
-                if state.schema_bytes is not None:
-                    fixed = schema_from_bytes(state.schema_bytes)
-                    if not staged.schema.equals(fixed):  # a concurrent first ingest won
-                        staged = restage(self._files, spec, staged, fixed, limits)
-                plan = plan_targets(spec, keys, counts, latest, state.closed_until, staged.source)
-                self._place(staged, plan)
-                paths = [p.path for t in plan for p in staged.parts[t.key.key][1]]
-                self._files.sync([p for p in paths if p not in synced])
-                synced.update(paths)
-                try:
-                    with self._engine.begin() as conn:
-                        report = record_ingest(conn, spec, staged, plan, self._files.missing)
-                except PlanConflict:
-                    pass
-                except (OperationalError, IntegrityError) as exc:
-                    if not retryable(exc):
-                        raise
-                if report is not None:
-                    self._cleanup(staged, set(paths))
-                    return report
-                backoff(attempt)
-            raise StoreConflictError(
-                f"ingest into stream {stream!r} lost the race to other writers {MAX_ATTEMPTS} "
-                "times; nothing was written"
-            )
-        except BaseException:
-            self._cleanup(staged, None)
-            raise
-
-    def _place(self, staged: Staged, plan: tuple[Target, ...]) -> None:
-        """Move staged files whose block's seq changed since staging (a block was sealed or
-        created meanwhile) into the planned seq's directory."""
-        for t in plan:
-            entry = staged.parts.get(t.key.key)
-            if entry is None:  # cannot happen: a key late at staging stays late
-                raise StoreConflictError(
-                    f"ingest: rows for key {t.key.key!r} were late when read but are not now, "
-                    "which blocks never allow (was the catalog edited?); nothing was written"
-                )
-            seq, parts = entry
-            if seq != t.seq:
-                moved = [
-                    WrittenPart(self._files.move_part(p.path, t.seq), p.rows, p.nbytes)
-                    for p in parts
-                ]
-                staged.paths.extend(p.path for p in moved)
-                staged.parts[t.key.key] = (t.seq, moved)
-
-    def _cleanup(self, staged: Staged, keep: set[str] | None) -> None:
-        """Delete the part files this ingest wrote that the catalog does not reference.
-
-        ``keep`` lists the committed paths after a success; after a failure (None) the catalog
-        is asked, in case a commit went through although its acknowledgement was lost.
-        """
-        paths = list(dict.fromkeys(staged.paths))
-        if not paths:
-            return
-        if keep is None:
-            try:
-                with self._engine.connect() as conn:
-                    keep = catalog.registered(conn, paths)
-            except sa.exc.SQLAlchemyError:
-                return  # the database is unreachable: leave orphans (vacuum) rather than guess
-        self._files.remove_parts([p for p in paths if p not in keep])
+        run = IngestRun(self._engine, self._files, self._transaction, spec, limits)
+        return run.run(batches, source, schema=schema, ingest_id=ingest_id, policy=policy)
 
     # ----------------------------------------------------------------------------- sealing
 

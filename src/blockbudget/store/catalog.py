@@ -24,7 +24,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from blockbudget.dbrevision import ensure_current
-from blockbudget.store.model import BlockMeta, StreamSpec
+from blockbudget.store.model import BlockMeta, IngestReport, StreamSpec
 
 metadata = sa.MetaData()
 
@@ -83,6 +83,22 @@ parts_table = sa.Table(
     sa.Column("byte_count", sa.BigInteger, nullable=False),
     sa.Column("created_at", sa.DateTime, nullable=False),
     sa.Index("ix_store_parts_block", "block_id"),
+)
+
+#: One row per committed ingest: its id (unique within the stream: a second commit of the same
+#: id fails on the primary key), the hash of its content, and the report it returned, which a
+#: repeat of the ingest returns again. ``repeats`` counts the repeats answered from this row.
+ingests_table = sa.Table(
+    "store_ingests",
+    metadata,
+    sa.Column("stream", sa.String(64), sa.ForeignKey("store_streams.name"), primary_key=True),
+    sa.Column("ingest_id", sa.String(128), primary_key=True),
+    sa.Column("content_hash", sa.String(64), nullable=False),
+    sa.Column("row_count", sa.BigInteger, nullable=False),
+    sa.Column("report", sa.Text, nullable=False),
+    sa.Column("created_at", sa.DateTime, nullable=False),
+    sa.Column("repeats", sa.BigInteger, nullable=False),
+    sa.Column("last_repeat_at", sa.DateTime, nullable=True),
 )
 
 #: SQLite's default limit on bound parameters is large in recent versions; stay well below.
@@ -401,3 +417,72 @@ def select_named_blocks(
         for key, block_id in rows:
             by_key.setdefault(key, []).append(block_id)
     return ids, by_key
+
+
+@dataclass(frozen=True)
+class IngestRow:
+    """A committed ingest: its content hash and the report it returned."""
+
+    content_hash: str
+    report: IngestReport
+    repeats: int
+
+
+def select_ingest(conn: Connection, stream: str, ingest_id: str) -> IngestRow | None:
+    """The committed ingest of that id into ``stream``, or None (a primary-key look-up)."""
+    t = ingests_table
+    row = conn.execute(
+        sa.select(t.c.content_hash, t.c.report, t.c.repeats).where(
+            t.c.stream == stream, t.c.ingest_id == ingest_id
+        )
+    ).first()
+    if row is None:
+        return None
+    return IngestRow(
+        content_hash=row.content_hash,
+        report=IngestReport.from_json(json.loads(row.report)),
+        repeats=int(row.repeats),
+    )
+
+
+def insert_ingest(conn: Connection, report: IngestReport, now: datetime) -> None:
+    """Record a committed ingest (its report as JSON)."""
+    conn.execute(
+        ingests_table.insert().values(
+            stream=report.stream,
+            ingest_id=report.ingest_id,
+            content_hash=report.content_hash,
+            row_count=report.rows,
+            report=json.dumps(report.to_json(), sort_keys=True),
+            created_at=now,
+            repeats=0,
+            last_repeat_at=None,
+        )
+    )
+
+
+def note_repeat(conn: Connection, stream: str, ingest_id: str, now: datetime) -> None:
+    """Count one more repeat of a committed ingest."""
+    t = ingests_table
+    conn.execute(
+        sa.update(t)
+        .where(t.c.stream == stream, t.c.ingest_id == ingest_id)
+        .values(repeats=t.c.repeats + 1, last_repeat_at=now)
+    )
+
+
+def select_key_parts(conn: Connection, stream: str, keys: Sequence[str]) -> dict[str, list[str]]:
+    """The part files of every block of each of ``keys`` (late blocks included), per key, in
+    commit order; keys without blocks are left out. Index look-ups of those keys only."""
+    b, p = blocks_table, parts_table
+    out: dict[str, list[str]] = {}
+    for part in chunks(list(keys)):
+        rows = conn.execute(
+            sa.select(b.c.block_key, p.c.path)
+            .join(p, p.c.block_id == b.c.block_id)
+            .where(b.c.stream == stream, b.c.block_key.in_(part))
+            .order_by(p.c.part_id)
+        )
+        for key, path in rows:
+            out.setdefault(key, []).append(path)
+    return out

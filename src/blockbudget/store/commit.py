@@ -9,6 +9,8 @@ ingest re-plans.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -17,6 +19,7 @@ from blockbudget.errors import StoreConflictError, UnknownBlockError
 from blockbudget.store import catalog
 from blockbudget.store.inputs import schema_from_bytes, schema_to_bytes
 from blockbudget.store.model import IngestReport, StreamSpec, Unit, make_block_id, utc_now
+from blockbudget.store.overlap import OverlapCheck
 from blockbudget.store.planning import Target, block_values, plan_targets
 from blockbudget.store.staging import Staged
 
@@ -25,12 +28,31 @@ class PlanConflict(Exception):
     """The catalog changed under a plan; re-plan."""
 
 
+class AlreadyIngested(Exception):
+    """The ingest's id was committed meanwhile (by a concurrent ingest of the same input, or
+    another content under that id): nothing is committed; the caller answers from the row."""
+
+    def __init__(self, row: catalog.IngestRow) -> None:
+        super().__init__(row.report.ingest_id)
+        self.row = row
+
+
+@dataclass(frozen=True)
+class IngestIdentity:
+    """An ingest's id and the hash of its content (:mod:`blockbudget.store.content`)."""
+
+    ingest_id: str
+    content_hash: str
+
+
 def record_ingest(
     conn: Connection,
     spec: StreamSpec,
     staged: Staged,
     plan: tuple[Target, ...],
     missing: Callable[[Sequence[str]], list[str]],
+    identity: IngestIdentity,
+    overlap: OverlapCheck,
 ) -> IngestReport:
     """The commit transaction of an ingest: lock the stream, check that the staged part files
     still exist, re-derive the plan from the catalog as it is now, and record the staged part
@@ -43,10 +65,17 @@ def record_ingest(
     vacuum keeps them) or the vacuum does (its deletions are done, and seen here). So the catalog
     never lists a file a vacuum deleted, however long the ingest ran.
 
+    The ingest's id is checked and recorded under the same lock, so of two ingests of one id
+    exactly one commits; so are the stored part files of the keys whose rows were compared for
+    duplicates (:mod:`blockbudget.store.overlap`), which must not have changed since.
+
     Args:
         missing: returns which of the given root-relative paths do not exist.
+        identity: the ingest's id and content hash, recorded with the report.
+        overlap: the overlap check run on the plan's snapshot.
 
     Raises:
+        AlreadyIngested: when the id is committed already (nothing is written).
         PlanConflict: when the plan's premises changed (roll back and re-plan).
         StoreConflictError: when a staged part file is gone (a vacuum deleted it): the ingest
             cannot commit and must be retried.
@@ -64,6 +93,14 @@ def record_ingest(
             "was shorter than the ingest ran; nothing was written; retry the ingest (and give "
             "vacuum an older_than longer than any ingest)"
         )
+    done = catalog.select_ingest(conn, stream, identity.ingest_id)
+    if done is not None:
+        raise AlreadyIngested(done)
+    expected = overlap.expected()
+    if expected:
+        current = catalog.select_key_parts(conn, stream, list(expected))
+        if any(set(current.get(k, ())) != paths for k, paths in expected.items()):
+            raise PlanConflict
     state = catalog.select_stream(conn, stream)
     assert state is not None and staged.schema is not None
     keys, counts = staged.ordered()
@@ -122,17 +159,23 @@ def record_ingest(
         sealed = catalog.open_blocks_before(conn, stream, closed)
         catalog.seal_blocks(conn, sealed, now)
     kept = sum(counts[t.index] for t in plan)
-    return IngestReport(
+    report = IngestReport(
         stream=stream,
         source=staged.source,
         rows=kept,
-        dropped_rows=staged.rows - kept,
+        dropped_rows=staged.rows - kept - staged.skipped,
         new_blocks=tuple(new_blocks),
         appended_blocks=tuple(appended),
         late_rows=sum(counts[t.index] for t in plan if t.late),
         block_rows=block_rows,
         sealed_blocks=tuple(sealed),
+        ingest_id=identity.ingest_id,
+        content_hash=identity.content_hash,
+        overlap=overlap.report(),
+        ingested_at=now.replace(tzinfo=UTC),
     )
+    catalog.insert_ingest(conn, report, now)
+    return report
 
 
 def _ids_per_block(spec: StreamSpec) -> int:

@@ -62,6 +62,24 @@ class LatePolicy(Enum):
     DROP = "drop"
 
 
+class OnOverlap(Enum):
+    """What an ingest does with rows that exactly repeat rows already stored under the same
+    block key (every column equal, nulls equal to nulls; counted as multisets, so an input row
+    repeated twice against one stored copy is one duplicate and one new row).
+
+    ``REFUSE`` (the default) refuses the whole ingest when any row is such a duplicate, and
+    changes nothing: a duplicated record would count its individual twice in a block, which
+    doubles that record's privacy loss under a mechanism calibrated for one row.
+    ``SKIP_DUPLICATES`` ingests the other rows and leaves the duplicates out (counted in
+    :attr:`OverlapReport.skipped_rows`). ``APPEND`` ingests every row as given and does not
+    read stored rows at all (the overlap by block key is still reported).
+    """
+
+    APPEND = "append"
+    SKIP_DUPLICATES = "skip-duplicates"
+    REFUSE = "refuse"
+
+
 class DataFormat(Enum):
     """The format of an input file given to :meth:`BlockStore.ingest`."""
 
@@ -324,6 +342,56 @@ class BlockMeta:
 
 
 @dataclass(frozen=True)
+class OverlapReport:
+    """How an ingest's rows overlap the rows its stream already held.
+
+    Attributes:
+        policy: the :class:`OnOverlap` the ingest ran under.
+        rows: input rows whose block key already had stored rows (in any of the key's blocks,
+            late ones included); normal for an ingest that extends an open block.
+        keys: those rows per block key.
+        checked: whether stored rows were read to find exact duplicates (not under APPEND).
+        duplicate_rows: input rows equal in every column to a stored row of the same key
+            (multiset count); 0 when not ``checked``.
+        duplicates: those rows per block key.
+        skipped_rows: duplicates left out (SKIP_DUPLICATES); not in the report's ``rows``.
+    """
+
+    policy: OnOverlap = OnOverlap.REFUSE
+    rows: int = 0
+    keys: Mapping[str, int] = field(default_factory=dict, hash=False)
+    checked: bool = False
+    duplicate_rows: int = 0
+    duplicates: Mapping[str, int] = field(default_factory=dict, hash=False)
+    skipped_rows: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "policy": self.policy.value,
+            "rows": self.rows,
+            "keys": dict(self.keys),
+            "checked": self.checked,
+            "duplicate_rows": self.duplicate_rows,
+            "duplicates": dict(self.duplicates),
+            "skipped_rows": self.skipped_rows,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> OverlapReport:
+        """Inverse of :meth:`to_json`."""
+        return cls(
+            policy=OnOverlap(data["policy"]),
+            rows=int(data["rows"]),
+            keys={str(k): int(v) for k, v in data["keys"].items()},
+            checked=bool(data["checked"]),
+            duplicate_rows=int(data["duplicate_rows"]),
+            duplicates={str(k): int(v) for k, v in data["duplicates"].items()},
+            skipped_rows=int(data["skipped_rows"]),
+        )
+
+
+@dataclass(frozen=True)
 class IngestReport:
     """What one ingest did. Every count is exact.
 
@@ -339,6 +407,13 @@ class IngestReport:
         block_rows: rows added per block id (one entry per new or appended block).
         sealed_blocks: blocks sealed automatically (``close_after``) at the end of this ingest.
         dropped_rows: late rows discarded under LatePolicy.DROP (not in ``rows``).
+        ingest_id: the ingest's id: the caller's, or ``"sha256:<hex>"``, the content hash
+            (see :mod:`blockbudget.store.content`). Unique within the stream.
+        content_hash: the hex SHA-256 of the input's canonical form.
+        repeat: True when this ingest had already been done: nothing changed, and the other
+            fields describe the original ingest.
+        overlap: how the rows overlapped stored rows (see :class:`OverlapReport`).
+        ingested_at: when the (original) ingest committed (UTC); None for an empty input.
     """
 
     stream: str
@@ -350,6 +425,51 @@ class IngestReport:
     block_rows: Mapping[str, int] = field(default_factory=dict, hash=False)
     sealed_blocks: tuple[str, ...] = ()
     dropped_rows: int = 0
+    ingest_id: str = ""
+    content_hash: str = ""
+    repeat: bool = False
+    overlap: OverlapReport = field(default_factory=OverlapReport)
+    ingested_at: datetime | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (the catalog keeps each ingest's report in this form)."""
+        return {
+            "stream": self.stream,
+            "source": self.source,
+            "rows": self.rows,
+            "new_blocks": list(self.new_blocks),
+            "appended_blocks": list(self.appended_blocks),
+            "late_rows": self.late_rows,
+            "block_rows": dict(self.block_rows),
+            "sealed_blocks": list(self.sealed_blocks),
+            "dropped_rows": self.dropped_rows,
+            "ingest_id": self.ingest_id,
+            "content_hash": self.content_hash,
+            "repeat": self.repeat,
+            "overlap": self.overlap.to_json(),
+            "ingested_at": None if self.ingested_at is None else self.ingested_at.isoformat(),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> IngestReport:
+        """Inverse of :meth:`to_json`."""
+        at = data.get("ingested_at")
+        return cls(
+            stream=str(data["stream"]),
+            source=str(data["source"]),
+            rows=int(data["rows"]),
+            new_blocks=tuple(data["new_blocks"]),
+            appended_blocks=tuple(data["appended_blocks"]),
+            late_rows=int(data["late_rows"]),
+            block_rows={str(k): int(v) for k, v in data["block_rows"].items()},
+            sealed_blocks=tuple(data["sealed_blocks"]),
+            dropped_rows=int(data["dropped_rows"]),
+            ingest_id=str(data["ingest_id"]),
+            content_hash=str(data["content_hash"]),
+            repeat=bool(data["repeat"]),
+            overlap=OverlapReport.from_json(data["overlap"]),
+            ingested_at=None if at is None else datetime.fromisoformat(at),
+        )
 
 
 def check_stream_name(name: object) -> str:

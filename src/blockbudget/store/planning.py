@@ -27,6 +27,7 @@ from blockbudget.store.model import (
     BlockMeta,
     DataFormat,
     LatePolicy,
+    OnOverlap,
     StreamSpec,
     make_block_id,
     parse_block_id,
@@ -167,6 +168,22 @@ def coerce_format(value: DataFormat | str | None, data: object) -> DataFormat | 
     except ValueError as exc:
         raise InvalidRequestError(
             f"unknown format {value!r}; use one of {[f.value for f in DataFormat]}"
+        ) from exc
+
+
+def coerce_on_overlap(value: OnOverlap | str) -> OnOverlap:
+    """Read an ingest's ``on_overlap`` argument (an enum member or its value).
+
+    Raises:
+        InvalidRequestError: for an unknown policy.
+    """
+    if isinstance(value, OnOverlap):
+        return value
+    try:
+        return OnOverlap(str(value).lower().replace("_", "-"))
+    except ValueError as exc:
+        raise InvalidRequestError(
+            f"unknown on_overlap {value!r}; use one of {[p.value for p in OnOverlap]}"
         ) from exc
 
 

@@ -45,6 +45,7 @@ class Staged:
         rows: rows in the input.
         parts: the part files of each written key, with the seq they were written for.
         paths: every file written (for cleanup).
+        skipped: rows left out as exact duplicates of stored rows (not in ``counts``).
     """
 
     source: str
@@ -54,6 +55,7 @@ class Staged:
     rows: int = 0
     parts: dict[str, tuple[int, list[WrittenPart]]] = field(default_factory=dict)
     paths: list[str] = field(default_factory=list)
+    skipped: int = 0
 
     def ordered(self) -> tuple[list[KeyInfo], list[int]]:
         """The keys in the store's key order (ordinal, then key) and their row counts."""
@@ -82,8 +84,11 @@ def stage(
     source: str,
     snapshot: Snapshot,
     limits: WriterLimits,
+    on_table: Callable[[pa.Table], None] | None = None,
 ) -> Staged:
-    """Validate ``batches`` and write their rows as part files (see the module docstring).
+    """Validate ``batches`` and write their rows as part files (see the module docstring);
+    ``on_table`` sees every batch as conformed to the stream's schema, in input order (the
+    content hash: :mod:`blockbudget.store.content`).
 
     Raises:
         DataError: for any invalid row (nothing stays written then).
@@ -98,6 +103,8 @@ def stage(
                 batch, staged.schema, stream=spec.name, source=source, offset=staged.rows
             )
             staged.schema = table.schema
+            if on_table is not None:
+                on_table(table)
             grouping = group_rows(table, spec.blocking, source=source, offset=staged.rows)
             staged.rows += table.num_rows
             if table.num_rows == 0:
@@ -188,6 +195,7 @@ def restage(
         keys=staged.keys,
         counts=staged.counts,
         rows=staged.rows,
+        skipped=staged.skipped,
         parts={key: (seq, parts) for (key, seq), parts in written.items()},
         paths=list(writers.paths),
     )

@@ -1,0 +1,135 @@
+"""Ingest over HTTP: ``POST /v1/streams/{stream}/ingest`` (a stream's owners and admins).
+
+The body is CSV (``text/csv``) or JSON records (``application/json``, :class:`IngestIn`). Every
+ingest has an id: ``ingest_id`` (a JSON field, or the query parameter of the same name for
+either body) or by default the content hash of the rows. A new ingest answers 201 with what it
+did; a repeat of a committed ingest changes nothing and answers 200 with ``"repeat": true`` and
+the first ingest's result (so a client may retry an ingest whose answer it lost); the same id
+with other content is a 409. ``on_overlap`` (``refuse``, the default; ``skip-duplicates``;
+``append``) says what happens to rows equal to rows the stream already holds under their block
+key: a refusal is a 409 that names the block keys and counts. The answer's ``overlap`` reports
+the rows whose block key already had rows and the exact duplicates found.
+"""
+
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio.to_thread
+from fastapi import Depends, FastAPI, Query, Request, Response
+
+from blockbudget.errors import DataError, InvalidRequestError
+from blockbudget.platform import Platform
+from blockbudget.service import schemas as sc
+from blockbudget.service.access import Authenticator, require_stream
+from blockbudget.service.auth import Principal
+from blockbudget.service.failures import LEDGER_REFUSALS, concealing
+from blockbudget.store import IngestReport, OnOverlap
+
+__all__ = ["ingest_out", "register_ingest_routes"]
+
+
+def ingest_out(report: IngestReport) -> sc.IngestOut:
+    """The answer to an ingest (new or repeat)."""
+    o = report.overlap
+    return sc.IngestOut(
+        rows=report.rows,
+        new_blocks=list(report.new_blocks),
+        appended_blocks=list(report.appended_blocks),
+        late_rows=report.late_rows,
+        dropped_rows=report.dropped_rows,
+        sealed_blocks=list(report.sealed_blocks),
+        ingest_id=report.ingest_id,
+        content_hash=report.content_hash,
+        repeat=report.repeat,
+        ingested_at=report.ingested_at,
+        overlap=sc.OverlapOut(
+            policy=o.policy.value,
+            rows=o.rows,
+            keys=dict(o.keys),
+            checked=o.checked,
+            duplicate_rows=o.duplicate_rows,
+            duplicates=dict(o.duplicates),
+            skipped_rows=o.skipped_rows,
+        ),
+    )
+
+
+def register_ingest_routes(
+    app: FastAPI, *, platform: Platform, authenticate: Authenticator
+) -> None:
+    """Add ``POST /v1/streams/{stream}/ingest`` to ``app``."""
+    Auth = Annotated[Principal, Depends(authenticate)]
+
+    @app.post(
+        "/v1/streams/{stream}/ingest",
+        tags=["streams"],
+        status_code=201,
+        responses={200: {"model": sc.IngestOut, "description": "a repeat: nothing changed"}},
+    )
+    async def ingest(
+        me: Auth,
+        stream: str,
+        request: Request,
+        response: Response,
+        ingest_id: Annotated[str | None, Query(max_length=128)] = None,
+        on_overlap: Annotated[OnOverlap | None, Query()] = None,
+    ) -> sc.IngestOut:
+        require_stream(me, stream, own=True)
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        raw = await request.body()
+        report = await anyio.to_thread.run_sync(
+            _ingest, platform, stream, kind, raw, ingest_id, on_overlap
+        )
+        if report.repeat:
+            response.status_code = 200
+        return ingest_out(report)
+
+
+def _ingest(
+    platform: Platform,
+    stream: str,
+    kind: str,
+    raw: bytes,
+    ingest_id: str | None,
+    on_overlap: OnOverlap | None,
+) -> IngestReport:
+    import pandas as pd
+    import pydantic
+
+    platform.stream(stream)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "upload.csv"
+        if kind in ("text/csv", "application/csv"):
+            path.write_bytes(raw)
+        elif kind == "application/json":
+            try:
+                body = sc.IngestIn.model_validate_json(raw)
+            except pydantic.ValidationError as exc:
+                raise InvalidRequestError(f"ingest body: {exc.errors()[:3]}") from None
+            ingest_id = _one("ingest_id", ingest_id, body.ingest_id)
+            on_overlap = _one("on_overlap", on_overlap, body.on_overlap)
+            pd.DataFrame.from_records(body.records).to_csv(path, index=False)
+        else:
+            raise InvalidRequestError(
+                f"ingest takes text/csv or application/json records, not {kind or 'nothing'!r}"
+            )
+        # The rows are the caller's own; stored rows are read only to find duplicates, and
+        # a failure there must not show their text.
+        with concealing("ingest", passing=(*LEDGER_REFUSALS, DataError, InvalidRequestError)):
+            return platform.ingest(
+                stream,
+                path,
+                format="csv",
+                ingest_id=ingest_id,
+                on_overlap=on_overlap or OnOverlap.REFUSE,
+            )
+
+
+def _one(name: str, query: Any, body: Any) -> Any:
+    """A parameter given in the query or the JSON body (refused when both differ)."""
+    if query is not None and body is not None and query != body:
+        raise InvalidRequestError(
+            f"{name} given twice with different values: {query!r} (query) and {body!r} (body)"
+        )
+    return body if body is not None else query
