@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 #: The revision of :mod:`blockbudget.migrations` this release's tables have (its script head).
-HEAD_REVISION = "0001_baseline"
+HEAD_REVISION = "0002_operations"
 
 #: Alembic's version table (its default name and layout).
 VERSION_TABLE = "alembic_version"

@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from migrations_support import CHAIN
 from pg_support import POSTGRES_URL, postgres_database
 from test_head_matches_metadata import differences
 from typer.testing import CliRunner
@@ -122,7 +124,7 @@ def test_db_upgrade_adopts_the_old_database_once_and_the_data_verifies(old: Old)
     assert code == 1 and found["state"] == "behind" and found["revision"] is None
     code, report = _db("upgrade", *old.args)
     assert code == 0, report
-    assert report["before"] is None and report["applied"] == [HEAD_REVISION]
+    assert report["before"] is None and report["applied"] == list(CHAIN)
     assert report["changed"] is True
     code, again = _db("upgrade", *old.args)
     assert code == 0 and again["applied"] == [] and again["changed"] is False
@@ -134,7 +136,7 @@ def test_db_upgrade_adopts_the_old_database_once_and_the_data_verifies(old: Old)
 
 def _check_data(old: Old) -> None:
     """Everything the fixture wrote is there, the chain verifies, and the platform works."""
-    from blockbudget.service.auth import KeyStore
+    from blockbudget.service.auth import KeyStore, PrincipalState
     from blockbudget.tasks.rows import TaskRows
     from blockbudget.userids import latest_release
 
@@ -154,6 +156,10 @@ def _check_data(old: Old) -> None:
         keys = KeyStore(platform.ledger.engine)
         principals = {p.name: p for p in keys.principals()}
         assert sorted(principals) == ["admin", "ana"] and principals["ana"].contexts == ("ops",)
+        # 0002 added the principal's state and the keys' expiry: the old ones stay usable.
+        assert keys.record("ana").state is PrincipalState.ACTIVE
+        (ana_key,) = keys.keys("ana")
+        assert ana_key.expires_at is None and ana_key.valid_at(time.time())
         (task,) = TaskRows(platform.ledger.engine).select(stream="events")
         assert task.principal == "ana" and task.request_id == "task-1"
         # The upgraded platform keeps working: the open reservation draws, the audit grows.
@@ -186,7 +192,7 @@ def test_an_older_version_2_database_is_adopted_to_exactly_the_head(tmp_path: Pa
     home = tmp_path / "home"
     shutil.copytree(FIXTURES / "v2_home", home)
     url = f"sqlite:///{home / 'platform.db'}"
-    assert upgrade(url).applied == (HEAD_REVISION,)
+    assert upgrade(url).applied == CHAIN
     assert differences(url) == []
     con = sqlite3.connect(home / "platform.db")
     assert con.execute("SELECT schema_version FROM ledger_head").fetchone() == (4,)

@@ -61,7 +61,7 @@ Example:
     >>> status(engine).state
     <SchemaState.EMPTY: 'empty'>
     >>> upgrade(engine).applied
-    ('0001_baseline',)
+    ('0001_baseline', '0002_operations')
     >>> status(engine).state
     <SchemaState.CURRENT: 'current'>
 """

@@ -101,13 +101,14 @@ def target_metadata() -> list[sa.MetaData]:
     from blockbudget.ledger.schema import metadata as ledger
     from blockbudget.service import blocknames  # noqa: F401  (adds service_secrets)
     from blockbudget.service.auth import service_metadata
+    from blockbudget.service.dashboard_index import metadata as dashboard
     from blockbudget.store.catalog import metadata as store
     from blockbudget.tasks import rows  # noqa: F401  (adds the task table's time indexes)
     from blockbudget.tasks.table import metadata as tasks
     from blockbudget.userids import releases_table
 
     assert releases_table.metadata is not None
-    return [ledger, store, service_metadata, tasks, releases_table.metadata]
+    return [ledger, store, service_metadata, tasks, releases_table.metadata, dashboard]
 
 
 def alembic_config() -> Config:

@@ -43,6 +43,7 @@ from sqlalchemy import (
     update,
 )
 
+from blockbudget.dbrevision import ensure_current
 from blockbudget.errors import UnknownBlockError
 from blockbudget.ledger import AuditEvent, EventKind
 from blockbudget.ledger.audit import row_to_event
@@ -118,6 +119,7 @@ class StreamEventIndex:
             return
         with self._lock:
             if not self._ready:
+                ensure_current(self._engine)  # an old schema: refused, naming db upgrade
                 metadata.create_all(self._engine, checkfirst=True)
                 with self._engine.begin() as conn:
                     if conn.execute(select(index_mark.c.seq)).first() is None:
