@@ -512,8 +512,8 @@ def plot(ctx: ExperimentContext, rows: list[dict[str, Any]], filename: str) -> N
         plot_groups(right, xs, released, marker="o", label=cls.name)
     label = rows[0]["scale"] if rows else ""
     weeks = rows[0]["weeks_per_block"] if rows else 1
-    x_axis = (f"load, 1 block = {weeks} week(s) of flights", "pipeline arrivals per block")
-    label_axes(left, x=x_axis, y=("mean release time, unreleased counted to the end", "blocks"))
+    x_axis = ("load", "pipeline arrivals per block")
+    label_axes(left, x=x_axis, y=("mean release time", "blocks"))
     label_axes(right, x=x_axis, y=("pipelines released", "fraction"))
     title = "Fig. 8 analog: release time vs load"
     if label != Scale.ORIGINAL.value:
@@ -522,7 +522,8 @@ def plot(ctx: ExperimentContext, rows: list[dict[str, Any]], filename: str) -> N
     caption = Caption(
         epsilon="(ε_g, δ_g) = (1, 1e-6) per block; a pipeline asks at most ε = 1",
         runs=trials,
-        note="runs are simulated workloads with different arrival seeds",
+        note=f"1 block = {weeks} week(s) of flights; a pipeline never released counts until "
+        "the end of the run; runs are simulated workloads with different arrival seeds",
     )
     finish(figure, caption, title=title)
     ctx.save_figure(filename, figure)
