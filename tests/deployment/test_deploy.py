@@ -292,3 +292,51 @@ def test_a_misspelt_command_is_caught() -> None:
         _resolve(["serv"])
     command, options = _resolve(["serve", "--data-rot", "x"])
     assert not set(options) <= _options(command)
+
+
+def _build_context(target: Path) -> list[str]:
+    """Copy what ``.dockerignore`` lets into the build context to ``target``; the files copied."""
+    import os
+    import shutil
+
+    patterns = [p for p in _dockerignore().splitlines() if p and not p.startswith("#")]
+    copied = []
+    for folder, dirs, files in os.walk(ROOT):
+        rel_folder = Path(folder).relative_to(ROOT)
+        dirs[:] = [d for d in dirs if not ignored(str(rel_folder / d), patterns)]
+        for name in files:
+            rel = str(rel_folder / name)
+            if not ignored(rel, patterns):
+                (target / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(ROOT / rel, target / rel)
+                copied.append(rel)
+    return copied
+
+
+def test_the_build_context_alone_builds_a_package_that_serves(tmp_path: Path) -> None:
+    """The image's build stage, minus the container: a wheel from the .dockerignore'd context
+    that imports, serves its dashboard files and has the serve command (offline: no isolation,
+    no dependencies fetched)."""
+    import subprocess
+    import sys
+    import zipfile
+
+    context = tmp_path / "context"
+    copied = _build_context(context)
+    assert "pyproject.toml" in copied and "README.md" in copied
+    assert not any(p.startswith(("tests/", "deploy/", ".git/")) for p in copied)
+    build = ["pip", "wheel", "--no-deps", "--no-build-isolation", "--no-cache-dir", "--quiet"]
+    target = ["-w", str(tmp_path / "wheels"), str(context)]
+    subprocess.run([sys.executable, "-m", *build, *target], check=True, capture_output=True)
+    (wheel,) = (tmp_path / "wheels").glob("blockbudget-*.whl")
+    zipfile.ZipFile(wheel).extractall(tmp_path / "site")
+    site = str(tmp_path / "site")
+    probe = (
+        "import importlib.resources as r; from typer.testing import CliRunner; "
+        "from blockbudget.cli import app; import blockbudget; "
+        f"assert blockbudget.__file__.startswith({site!r}); "
+        "assert r.files('blockbudget.service').joinpath('static/dashboard.html').is_file(); "
+        "assert CliRunner().invoke(app, ['serve', '--help']).exit_code == 0"
+    )
+    env = {"PYTHONPATH": site, "PATH": "/usr/bin:/bin"}
+    subprocess.run([sys.executable, "-c", probe], check=True, env=env, cwd=tmp_path)
