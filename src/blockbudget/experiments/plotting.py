@@ -274,8 +274,9 @@ def integer_axis(axes: Axes, axis: str) -> None:
 
 
 def log_axis(axes: Axes, axis: str) -> None:
-    """A log scale ticked at 1, 2 and 5 times the powers of ten, written plainly (``0.02``,
-    ``500``): readable over less than a decade, and no ``4×10⁰`` minor labels."""
+    """A log scale ticked at 1, 2 and 5 times the powers of ten (only the powers of ten over
+    more than three decades), written plainly (``0.02``, ``500``): readable over less than a
+    decade, and no ``4×10⁰`` minor labels. Call it after plotting (it reads the limits)."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
     if axis == "x":
@@ -283,7 +284,9 @@ def log_axis(axes: Axes, axis: str) -> None:
     else:
         axes.set_yscale("log")
     target = axes.xaxis if axis == "x" else axes.yaxis
-    target.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    low, high = sorted(axes.get_xlim() if axis == "x" else axes.get_ylim())
+    wide = low > 0 and math.log10(high / low) > 3  # many decades: powers of ten only
+    target.set_major_locator(LogLocator(base=10, subs=(1.0,) if wide else (1.0, 2.0, 5.0)))
     target.set_minor_locator(NullLocator())
     target.set_major_formatter(FuncFormatter(lambda v, _pos: _plain(v)))
 
