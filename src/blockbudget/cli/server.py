@@ -41,15 +41,24 @@ def serve(
             "environment; default: blocks/ in --home).",
         ),
     ] = None,
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
-    workers: Annotated[int, typer.Option(help="Server processes.")] = 1,
+    host: Annotated[
+        str,
+        typer.Option(
+            envvar="BLOCKBUDGET_HOST",
+            help="Address to listen on (0.0.0.0 in a container, behind a TLS proxy).",
+        ),
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(envvar="BLOCKBUDGET_PORT", help="Port to listen on.")] = 8000,
+    workers: Annotated[
+        int, typer.Option(envvar="BLOCKBUDGET_WORKERS", help="Server processes.")
+    ] = 1,
     group_commit: Annotated[
         bool, typer.Option(help="Batch concurrent ledger writes into one durable commit.")
     ] = True,
     scheduler: Annotated[
         str | None,
         typer.Option(
+            envvar="BLOCKBUDGET_SCHEDULER",
             help="The default scheduler of every stream's tasks, name[:key=value,...] (e.g. "
             "dpf-n:n=10, dpf-t:lifetime=3600, dpack, online-threshold, fcfs; default "
             "dpf-n:n=10; an admin overrides it per stream).",
@@ -58,7 +67,8 @@ def serve(
     pipeline_scheduler: Annotated[
         str | None,
         typer.Option(
-            help="The strategy that gives pipelines their budget (default sage-block-conserve)."
+            envvar="BLOCKBUDGET_PIPELINE_SCHEDULER",
+            help="The strategy that gives pipelines their budget (default sage-block-conserve).",
         ),
     ] = None,
     alert_below: Annotated[

@@ -22,7 +22,7 @@ __all__ = [
     "get_experiment",
 ]
 
-_SKIP = {"common"}
+_SKIP = {"common", "plotting"}
 
 
 def all_experiments() -> dict[str, Experiment]:

@@ -41,6 +41,14 @@ from blockbudget.experiments.common import (
     ExperimentResult,
     new_figure,
 )
+from blockbudget.experiments.plotting import (
+    Caption,
+    bar_runs,
+    count_ticks,
+    finish,
+    label_axes,
+    plot_runs,
+)
 from blockbudget.mechanisms.noise import SeededNoise
 from blockbudget.scheduling.base import BlockSpec, Scheduler, TaskSpec, TaskStatus
 from blockbudget.scheduling.baselines import RandomBlocks, Streaming
@@ -59,6 +67,15 @@ NOTES = (
     "noise: seeded numpy (secure_noise=False); ε_g = 100 per ~100-row block",
     f"Alg. 1/3: U={UPPER}, L={LOWER}, ε0={EPSILON0}, comparison sensitivity {SENSITIVITY}",
 )
+
+
+def _caption(runs: int, note: str = "") -> Caption:
+    return Caption(
+        epsilon="ε_g = 100 per ~100-row block; a query asks 1–5% of ε_g (mixed-cost: 30% of "
+        "queries ask 30–80%)",
+        runs=runs,
+        note=("; ".join(x for x in (note, "runs differ in seed (data split and noise)") if x)),
+    )
 
 
 def _ours(mixed: bool, seed: int, **kw: Any) -> Scheduler:
@@ -101,7 +118,7 @@ def _sig_cache(data: Digits) -> Callable[[int], dict[str, float]]:
 
 
 def run_offline_online(ctx: ExperimentContext) -> ExperimentResult:
-    seeds = [ctx.seed] if ctx.quick else [ctx.seed + k for k in range(5)]
+    seeds = [ctx.seed + k for k in range(ctx.repetitions(5))]
     n_queries = 8 if ctx.quick else 12
     combos = [(mixed, method) for mixed in (False, True) for method in ("offline", "online")]
     accs: dict[tuple[bool, str], list[float]] = {c: [] for c in combos}
@@ -152,9 +169,17 @@ def run_offline_online(ctx: ExperimentContext) -> ExperimentResult:
     ctx.write_csv("offline_online.csv", rows)
     fig, ax = new_figure()
     labels = [f"{r['queries']}\n{r['method']}" for r in rows]
-    ax.bar(labels, [r["significance_per_query"] for r in rows])
-    ax.set_ylabel("average significance per query")
-    ax.set_title("Offline vs online (seed 000 Tab. II, digits)")
+    bar_runs(ax, labels, [sigs[c] for c in combos])
+    label_axes(
+        ax,
+        x=("query costs and scheduler", "category"),
+        y=("significance per query", "nats"),
+    )
+    note = (
+        "significance: validation log-loss reduction per block (clipped to 0–1), summed over "
+        "the query's blocks, pro rata to the ε granted"
+    )
+    finish(fig, _caption(len(seeds), note), title="Offline vs online (seed 000 Tab. II, digits)")
     ctx.save_figure("offline_online.png", fig)
     return ExperimentResult(rows=rows, files=list(ctx.files), notes=NOTES)
 
@@ -163,12 +188,14 @@ def run_offline_online(ctx: ExperimentContext) -> ExperimentResult:
 
 
 def run_same_data(ctx: ExperimentContext) -> ExperimentResult:
-    seeds = [ctx.seed] if ctx.quick else [ctx.seed + k for k in range(5)]
+    seeds = [ctx.seed + k for k in range(ctx.repetitions(5))]
     per_query = 3
     rows = []
+    per_seed: list[list[float]] = []
     for mixed in (False, True):
         for method in ("ours", "sage"):
             accs, mses, medaes = [], [], []
+            per_seed.append([])
             for seed in ctx.progress(seeds, description=f"Tab. III {method} mixed={mixed}"):
                 rng = np.random.default_rng(seed)
                 data = load_digit_blocks(12, seed=seed)
@@ -187,9 +214,14 @@ def run_same_data(ctx: ExperimentContext) -> ExperimentResult:
                 sched = _ours(mixed, seed) if method == "ours" else RandomBlocks(seed=seed)
                 result = simulate(sched, blocks, tasks, accounting=Accounting.BASIC)
                 train_rng = np.random.default_rng(seed + 1)
-                for j, t in enumerate(tasks):
-                    grants = granted_epsilons(result.pool, t.task_id)
-                    accs.append(dp_centroid_accuracy(data, j % 10, grants, train_rng))
+                seed_accs = [
+                    dp_centroid_accuracy(
+                        data, j % 10, granted_epsilons(result.pool, t.task_id), train_rng
+                    )
+                    for j, t in enumerate(tasks)
+                ]
+                accs += seed_accs
+                per_seed[-1].append(100 * float(np.mean(seed_accs)))
                 # flights: 4 regression queries, recency significance, 10 periods
                 fdata = load_flight_blocks(10, rows_per_block=400 if ctx.quick else 2000, seed=seed)
                 fsig = flight_significance(fdata, half_life=60.0)
@@ -223,11 +255,13 @@ def run_same_data(ctx: ExperimentContext) -> ExperimentResult:
             )
     ctx.write_csv("same_data.csv", rows)
     fig, ax = new_figure()
-    ax.bar(
-        [f"{r['queries']}\n{r['method']}" for r in rows], [r["digits_accuracy_pct"] for r in rows]
+    bar_runs(ax, [f"{r['queries']}\n{r['method']}" for r in rows], per_seed)
+    label_axes(
+        ax,
+        x=("query costs and scheduler", "category"),
+        y=("digits balanced accuracy", "%"),
     )
-    ax.set_ylabel("digits accuracy (%)")
-    ax.set_title("Same amount of data (seed 000 Tab. III)")
+    finish(fig, _caption(len(seeds)), title="Same amount of data (seed 000 Tab. III)")
     ctx.save_figure("same_data.png", fig)
     return ExperimentResult(rows=rows, files=list(ctx.files), notes=NOTES)
 
@@ -286,17 +320,18 @@ def _validated_run(
 
 
 def run_blocks_used(ctx: ExperimentContext) -> ExperimentResult:
-    seeds = [ctx.seed] if ctx.quick else [ctx.seed + k for k in range(3)]
+    seeds = [ctx.seed + k for k in range(ctx.repetitions(3))]
     rows = []
+    curves: list[list[list[float]]] = []  # per row, per seed: accumulated blocks after query j
     for mixed in (False, True):
         for method in ("ours", "sage", "streaming"):
-            per_query = np.zeros(5)
+            curves.append([])
             for seed in ctx.progress(seeds, description=f"Tab. IV {method} mixed={mixed}"):
                 data = load_digit_blocks(12, seed=seed)
                 pool, tasks, _ = _validated_run(method, mixed, data, 5, seed, target=0.93)
-                for j, t in enumerate(tasks):
-                    per_query[j] += len(pool.charged_blocks[t.task_id])
-            acc = np.cumsum(per_query / len(seeds))
+                used = [len(pool.charged_blocks[t.task_id]) for t in tasks]
+                curves[-1].append([float(v) for v in np.cumsum(used)])
+            acc = np.mean(np.array(curves[-1]), axis=0)
             row: dict[str, Any] = {"queries": "mixed-cost" if mixed else "small-cost"}
             row["method"] = method
             for j in range(5):
@@ -304,32 +339,32 @@ def run_blocks_used(ctx: ExperimentContext) -> ExperimentResult:
             rows.append(row)
     ctx.write_csv("blocks_used.csv", rows)
     fig, ax = new_figure()
-    for r in rows:
-        ax.plot(
-            range(1, 6),
-            [r[f"after_query_{j}"] for j in range(1, 6)],
-            marker="o",
-            label=f"{r['method']} ({r['queries']})",
-        )
-    ax.set_xlabel("query")
-    ax.set_ylabel("accumulated blocks used")
-    ax.legend(fontsize=7)
-    ax.set_title("Blocks used until validation passes (seed 000 Tab. IV)")
+    for r, runs in zip(rows, curves, strict=True):
+        plot_runs(ax, range(1, 6), runs, marker="o", label=f"{r['method']} ({r['queries']})")
+    count_ticks(ax, "x", range(1, 6))
+    label_axes(ax, x=("query j", "queries"), y=("blocks used by queries 1..j", "blocks"))
+    finish(
+        fig,
+        _caption(len(seeds)),
+        title="Blocks used until validation passes (seed 000 Tab. IV)",
+    )
     ctx.save_figure("blocks_used.png", fig)
     return ExperimentResult(rows=rows, files=list(ctx.files), notes=NOTES)
 
 
 def run_queries_served(ctx: ExperimentContext) -> ExperimentResult:
-    seeds = [ctx.seed] if ctx.quick else [ctx.seed + k for k in range(3)]
+    seeds = [ctx.seed + k for k in range(ctx.repetitions(3))]
     amounts = [4, 8] if ctx.quick else [4, 8, 12]
     n_queries = 20 if ctx.quick else 60
     rows = []
+    served_runs: list[list[list[float]]] = []  # per row: per amount, the runs' counts
     for mixed in (False, True):
         for method in ("ours", "sage", "streaming"):
             row: dict[str, Any] = {"queries": "mixed-cost" if mixed else "small-cost"}
             row["method"] = method
+            served_runs.append([])
             for n_blocks in amounts:
-                served = []
+                served: list[float] = []
                 for seed in ctx.progress(seeds, description=f"Tab. V {method} {n_blocks}"):
                     data = load_digit_blocks(n_blocks, seed=seed)
                     pool, tasks, passed = _validated_run(
@@ -344,20 +379,20 @@ def run_queries_served(ctx: ExperimentContext) -> ExperimentResult:
                         )
                     )
                 row[f"blocks_{n_blocks}"] = round(float(np.mean(served)), 2)
+                served_runs[-1].append(served)
             rows.append(row)
     ctx.write_csv("queries_served.csv", rows)
     fig, ax = new_figure()
-    for r in rows:
-        ax.plot(
-            amounts,
-            [r[f"blocks_{n}"] for n in amounts],
-            marker="o",
-            label=f"{r['method']} ({r['queries']})",
-        )
-    ax.set_xlabel("blocks of data")
-    ax.set_ylabel("queries served (validated)")
-    ax.legend(fontsize=7)
-    ax.set_title("Queries served with the same data (seed 000 Tab. V)")
+    for r, per_amount in zip(rows, served_runs, strict=True):
+        runs = [list(run) for run in zip(*per_amount, strict=True)]
+        plot_runs(ax, amounts, runs, marker="o", label=f"{r['method']} ({r['queries']})")
+    count_ticks(ax, "x", amounts)
+    label_axes(ax, x=("data", "blocks"), y=("queries served and validated", "queries"))
+    finish(
+        fig,
+        _caption(len(seeds), f"{n_queries} queries arrive"),
+        title="Queries served with the same data (seed 000 Tab. V)",
+    )
     ctx.save_figure("queries_served.png", fig)
     return ExperimentResult(rows=rows, files=list(ctx.files), notes=NOTES)
 

@@ -61,6 +61,8 @@ class ExperimentContext:
         console: where progress and tables go; ``None`` keeps the run silent.
         scale: the data scale an experiment that declares ``scales`` runs at (``None``: its
             default); e.g. ``"paper-standin"`` for ``sage-workload``.
+        runs: how many independent runs (seeds) an experiment that repeats makes per point
+            (``None``: its own default, usually 1 when ``quick``); see :meth:`repetitions`.
     """
 
     name: str
@@ -69,7 +71,26 @@ class ExperimentContext:
     seed: int = 0
     console: Console | None = None
     scale: str | None = None
+    runs: int | None = None
     files: list[Path] = field(default_factory=list)
+
+    def repetitions(self, full: int, *, quick: int = 1) -> int:
+        """How many runs per point: ``runs`` when set, else ``quick`` or ``full``.
+
+        Example:
+            >>> from pathlib import Path
+            >>> ExperimentContext(name="x", out_dir=Path("."), quick=True).repetitions(5)
+            1
+            >>> ExperimentContext(name="x", out_dir=Path("."), runs=3).repetitions(5)
+            3
+        """
+        if self.runs is not None:
+            if self.runs < 1:
+                from blockbudget.errors import InvalidRequestError
+
+                raise InvalidRequestError(f"runs must be at least 1, not {self.runs}")
+            return self.runs
+        return quick if self.quick else full
 
     def path(self, filename: str) -> Path:
         """A path under ``out_dir`` (the folder is created), recorded as an output."""

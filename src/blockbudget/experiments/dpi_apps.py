@@ -23,6 +23,7 @@ from blockbudget.experiments.common import (
     ExperimentResult,
     new_figure,
 )
+from blockbudget.experiments.plotting import Caption, count_ticks, finish, label_axes
 from blockbudget.streaming.applications import (
     hbos_anomalies,
     kmeans_labels,
@@ -152,9 +153,19 @@ def run_apps(ctx: ExperimentContext) -> ExperimentResult:
     ):
         ax.plot(eps_axis, [r[key] for r in rows], marker="o", label=key)
     ax.set_xscale("log")
-    ax.set_xlabel("ε (total, user-level)")
-    ax.set_ylabel("agreement with non-private result")
-    ax.legend(fontsize=7)
+    count_ticks(ax, "x", eps_axis)
+    label_axes(
+        ax,
+        x=("ε, total per user", "nats"),
+        y=("agreement with the non-private result", "precision or ARI"),
+    )
+    caption = Caption(
+        epsilon="ε on the x-axis (total, user-level)",
+        runs=1,
+        note="DPI releases with seeded noise (secure=False); precision of HBOS anomalies and "
+        "SVD top-5, adjusted Rand index (ARI) of k-means",
+    )
+    finish(fig, caption, title="DPI applications (seed 002 Fig. 5–6)")
     ctx.save_figure("dpi_apps.png", fig)
     return ExperimentResult(rows=rows, files=list(ctx.files), notes=["seeded (secure=False)"])
 

@@ -20,6 +20,7 @@ from blockbudget.experiments.common import (
     ExperimentResult,
     new_figure,
 )
+from blockbudget.experiments.plotting import Caption, finish, integer_axis, label_axes
 from blockbudget.streaming.applications import counts_from_pdf
 from blockbudget.streaming.evaluation import Setup, run_dpi
 from blockbudget.streaming.release import DPIConfig, Horizon
@@ -99,19 +100,31 @@ def run_dynamic(ctx: ExperimentContext) -> ExperimentResult:
     ax1 = fig.add_subplot(1, 3, 1)
     ax2 = fig.add_subplot(1, 3, 2)
     ax3 = fig.add_subplot(1, 3, 3)
+
+    def moving(rows: list[dict[str, Any]], key: str) -> tuple[list[int], Any]:
+        values = _moving([r[key] for r in rows], window)
+        return list(range(1, len(values) + 1)), values
+
     for eps, rows in traces.items():
-        ax1.plot(_moving([r["kl"] for r in rows], window), label=f"ε={eps:g}")
-        ax2.plot(_moving([r["mse"] for r in rows], window), label=f"ε={eps:g}")
-        ax3.plot(_moving([r["released_median"] for r in rows], window), label=f"DPI ε={eps:g}")
+        ax1.plot(*moving(rows, "kl"), label=f"DPI, ε = {eps:g}")
+        ax2.plot(*moving(rows, "mse"), label=f"DPI, ε = {eps:g}")
+        ax3.plot(*moving(rows, "released_median"), label=f"DPI, ε = {eps:g}")
     first = next(iter(traces.values()))
-    ax1.plot(_moving([r["kl_uniform"] for r in first], window), color="grey", label="uniform")
-    ax3.plot(_moving([r["true_median"] for r in first], window), color="black", label="true")
-    ax1.set_title("KL (moving average)")
-    ax2.set_title("MSE (moving average)")
-    ax3.set_title("median count (moving average)")
+    ax1.plot(*moving(first, "kl_uniform"), color="grey", label="uniform PDF")
+    ax3.plot(*moving(first, "true_median"), color="black", label="true median")
+    x_label = (f"time slot, first of a {window}-slot window", "slots")
+    label_axes(ax1, x=x_label, y=("KL divergence, moving average", "nats"))
+    label_axes(ax2, x=x_label, y=("MSE of the PDF, moving average", "probability²"))
+    label_axes(ax3, x=x_label, y=("median count per item, moving average", "records"))
     for ax in (ax1, ax2, ax3):
-        ax.set_xlabel("time slot")
-        ax.legend(fontsize=6)
+        integer_axis(ax, "x")
+    caption = Caption(
+        epsilon="ε ∈ {" + ", ".join(f"{e:g}" for e in epsilons) + "} (total, user-level; one "
+        "line each)",
+        runs=1,
+        note=f"{items} items, counts ~ N({mean:g}, σ_t²); seeded (secure=False)",
+    )
+    finish(fig, caption, title="DPI on a dynamic synthetic stream (seed 002 Fig. 7–9)")
     ctx.save_figure("dpi_dynamic.png", fig)
     return ExperimentResult(rows=summary, files=list(ctx.files), notes=["seeded (secure=False)"])
 
@@ -139,19 +152,27 @@ def run_long(ctx: ExperimentContext) -> ExperimentResult:
     fig, _ = new_figure(width=10, height=4)
     fig.clf()
     window = 50
+    units = {"kl": ("KL divergence", "nats"), "mse": ("MSE of the PDF", "probability²")}
     for idx, metric in enumerate(("kl", "mse")):
         ax = fig.add_subplot(1, 2, idx + 1)
-        ax.plot(
-            _moving([r[metric] for r in rows], window * marks_every)[::marks_every], label="DPI"
+        dpi = _moving([r[metric] for r in rows], window * marks_every)[::marks_every]
+        uniform = _moving([r[f"{metric}_uniform"] for r in rows], window * marks_every)
+        xs = [1 + i * marks_every for i in range(len(dpi))]
+        ax.plot(xs, dpi, label="DPI")
+        ax.plot(xs, uniform[::marks_every], color="grey", label="uniform PDF")
+        quantity, unit = units[metric]
+        label_axes(
+            ax,
+            x=(f"time slot, first of a {window * marks_every}-slot window", "slots"),
+            y=(f"{quantity}, moving average", unit),
         )
-        ax.plot(
-            _moving([r[f"{metric}_uniform"] for r in rows], window * marks_every)[::marks_every],
-            color="grey",
-            label="uniform PDF",
-        )
-        ax.set_xlabel(f"time slot (÷{marks_every})")
-        ax.set_ylabel(f"{metric.upper()} (moving average)")
-        ax.legend(fontsize=7)
+        integer_axis(ax, "x")
+    caption = Caption(
+        epsilon=f"ε = {eps:g} (total, user-level)",
+        runs=1,
+        note=f"{items:,} items over {slots:,} slots; seeded (secure=False)",
+    )
+    finish(fig, caption, title="DPI on a long synthetic stream (seed 002 Fig. 11)")
     ctx.save_figure("dpi_long.png", fig)
     summary = [
         {

@@ -494,31 +494,39 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
 
 
 def plot(ctx: ExperimentContext, rows: list[dict[str, Any]], filename: str) -> None:
+    """Fig. 8: mean release time and fraction released against the load, ±1 std over trials."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from blockbudget.experiments.plotting import Caption, finish, label_axes, plot_groups
 
     figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     for cls in STRATEGIES:
         mine = [r for r in rows if r["strategy"] == cls.name]
         xs = sorted({r["arrival_rate_per_block"] for r in mine})
         at = [[r for r in mine if r["arrival_rate_per_block"] == x] for x in xs]
-        waits = [float(np.mean([r["mean_time_censored_blocks"] for r in g])) for g in at]
-        released = [float(np.mean([r["release_fraction"] for r in g])) for g in at]
-        left.plot(xs, waits, "o-", label=cls.name)
-        right.plot(xs, released, "o-", label=cls.name)
+        waits = [[float(r["mean_time_censored_blocks"]) for r in g] for g in at]
+        released = [[float(r["release_fraction"]) for r in g] for g in at]
+        plot_groups(left, xs, waits, marker="o", label=cls.name)
+        plot_groups(right, xs, released, marker="o", label=cls.name)
     label = rows[0]["scale"] if rows else ""
     weeks = rows[0]["weeks_per_block"] if rows else 1
-    left.set_ylabel("mean release time (blocks; unreleased counted to the end)")
-    right.set_ylabel("fraction of pipelines released")
-    for axes in (left, right):
-        axes.set_xlabel(f"pipeline arrivals per block (1 block = {weeks} week(s))")
-        axes.legend(fontsize=7)
+    x_axis = ("load", "pipeline arrivals per block")
+    label_axes(left, x=x_axis, y=("mean release time", "blocks"))
+    label_axes(right, x=x_axis, y=("pipelines released", "fraction"))
     title = "Fig. 8 analog: release time vs load"
     if label != Scale.ORIGINAL.value:
         title += " — RESAMPLED stand-in of Sage's scale"
-    left.set_title(title, fontsize=9)
+    trials = 1 + max((int(r["trial"]) for r in rows), default=0)
+    caption = Caption(
+        epsilon="(ε_g, δ_g) = (1, 1e-6) per block; a pipeline asks at most ε = 1",
+        runs=trials,
+        note=f"1 block = {weeks} week(s) of flights; a pipeline never released counts until "
+        "the end of the run; runs are simulated workloads with different arrival seeds",
+    )
+    finish(figure, caption, title=title)
     ctx.save_figure(filename, figure)
 
 

@@ -22,6 +22,7 @@ strategies of a round share the same public random initial centroids and the sam
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +33,7 @@ from blockbudget.experiments.common import (
     ExperimentResult,
     new_figure,
 )
+from blockbudget.experiments.plotting import Caption, Spread, count_ticks, finish, label_axes
 from blockbudget.experiments.series_data import (
     MeteredSource,
     birch3_like,
@@ -214,20 +216,47 @@ def _plot(
     strategies: tuple[str, ...],
     filename: str,
     title: str,
-    ylabel: str,
+    y_axis: tuple[str, str],
+    caption: Caption,
 ) -> None:
+    """One line per strategy over N; ``key`` ending in ``_mean`` gets 95% CI bars from the
+    matching ``_std`` column (``caption.spread`` says which)."""
     figure, axes = new_figure(width=7.0, height=4.2)
+    ns: set[int] = set()
     for name in strategies:
-        pts = [(int(str(r["N"])), float(str(r[key]))) for r in rows if r["strategy"] == name]
-        style = {"color": "black", "linestyle": "--"} if name == LLOYD else {}
-        axes.plot(
-            [p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, label=name, **style
-        )
-    axes.set_xlabel("total iterations N")
-    axes.set_ylabel(ylabel)
-    axes.set_title(title)
-    axes.legend(fontsize=7)
+        mine = [r for r in rows if r["strategy"] == name]
+        xs = [int(str(r["N"])) for r in mine]
+        ys = [float(str(r[key])) for r in mine]
+        ns.update(xs)
+        style: dict[str, Any] = {"color": "black", "linestyle": "--"} if name == LLOYD else {}
+        if caption.spread is not None and caption.runs > 1 and key.endswith("_mean"):
+            std_key = key.removesuffix("_mean") + "_std"
+            err = [caption.spread.from_summary(float(str(r[std_key])), caption.runs) for r in mine]
+            axes.errorbar(
+                xs, ys, yerr=err, capsize=2, marker="o", markersize=3, label=name, **style
+            )
+        else:
+            axes.plot(xs, ys, marker="o", markersize=3, label=name, **style)
+    count_ticks(axes, "x", sorted(ns))
+    label_axes(axes, x=("total iterations N", "iterations"), y=y_axis)
+    finish(figure, caption, title=title)
     ctx.save_figure(filename, figure)
+
+
+def _caption(epsilon: str, rounds: int, *, spread: Spread | None = Spread.CI95) -> Caption:
+    note = "runs share the start and the noise seed across strategies; noise seeded"
+    if spread is None:
+        note = "each point is the standard deviation over the runs; " + note
+    return Caption(
+        epsilon=f"ε = {epsilon} in total per k-means run, split over its N iterations",
+        runs=rounds,
+        spread=spread,
+        note=note,
+    )
+
+
+F1_AXIS = ("weighted F1 against the true clusters", "score 0–1")
+NIVC_UNIT = "squared distance, coordinates scaled to ±1"
 
 
 def _unbalance(
@@ -263,7 +292,8 @@ def _unbalance(
         strategies=main,
         filename=f"{figure_name}.png",
         title=title,
-        ylabel="weighted F1",
+        y_axis=F1_AXIS,
+        caption=_caption(UNBALANCE_EPSILON, rounds),
     )
     if len(main) != len(strategies):
         _plot(
@@ -273,7 +303,8 @@ def _unbalance(
             strategies=strategies,
             filename=f"{figure_name}-all.png",
             title=title + " (with bisection, Cormode)",
-            ylabel="weighted F1",
+            y_axis=F1_AXIS,
+            caption=_caption(UNBALANCE_EPSILON, rounds),
         )
     notes = [
         "noise: SeededNoise (experiments only, not secure)",
@@ -341,7 +372,8 @@ def run_birch(ctx: ExperimentContext) -> ExperimentResult:
         strategies=BIRCH_STRATEGIES,
         filename="fig13-birch-nivc.png",
         title="Seed 003 Fig. 13: NIVC on Birch3-like data (k = 20, ε = 0.5)",
-        ylabel="NIVC",
+        y_axis=("NIVC", NIVC_UNIT),
+        caption=_caption(BIRCH_EPSILON, rounds),
     )
     _plot(
         ctx,
@@ -350,7 +382,8 @@ def run_birch(ctx: ExperimentContext) -> ExperimentResult:
         strategies=BIRCH_STRATEGIES,
         filename="fig14-birch-std.png",
         title="Seed 003 Fig. 14: standard deviation of NIVC",
-        ylabel="std of NIVC",
+        y_axis=("standard deviation of NIVC", NIVC_UNIT),
+        caption=_caption(BIRCH_EPSILON, rounds, spread=None),
     )
     notes = [
         "noise: SeededNoise (experiments only, not secure)",

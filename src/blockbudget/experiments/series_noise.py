@@ -26,6 +26,14 @@ from blockbudget.experiments.common import (
     ExperimentResult,
     new_figure,
 )
+from blockbudget.experiments.plotting import (
+    Caption,
+    Spread,
+    finish,
+    integer_axis,
+    label_axes,
+    log_axis,
+)
 from blockbudget.experiments.series_data import MeteredSource, mean_and_std
 from blockbudget.mechanisms import SeededNoise, dp_sum
 from blockbudget.mechanisms.statistics import sum_sensitivity
@@ -108,7 +116,7 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
             }
         )
     ctx.write_csv("table2.csv", rows)
-    _plot(ctx, rows, ns)
+    _plot(ctx, rows, ns, rounds)
     _plot_sequences(ctx)
     notes = [
         "noise: SeededNoise (experiments only, not secure)",
@@ -117,7 +125,9 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
     return ExperimentResult(rows=rows, files=list(ctx.files), notes=notes)
 
 
-def _plot(ctx: ExperimentContext, rows: list[dict[str, object]], ns: tuple[int, ...]) -> None:
+def _plot(
+    ctx: ExperimentContext, rows: list[dict[str, object]], ns: tuple[int, ...], rounds: int
+) -> None:
     figure, _ = new_figure(width=4.0 * len(ns), height=4.0)
     figure.clf()
     panels = figure.subplots(1, len(ns), squeeze=False)[0]
@@ -130,13 +140,41 @@ def _plot(ctx: ExperimentContext, rows: list[dict[str, object]], ns: tuple[int, 
                 float(str(next(r[key] for r in rows if r["N"] == n and r["strategy"] == s)))
                 for s in STRATEGIES
             ]
-            axes.bar(x + (j - 1) * width, values, width=width, label=label, color=f"C{j}")
-        axes.set_yscale("log")
+            errors = None
+            if key == "mse_measured":  # 95% CI of the mean from its standard error
+                errors = [
+                    Spread.CI95.from_summary(
+                        float(str(r["mse_std_error"])) * math.sqrt(rounds), rounds
+                    )
+                    for s in STRATEGIES
+                    for r in rows
+                    if r["N"] == n and r["strategy"] == s
+                ]
+            axes.bar(
+                x + (j - 1) * width,
+                values,
+                width=width,
+                label=label,
+                color=f"C{j}",
+                yerr=errors if rounds > 1 else None,
+                capsize=2,
+            )
+        log_axis(axes, "y")
         axes.set_xticks(x, STRATEGIES, rotation=30, fontsize=8)
-        axes.set_title(f"N = {n}, U_s = {NOISE_BOUNDS[n]}, ε = 1")
-    panels[0].set_ylabel("MSE of the total noise")
-    panels[0].legend(fontsize=8)
-    figure.suptitle("Seed 003 Tab. 2: measured vs exact expectation vs paper")
+        axes.set_title(f"N = {n}, U_s = {NOISE_BOUNDS[n]}", fontsize=9)
+        label_axes(
+            axes,
+            x=("budget strategy", "category"),
+            y=("MSE of the total noise", f"(miles / {DISTANCE_BOUND:g})²"),
+        )
+    caption = Caption(
+        epsilon=f"ε = {EPSILON} in total over the N sum queries",
+        runs=rounds,
+        spread=Spread.CI95,
+        note="bars on the measured MSE only; expected: the exact E[Σ N_i²]; paper: seed 003 "
+        "Tab. 2; noise seeded",
+    )
+    finish(figure, caption, title="Seed 003 Tab. 2: measured vs exact expectation vs paper")
     ctx.save_figure("table2.png", figure)
 
 
@@ -148,10 +186,14 @@ def _plot_sequences(ctx: ExperimentContext) -> None:
         bound = 100 if name.startswith("AC-") else None
         seq = parse_strategy(name, noise_bound=bound).build(50, epsilon=1)
         axes.plot(range(1, 51), seq.floats(), label=name)
-    axes.set_xlabel("query i")
-    axes.set_ylabel("ε_i (ε = 1)")
-    axes.set_title("Budget sequences for n = 50 (seed 003 Fig. 4–7)")
-    axes.legend(fontsize=7)
+    integer_axis(axes, "x")
+    label_axes(axes, x=("query i", "queries"), y=("ε_i, the budget of query i", "nats"))
+    caption = Caption(
+        epsilon="ε = 1 in total over n = 50 queries",
+        runs=1,
+        note="deterministic sequences (no noise); AC- strategies with U_s = 100",
+    )
+    finish(figure, caption, title="Budget sequences for n = 50 (seed 003 Fig. 4–7)")
     ctx.save_figure("sequences.png", figure)
 
 
