@@ -56,6 +56,7 @@ from blockbudget.service.blocknames import BlockNames, Naming
 from blockbudget.service.charges import charge_json, register_charge_routes, scoped
 from blockbudget.service.dashboard import STATIC_DIR, page
 from blockbudget.service.dashboard_routes import block_out, register_dashboard_routes
+from blockbudget.service.metrics import register_metrics
 from blockbudget.service.queue_routes import (
     Pump,
     register_queue_routes,
@@ -597,6 +598,7 @@ def create_app(
         names=names,
     )
 
+    register_metrics(app, platform=platform, authenticate=authenticate, tasks=queue_of_tasks)
     return app
 
 
