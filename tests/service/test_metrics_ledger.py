@@ -34,7 +34,9 @@ def _ledger(tmp_path: Path) -> Ledger:
 
 def test_hand_computed_numbers(tmp_path: Path) -> None:
     ledger = _ledger(tmp_path)
-    ledger.add_blocks(["s/1", "s/2", "s/3"], stream="s", capacity=Budget(epsilon=1), accounting=BASIC)
+    ledger.add_blocks(
+        ["s/1", "s/2", "s/3"], stream="s", capacity=Budget(epsilon=1), accounting=BASIC
+    )
     ledger.add_blocks(["u/1"], stream="u", capacity=Budget(epsilon=2), accounting=BASIC)
     ledger.add_blocks(["t/1", "t/2"], stream="t", capacity=Budget(epsilon=1), accounting=BASIC)
     ledger.charge(["s/1"], Budget(epsilon=0.95), context="a")
@@ -84,7 +86,11 @@ def _same(a: LedgerSnapshot, b: LedgerSnapshot) -> None:
     assert a.budgets.keys() == b.budgets.keys()
     for key, x in a.budgets.items():
         y = b.budgets[key]
-        assert (x.blocks, x.min_fraction, x.min_epsilon) == (y.blocks, y.min_fraction, y.min_epsilon)
+        assert (x.blocks, x.min_fraction, x.min_epsilon) == (
+            y.blocks,
+            y.min_fraction,
+            y.min_epsilon,
+        )
         assert x.mean_fraction == pytest.approx(y.mean_fraction, rel=1e-12)  # summation order
 
 
@@ -100,8 +106,9 @@ def test_incremental_refresh_equals_a_fresh_read(tmp_path: Path) -> None:
         live = [b for b in blocks if not ledger.state(b, "a").retired]
         if op == "add" or not live:
             ids = [f"s{step % 2}/{step}-{i}" for i in range(rng.randint(1, 3))]
-            ledger.add_blocks(ids, stream=ids[0].split("/")[0], capacity=Budget(epsilon=1),
-                              accounting=BASIC)
+            ledger.add_blocks(
+                ids, stream=ids[0].split("/")[0], capacity=Budget(epsilon=1), accounting=BASIC
+            )
             blocks.extend(ids)
         elif op == "charge":
             chosen = rng.sample(live, k=min(len(live), 2))
@@ -111,8 +118,12 @@ def test_incremental_refresh_equals_a_fresh_read(tmp_path: Path) -> None:
                 pass
         elif op == "reserve":
             try:
-                r = ledger.reserve(rng.sample(live, k=1), Budget(epsilon=0.2),
-                                   context=rng.choice(contexts), ttl_seconds=600)
+                r = ledger.reserve(
+                    rng.sample(live, k=1),
+                    Budget(epsilon=0.2),
+                    context=rng.choice(contexts),
+                    ttl_seconds=600,
+                )
                 open_res.append(r.id)
             except Exception:
                 pass

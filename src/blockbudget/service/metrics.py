@@ -395,7 +395,8 @@ def register_metrics(
         request_log: where request lines go (default: env ``BLOCKBUDGET_REQUEST_LOG``, else
             standard error; see :func:`~blockbudget.service.request_log.configure_request_log`).
     """
-    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.exposition import choose_encoder
 
     secret = token if token is not None else os.environ.get(ENV_METRICS_TOKEN) or None
     below = alert_below if alert_below is not None else _env_fraction(ENV_ALERT_BELOW, 0.1)
@@ -414,10 +415,10 @@ def register_metrics(
 
     app.add_middleware(_Observer, metrics=process, is_leader=is_leader)
 
-    def render() -> bytes:
+    def render(encode: Callable[[CollectorRegistry], bytes]) -> bytes:
         process.leader.set(1.0 if is_leader() else 0.0)
         if own is not None:
-            return bytes(generate_latest(own))
+            return encode(own)
         from prometheus_client import multiprocess
 
         assert folder is not None
@@ -425,15 +426,17 @@ def register_metrics(
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry, path=folder)
         registry.register(ledger)
-        return bytes(generate_latest(registry))
+        return encode(registry)
 
     @app.get("/metrics", tags=["service"], response_class=Response)
     async def metrics(request: Request) -> Response:
-        """Prometheus metrics (an admin's key, or the metrics token as a bearer token)."""
+        """Prometheus metrics (an admin's key, or the metrics token as a bearer token), in the
+        text format the scraper's ``Accept`` header asks for (OpenMetrics or Prometheus text)."""
         if not _token_matches(request, secret):
             require_role(await authenticate(request))
-        body = await anyio.to_thread.run_sync(render)
-        return Response(body, media_type=CONTENT_TYPE_LATEST)
+        encode, content_type = choose_encoder(request.headers.get("accept", ""))
+        body = await anyio.to_thread.run_sync(render, encode)
+        return Response(body, headers={"Content-Type": content_type})
 
 
 def _token_matches(request: Request, secret: str | None) -> bool:
