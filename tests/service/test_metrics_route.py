@@ -23,7 +23,8 @@ def scrape_text(c: TestClient, key: str) -> str:
     r = c.get("/metrics", headers={"Authorization": f"Bearer {key}"})
     assert r.status_code == 200, r.text
     assert r.headers["content-type"].startswith("text/plain; version=0.0.4")
-    return r.text
+    text: str = r.text
+    return text
 
 
 def samples(text: str) -> Samples:

@@ -52,6 +52,7 @@ from blockbudget.service.request_log import (
     LOGGER_NAME,
     configure_request_log,
     request_line,
+    request_log_configured,
 )
 
 if TYPE_CHECKING:
@@ -142,7 +143,7 @@ def _drop_dead_workers(folder: str) -> None:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
-            multiprocess.mark_process_dead(pid, folder)
+            multiprocess.mark_process_dead(pid, folder)  # type: ignore[no-untyped-call]
         except PermissionError:  # alive, another user's
             pass
 
@@ -392,17 +393,18 @@ def register_metrics(
             keys only).
         alert_below: the low-budget threshold (default: env ``BLOCKBUDGET_ALERT_BELOW``, else
             0.1).
-        request_log: where request lines go (default: env ``BLOCKBUDGET_REQUEST_LOG``, else
-            standard error; see :func:`~blockbudget.service.request_log.configure_request_log`).
+        request_log: where request lines go (default: env ``BLOCKBUDGET_REQUEST_LOG``; else
+            as configured already in this process, or standard error; see
+            :func:`~blockbudget.service.request_log.configure_request_log`).
     """
     from prometheus_client import CollectorRegistry
     from prometheus_client.exposition import choose_encoder
 
     secret = token if token is not None else os.environ.get(ENV_METRICS_TOKEN) or None
     below = alert_below if alert_below is not None else _env_fraction(ENV_ALERT_BELOW, 0.1)
-    configure_request_log(
-        request_log if request_log is not None else os.environ.get(ENV_REQUEST_LOG)
-    )
+    target = request_log if request_log is not None else os.environ.get(ENV_REQUEST_LOG)
+    if target is not None or not request_log_configured():
+        configure_request_log(target)
     folder = _multiprocess_dir()
     own = None if folder is not None else CollectorRegistry()
     process = _ProcessMetrics(own)
@@ -424,7 +426,7 @@ def register_metrics(
         assert folder is not None
         _drop_dead_workers(folder)
         registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry, path=folder)
+        multiprocess.MultiProcessCollector(registry, path=folder)  # type: ignore[no-untyped-call]
         registry.register(ledger)
         return encode(registry)
 

@@ -26,7 +26,7 @@ blocks view shows.
 
 Example:
     >>> from blockbudget.accounting import Accounting
-    >>> from blockbudget.budget import Budget
+    >>> from blockbudget.budget import UNIT, Budget, units_down
     >>> from blockbudget.ledger import Ledger
     >>> ledger = Ledger("sqlite://")
     >>> _ = ledger.add_context("ads")
@@ -39,6 +39,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections import Counter
@@ -50,7 +51,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, func, inspect, select
 
 from blockbudget.accounting import Accounting, BasicFilter, Filter, StrongFilter, make_filter
-from blockbudget.budget import Budget
+from blockbudget.budget import UNIT, Budget, units_down
 from blockbudget.ledger.db import run_transaction
 from blockbudget.ledger.fastsql import chunks
 from blockbudget.ledger.schema import audit, blocks, budgets, contexts, reservations
@@ -214,9 +215,8 @@ class BudgetTracker:
         self._load_budgets(conn, [b for b in touched if b in self._live])
 
     def _load_budgets(self, conn: Connection, ids: list[str]) -> None:
-        for b in ids:  # a block whose rows vanished from a context (none do today) starts afresh
-            for c in self._contexts:
-                self._left.pop((b, c), None)
+        """(Re)read the budget rows of blocks ``ids`` (a row is never deleted: reading them
+        again replaces what was known)."""
         q = select(budgets.c.block_id, budgets.c.context, budgets.c.charged, budgets.c.reserved)
         for part in chunks(sorted(ids)):
             for r in conn.execute(q.where(budgets.c.block_id.in_(list(part)))):
@@ -343,11 +343,16 @@ def _vectors(charged: str, reserved: str) -> tuple[Vector, Vector]:
 
 def _left_of(f: Filter, used: Vector) -> _Left:
     eps: float | None = None
-    if isinstance(f, BasicFilter):
-        eps = float(f.remaining_budget(used).epsilon)
+    if isinstance(f, BasicFilter):  # ε_g − Σε in the filter's own fixed point
+        eps = max(0, _epsilon_units(f.capacity.epsilon) - used[0]) / UNIT
     elif isinstance(f, StrongFilter):
         eps = f.max_next_epsilon(used)
     return _Left(fraction=float(f.remaining_fraction(used)), epsilon=eps)
+
+
+@functools.lru_cache(maxsize=1024)
+def _epsilon_units(epsilon: Decimal) -> int:
+    return units_down(epsilon)
 
 
 def _count_low(
@@ -358,10 +363,14 @@ def _count_low(
 ) -> dict[tuple[str, str], int]:
     out: Counter[tuple[str, str]] = Counter()
     ctxs = tuple(open_contexts)
+    untouched: dict[Filter, float] = {}  # a block no charge or reservation touched yet
     for b, (stream, f) in live.items():
         for c in ctxs:
             found = left.get((b, c))
-            fraction = found.fraction if found is not None else f.remaining_fraction(f.zero())
+            if found is not None:
+                fraction = found.fraction
+            elif (fraction := untouched.get(f, -1.0)) < 0:
+                fraction = untouched[f] = f.remaining_fraction(f.zero())
             if fraction < below:
                 out[(stream, c)] += 1
     return dict(out)

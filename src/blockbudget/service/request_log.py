@@ -27,7 +27,13 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-__all__ = ["ENV_REQUEST_LOG", "LOGGER_NAME", "configure_request_log", "request_line"]
+__all__ = [
+    "ENV_REQUEST_LOG",
+    "LOGGER_NAME",
+    "configure_request_log",
+    "request_line",
+    "request_log_configured",
+]
 
 #: The logger every request line goes to.
 LOGGER_NAME = "blockbudget.requests"
@@ -68,7 +74,7 @@ class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
     """A handler writing to whatever ``sys.stderr`` is when a line is written (a test runner may
     swap it)."""
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> TextIO:
         return sys.stderr
 
@@ -107,3 +113,9 @@ def configure_request_log(target: str | Path | None) -> logging.Logger:
     setattr(handler, _MARK, True)
     logger.addHandler(handler)
     return logger
+
+
+def request_log_configured() -> bool:
+    """Whether :func:`configure_request_log` has run in this process."""
+    logger = logging.getLogger(LOGGER_NAME)
+    return logger.level > logging.INFO or any(getattr(h, _MARK, False) for h in logger.handlers)
