@@ -132,8 +132,9 @@ def test_labels_are_route_templates_and_refusals_have_reasons(
     assert over.status_code == 409 and over.json()["error"] == "BudgetExceededError"
     assert c.get("/no/such-path-x7q").status_code == 404
     assert c.get("/static/dashboard.js").status_code == 200
+    assert c.request("BREW-x7q", "/healthz").status_code == 405
     text = scrape_text(c, seeded.admin)
-    for raw in (res["id"], "such-path-x7q", block, "dashboard.js"):
+    for raw in (res["id"], "such-path-x7q", block, "dashboard.js", "BREW"):
         assert raw not in text
     found = samples(text)
     get = {"method": "GET", "route": "/v1/reservations/{rid}", "status": "200"}
@@ -161,6 +162,9 @@ def test_labels_are_route_templates_and_refusals_have_reasons(
         value(found, "blockbudget_http_requests_total", method="GET", route="/static", status="200")
         == 1
     )
+    assert value(
+        found, "blockbudget_http_requests_total", method="other", route="/healthz", status="405"
+    ) == 1
     assert value(found, "blockbudget_http_requests_in_progress") == 1  # the scrape itself
     assert over.headers["x-request-id"] and len(over.headers["x-request-id"]) == 32
 

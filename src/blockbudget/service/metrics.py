@@ -96,6 +96,9 @@ REFUSAL_REASONS = frozenset(
     }
 )
 
+#: The HTTP methods a label may name; any other is ``other`` (labels stay a bounded set).
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
 _DB_FILE = re.compile(r"^[a-z_]+_(\d+)\.db$")
 
 Scope = MutableMapping[str, Any]
@@ -331,7 +334,8 @@ class _Observer:
             m.in_flight.dec()
             elapsed = time.perf_counter() - started
             route = _route_of(scope)
-            method = str(scope.get("method", ""))
+            method = scope.get("method", "")
+            method = method if method in _METHODS else "other"  # a client chooses the method
             m.requests.labels(method, route, str(status)).inc()
             m.latency.labels(method, route).observe(elapsed)
             if status == 409:
