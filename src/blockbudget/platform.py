@@ -45,6 +45,7 @@ from blockbudget.ledger import (
     VerifyReport,
     validate_context_name,
 )
+from blockbudget.lowbudget import is_retiring
 from blockbudget.selection import Last as Last  # re-exported: users import it from here
 from blockbudget.selection import named_blocks, newest_blocks
 from blockbudget.store import (
@@ -77,6 +78,8 @@ class BlockView:
     retired: bool
     remaining_fraction: dict[str, float]
     remaining: dict[str, str]
+    #: live and under 10% left in every open context (:func:`blockbudget.lowbudget.is_retiring`)
+    retiring: bool = False
 
 
 class Platform:
@@ -247,7 +250,8 @@ class Platform:
     ) -> list[BlockView]:
         """Every block of a stream (or only its ``last`` newest ones, which costs what those
         blocks cost) with its remaining budget in each context (default: every open
-        context), oldest first."""
+        context), oldest first. ``retiring`` is judged over every open context whichever
+        ``contexts`` are shown (:mod:`blockbudget.lowbudget`), so every view agrees."""
         if last is not None and last <= 0:
             raise InvalidRequestError(f"last must be >= 1, got {last}")
         if last is None:
@@ -257,7 +261,8 @@ class Platform:
                 newest = store_catalog.select_newest_block_ids(conn, stream, offset=0, limit=last)
                 found = store_catalog.select_blocks_by_id(conn, newest)
             metas = [found[b] for b in reversed(newest) if b in found]
-        ctxs = list(contexts) if contexts is not None else self.ledger.contexts()
+        open_ctxs = self.ledger.contexts()
+        ctxs = list(contexts) if contexts is not None else open_ctxs
         f = self.filter(stream)
         states = {
             (s.block, s.context): s
@@ -269,11 +274,12 @@ class Platform:
         for m in metas:
             fractions: dict[str, float] = {}
             texts: dict[str, str] = {}
-            for c in ctxs:
+            for c in dict.fromkeys([*ctxs, *open_ctxs]):
                 s = states.get((m.block_id, c))
                 used = add_vectors(s.charged, s.reserved) if s is not None else f.zero()
                 fractions[c] = 0.0 if m.block_id in retired else f.remaining_fraction(used)
                 texts[c] = "retired" if m.block_id in retired else f.describe_remaining(used)
+            every_open = {c: fractions[c] for c in open_ctxs}
             views.append(
                 BlockView(
                     block_id=m.block_id,
@@ -281,8 +287,9 @@ class Platform:
                     rows=m.rows,
                     sealed=m.sealed,
                     retired=m.block_id in retired,
-                    remaining_fraction=fractions,
-                    remaining=texts,
+                    remaining_fraction={c: fractions[c] for c in ctxs},
+                    remaining={c: texts[c] for c in ctxs},
+                    retiring=is_retiring(every_open, retired=m.block_id in retired),
                 )
             )
         return views

@@ -16,7 +16,7 @@ from sqlalchemy import event
 
 from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget
-from blockbudget.errors import BudgetExceededError
+from blockbudget.errors import BudgetExceededError, InvalidRequestError
 from blockbudget.ledger import Ledger
 from blockbudget.service.metrics_db import (
     BudgetTracker,
@@ -181,5 +181,5 @@ def test_a_refresh_reads_only_what_is_new(url: str) -> None:
 
 
 def test_threshold_must_be_a_fraction(url: str) -> None:
-    with pytest.raises(ValueError, match=r"alert_below must be a fraction in \[0, 1\], got 1.5"):
+    with pytest.raises(InvalidRequestError, match=r"must be in \[0, 1\], got 1.5"):
         BudgetTracker(_ledger(url).engine, alert_below=1.5)

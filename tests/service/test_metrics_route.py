@@ -162,9 +162,12 @@ def test_labels_are_route_templates_and_refusals_have_reasons(
         value(found, "blockbudget_http_requests_total", method="GET", route="/static", status="200")
         == 1
     )
-    assert value(
-        found, "blockbudget_http_requests_total", method="other", route="/healthz", status="405"
-    ) == 1
+    assert (
+        value(
+            found, "blockbudget_http_requests_total", method="other", route="/healthz", status="405"
+        )
+        == 1
+    )
     assert value(found, "blockbudget_http_requests_in_progress") == 1  # the scrape itself
     assert over.headers["x-request-id"] and len(over.headers["x-request-id"]) == 32
 
@@ -197,3 +200,35 @@ def test_a_process_that_does_not_lead_says_so(seeded: Seeded) -> None:
     with TestClient(app) as c:
         queue.pump()
         assert value(samples(scrape_text(c, seeded.admin)), "blockbudget_task_leader") == 0
+
+
+def test_the_same_low_and_retiring_counts_as_the_dashboard(
+    seeded: Seeded, app_client: TestClient
+) -> None:
+    from blockbudget.service.dashboard import low_budget_alerts, retiring_counts
+
+    c, h = app_client, seeded.headers(seeded.admin)
+    blocks = [b.block_id for b in seeded.platform.store.blocks("flights")]
+    for context, chosen, eps in (
+        ("team-a", blocks[:3], 0.95),
+        ("team-b", blocks[1:2], 0.92),
+        ("team-b", blocks[3:], 0.5),
+    ):
+        r = c.post(
+            "/v1/streams/flights/charges",
+            headers=h,
+            json={"blocks": chosen, "epsilon": eps, "context": context},
+        )
+        assert r.status_code == 200, r.text
+    found = samples(scrape_text(c, seeded.admin))
+    gauge = {
+        (dict(labels)["stream"], dict(labels)["context"]): n
+        for (name, labels), n in found.items()
+        if name == "blockbudget_low_budget_blocks" and n > 0
+    }
+    alerts = low_budget_alerts(seeded.platform, below=0.1)
+    assert {(a.stream, a.context): len(a.blocks) for a in alerts} == gauge
+    assert gauge == {("flights", "team-a"): 3, ("flights", "team-b"): 1}
+    assert retiring_counts(seeded.platform) == {"flights": 1, "secret": 0}
+    assert value(found, "blockbudget_blocks", stream="flights", status="retiring") == 1
+    assert value(found, "blockbudget_blocks", stream="flights", status="live") == 3

@@ -25,6 +25,7 @@ from blockbudget.cli.common import (
     remote,
     stream_app,
 )
+from blockbudget.lowbudget import RETIRING_BELOW
 from blockbudget.store import Blocking, LatePolicy, Unit
 
 if TYPE_CHECKING:
@@ -318,9 +319,11 @@ def render_blocks(
         table.add_column(c)
     for v in views:
         state = "[red]retired[/]" if v.retired else ("sealed" if v.sealed else "open")
+        state += ", [yellow]retiring[/]" if v.retiring else ""
         cells = [bar(v.remaining_fraction.get(c, 1.0)) for c in ctxs]
         table.add_row(v.block_id, f"{v.rows:,}", state, *cells)
     console.print(table)
+    console.print(retiring_line(sum(v.retiring for v in views)))
     coalition = platform.coalition_contexts()
     if len(coalition) > 1:
         console.print(
@@ -347,7 +350,15 @@ def render_remote_blocks(views: list[dict[str, Any]], stream: str, *, last: int 
         table.add_column(c)
     for v in views:
         state = "[red]retired[/]" if v["retired"] else ("sealed" if v["sealed"] else "open")
+        state += ", [yellow]retiring[/]" if v.get("retiring") else ""
         cells = [bar(v["remaining_fraction"].get(c, 1.0)) for c in ctxs]
         rows = [f"{v['rows']:,}"] if with_rows else []
         table.add_row(v["block_id"], *rows, state, *cells)
     console.print(table)
+    console.print(retiring_line(sum(bool(v.get("retiring")) for v in views)))
+
+
+def retiring_line(count: int) -> str:
+    """The line under a blocks table: how many blocks are retiring (the definition every view
+    shares: :mod:`blockbudget.lowbudget`)."""
+    return f"{count} retiring block(s): live, under {RETIRING_BELOW:.0%} left in every open context"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -79,6 +80,16 @@ def serve(
             help="Where the JSON request log goes: - (stderr, the default), off, or a file.",
         ),
     ] = None,
+    alert_below: Annotated[
+        float | None,
+        typer.Option(
+            envvar="BLOCKBUDGET_ALERT_BELOW",
+            min=0.0,
+            max=1.0,
+            help="Low-budget alert threshold: the dashboard (and metrics) flag live blocks with "
+            "less than this fraction of their budget left in a context (default 0.1).",
+        ),
+    ] = None,
 ) -> None:
     """Serve the platform over HTTP (API, OpenAPI schema at /docs, dashboard at /dashboard,
     Prometheus metrics at /metrics).
@@ -98,6 +109,8 @@ def serve(
     pipeline_scheduler = pipeline_scheduler or DEFAULT_PIPELINE_SCHEDULER
     parse_spec(scheduler)  # a clear error before anything starts
     parse_spec(pipeline_scheduler)
+    if alert_below is not None:  # worker processes read it from the environment
+        os.environ["BLOCKBUDGET_ALERT_BELOW"] = repr(alert_below)
     key = bootstrap_admin(home, database)
     if key is not None:
         console.print(

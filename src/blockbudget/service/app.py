@@ -37,6 +37,7 @@ from blockbudget.errors import (
     StreamExistsError,
 )
 from blockbudget.ledger import ContextInfo, Ledger, Reservation, ReservationState
+from blockbudget.lowbudget import alert_threshold_from_env
 from blockbudget.platform import Last, Platform
 from blockbudget.service import schemas as sc
 from blockbudget.service.access import (
@@ -107,6 +108,7 @@ def create_app(
     pipeline_scheduler: str = DEFAULT_PIPELINE_SCHEDULER,
     pump_seconds: float = 0.5,
     tasks: TaskQueue | None = None,
+    alert_below: float | None = None,
 ) -> FastAPI:
     """The FastAPI application serving ``platform``.
 
@@ -122,6 +124,8 @@ def create_app(
             deadlines), which runs in a thread of its own while the app is up.
         tasks: the task queue (default: a new one on ``platform`` with these schedulers and the
             database's leadership: one process decides at a time).
+        alert_below: the dashboard's low-budget alert threshold, a fraction in [0, 1]
+            (default: ``BLOCKBUDGET_ALERT_BELOW``, else 0.1).
     """
     keystore = keys if keys is not None else KeyStore(platform.ledger.engine)
     authenticate = Authenticator(keystore, ttl_seconds=auth_cache_seconds)
@@ -596,9 +600,10 @@ def create_app(
         tasks=queue_of_tasks,
         authenticate=authenticate,
         names=names,
+        alert_below=alert_threshold_from_env() if alert_below is None else alert_below,
     )
 
-    register_metrics(app, platform=platform, authenticate=authenticate, tasks=queue_of_tasks)
+    register_metrics(app, alert_below=alert_below)  # reads app.state's platform, keys, tasks
     return app
 
 

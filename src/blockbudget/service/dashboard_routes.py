@@ -1,5 +1,10 @@
-"""The dashboard's data route: ``GET /v1/dashboard`` (blocks, heatmap, retiring blocks, the
-task queue, pipeline jobs and released models) for one stream the caller may see.
+"""The dashboard's data route: ``GET /v1/dashboard`` (blocks, heatmap, remaining budget over
+time, retiring blocks, low-budget alerts, the task queue, pipeline jobs and released models) for
+one stream the caller may see.
+
+The history comes from the stream's own audit events (:mod:`blockbudget.service.dashboard_index`),
+so its cost does not grow with other streams' history. Retiring blocks and alerts use the one
+definition of :mod:`blockbudget.lowbudget`: every role counts the same retiring blocks.
 
 An analyst sees only its streams, its contexts and its own tasks and jobs, no row counts, and on
 user and attribute streams opaque block ids, sorted, instead of keys
@@ -11,13 +16,15 @@ from typing import TYPE_CHECKING, Annotated
 from fastapi import Depends, FastAPI, Query
 
 from blockbudget.errors import InvalidRequestError
-from blockbudget.ledger import AuditEvent
+from blockbudget.ledger import AuditEvent, EventKind
+from blockbudget.lowbudget import check_threshold
 from blockbudget.platform import BlockView, Platform
 from blockbudget.service import schemas as sc
 from blockbudget.service.access import Authenticator, require_stream, visible_contexts
 from blockbudget.service.auth import Permission, Principal, Role
 from blockbudget.service.blocknames import BlockNames, Naming
-from blockbudget.service.dashboard import RETIRING_FRACTION, heatmap
+from blockbudget.service.dashboard import alerts_from_views, heatmap
+from blockbudget.service.dashboard_index import StreamEventIndex
 from blockbudget.service.pipelines import job_json
 from blockbudget.tasks.model import WorkKind
 
@@ -36,18 +43,19 @@ def block_out(v: BlockView, *, with_rows: bool, naming: Naming) -> sc.BlockOut:
         remaining_fraction=v.remaining_fraction,
         remaining=v.remaining,
         rows=v.rows if with_rows else None,
+        retiring=v.retiring,
     )
 
 
-def _about(event: AuditEvent, stream: str, blocks: set[str]) -> bool:
-    """Whether an audit event concerns ``stream`` (one of its ``blocks``, or the stream)."""
-    payload = event.payload
-    if payload.get("stream") == stream:
-        return True
-    named = payload.get("blocks")
-    if isinstance(named, list):
-        return any(b in blocks for b in named)
-    return any(b in blocks for b in payload.get("returned", ()))
+def _touching(events: list[AuditEvent], shown: set[str]) -> list[AuditEvent]:
+    """The events that name a shown block: the axis says nothing about blocks a caller may not
+    know of (on a user stream, those beyond the released maximum id)."""
+    out = []
+    for e in events:
+        named = [e.payload.get("block")] if e.kind is EventKind.BLOCK_ADDED else e.payload["blocks"]
+        if any(b in shown for b in named):
+            out.append(e)
+    return out
 
 
 def register_dashboard_routes(
@@ -57,9 +65,13 @@ def register_dashboard_routes(
     tasks: "TaskQueue",
     authenticate: Authenticator,
     names: BlockNames,
+    alert_below: float = 0.1,
 ) -> None:
-    """Add ``GET /v1/dashboard`` to ``app``."""
+    """Add ``GET /v1/dashboard`` to ``app``; ``alert_below`` is the default low-budget alert
+    threshold (a caller may pass ``alert_below`` to look at another one)."""
     Auth = Annotated[Principal, Depends(authenticate)]
+    default_below = check_threshold(alert_below)
+    history = StreamEventIndex(platform.ledger.engine)
     naming_of = names.naming
     names_known = names.known
 
@@ -68,6 +80,7 @@ def register_dashboard_routes(
         me: Auth,
         stream: Annotated[str | None, Query(max_length=256)] = None,
         buckets: Annotated[int, Query(ge=1, le=200)] = 24,
+        alert_below: Annotated[float | None, Query(ge=0.0, le=1.0)] = None,
     ) -> sc.DashboardOut:
         names = [s.name for s in platform.streams()]
         if me.role is not Role.ADMIN:
@@ -85,30 +98,26 @@ def register_dashboard_routes(
         views = naming.arrange(
             names_known(me, stream, platform.blocks(stream, contexts=ctxs), _view_id), _view_id
         )
-        mine = {v.block_id for v in views}
         hm = heatmap(
             # only this stream's events: its time axis then says nothing about when other
             # streams (which the caller may not read) were used
-            [e for e in platform.ledger.events() if _about(e, stream, mine)],
+            _touching(history.events(stream), {v.block_id for v in views}),
             blocks=[v.block_id for v in views],
             contexts=ctxs,
             filter_=platform.filter(stream),
             buckets=buckets,
         )
-        retiring = [
-            naming.show(v.block_id)
-            for v in views
-            if not v.retired
-            and ctxs
-            and all(v.remaining_fraction[c] <= RETIRING_FRACTION for c in ctxs)
-        ]
-        jobs = [  # pipeline jobs: tasks of kind pipeline (the TaskQueue's pipeline family)
-            job_json(t)
-            for t in tasks.tasks(
-                stream=stream,
-                kind=WorkKind.PIPELINE,
-                principal=None if me.role is Role.ADMIN else me.name,
-            )[-200:]
+        retiring = [naming.show(v.block_id) for v in views if v.retiring]
+        below = default_below if alert_below is None else alert_below
+        alerts = [
+            sc.AlertOut(
+                stream=a.stream,
+                context=a.context,
+                below=a.below,
+                blocks=naming.show_all(a.blocks),
+                lowest=a.lowest,
+            )
+            for a in alerts_from_views(stream, views, below=below, contexts=ctxs)
         ]
         return sc.DashboardOut(
             stream=stream,
@@ -124,43 +133,58 @@ def register_dashboard_routes(
                     for b, k in naming.arrange(hm.retired_at.items(), lambda item: item[0])
                 },
                 times=list(hm.times),
+                start=hm.start,
                 contexts=hm.cells,
+                remaining=hm.remaining,
             ),
-            extras={
-                "scheduler_queue": [
-                    {
-                        "task": t.id[:12],
-                        "principal": t.principal,
-                        "context": t.context,
-                        "kind": t.kind.value,
-                        "demand": str(t.demand),
-                        "blocks": len(t.blocks),
-                        "state": t.state.value,
-                        "grant": t.reservation_id or "-",
-                        "note": naming.text(t.note) or "-",
-                    }
-                    for t in tasks.tasks(
-                        stream=stream, principal=None if me.role is Role.ADMIN else me.name
-                    )[-200:]
-                ],
-                "pipelines": [
-                    {
-                        "job": j["id"],
-                        "owner": j["owner"],
-                        "kind": j["kind"],
-                        "context": j["context"],
-                        "state": j["state"],
-                        "outcomes": " ".join(a["outcome"] for a in j["attempts"]) or "-",
-                    }
-                    for j in jobs
-                ],
-                "released_models": [
-                    {"job": j["id"], "kind": j["kind"], "model": j["model"] or ""}
-                    for j in jobs
-                    if j["state"] == "accepted"
-                ],
-            },
+            series=sc.SeriesOut(times=list(hm.times), contexts=hm.series),
+            alert_below=below,
+            alerts=alerts,
+            extras=_extras(tasks, stream, None if me.role is Role.ADMIN else me.name, naming),
         )
+
+
+def _extras(
+    tasks: "TaskQueue", stream: str, principal: str | None, naming: Naming
+) -> dict[str, list[dict[str, object]]]:
+    """The task queue, pipeline jobs and released models of ``stream`` (``principal``'s own
+    only, unless None), the newest 200 of each."""
+    jobs = [  # pipeline jobs: tasks of kind pipeline (the TaskQueue's pipeline family)
+        job_json(t)
+        for t in tasks.tasks(stream=stream, kind=WorkKind.PIPELINE, principal=principal)[-200:]
+    ]
+    return {
+        "scheduler_queue": [
+            {
+                "task": t.id[:12],
+                "principal": t.principal,
+                "context": t.context,
+                "kind": t.kind.value,
+                "demand": str(t.demand),
+                "blocks": len(t.blocks),
+                "state": t.state.value,
+                "grant": t.reservation_id or "-",
+                "note": naming.text(t.note) or "-",
+            }
+            for t in tasks.tasks(stream=stream, principal=principal)[-200:]
+        ],
+        "pipelines": [
+            {
+                "job": j["id"],
+                "owner": j["owner"],
+                "kind": j["kind"],
+                "context": j["context"],
+                "state": j["state"],
+                "outcomes": " ".join(a["outcome"] for a in j["attempts"]) or "-",
+            }
+            for j in jobs
+        ],
+        "released_models": [
+            {"job": j["id"], "kind": j["kind"], "model": j["model"] or ""}
+            for j in jobs
+            if j["state"] == "accepted"
+        ],
+    }
 
 
 def _view_id(view: BlockView) -> str:

@@ -39,6 +39,7 @@ import anyio.to_thread
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
+from blockbudget.lowbudget import alert_threshold_from_env
 from blockbudget.platform import Platform
 from blockbudget.service.access import Authenticator, require_role
 from blockbudget.service.metrics_db import (
@@ -62,7 +63,6 @@ if TYPE_CHECKING:
     from blockbudget.tasks.queue import TaskQueue
 
 __all__ = [
-    "ENV_ALERT_BELOW",
     "ENV_METRICS_TOKEN",
     "LATENCY_BUCKETS",
     "MULTIPROC_ENV",
@@ -76,9 +76,6 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 #: The metrics token (``serve --metrics-token``).
 ENV_METRICS_TOKEN = "BLOCKBUDGET_METRICS_TOKEN"
-
-#: The low-budget alert threshold (``serve --alert-below``), a fraction; default 0.1.
-ENV_ALERT_BELOW = "BLOCKBUDGET_ALERT_BELOW"
 
 #: Request latency histogram buckets, in seconds (a task's ``?wait=`` may hold a request 60 s).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -214,8 +211,8 @@ class LedgerCollector:
         yield from _budget_families(snap, self.tracker.alert_below)
         blocks = GaugeMetricFamily(
             "blockbudget_blocks",
-            "Blocks per stream and status: live, retiring (live, every open context at most "
-            "0.1 left) and retired.",
+            "Blocks per stream and status: live, retiring (live, less than 0.1 left in every "
+            "open context) and retired.",
             labels=["stream", "status"],
         )
         for (stream, status), n in sorted(snap.blocks.items()):
@@ -379,8 +376,8 @@ def _reason(body: bytes) -> str:
 def register_metrics(
     app: FastAPI,
     *,
-    platform: Platform,
-    authenticate: Authenticator,
+    platform: Platform | None = None,
+    authenticate: Authenticator | None = None,
     tasks: TaskQueue | None = None,
     token: str | None = None,
     alert_below: float | None = None,
@@ -390,13 +387,16 @@ def register_metrics(
 
     Args:
         app: the application.
-        platform: the platform whose database the ledger metrics read.
-        authenticate: the app's authenticator (admins may scrape).
-        tasks: the task queue, whose leadership the ``blockbudget_task_leader`` gauge shows.
+        platform: the platform whose database the ledger metrics read (default:
+            ``app.state.platform``).
+        authenticate: the app's authenticator, for admins' keys (default:
+            ``app.state.authenticate``).
+        tasks: the task queue, whose leadership the ``blockbudget_task_leader`` gauge shows
+            (default: ``app.state.tasks``, if any).
         token: the metrics token (default: env ``BLOCKBUDGET_METRICS_TOKEN``; none: admin
             keys only).
         alert_below: the low-budget threshold (default: env ``BLOCKBUDGET_ALERT_BELOW``, else
-            0.1).
+            0.1; :func:`blockbudget.lowbudget.alert_threshold_from_env`).
         request_log: where request lines go (default: env ``BLOCKBUDGET_REQUEST_LOG``; else
             as configured already in this process, or standard error; see
             :func:`~blockbudget.service.request_log.configure_request_log`).
@@ -404,8 +404,11 @@ def register_metrics(
     from prometheus_client import CollectorRegistry
     from prometheus_client.exposition import choose_encoder
 
+    platform = platform if platform is not None else app.state.platform
+    auth: Authenticator = authenticate if authenticate is not None else app.state.authenticate
+    tasks = tasks if tasks is not None else getattr(app.state, "tasks", None)
     secret = token if token is not None else os.environ.get(ENV_METRICS_TOKEN) or None
-    below = alert_below if alert_below is not None else _env_fraction(ENV_ALERT_BELOW, 0.1)
+    below = alert_threshold_from_env() if alert_below is None else alert_below
     target = request_log if request_log is not None else os.environ.get(ENV_REQUEST_LOG)
     if target is not None or not request_log_configured():
         configure_request_log(target)
@@ -439,7 +442,7 @@ def register_metrics(
         """Prometheus metrics (an admin's key, or the metrics token as a bearer token), in the
         text format the scraper's ``Accept`` header asks for (OpenMetrics or Prometheus text)."""
         if not _token_matches(request, secret):
-            require_role(await authenticate(request))
+            require_role(await auth(request))
         encode, content_type = choose_encoder(request.headers.get("accept", ""))
         body = await anyio.to_thread.run_sync(render, encode)
         return Response(body, headers={"Content-Type": content_type})
@@ -451,18 +454,3 @@ def _token_matches(request: Request, secret: str | None) -> bool:
     auth = request.headers.get("authorization", "")
     given = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
     return hmac.compare_digest(given.encode(), secret.encode())
-
-
-def _env_fraction(name: str, default: float) -> float:
-    from blockbudget.errors import InvalidRequestError
-
-    text = os.environ.get(name)
-    if not text:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 <= value <= 1.0:
-        raise InvalidRequestError(f"{name} must be a fraction in [0, 1], got {text!r}")
-    return value

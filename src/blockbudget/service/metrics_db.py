@@ -22,7 +22,8 @@ aggregate them per (stream, context).
 
 The remaining fraction of a block in a context is the ledger's own
 (:meth:`blockbudget.accounting.Filter.remaining_fraction` of charged + reserved), the number the
-blocks view shows.
+blocks view shows; *low* and *retiring* are :mod:`blockbudget.lowbudget`'s predicates, the ones
+every other view uses.
 
 Example:
     >>> from blockbudget.accounting import Accounting
@@ -56,11 +57,11 @@ from blockbudget.ledger.db import run_transaction
 from blockbudget.ledger.fastsql import chunks
 from blockbudget.ledger.schema import audit, blocks, budgets, contexts, reservations
 from blockbudget.ledger.types import EventKind, ReservationState, Vector, decode_vector
+from blockbudget.lowbudget import check_threshold, is_low, is_retiring
 
 __all__ = [
     "LIVE_TASK_STATES",
     "REBUILD_AFTER",
-    "RETIRING_FRACTION",
     "BudgetSummary",
     "BudgetTracker",
     "LedgerSnapshot",
@@ -69,10 +70,6 @@ __all__ = [
 
 #: More new audit events than this since the last refresh: read the tables afresh instead.
 REBUILD_AFTER = 50_000
-
-#: A live block is *retiring* when every open context has at most this fraction left (the
-#: dashboard's rule, :data:`blockbudget.service.dashboard.RETIRING_FRACTION`).
-RETIRING_FRACTION = 0.1
 
 #: The task states a queue length counts (the others are final and only grow with history).
 LIVE_TASK_STATES = ("waiting", "running")
@@ -124,10 +121,8 @@ class BudgetTracker:
     """
 
     def __init__(self, engine: Engine, *, alert_below: float = 0.1) -> None:
-        if not 0.0 <= alert_below <= 1.0:
-            raise ValueError(f"alert_below must be a fraction in [0, 1], got {alert_below!r}")
         self.engine = engine
-        self.alert_below = alert_below
+        self.alert_below = check_threshold(alert_below)
         self._lock = threading.Lock()
         self._seq = -1  # nothing read yet
         self._contexts: tuple[str, ...] = ()
@@ -242,12 +237,12 @@ class BudgetTracker:
         acc: dict[tuple[str, str], list[Any]] = {}  # (stream, ctx) → [n, min, sum, min ε]
         fresh: dict[Filter, _Left] = {}
         for b, (stream, f) in self._live.items():
-            retiring = bool(self._contexts)
+            fractions: dict[str, float] = {}
             for c in self._contexts:
                 left = self._left.get((b, c))
                 if left is None:
                     left = fresh.get(f) or fresh.setdefault(f, _left_of(f, f.zero()))
-                retiring = retiring and left.fraction <= RETIRING_FRACTION
+                fractions[c] = left.fraction
                 a = acc.get((stream, c))
                 if a is None:
                     acc[(stream, c)] = [1, left.fraction, left.fraction, left.epsilon]
@@ -257,6 +252,7 @@ class BudgetTracker:
                 a[2] += left.fraction
                 if left.epsilon is not None:
                     a[3] = left.epsilon if a[3] is None else min(a[3], left.epsilon)
+            retiring = is_retiring(fractions, retired=False)
             block_counts[(stream, "retiring" if retiring else "live")] += 1
         summaries = {
             key: BudgetSummary(blocks=n, min_fraction=lo, mean_fraction=s / n, min_epsilon=e)
@@ -371,6 +367,6 @@ def _count_low(
                 fraction = found.fraction
             elif (fraction := untouched.get(f, -1.0)) < 0:
                 fraction = untouched[f] = f.remaining_fraction(f.zero())
-            if fraction < below:
+            if is_low(fraction, below=below):
                 out[(stream, c)] += 1
     return dict(out)

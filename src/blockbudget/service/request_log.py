@@ -25,7 +25,6 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import TextIO
 
 __all__ = [
     "ENV_REQUEST_LOG",
@@ -70,19 +69,6 @@ def request_line(
     )
 
 
-class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
-    """A handler writing to whatever ``sys.stderr`` is when a line is written (a test runner may
-    swap it)."""
-
-    @property
-    def stream(self) -> TextIO:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, _: TextIO) -> None:
-        pass
-
-
 #: Marks the handler this module installed, so that configuring again replaces it.
 _MARK = "_blockbudget_request_log"
 
@@ -106,8 +92,12 @@ def configure_request_log(target: str | Path | None) -> logging.Logger:
         logger.setLevel(logging.CRITICAL + 1)
         return logger
     logger.setLevel(logging.INFO)
+    # The process's own standard error, not whatever ``sys.stderr`` is swapped for later (a
+    # CLI runner capturing a command's output must not capture a server thread's requests).
     handler: logging.Handler = (
-        _Stderr() if text == "-" else logging.FileHandler(text, encoding="utf-8")
+        logging.StreamHandler(sys.__stderr__ or sys.stderr)
+        if text == "-"
+        else logging.FileHandler(text, encoding="utf-8")
     )
     handler.setFormatter(logging.Formatter("%(message)s"))
     setattr(handler, _MARK, True)

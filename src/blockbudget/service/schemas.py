@@ -143,6 +143,10 @@ class BlockOut(BaseModel):
     remaining_fraction: dict[str, float]
     remaining: dict[str, str]
     rows: int | None = None
+    retiring: bool = Field(
+        default=False,
+        description="live and under 10% left in every open context (the same for every viewer)",
+    )
 
 
 class Selection(Strict):
@@ -334,8 +338,30 @@ class HeatmapOut(BaseModel):
     blocks: list[str]
     retired: list[str]
     retired_at: dict[str, int] = Field(description="the bucket in which each block retired")
-    times: list[float]
+    times: list[float] = Field(description="the end of each bucket (Unix seconds, UTC)")
+    start: float = Field(default=0.0, description="the start of the first bucket")
     contexts: dict[str, list[list[float]]]
+    remaining: dict[str, list[list[str]]] = Field(
+        default_factory=dict, description="the exact remaining budget of each cell"
+    )
+
+
+class SeriesOut(BaseModel):
+    """Remaining budget over time per context: the mean remaining fraction of the shown
+    blocks that existed at the end of each heatmap bucket (a retired block counts 0)."""
+
+    times: list[float]
+    contexts: dict[str, list[float | None]]
+
+
+class AlertOut(BaseModel):
+    """Live blocks with less than ``below`` of their budget left in one context."""
+
+    stream: str
+    context: str
+    below: float
+    blocks: list[str]
+    lowest: float
 
 
 class DashboardOut(BaseModel):
@@ -345,6 +371,9 @@ class DashboardOut(BaseModel):
     blocks: list[BlockOut]
     retiring: list[str]
     heatmap: HeatmapOut
+    series: SeriesOut | None = None
+    alert_below: float = 0.1
+    alerts: list[AlertOut] = Field(default_factory=list)
     extras: dict[str, Any]
 
 

@@ -2,20 +2,11 @@
 "use strict";
 
 const REFRESH_MS = 2000;
-const state = { key: "", stream: null, timer: null };
+const state = { key: "", stream: null, timer: null, below: null, drawn: "" };
 
 function params() {
   const out = new URLSearchParams(window.location.hash.slice(1));
   return { key: out.get("key") || "", stream: out.get("stream") };
-}
-
-function colour(f) {
-  // 0 → pale green, 0.5 → amber, 1 → red: consumed fraction of the block's budget.
-  const t = Math.max(0, Math.min(1, f));
-  const r = Math.round(t < 0.5 ? 120 + 270 * t : 255);
-  const g = Math.round(t < 0.5 ? 200 - 20 * t : 190 - 150 * (t - 0.5) * 2);
-  const b = Math.round(120 - 90 * t);
-  return `rgb(${r},${g},${b})`;
 }
 
 function remainingColour(f) {
@@ -36,31 +27,61 @@ function el(tag, attrs = {}, text = "") {
   return node;
 }
 
-function drawHeatmaps(hm) {
+function showTooltip(ev, text) {
+  const tip = document.getElementById("tooltip");
+  tip.textContent = text;
+  tip.hidden = false;
+  tip.style.left = `${ev.pageX + 12}px`;
+  tip.style.top = `${ev.pageY + 12}px`;
+}
+
+function hideTooltip() {
+  document.getElementById("tooltip").hidden = true;
+}
+
+function drawCharts(data) {
+  // Redraw only when the history changed: a refresh must not pull a cell from under the mouse.
+  const drawn = JSON.stringify([data.stream, data.heatmap, data.series]);
+  if (drawn === state.drawn) return;
+  state.drawn = drawn;
+  const hm = data.heatmap;
+  const legend = document.getElementById("legend");
+  legend.replaceChildren(BBCharts.legend());
   const box = document.getElementById("heatmaps");
   box.replaceChildren();
-  const cell = Math.max(6, Math.min(24, Math.floor(480 / Math.max(1, hm.times.length))));
-  const rowH = Math.max(4, Math.min(18, Math.floor(360 / Math.max(1, hm.blocks.length))));
-  for (const [ctx, rows] of Object.entries(hm.contexts)) {
+  for (const ctx of Object.keys(hm.contexts)) {
     const wrap = el("div", { class: "heat", "data-context": ctx });
     wrap.appendChild(el("h3", {}, `context ${ctx}`));
-    const canvas = el("canvas", {
-      width: String(cell * hm.times.length), height: String(rowH * hm.blocks.length),
-      "aria-label": `heatmap of consumed budget in context ${ctx}`,
-    });
-    const g = canvas.getContext("2d");
-    rows.forEach((row, i) => row.forEach((f, k) => {
-      const gone = hm.retired_at[hm.blocks[i]];
-      g.fillStyle = gone !== undefined && k >= gone ? "#444" : colour(f);
-      g.fillRect(k * cell, i * rowH, cell, rowH);
-    }));
-    wrap.appendChild(canvas);
-    const last = rows.map((r) => r[r.length - 1] || 0);
+    const chart = BBCharts.heatmap(hm, ctx, showTooltip);
+    chart.addEventListener("mouseleave", hideTooltip);
+    wrap.appendChild(chart);
+    const last = hm.contexts[ctx].map((r) => r[r.length - 1] || 0);
     const max = last.length ? Math.max(...last) : 0;
     wrap.appendChild(el("div", { class: "legend" },
-      `${hm.blocks.length} blocks × ${hm.times.length} buckets; most consumed block: ${(100 * max).toFixed(1)}%`));
+      `${hm.blocks.length} blocks × ${hm.times.length} buckets; most consumed block: ${BBCharts.pct(max)}`));
     box.appendChild(wrap);
   }
+  const trend = document.getElementById("trend");
+  trend.replaceChildren(data.series ? BBCharts.lines(data.series) : el("p", { class: "note" }, "no history"));
+}
+
+function drawAlert(data) {
+  const box = document.getElementById("alert");
+  box.replaceChildren();
+  box.dataset.below = String(data.alert_below);
+  if (!data.alerts.length) {
+    box.hidden = true;
+    return;
+  }
+  box.appendChild(el("strong", {}, `Low budget: under ${BBCharts.pct(data.alert_below)} left`));
+  const list = el("ul");
+  for (const a of data.alerts) {
+    const shown = a.blocks.slice(0, 12).join(", ") + (a.blocks.length > 12 ? `, … (${a.blocks.length} in all)` : "");
+    list.appendChild(el("li", { "data-stream": a.stream, "data-context": a.context },
+      `${a.stream} / ${a.context}: ${a.blocks.length} block(s), lowest ${BBCharts.pct(a.lowest)} left — ${shown}`));
+  }
+  box.appendChild(list);
+  box.hidden = false;
 }
 
 function drawBlocks(data) {
@@ -76,8 +97,8 @@ function drawBlocks(data) {
   for (const b of data.blocks) {
     const tr = el("tr", { "data-block": b.block_id });
     tr.appendChild(el("td", {}, b.block_id));
-    tr.appendChild(el("td", b.retired ? { class: "retired" } : {},
-      b.retired ? "retired" : b.sealed ? "sealed" : "open"));
+    tr.appendChild(el("td", b.retired ? { class: "retired" } : b.retiring ? { class: "retiring" } : {},
+      (b.retired ? "retired" : b.sealed ? "sealed" : "open") + (b.retiring ? ", retiring" : "")));
     if (hasRows) tr.appendChild(el("td", { class: "num" }, b.rows === null ? "" : String(b.rows)));
     for (const c of ctxs) {
       const f = b.remaining_fraction[c];
@@ -99,7 +120,9 @@ function drawRetiring(data) {
   const list = document.getElementById("retiring");
   list.replaceChildren();
   const retired = data.blocks.filter((b) => b.retired).map((b) => b.block_id);
-  for (const id of data.retiring) list.appendChild(el("li", {}, `${id} — under 10% left in every context`));
+  for (const id of data.retiring) {
+    list.appendChild(el("li", { class: "retiring" }, `${id} — under 10% left in every open context`));
+  }
   for (const id of retired) list.appendChild(el("li", { class: "retired" }, `${id} — retired`));
   if (!list.children.length) list.appendChild(el("li", {}, "none"));
 }
@@ -131,8 +154,10 @@ function drawExtras(data) {
 async function refresh() {
   const status = document.getElementById("status");
   try {
-    const q = state.stream ? `?stream=${encodeURIComponent(state.stream)}` : "";
-    const data = await api(`/v1/dashboard${q}`);
+    const q = new URLSearchParams();
+    if (state.stream) q.set("stream", state.stream);
+    if (state.below !== null) q.set("alert_below", String(state.below));
+    const data = await api(`/v1/dashboard?${q}`);
     state.stream = data.stream;
     const select = document.getElementById("stream");
     if (select.options.length !== data.streams.length) {
@@ -143,16 +168,29 @@ async function refresh() {
     summary.replaceChildren(el("div", {},
       `stream ${data.stream}: ${data.blocks.length} blocks, policy ε=${data.policy.epsilon}, ` +
       `δ=${data.policy.delta}; ${data.retiring.length} retiring`));
-    drawHeatmaps(data.heatmap);
+    const input = document.getElementById("alert-below");
+    if (state.below === null && document.activeElement !== input) {
+      input.value = String(+(100 * data.alert_below).toFixed(4));
+    }
+    drawAlert(data);
+    drawCharts(data);
     drawBlocks(data);
     drawRetiring(data);
     drawExtras(data);
     document.body.dataset.loaded = "true";
-    status.textContent = "updated " + new Date().toLocaleTimeString();
+    document.body.dataset.refreshes = String(+(document.body.dataset.refreshes || 0) + 1);
+    status.textContent = "updated " + BBCharts.utc(Date.now() / 1000);
   } catch (err) {
     status.textContent = String(err.message || err);
     document.body.dataset.error = String(err.message || err);
   }
+}
+
+// The alert threshold typed in (a percentage); empty or out of range: the server's default.
+function readThreshold() {
+  const input = document.getElementById("alert-below");
+  const v = Number(input.value);
+  state.below = input.value === "" || !(v >= 0 && v <= 100) ? null : v / 100;
 }
 
 function start() {
@@ -170,11 +208,17 @@ window.addEventListener("DOMContentLoaded", () => {
     ev.preventDefault();
     state.key = document.getElementById("key").value.trim();
     state.stream = document.getElementById("stream").value || null;
+    readThreshold();
     sessionStorage.setItem("blockbudget-key", state.key);
     start();
   });
+  document.getElementById("alert-below").addEventListener("change", () => {
+    readThreshold();
+    refresh();
+  });
   document.getElementById("stream").addEventListener("change", (ev) => {
     state.stream = ev.target.value;
+    state.drawn = "";
     refresh();
   });
   if (state.key) start();
