@@ -1,5 +1,6 @@
 """The sample Grafana dashboard (``deploy/grafana/blockbudget-dashboard.json``) is valid JSON whose
-every PromQL expression names only metrics ``/metrics`` exports, grouped by labels they carry."""
+every PromQL expression — and every example alert rule of ``deploy/grafana/README.md`` — names
+only metrics ``/metrics`` exports, grouped by labels they carry."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from blockbudget.tasks.queue import TaskQueue
 from service.support import Seeded
 
 DASHBOARD = Path(__file__).parents[2] / "deploy" / "grafana" / "blockbudget-dashboard.json"
+README = DASHBOARD.with_name("README.md")
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",)}
 METRIC = re.compile(r"\bblockbudget_[a-z0-9_]+")
 GROUPING = re.compile(r"\bby \(([^)]*)\)")
@@ -68,6 +70,9 @@ def test_the_dashboard_names_only_exported_metrics(seeded: Seeded) -> None:
     assert len(ids) == len(set(ids)) and dashboard["uid"]
     exprs = expressions(dashboard)
     assert len(exprs) >= 14
+    rules = re.findall(r"^\s*expr: (.+)$", README.read_text(encoding="utf-8"), re.MULTILINE)
+    assert len(rules) == 3  # the README's example alert rules
+    exprs += rules
     have = exported(seeded)
     used: set[str] = set()
     for expr in exprs:
