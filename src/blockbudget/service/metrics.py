@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import logging
 import os
 import re
 import time
@@ -298,8 +299,6 @@ class _Observer:
     def __init__(
         self, app: ASGIApp, *, metrics: _ProcessMetrics, is_leader: Callable[[], bool]
     ) -> None:
-        import logging
-
         self.app = app
         self.metrics = metrics
         self.is_leader = is_leader
@@ -338,7 +337,7 @@ class _Observer:
             if status == 409:
                 m.refusals.labels(route, _reason(b"".join(refusal))).inc()
             m.leader.set(1.0 if self.is_leader() else 0.0)
-            if self.log.isEnabledFor(20):  # INFO
+            if self.log.isEnabledFor(logging.INFO):
                 principal = scope.get("state", {}).get("principal")
                 self.log.info(
                     request_line(
@@ -400,6 +399,15 @@ def register_metrics(
         request_log: where request lines go (default: env ``BLOCKBUDGET_REQUEST_LOG``; else
             as configured already in this process, or standard error; see
             :func:`~blockbudget.service.request_log.configure_request_log`).
+
+    Example:
+        >>> import tempfile
+        >>> from fastapi.testclient import TestClient
+        >>> from blockbudget.platform import Platform
+        >>> from blockbudget.service import create_app
+        >>> app = create_app(Platform(tempfile.mkdtemp()))  # calls register_metrics
+        >>> TestClient(app).get("/metrics").status_code  # no admin key, no token
+        401
     """
     from prometheus_client import CollectorRegistry
     from prometheus_client.exposition import choose_encoder

@@ -118,6 +118,17 @@ class BudgetTracker:
     Args:
         engine: the ledger's engine.
         alert_below: the low-budget threshold, a fraction in [0, 1].
+
+    Example:
+        >>> from blockbudget.ledger import Ledger
+        >>> ledger = Ledger("sqlite://")
+        >>> tracker = BudgetTracker(ledger.engine)
+        >>> tracker.snapshot().seq
+        0
+        >>> _ = ledger.add_context("ads")
+        >>> snap = tracker.snapshot()  # reads the one new event only
+        >>> snap.seq, snap.events
+        (1, {('context_added', 'ads'): 1})
     """
 
     def __init__(self, engine: Engine, *, alert_below: float = 0.1) -> None:
