@@ -71,6 +71,21 @@ def serve(
             help="The strategy that gives pipelines their budget (default sage-block-conserve).",
         ),
     ] = None,
+    metrics_token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="BLOCKBUDGET_METRICS_TOKEN",
+            help="A bearer token that may read /metrics (a Prometheus scraper's; prefer the "
+            "environment variable). Admin API keys may always read it.",
+        ),
+    ] = None,
+    request_log: Annotated[
+        str | None,
+        typer.Option(
+            envvar="BLOCKBUDGET_REQUEST_LOG",
+            help="Where the JSON request log goes: - (stderr, the default), off, or a file.",
+        ),
+    ] = None,
     alert_below: Annotated[
         float | None,
         typer.Option(
@@ -82,7 +97,8 @@ def serve(
         ),
     ] = None,
 ) -> None:
-    """Serve the platform over HTTP (API, OpenAPI schema at /docs, dashboard at /dashboard).
+    """Serve the platform over HTTP (API, OpenAPI schema at /docs, dashboard at /dashboard,
+    Prometheus metrics at /metrics).
 
     On first start (no principal yet) an admin principal is created and its key printed once.
     """
@@ -120,6 +136,8 @@ def serve(
         scheduler=scheduler,
         pipeline_scheduler=pipeline_scheduler,
         data_root=data_root,
+        metrics_token=metrics_token,
+        request_log=request_log,
     )
 
 

@@ -58,6 +58,7 @@ from blockbudget.service.charges import charge_json, register_charge_routes, sco
 from blockbudget.service.dashboard import STATIC_DIR, page
 from blockbudget.service.dashboard_routes import block_out, register_dashboard_routes
 from blockbudget.service.ingest_routes import register_ingest_routes
+from blockbudget.service.metrics import register_metrics
 from blockbudget.service.queue_routes import (
     Pump,
     register_queue_routes,
@@ -558,6 +559,7 @@ def create_app(
         alert_below=alert_threshold_from_env() if alert_below is None else alert_below,
     )
 
+    register_metrics(app, alert_below=alert_below)  # reads app.state's platform, keys, tasks
     return app
 
 

@@ -83,10 +83,18 @@ def serve(
     scheduler: str = DEFAULT_SCHEDULER,
     pipeline_scheduler: str = DEFAULT_PIPELINE_SCHEDULER,
     data_root: str | None = None,
+    metrics_token: str | None = None,
+    request_log: str | None = None,
 ) -> None:
     """Run uvicorn with ``workers`` processes serving one platform (block files under
-    ``data_root`` when given)."""
+    ``data_root`` when given). ``/metrics`` accepts admin keys and, when given,
+    ``metrics_token``; request lines go to ``request_log`` (``-``: stderr, ``off``, or a file).
+    The workers' metrics share a freshly emptied ``PROMETHEUS_MULTIPROC_DIR`` (a temporary
+    folder unless the variable names one)."""
     import uvicorn
+
+    from blockbudget.service.metrics import ENV_METRICS_TOKEN, prepare_multiprocess_dir
+    from blockbudget.service.request_log import ENV_REQUEST_LOG
 
     os.environ[ENV_HOME] = str(Path(home).resolve())
     if database:
@@ -98,6 +106,11 @@ def serve(
     parse_spec(pipeline_scheduler)
     os.environ[ENV_SCHEDULER] = scheduler
     os.environ[ENV_PIPELINE_SCHEDULER] = pipeline_scheduler
+    if metrics_token:
+        os.environ[ENV_METRICS_TOKEN] = metrics_token
+    if request_log:
+        os.environ[ENV_REQUEST_LOG] = request_log
+    prepare_multiprocess_dir()  # before any worker imports prometheus_client
     uvicorn.run(
         "blockbudget.service.server:app_from_env",
         factory=True,

@@ -183,6 +183,12 @@ class Decider:
 
     # --- pump ---------------------------------------------------------------------------
 
+    @property
+    def leading(self) -> bool:
+        """Whether this process decided in its last pump round (it held the leadership); no
+        database access, for a monitoring gauge."""
+        return self._leading
+
     def pump(self) -> None:
         """Decide, if this process holds the leadership (see the module docstring)."""
         if not self.leadership.try_acquire():

@@ -1,0 +1,98 @@
+"""The sample Grafana dashboard (``deploy/grafana/blockbudget-dashboard.json``) is valid JSON whose
+every PromQL expression — and every example alert rule of ``deploy/grafana/README.md`` — names
+only metrics ``/metrics`` exports, grouped by labels they carry."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from blockbudget.service import create_app
+from blockbudget.tasks.leader import AlwaysLeader
+from blockbudget.tasks.queue import TaskQueue
+from service.support import Seeded
+
+DASHBOARD = Path(__file__).parents[2] / "deploy" / "grafana" / "blockbudget-dashboard.json"
+README = DASHBOARD.with_name("README.md")
+SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",)}
+METRIC = re.compile(r"\bblockbudget_[a-z0-9_]+")
+GROUPING = re.compile(r"\bby \(([^)]*)\)")
+
+
+def expressions(dashboard: dict[str, Any]) -> list[str]:
+    out = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    for var in dashboard["templating"]["list"]:
+        if var["type"] == "query":
+            out.append(var["query"]["query"])
+    return out
+
+
+def exported(seeded: Seeded) -> dict[str, set[str]]:
+    """Every series name a populated service exports, with its label names."""
+    queue = TaskQueue(seeded.platform, scheduler="dpf-n:n=4", leadership=AlwaysLeader())
+    app = create_app(seeded.platform, keys=seeded.keys, pump_seconds=3600, tasks=queue)
+    h = seeded.headers(seeded.admin)
+    block = seeded.platform.store.blocks("flights")[0].block_id
+    with TestClient(app) as c:
+        for eps, status in ((0.9, 201), (0.5, 409)):  # a reservation, then a refusal
+            r = c.post(
+                "/v1/streams/flights/reservations",
+                headers=h,
+                json={"blocks": [block], "epsilon": eps, "context": "team-a"},
+            )
+            assert r.status_code == status, r.text
+        r = c.post(
+            "/v1/streams/flights/tasks",
+            headers=seeded.headers(seeded.analyst),
+            json={"epsilon": 0.3, "context": "team-a", "last": 1},
+        )
+        assert r.status_code in (200, 201), r.text
+        queue.pump()
+        text = c.get("/metrics", headers=h).text
+    names: dict[str, set[str]] = {}
+    for fam in text_string_to_metric_families(text):
+        labels = {k for s in fam.samples for k in s.labels}
+        for suffix in SUFFIXES.get(fam.type, ("",)):
+            names.setdefault(fam.name + suffix, set()).update(labels)
+        for s in fam.samples:
+            names.setdefault(s.name, set()).update(s.labels)
+    return names
+
+
+def test_the_dashboard_names_only_exported_metrics(seeded: Seeded) -> None:
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids)) and dashboard["uid"]
+    exprs = expressions(dashboard)
+    assert len(exprs) >= 14
+    rules = re.findall(r"^\s*expr: (.+)$", README.read_text(encoding="utf-8"), re.MULTILINE)
+    assert len(rules) == 3  # the README's example alert rules
+    exprs += rules
+    have = exported(seeded)
+    used: set[str] = set()
+    for expr in exprs:
+        metrics = METRIC.findall(expr)
+        assert metrics, expr
+        unknown = [m for m in metrics if m not in have]
+        assert not unknown, f"{expr}: {unknown} are not exported"
+        used.update(metrics)
+        carried = set().union(*(have[m] for m in metrics)) | {"le"}
+        for group in GROUPING.findall(expr):
+            labels = {x.strip() for x in group.split(",")}
+            assert labels <= carried, f"{expr}: grouped by {labels - carried}"
+    # what the issue asks the dashboard to show
+    for needed in (
+        "blockbudget_block_remaining_fraction_min",
+        "blockbudget_blocks",
+        "blockbudget_ledger_events_total",
+        "blockbudget_refusals_total",
+        "blockbudget_tasks",
+        "blockbudget_http_request_duration_seconds_bucket",
+        "blockbudget_low_budget_blocks",
+    ):
+        assert needed in used
