@@ -22,6 +22,7 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
+from blockbudget.errors import InvalidRequestError
 from blockbudget.service.app import DEFAULT_PIPELINE_SCHEDULER, create_app, open_platform
 from blockbudget.service.auth import KeyStore, Role
 from blockbudget.tasks.queue import DEFAULT_SCHEDULER
@@ -57,6 +58,9 @@ def app_from_env() -> FastAPI:
 def bootstrap_admin(home: str | Path, database: str | None, name: str = "admin") -> str | None:
     """Create principal ``name`` (admin) with a key if the deployment has no principal yet.
 
+    Safe when several servers start together on an empty database: one creates the
+    principal and prints its key; the others find it and return None.
+
     Returns:
         The new key (shown once), or None when principals already exist.
     """
@@ -65,7 +69,12 @@ def bootstrap_admin(home: str | Path, database: str | None, name: str = "admin")
         keys = KeyStore(platform.ledger.engine)
         if keys.principals():
             return None
-        keys.add_principal(name, Role.ADMIN)
+        try:
+            keys.add_principal(name, Role.ADMIN)
+        except InvalidRequestError:
+            if any(p.name == name for p in keys.principals()):
+                return None  # another server starting at the same time created it first
+            raise
         return keys.create_key(name)
     finally:
         platform.close()
