@@ -384,8 +384,6 @@ class Decider:
     def _failed_decision(self, run: _Run, d: Decision, exc: Exception) -> None:
         """Applying decision ``d`` raised something other than a ledger refusal: its task is
         refused with our words only (a reference to the log), and the stream goes on."""
-        from blockbudget.service.failures import new_reference
-
         ref = new_reference()
         log.error(
             "applying decision %s of task %s failed (reference %s)",
