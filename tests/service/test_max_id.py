@@ -193,3 +193,40 @@ def test_the_remote_cli_shows_an_analyst_the_gate_and_its_command(seeded: Seeded
         assert out.startswith("0 ") and re.search(r'"blocks": \[ "users/b[0-9a-f]{24}" \]', out), (
             out
         )
+
+
+def test_a_last_refusal_does_not_count_the_unreleased_blocks(
+    seeded: Seeded, client: TestClient
+) -> None:
+    """A ``last`` selection nothing affords is refused with what the newest *known* block has
+    left, however many unreleased blocks sit above it (63 and 64 here: the refusal once read
+    one page of 64 ids only)."""
+    from userids_support import ShiftNoise
+
+    from blockbudget.userids import release_max_id
+
+    answers = []
+    for hidden in (63, 64):
+        name = f"users{hidden}"
+        users = [5, 1500] + [10_000 + 1000 * i for i in range(hidden)]
+        csv = "uid,spend\n" + "".join(f"{u},1\n" for u in users)
+        owned_stream(client, seeded, name, by="user", column="uid", csv=csv, ids_known=False)
+        ctx = f"ids-{name}"
+        seeded.platform.add_context(ctx)  # 2 known users (blocks 0-999, 1000-1999) + shift
+        release = release_max_id(
+            seeded.platform, name, context=ctx, epsilon=0.5, noise=ShiftNoise(2000.0 - hidden)
+        )
+        seeded.platform.ledger.close_context(ctx)
+        assert release.safe_max < 10_000
+        body = {"context": "team-a", "epsilon": 5, "last": 1}
+        r = client.post(
+            f"/v1/streams/{name}/queries/count", headers=seeded.headers(seeded.analyst), json=body
+        )
+        assert r.status_code == 422, r.text
+        answers.append((r.json()["refusal"], r.json()["detail"].replace(name, "S")))
+    assert answers[0] == answers[1]
+    (block,) = answers[0][0]["blocks"]
+    assert block == {
+        "remaining": {"epsilon": "1", "delta": "0.000001"},
+        "shortfall": {"epsilon": "4", "delta": "0"},
+    }

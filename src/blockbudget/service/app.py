@@ -66,6 +66,7 @@ from blockbudget.service.queue_routes import (
     unbind_tasks,
 )
 from blockbudget.service.reservation_usage import usage_json
+from blockbudget.service.standing import task_access
 from blockbudget.store import Blocking, LatePolicy, Unit
 from blockbudget.store.model import parse_block_id
 from blockbudget.tasks.leader import leadership_for
@@ -141,6 +142,7 @@ def create_app(
         )
         tasks.store_default_scheduler()  # a local CLI on this database decides with it too
     queue_of_tasks = tasks
+    queue_of_tasks.access_check = task_access(keystore)  # re-checked at grant, run and read
     pump = Pump(queue_of_tasks, seconds=pump_seconds)
 
     @asynccontextmanager
