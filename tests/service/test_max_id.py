@@ -190,9 +190,9 @@ def test_the_remote_cli_shows_an_analyst_the_gate_and_its_command(seeded: Seeded
         )
         assert out.startswith("0 ") and "released maximum id" in out, out
         out = as_(seeded.analyst, *query, "--json")
-        assert out.startswith("0 ") and re.search(r'"blocks": \[ "users/b[0-9a-f]{24}" \]', out), (
-            out
-        )
+        assert out.startswith("0 ") and re.search(
+            r'"blocks": \[\s*"users/b[0-9a-f]{24}"\s*\]', out
+        ), out
 
 
 def test_a_last_refusal_does_not_count_the_unreleased_blocks(
@@ -230,3 +230,30 @@ def test_a_last_refusal_does_not_count_the_unreleased_blocks(
         "remaining": {"epsilon": "1", "delta": "0.000001"},
         "shortfall": {"epsilon": "4", "delta": "0"},
     }
+
+
+def test_direct_charges_keep_the_gate_for_owners_and_admins(
+    seeded: Seeded, client: TestClient
+) -> None:
+    owned_stream(client, seeded, "users", by="user", column="uid", csv=CSV, ids_known=False)
+    seeded.keys.set_contexts("olga", ("team-a",))
+    ho, hr = seeded.headers(seeded.owner), seeded.headers(seeded.admin)
+    one = {"context": "team-a", "epsilon": 0.01, "blocks": ["users/u000000-000999"]}
+    for h in (ho, hr):  # no release yet: every charge is refused as a selection is
+        for path, body in (("charges", one), ("charges/batch", {"charges": [one]})):
+            r = client.post(f"/v1/streams/users/{path}", headers=h, json=body)
+            assert (r.status_code, r.json()["error"]) == (422, "UnreleasedIdsError"), r.text
+    r = client.post(
+        "/v1/streams/users/max-id", headers=ho, json={**Q, "beta": 0.05, "epsilon": 0.5}
+    )
+    assert r.status_code == 200 and r.json()["safe_max"] < 2999, r.text
+    hidden = {**one, "blocks": ["users/" + HIDDEN]}
+    before = seeded.platform.ledger.state("users/" + HIDDEN, "team-a").charged  # the release's
+    for h in (ho, hr):  # beyond the released bound: the 404 of an unknown block
+        for path, body in (("charges", hidden), ("charges/batch", {"charges": [hidden]})):
+            r = client.post(f"/v1/streams/users/{path}", headers=h, json=body)
+            assert r.status_code == 404, r.text
+            assert r.json()["detail"] == f"stream 'users' has no block 'users/{HIDDEN}'"
+    assert seeded.platform.ledger.state("users/" + HIDDEN, "team-a").charged == before
+    r = client.post("/v1/streams/users/charges", headers=ho, json=one)  # a known block: charged
+    assert r.status_code == 200, r.text
