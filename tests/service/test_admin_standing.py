@@ -37,7 +37,8 @@ def _queue(c: TestClient) -> TaskQueue:
 
 def _spent(seeded: Seeded, block: str) -> Decimal:
     s = seeded.platform.ledger.state(block, "team-a")
-    return Decimal(s.charged[0] + s.reserved[0]) / UNIT
+    spent: Decimal = Decimal(int(s.charged[0]) + int(s.reserved[0])) / UNIT
+    return spent
 
 
 def _waiting_query(seeded: Seeded, c: TestClient, key: str) -> tuple[str, str, str]:
@@ -51,7 +52,7 @@ def _waiting_query(seeded: Seeded, c: TestClient, key: str) -> tuple[str, str, s
         json={"context": "team-a", "epsilon": 0.9, "blocks": [block]},
     )
     assert r.status_code == 201, r.text
-    body = {"kind": "query", "context": "team-a", "blocks": [block]}
+    body: dict[str, Any] = {"kind": "query", "context": "team-a", "blocks": [block]}
     body["query"] = {"statistic": "count", "epsilon": 0.3}
     r = c.post("/v1/streams/flights/tasks", headers=seeded.headers(key), json=body)
     assert r.status_code == 201, r.text
@@ -132,18 +133,16 @@ def test_an_analyst_owns_nothing(seeded: Seeded, client: TestClient) -> None:
     assert r.status_code == 200 and r.json()["streams"] == {"flights": "read"}
     blocks = client.get("/v1/streams/flights/blocks", headers=ho).json()
     assert blocks and all(b["rows"] is None for b in blocks)
-    csv = {**ho, "Content-Type": "text/csv"}
-    for method, path, kw in (
-        ("PUT", "/v1/principals/bob/streams/flights", {"json": {"permission": "read"}}),
-        (
-            "POST",
+    for r in (
+        client.put("/v1/principals/bob/streams/flights", headers=ho, json={"permission": "read"}),
+        client.post(
             "/v1/streams/flights/ingest",
-            {"content": seeded.csv.read_bytes(), "headers": csv},
+            headers={**ho, "Content-Type": "text/csv"},
+            content=seeded.csv.read_bytes(),
         ),
-        ("POST", "/v1/streams/flights/retire", {}),
+        client.post("/v1/streams/flights/retire", headers=ho),
     ):
-        r = client.request(method, path, **{"headers": ho, **kw})
-        assert r.status_code == 403, (path, r.text)
+        assert r.status_code == 403, r.text
     # an OWN row left by an older release reads as READ for an analyst
     with seeded.platform.ledger.engine.begin() as conn:
         conn.execute(stream_acl.insert().values(principal="ana", stream="secret", permission="own"))

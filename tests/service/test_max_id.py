@@ -46,7 +46,8 @@ def test_a_fresh_user_stream_shows_an_analyst_nothing_and_refuses_every_selectio
     assert call("GET", "/v1/streams/users").json()["blocks"] == 0
     assert {s["name"]: s["blocks"] for s in call("GET", "/v1/streams").json()}["users"] == 0
     board = call("GET", "/v1/dashboard", params={"stream": "users"}).json()
-    assert board["blocks"] == [] and board["heatmap"]["blocks"] == [] and board["retiring"] == []
+    assert board["blocks"] == [] and board["heatmap"]["blocks"] == []
+    assert board["retiring"] == {"team-a": []} and board["retiring_everywhere"] is None
     assert call("GET", "/v1/streams/users/max-id").status_code == 422  # no release yet
     # Every selection is refused with the command to run; naming a real block's opaque id or
     # a made-up one gives the very same answer (the name is not even echoed).
