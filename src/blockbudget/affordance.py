@@ -210,20 +210,32 @@ def last_refusal(
     admit: Callable[[Sequence[str]], Sequence[str]] | None = None,
 ) -> NothingAffordableError:
     """The refusal of a ``Last`` selection that found no block affording ``cost``: what the
-    newest live block has left in ``context`` and the shortfall there (reads one page of the
-    newest block ids and their ledger rows)."""
-    with catalog.connect() as conn:
-        ids = list(store_catalog.select_newest_block_ids(conn, stream, offset=0, limit=64))
-    if admit is not None:
-        ids = list(admit(ids))
-    states = {s.block: s for s in ledger.states(stream=stream, context=context, blocks=ids)}
-    live = [b for b in ids if not (b in states and states[b].retired)]
+    newest live block has left in ``context`` and the shortfall there. Walks the stream from its
+    newest block in pages, as :func:`blockbudget.selection.newest_blocks` does, keeping only the
+    blocks ``admit`` lets a selection offer (so how many others sit above them changes
+    nothing), and reads the ledger rows of the blocks walked past only."""
+    newest, s = None, None
+    offset, page = 0, 64
+    while newest is None:
+        with catalog.connect() as conn:
+            ids = list(
+                store_catalog.select_newest_block_ids(conn, stream, offset=offset, limit=page)
+            )
+        if not ids:
+            break
+        offset += len(ids)
+        if admit is not None:
+            ids = list(admit(ids))
+        states = {s.block: s for s in ledger.states(stream=stream, context=context, blocks=ids)}
+        live = [b for b in ids if not (b in states and states[b].retired)]
+        if live:
+            newest, s = live[0], states.get(live[0])
+        page = min(page * 2, 4096)
     head = f"no block of stream {stream!r} can afford {cost} in context {context!r}"
-    if not live:
+    if newest is None:
         return NothingAffordableError(
             f"{head}: the stream has no live block", context=context, remaining=None, shortfall=None
         )
-    s = states.get(live[0])
     used = add_vectors(s.charged, s.reserved) if s is not None else f.zero()
     left, short = f.remaining_json(used), f.shortfall_json(used, f.features(cost))
     return NothingAffordableError(

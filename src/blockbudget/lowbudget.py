@@ -6,13 +6,16 @@ same data.
 * A block is **low** in a context when its remaining fraction there (what
   :meth:`blockbudget.platform.Platform.blocks` reports: after charges *and* open reservations)
   is strictly less than a threshold. Alerts are per (stream, context, block), on live blocks.
-* A block is **retiring** when it is live and low (below :data:`RETIRING_BELOW`) in *every
-  open context* — the contexts :meth:`~blockbudget.platform.Platform.retire_exhausted`
-  considers by default, so a retiring block is one that is about to retire. It is a property
-  of the block, not of who looks: an analyst who sees one context and an admin who sees all of
-  them count the same retiring blocks (the views used to test "every *visible* context", so an
-  analyst bound to a spent context counted blocks that an admin, seeing an untouched context
-  too, did not — and an owner bound to no context counted none).
+* A block is **retiring in a context** when it is live and low there (below
+  :data:`RETIRING_BELOW`): :func:`is_retiring_in`. This is what every view counts, per
+  (stream, context) — the service's blocks route and dashboard for every role, the CLI's blocks
+  table — so an admin, an owner and an analyst looking at the same context see the same number,
+  and a viewer learns nothing of contexts it cannot see.
+* A block is **retiring** (with no context) when it is live and low in *every open context*
+  (:func:`is_retiring`) — the contexts :meth:`~blockbudget.platform.Platform.retire_exhausted`
+  considers by default, so it is about to retire. It depends on every open context, so it is
+  shown only to those who see them all (admins, and owners bound to every open context); the
+  ``blockbudget_blocks{status="retiring"}`` metric (admins only) counts it.
 
 The threshold of alerts is server configuration (``blockbudget server serve --alert-below``,
 environment :data:`ALERT_ENV`, default :data:`DEFAULT_ALERT_BELOW`).
@@ -26,6 +29,8 @@ Example:
     False
     >>> is_retiring({}, retired=False)  # no open context: nothing will retire it
     False
+    >>> is_retiring_in(0.05, retired=False), is_retiring_in(0.5, retired=False)
+    (True, False)
 """
 
 from __future__ import annotations
@@ -89,6 +94,12 @@ def alert_threshold_from_env(environ: Mapping[str, str] | None = None) -> float:
 def is_low(fraction: float, *, below: float) -> bool:
     """Whether a remaining ``fraction`` is under the threshold ``below`` (strictly)."""
     return fraction < below
+
+
+def is_retiring_in(fraction: float, *, retired: bool, below: float = RETIRING_BELOW) -> bool:
+    """Whether a block with this remaining ``fraction`` in one context is retiring there: live
+    and low in that context."""
+    return not retired and is_low(fraction, below=below)
 
 
 def is_retiring(

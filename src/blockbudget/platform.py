@@ -47,7 +47,7 @@ from blockbudget.ledger import (
     VerifyReport,
     validate_context_name,
 )
-from blockbudget.lowbudget import is_retiring
+from blockbudget.lowbudget import is_retiring, is_retiring_in
 from blockbudget.selection import Last as Last  # re-exported: users import it from here
 from blockbudget.selection import named_blocks, newest_blocks
 from blockbudget.store import (
@@ -83,6 +83,8 @@ class BlockView:
     remaining: dict[str, str]
     #: live and under 10% left in every open context (:func:`blockbudget.lowbudget.is_retiring`)
     retiring: bool = False
+    #: per context shown: live and under 10% left there (:func:`.lowbudget.is_retiring_in`)
+    retiring_in: dict[str, bool] = field(default_factory=dict)
     #: per context, the exact remaining budget as decimal strings (``{"epsilon", "delta"}``,
     #: or ``{"rdp": [...]}`` per order; :meth:`Filter.remaining_json`); None once retired
     remaining_exact: dict[str, dict[str, Any] | None] = field(default_factory=dict)
@@ -279,8 +281,9 @@ class Platform:
     ) -> list[BlockView]:
         """Every block of a stream (or only its ``last`` newest ones, which costs what those
         blocks cost) with its remaining budget in each context (default: every open
-        context), oldest first. ``retiring`` is judged over every open context whichever
-        ``contexts`` are shown (:mod:`blockbudget.lowbudget`), so every view agrees."""
+        context), oldest first. ``retiring_in`` says, per context shown, whether the block is
+        retiring there; ``retiring`` is judged over every open context whichever ``contexts``
+        are shown (:mod:`blockbudget.lowbudget`)."""
         if last is not None and last <= 0:
             raise InvalidRequestError(f"last must be >= 1, got {last}")
         if last is None:
@@ -322,6 +325,9 @@ class Platform:
                     remaining_fraction={c: fractions[c] for c in ctxs},
                     remaining={c: texts[c] for c in ctxs},
                     retiring=is_retiring(every_open, retired=m.block_id in retired),
+                    retiring_in={
+                        c: is_retiring_in(fractions[c], retired=m.block_id in retired) for c in ctxs
+                    },
                     remaining_exact=exact,
                 )
             )

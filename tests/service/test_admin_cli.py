@@ -89,3 +89,23 @@ def test_unknown_principal_and_stream_are_errors(seeded: Seeded, tmp_path: Path)
     for args in (("show", "nobody"), ("acl", "nostream"), ("role", "ana", "boss")):
         r = runner.invoke(app, ["principal", *args, *home])
         assert r.exit_code == 2, r.output
+
+
+def test_local_admin_changes_are_logged_as_the_os_user(
+    seeded: Seeded, database_url: str | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    import getpass
+
+    home = ["--home", str(seeded.platform.home)]
+    if database_url is not None:
+        home += ["--database", database_url]
+    with caplog.at_level("INFO", logger="blockbudget.admin"):
+        _run("principal", "role", "ana", "owner", "--json", *home)
+        _run("principal", "disable", "ana", "--json", *home)
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "blockbudget.admin"]
+    actor = f"local:{getpass.getuser()}"
+    assert [(x["actor"], x["action"], x["target"]) for x in lines] == [
+        (actor, "set_role", "ana"),
+        (actor, "disable", "ana"),
+    ]
+    assert lines[0]["role"] == "owner" and lines[0]["was"] == "analyst"

@@ -44,7 +44,7 @@ def _admin_requests(seeded: Seeded) -> list[tuple[str, str, dict[str, Any] | Non
         ("POST", f"/v1/principals/ana/keys/{ana_key}/rotate", {"grace_seconds": 60}),
         ("DELETE", f"/v1/principals/ana/keys/{ana_key}", None),
         ("GET", "/v1/streams/flights/acl", None),
-        ("PUT", "/v1/principals/bob/streams/secret", {"permission": "own"}),
+        ("PUT", "/v1/principals/olga/streams/secret", {"permission": "own"}),
         ("DELETE", "/v1/principals/bob/streams/secret", None),
         ("POST", "/v1/contexts", {"name": "team-z"}),
         ("POST", "/v1/contexts/team-b/close", None),

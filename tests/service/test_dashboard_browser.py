@@ -127,6 +127,12 @@ def test_dashboard_in_headless_chromium(tmp_path: Path) -> None:
             assert "retiring" in page.locator("#summary").inner_text()
             retiring = page.locator("#retiring").inner_text()
             assert f"{blocks[0]} — under 10% left in every open context" in retiring
+            for ctx in ("team-a", "team-b"):  # and per context, as every viewer of it sees it
+                assert f"{blocks[0]} — under 10% left in {ctx}" in retiring
+            assert (
+                "1 in team-a, 1 in team-b, 1 in every open context"
+                in page.locator("#summary").inner_text()
+            )
             assert f"{blocks[1]} — retired" in retiring
             assert (
                 "retired"

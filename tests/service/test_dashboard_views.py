@@ -1,6 +1,7 @@
 """The same numbers in every view: the admin's, the owner's and the analyst's dashboards, the
-blocks route, the CLI's blocks table (local and over HTTP) and the metrics' functions report the
-same retiring blocks for the same data; the dashboard's series, alerts and per-stream history are
+blocks route and the CLI's blocks table (local and over HTTP) report the same retiring blocks
+for the same (stream, context), and the every-open-context ones (also the metrics' count) only
+to those who see every open context; the dashboard's series, alerts and per-stream history are
 exact; the alert threshold is server configuration."""
 
 from __future__ import annotations
@@ -39,27 +40,51 @@ def charge(api: TestClient, seeded: Seeded, block: str, ctx: str, eps: str) -> N
 
 
 def views(api: TestClient, seeded: Seeded) -> dict[str, dict[str, Any]]:
+    """Per role: the retiring blocks per context shown (dashboard, blocks route) and the
+    every-open-context ones (None where the role does not see every open context)."""
     out = {}
     for role, key in (("admin", seeded.admin), ("owner", seeded.owner), ("ana", seeded.analyst)):
         dash = api.get("/v1/dashboard?stream=flights", headers=seeded.headers(key))
         listed = api.get("/v1/streams/flights/blocks", headers=seeded.headers(key))
         assert dash.status_code == 200 and listed.status_code == 200, (dash.text, listed.text)
+        blocks = listed.json()
+        flags = {b["retiring"] is None for b in blocks}
+        assert len(flags) == 1, blocks  # shown for every block or for none
         out[role] = {
             "dashboard": dash.json()["retiring"],
-            "blocks": [b["block_id"] for b in listed.json() if b["retiring"]],
-            "contexts": sorted(dash.json()["heatmap"]["contexts"]),
+            "blocks": {
+                c: [b["block_id"] for b in blocks if b["retiring_in"][c]]
+                for c in blocks[0]["retiring_in"]
+            },
+            "everywhere": dash.json()["retiring_everywhere"],
+            "flag": None if flags == {True} else [b["block_id"] for b in blocks if b["retiring"]],
         }
     return out
 
 
-def cli_count(args: list[str]) -> int:
+def check_views(
+    seen: dict[str, dict[str, Any]], per: dict[str, list[str]], every: list[str]
+) -> None:
+    """Every role shows, for each context it sees, the same retiring blocks (``per``); the
+    every-open-context list only to the admin and the stream's owner."""
+    for role, got in seen.items():
+        for where in ("dashboard", "blocks"):
+            assert got[where] == {c: per[c] for c in got[where]}, (role, where, got)
+        assert got["everywhere"] == got["flag"] == (None if role == "ana" else every), role
+    assert sorted(seen["ana"]["dashboard"]) == ["team-a"]  # the analyst: its context only
+    assert sorted(seen["admin"]["dashboard"]) == sorted(seen["owner"]["blocks"]) == sorted(per)
+
+
+def cli_count(args: list[str]) -> tuple[dict[str, int], int | None]:
     r = CliRunner().invoke(cli_app, ["blocks", "flights", *args], env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
     found = re.search(
-        r"(\d+) retiring block\(s\): live, under 10% left in every open context", r.output
+        r"retiring block\(s\), live and under 10% left: ([^;\n]*)(; in every open context (\d+))?",
+        r.output,
     )
     assert found, r.output
-    return int(found.group(1))
+    per = {c: int(n) for c, n in (part.split() for part in found.group(1).split(", "))}
+    return per, None if found.group(3) is None else int(found.group(3))
 
 
 def test_every_view_counts_the_same_retiring_blocks(tmp_path: Path) -> None:
@@ -68,42 +93,38 @@ def test_every_view_counts_the_same_retiring_blocks(tmp_path: Path) -> None:
     b = [v.block_id for v in seeded.platform.store.blocks("flights")]
     home = ["--home", str(tmp_path / "home")]
     with TestClient(app) as api:
-        # Block 0 spent in team-a only. The analyst (bound to team-a) used to count it as
-        # retiring ("every visible context"), the admin (who also sees team-b, untouched) not,
-        # and the owner (bound to no context) never counted any.
+        # Block 0 spent in team-a only: retiring there, for everyone who sees team-a (the
+        # analyst bound to it, the admin, the owner); not in team-b, nor in every open context.
+        # The analyst is not told whether it retires in every open context (it cannot see
+        # team-b); it used to be, by a block-level flag that changed when an admin spent team-b.
         charge(api, seeded, b[0], "team-a", "0.95")
-        seen = views(api, seeded)
-        assert seen["ana"]["contexts"] == ["team-a"] and seen["admin"]["contexts"] == [
-            "team-a",
-            "team-b",
-        ]
-        for role in seen.values():
-            assert role["dashboard"] == role["blocks"] == []
-        assert cli_count(home) == 0
-        # Now spent in every open context: retiring for everyone; block 1 too; block 2 only
-        # in team-b (an open reservation would count as spent: the table's remaining).
+        check_views(views(api, seeded), {"team-a": [b[0]], "team-b": []}, [])
+        assert cli_count(home) == ({"team-a": 1, "team-b": 0}, 0)
+        # Now spent in every open context: block 1 too; block 2 only in team-b (an open
+        # reservation would count as spent: the table's remaining).
         charge(api, seeded, b[0], "team-b", "0.95")
         charge(api, seeded, b[1], "team-a", "0.95")
         charge(api, seeded, b[1], "team-b", "0.99")
         charge(api, seeded, b[2], "team-b", "1")
-        seen = views(api, seeded)
-        for role in seen.values():
-            assert role["dashboard"] == role["blocks"] == [b[0], b[1]]
-        assert cli_count(home) == 2
+        per = {"team-a": [b[0], b[1]], "team-b": [b[0], b[1], b[2]]}
+        check_views(views(api, seeded), per, [b[0], b[1]])
+        assert cli_count(home) == ({"team-a": 2, "team-b": 3}, 2)
         assert retiring_counts(seeded.platform) == {"flights": 2, "secret": 0}
         # a retired block is no longer retiring
         charge(api, seeded, b[1], "team-a", "0.05")
         charge(api, seeded, b[1], "team-b", "0.01")
         r = api.post("/v1/streams/flights/retire", headers=seeded.headers(seeded.admin))
         assert r.json() == {"retired": [b[1]]}
-        seen = views(api, seeded)
-        for role in seen.values():
-            assert role["dashboard"] == role["blocks"] == [b[0]]
+        check_views(views(api, seeded), {"team-a": [b[0]], "team-b": [b[0], b[2]]}, [b[0]])
         assert retiring_counts(seeded.platform, streams=["flights"]) == {"flights": 1}
-        assert cli_count(home) == 1
+        assert cli_count(home) == ({"team-a": 1, "team-b": 2}, 1)
     with thread_server(app) as url:
-        for key in (seeded.admin, seeded.owner, seeded.analyst):
-            assert cli_count(["--server", url, "--api-key", key]) == 1
+        for key, expected in (
+            (seeded.admin, ({"team-a": 1, "team-b": 2}, 1)),
+            (seeded.owner, ({"team-a": 1, "team-b": 2}, 1)),
+            (seeded.analyst, ({"team-a": 1}, None)),
+        ):
+            assert cli_count(["--server", url, "--api-key", key]) == expected
     # the metrics' alerts: per (stream, context), live blocks only, strictly under the threshold
     alerts = [a.to_json() for a in low_budget_alerts(seeded.platform, below=0.1)]
     assert alerts == [

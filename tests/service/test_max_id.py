@@ -46,7 +46,8 @@ def test_a_fresh_user_stream_shows_an_analyst_nothing_and_refuses_every_selectio
     assert call("GET", "/v1/streams/users").json()["blocks"] == 0
     assert {s["name"]: s["blocks"] for s in call("GET", "/v1/streams").json()}["users"] == 0
     board = call("GET", "/v1/dashboard", params={"stream": "users"}).json()
-    assert board["blocks"] == [] and board["heatmap"]["blocks"] == [] and board["retiring"] == []
+    assert board["blocks"] == [] and board["heatmap"]["blocks"] == []
+    assert board["retiring"] == {"team-a": []} and board["retiring_everywhere"] is None
     assert call("GET", "/v1/streams/users/max-id").status_code == 422  # no release yet
     # Every selection is refused with the command to run; naming a real block's opaque id or
     # a made-up one gives the very same answer (the name is not even echoed).
@@ -193,3 +194,67 @@ def test_the_remote_cli_shows_an_analyst_the_gate_and_its_command(seeded: Seeded
         assert out.startswith("0 ") and re.search(
             r'"blocks": \[\s*"users/b[0-9a-f]{24}"\s*\]', out
         ), out
+
+
+def test_a_last_refusal_does_not_count_the_unreleased_blocks(
+    seeded: Seeded, client: TestClient
+) -> None:
+    """A ``last`` selection nothing affords is refused with what the newest *known* block has
+    left, however many unreleased blocks sit above it (63 and 64 here: the refusal once read
+    one page of 64 ids only)."""
+    from userids_support import ShiftNoise
+
+    from blockbudget.userids import release_max_id
+
+    answers = []
+    for hidden in (63, 64):
+        name = f"users{hidden}"
+        users = [5, 1500] + [10_000 + 1000 * i for i in range(hidden)]
+        csv = "uid,spend\n" + "".join(f"{u},1\n" for u in users)
+        owned_stream(client, seeded, name, by="user", column="uid", csv=csv, ids_known=False)
+        ctx = f"ids-{name}"
+        seeded.platform.add_context(ctx)  # 2 known users (blocks 0-999, 1000-1999) + shift
+        release = release_max_id(
+            seeded.platform, name, context=ctx, epsilon=0.5, noise=ShiftNoise(2000.0 - hidden)
+        )
+        seeded.platform.ledger.close_context(ctx)
+        assert release.safe_max < 10_000
+        body = {"context": "team-a", "epsilon": 5, "last": 1}
+        r = client.post(
+            f"/v1/streams/{name}/queries/count", headers=seeded.headers(seeded.analyst), json=body
+        )
+        assert r.status_code == 422, r.text
+        answers.append((r.json()["refusal"], r.json()["detail"].replace(name, "S")))
+    assert answers[0] == answers[1]
+    (block,) = answers[0][0]["blocks"]
+    assert block == {
+        "remaining": {"epsilon": "1", "delta": "0.000001"},
+        "shortfall": {"epsilon": "4", "delta": "0"},
+    }
+
+
+def test_direct_charges_keep_the_gate_for_owners_and_admins(
+    seeded: Seeded, client: TestClient
+) -> None:
+    owned_stream(client, seeded, "users", by="user", column="uid", csv=CSV, ids_known=False)
+    seeded.keys.set_contexts("olga", ("team-a",))
+    ho, hr = seeded.headers(seeded.owner), seeded.headers(seeded.admin)
+    one = {"context": "team-a", "epsilon": 0.01, "blocks": ["users/u000000-000999"]}
+    for h in (ho, hr):  # no release yet: every charge is refused as a selection is
+        for path, body in (("charges", one), ("charges/batch", {"charges": [one]})):
+            r = client.post(f"/v1/streams/users/{path}", headers=h, json=body)
+            assert (r.status_code, r.json()["error"]) == (422, "UnreleasedIdsError"), r.text
+    r = client.post(
+        "/v1/streams/users/max-id", headers=ho, json={**Q, "beta": 0.05, "epsilon": 0.5}
+    )
+    assert r.status_code == 200 and r.json()["safe_max"] < 2999, r.text
+    hidden = {**one, "blocks": ["users/" + HIDDEN]}
+    before = seeded.platform.ledger.state("users/" + HIDDEN, "team-a").charged  # the release's
+    for h in (ho, hr):  # beyond the released bound: the 404 of an unknown block
+        for path, body in (("charges", hidden), ("charges/batch", {"charges": [hidden]})):
+            r = client.post(f"/v1/streams/users/{path}", headers=h, json=body)
+            assert r.status_code == 404, r.text
+            assert r.json()["detail"] == f"stream 'users' has no block 'users/{HIDDEN}'"
+    assert seeded.platform.ledger.state("users/" + HIDDEN, "team-a").charged == before
+    r = client.post("/v1/streams/users/charges", headers=ho, json=one)  # a known block: charged
+    assert r.status_code == 200, r.text

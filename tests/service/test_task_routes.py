@@ -317,3 +317,31 @@ def test_a_principal_cannot_seed_a_paid_significance_measurement(
     assert r.status_code == 422 and "seed" in r.text, r.text
     queue: TaskQueue = fcfs.app.state.tasks  # type: ignore[attr-defined]
     assert queue.tasks() == [] and used(seeded) == before
+
+
+def test_a_long_shortfall_list_is_cut_after_it_is_sorted_by_opaque_id(
+    seeded: Seeded, fcfs: TestClient
+) -> None:
+    """105 short blocks, 100 listed: the 100 first by opaque id, so the 5 left out say nothing
+    of which blocks are newest (cut in key order first, they were the 5 highest ranges)."""
+    from userids_support import make_known
+
+    ha, ho = seeded.headers(seeded.analyst), seeded.headers(seeded.owner)
+    body = {"name": "u2", "epsilon": 1.0, "by": "user", "column": "uid", "ids_per_block": 1}
+    assert fcfs.post("/v1/streams", headers=ho, json=body).status_code == 201
+    csv = "uid,v\n" + "".join(f"{u},1\n" for u in range(105))
+    r = fcfs.post(
+        "/v1/streams/u2/ingest", headers={**ho, "Content-Type": "text/csv"}, content=csv.encode()
+    )
+    assert r.status_code == 201, r.text
+    seeded.keys.grant("ana", "u2", Permission.READ)
+    make_known(seeded.platform, "u2")
+    shown = sorted(b["block_id"] for b in fcfs.get("/v1/streams/u2/blocks", headers=ha).json())
+    assert len(shown) == 105
+    body = {"context": "team-a", "epsilon": 0.9, "blocks": shown}
+    assert fcfs.post("/v1/streams/u2/charges", headers=ha, json=body).status_code == 200
+    body = {"context": "team-a", "epsilon": 0.5, "selector": {"any": {}}}
+    r = fcfs.post("/v1/streams/u2/tasks", headers=ha, json=body)
+    assert r.status_code == 201, r.text
+    why = fcfs.get(f"/v1/tasks/{r.json()['id']}", headers=ha).json()["why"]
+    assert [row["block"] for row in why["shortfall"]] == shown[:100]

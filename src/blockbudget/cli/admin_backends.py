@@ -1,8 +1,10 @@
 """The two backends of ``blockbudget principal …``: a home folder (:class:`LocalAdmin`, the
 operator's full rights) and a server (:class:`RemoteAdmin`, as the key's principal). Both answer
 with the JSON forms of :mod:`blockbudget.service.admin_views`, so ``--json`` prints the same
-document either way; both cancel a principal's tasks when its access ends (the server through
-its routes, the local backend on the task queue of the home)."""
+document either way; both cancel a principal's tasks when its access ends or its role changes,
+and release a disabled or deleted principal's reservations (the server through its routes, the
+local backend on the task queue and ledger of the home). Both log every change as a
+``blockbudget.admin`` JSON line; the local backend's actor is ``local:<OS user>``."""
 
 from __future__ import annotations
 
@@ -40,6 +42,13 @@ class LocalAdmin:
             data_root=os.environ.get("BLOCKBUDGET_DATA_ROOT") or None,
         )
         self.keys = KeyStore(self.platform.ledger.engine)
+        self.actor = f"local:{_os_user()}"
+
+    def _log(self, action: str, target: str, **details: object) -> None:
+        from blockbudget.service.admin_views import enable_admin_log, log_admin
+
+        enable_admin_log()
+        log_admin(self.actor, action, target, **details)
 
     def record(self, name: str) -> dict[str, Any]:
         from blockbudget.service.admin_views import principal_json
@@ -50,13 +59,17 @@ class LocalAdmin:
         self._check_contexts(contexts)
         self.keys.add_principal(name, parse_role(role), contexts=tuple(contexts))
         key = self.keys.create_key(name)
+        self._log("add_principal", name, role=role, key_id=_key_id(key))
         return {"principal": self.record(name), "api_key": key}
 
     def principals(self) -> list[dict[str, Any]]:
         return [self.record(p.name) for p in self.keys.principals()]
 
     def set_role(self, name: str, role: str) -> dict[str, Any]:
+        before = self.keys.principal(name).role.value
         self.keys.set_role(name, parse_role(role))
+        self._with_queue(lambda q: q.revoke(name))  # admitted under the old role
+        self._log("set_role", name, role=role, was=before)
         return self.record(name)
 
     def set_contexts(self, name: str, contexts: list[str]) -> dict[str, Any]:
@@ -64,6 +77,7 @@ class LocalAdmin:
         before = self.keys.principal(name)
         after = self.keys.set_contexts(name, tuple(contexts))
         dropped = sorted(set(before.contexts) - set(after.contexts))
+        self._log("set_contexts", name, contexts=list(after.contexts))
         if dropped and after.role.value != "admin":
             self._with_queue(lambda q: _unbind(q, name, dropped))
         return self.record(name)
@@ -76,7 +90,11 @@ class LocalAdmin:
         else:
             self.keys.set_state(name, PrincipalState(state))
         if state != "active":
+            from blockbudget.service.standing import release_reservations
+
             self._with_queue(lambda q: q.revoke(name))
+            release_reservations(self.platform, name)
+        self._log({"active": "enable", "disabled": "disable"}.get(state, "delete"), name)
         return self.record(name)
 
     def grant(self, name: str, stream: str, permission: str) -> dict[str, Any]:
@@ -90,10 +108,12 @@ class LocalAdmin:
             ) from None
         self.platform.stream(stream)
         self.keys.grant(name, stream, perm)
+        self._log("grant", name, stream=stream, permission=perm.value)
         return self.record(name)
 
     def revoke(self, name: str, stream: str) -> dict[str, Any]:
         self.keys.revoke(name, stream)
+        self._log("revoke", name, stream=stream)
         self._with_queue(lambda q: _cancel_on(q, name, stream))
         return self.record(name)
 
@@ -105,6 +125,7 @@ class LocalAdmin:
 
     def key_create(self, name: str) -> dict[str, Any]:
         key = self.keys.create_key(name)
+        self._log("create_key", name, key_id=_key_id(key))
         return {"principal": self.record(name), "api_key": key}
 
     def key_list(self, name: str) -> list[dict[str, Any]]:
@@ -115,6 +136,7 @@ class LocalAdmin:
 
     def key_revoke(self, name: str, key_id: str) -> dict[str, Any]:
         self.keys.revoke_key(key_id, principal=name)
+        self._log("revoke_key", name, key_id=key_id)
         self._with_queue(lambda q: q.revoke(name))
         return self.record(name)
 
@@ -124,6 +146,7 @@ class LocalAdmin:
 
         key, old = self.keys.rotate_key(key_id, principal=name, grace_seconds=grace)
         new_id = (split_key(key) or ("?", ""))[0]
+        self._log("rotate_key", name, key_id=key_id, new_key_id=new_id, grace=grace)
         replaced = key_json(old, now=auth_now())
         return {"principal": name, "api_key": key, "key_id": new_id, "replaced": replaced}
 
@@ -146,6 +169,21 @@ class LocalAdmin:
             act(queue)
         finally:
             queue.close()
+
+
+def _os_user() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no login name (a container without one)
+        return "unknown"
+
+
+def _key_id(key: str) -> str:
+    from blockbudget.service.auth import split_key
+
+    return (split_key(key) or ("?", ""))[0]
 
 
 def _unbind(queue: TaskQueue, name: str, contexts: list[str]) -> None:

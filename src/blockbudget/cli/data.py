@@ -450,11 +450,12 @@ def render_blocks(
         table.add_column(escape(c))
     for v in views:
         state = "[red]retired[/]" if v.retired else ("sealed" if v.sealed else "open")
-        state += ", [yellow]retiring[/]" if v.retiring else ""
+        state += ", [yellow]retiring[/]" if any(v.retiring_in.values()) else ""
         cells = [bar(v.remaining_fraction.get(c, 1.0)) for c in ctxs]
         table.add_row(escape(v.block_id), f"{v.rows:,}", state, *cells)
     console.print(table)
-    console.print(retiring_line(sum(v.retiring for v in views)))
+    per = {c: sum(bool(v.retiring_in.get(c)) for v in views) for c in ctxs}
+    console.print(retiring_line(per, sum(v.retiring for v in views)))
     coalition = platform.coalition_contexts()
     if len(coalition) > 1:
         console.print(
@@ -481,15 +482,27 @@ def render_remote_blocks(views: list[dict[str, Any]], stream: str, *, last: int 
         table.add_column(escape(c))
     for v in views:
         state = "[red]retired[/]" if v["retired"] else ("sealed" if v["sealed"] else "open")
-        state += ", [yellow]retiring[/]" if v.get("retiring") else ""
+        retiring_in = v.get("retiring_in") or {}
+        state += ", [yellow]retiring[/]" if any(retiring_in.values()) else ""
         cells = [bar(v["remaining_fraction"].get(c, 1.0)) for c in ctxs]
         rows = [f"{v['rows']:,}"] if with_rows else []
         table.add_row(escape(v["block_id"]), *rows, state, *cells)
     console.print(table)
-    console.print(retiring_line(sum(bool(v.get("retiring")) for v in views)))
+    per = {c: sum(bool((v.get("retiring_in") or {}).get(c)) for v in views) for c in ctxs}
+    flags = [v.get("retiring") for v in views]
+    everywhere = None if any(f is None for f in flags) else sum(bool(f) for f in flags)
+    console.print(retiring_line(per, everywhere))
 
 
-def retiring_line(count: int) -> str:
-    """The line under a blocks table: how many blocks are retiring (the definition every view
-    shares: :mod:`blockbudget.lowbudget`)."""
-    return f"{count} retiring block(s): live, under {RETIRING_BELOW:.0%} left in every open context"
+def retiring_line(per_context: dict[str, int], everywhere: int | None = None) -> str:
+    """The line under a blocks table: how many blocks are retiring in each context shown (live,
+    under 10% left there: the definition every view shares, :mod:`blockbudget.lowbudget`) and,
+    for a viewer who sees every open context, in all of them.
+
+    Example:
+        >>> retiring_line({"team-a": 2, "team-b": 0}, 0)
+        'retiring block(s), live and under 10% left: team-a 2, team-b 0; in every open context 0'
+    """
+    counts = ", ".join(f"{c} {n}" for c, n in per_context.items()) or "no context shown"
+    line = f"retiring block(s), live and under {RETIRING_BELOW:.0%} left: {counts}"
+    return line if everywhere is None else f"{line}; in every open context {everywhere}"

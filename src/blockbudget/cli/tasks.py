@@ -13,7 +13,7 @@ chooses blocks and budget, and its grant is the reservation the work spends. Wit
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -44,6 +44,8 @@ from blockbudget.cli.queries import GroupOpt, WhereOpt, _query_form, _read_spec,
 from blockbudget.errors import InvalidRequestError
 
 if TYPE_CHECKING:
+    from blockbudget.platform import Platform
+    from blockbudget.tasks.model import Task
     from blockbudget.tasks.queue import TaskQueue
 
 task_app = typer.Typer(
@@ -64,11 +66,27 @@ def _local_queue(home: Path) -> Iterator[TaskQueue]:
 
     platform = open_platform(home)
     queue = TaskQueue(platform, leadership=leadership_for(platform.ledger.engine, name="tasks"))
+    queue.access_check = _service_access(platform)
     try:
         yield queue
     finally:
         queue.close()
         platform.close()
+
+
+def _service_access(platform: Platform) -> Callable[[Task], str | None] | None:
+    """On a home a server also uses, the service's access re-check
+    (:func:`blockbudget.service.standing.task_access`): a local pump that leads never grants
+    or runs a task whose principal lost its access. None on a home without principals."""
+    import sqlalchemy as sa
+
+    engine = platform.ledger.engine
+    if not sa.inspect(engine).has_table("service_principals"):
+        return None
+    from blockbudget.service.auth import KeyStore
+    from blockbudget.service.standing import task_access
+
+    return task_access(KeyStore(engine))
 
 
 def _selector(

@@ -5,8 +5,9 @@ may grant READ to, or revoke READ from, principals that do not own the stream â€
 demote or remove an owner (a co-owner an admin appointed stays until an admin changes it).
 An admin gets the principal's whole record back; an owner only the principal's right on that
 one stream (:class:`~blockbudget.service.schemas.StreamAccessOut`), and revoking answers the same
-for an unknown principal as for one without access (granting to an unknown name is a 404: a
-grant needs a principal). Every
+for an unknown principal as for one without access, and granting to an unknown or a deleted
+name is the same 404 (a grant needs a live principal; an owner does not learn which names were
+ever taken). An admin cannot grant OWN to an analyst (422: only owners and admins own). Every
 change to a principal drops the authenticator's cache, so it takes effect at once in this
 process (within the cache's time-to-live in others).
 
@@ -22,7 +23,7 @@ from typing import Annotated
 
 from fastapi import Depends, FastAPI
 
-from blockbudget.errors import InvalidRequestError
+from blockbudget.errors import InvalidRequestError, UnknownBlockError
 from blockbudget.platform import Platform
 from blockbudget.service import schemas as sc
 from blockbudget.service.access import Authenticator, AuthError, require_role, require_stream
@@ -31,7 +32,14 @@ from blockbudget.service.admin_keys import register_key_routes
 from blockbudget.service.admin_principals import record_out, register_principal_admin_routes
 from blockbudget.service.admin_schemas import PrincipalRecordOut
 from blockbudget.service.admin_views import enable_admin_log, log_admin
-from blockbudget.service.auth import KeyStore, Permission, Principal, Role, split_key
+from blockbudget.service.auth import (
+    KeyStore,
+    Permission,
+    Principal,
+    PrincipalState,
+    Role,
+    split_key,
+)
 
 
 def principal_out(p: Principal) -> sc.PrincipalOut:
@@ -136,6 +144,8 @@ def register_principal_routes(
             if body.permission is not Permission.READ:
                 raise AuthError(403, "only an admin can make another principal an owner")
         platform.stream(stream)
+        if owner_only:
+            live_for_owner(keystore, name)
         out = keystore.grant(name, stream, body.permission, keep_owner=owner_only)
         authenticate.invalidate()
         log_admin(me.name, "grant", name, stream=stream, permission=body.permission.value)
@@ -164,10 +174,21 @@ def register_principal_routes(
         return sc.StreamAccessOut(principal=name, stream=stream, permission=None)
 
     register_principal_admin_routes(
-        app, keys=keystore, authenticate=authenticate, on_revoke=on_revoke
+        app, keys=keystore, authenticate=authenticate, on_revoke=on_revoke, platform=platform
     )
     register_key_routes(app, keys=keystore, authenticate=authenticate)
     register_acl_routes(app, platform=platform, keys=keystore, authenticate=authenticate)
+
+
+def live_for_owner(keys: KeyStore, name: str) -> None:
+    """404 unless ``name`` is a live principal, worded the same for an unknown and a deleted
+    one: an owner may not learn which names were ever taken."""
+    try:
+        _, state = keys.standing(name)
+    except UnknownBlockError:
+        state = PrincipalState.DELETED
+    if state is PrincipalState.DELETED:
+        raise UnknownBlockError(f"no principal {name!r} to grant to (unknown or deleted)")
 
 
 def _key_id(key: str) -> str:

@@ -3,11 +3,15 @@ enable or delete it.
 
 * ``GET /v1/principals/{name}`` — role, state, bound contexts, stream rights, key ids.
 * ``PUT /v1/principals/{name}/role`` — ``{"role": "admin" | "owner" | "analyst"}``; contexts
-  and stream rights are kept.
+  and stream rights are kept, but an analyst owns nothing (its OWN rights become READ), and
+  every waiting, granted or running task of the principal is cancelled (they were admitted
+  under the old role; :mod:`blockbudget.service.standing`).
 * ``POST /v1/principals/{name}/disable`` and ``…/enable`` — a disabled principal's keys are
-  refused (401) until it is enabled again; its active tasks are cancelled.
+  refused (401) until it is enabled again; its active tasks are cancelled and its open
+  reservations released.
 * ``DELETE /v1/principals/{name}`` — for good: keys revoked, stream rights and context bindings
-  dropped, tasks cancelled; the name stays taken (a tombstone), since ledger records carry it.
+  dropped, tasks cancelled, open reservations released; the name stays taken (a tombstone),
+  since ledger records carry it.
 
 An admin cannot disable, delete or demote itself (another admin must), so a service is never
 left without the admin who acted. Every change drops the authenticator's cache and is logged
@@ -21,11 +25,13 @@ from typing import Annotated
 from fastapi import Depends, FastAPI
 
 from blockbudget.errors import InvalidRequestError
+from blockbudget.platform import Platform
 from blockbudget.service import auth
 from blockbudget.service.access import Authenticator, require_role
 from blockbudget.service.admin_schemas import PrincipalRecordOut, RoleIn
 from blockbudget.service.admin_views import log_admin, principal_json
 from blockbudget.service.auth import KeyStore, Principal, PrincipalState, Role
+from blockbudget.service.standing import release_reservations
 
 __all__ = ["record_out", "register_principal_admin_routes"]
 
@@ -48,19 +54,24 @@ def register_principal_admin_routes(
     keys: KeyStore,
     authenticate: Authenticator,
     on_revoke: Callable[[str, str | None], object] | None = None,
+    platform: Platform | None = None,
 ) -> None:
     """Add the routes above to ``app``.
 
     Args:
-        on_revoke: called with (principal, None) after a principal was disabled or deleted
-            (cancels its tasks).
+        on_revoke: called with (principal, None) after a principal was disabled, deleted or
+            given another role (cancels its tasks).
+        platform: whose ledger holds the reservations released when a principal is disabled
+            or deleted (None: none released).
     """
     Auth = Annotated[Principal, Depends(authenticate)]
 
-    def stopped(name: str) -> None:
+    def stopped(name: str, *, reservations: bool = True) -> None:
         authenticate.invalidate()
         if on_revoke is not None:
             on_revoke(name, None)
+        if reservations and platform is not None:
+            release_reservations(platform, name)
 
     @app.get("/v1/principals/{name}", tags=["principals"])
     def show_principal(me: Auth, name: str) -> PrincipalRecordOut:
@@ -74,7 +85,7 @@ def register_principal_admin_routes(
             _not_self(me, name, "demote")
         before = keys.principal(name).role
         keys.set_role(name, body.role)
-        authenticate.invalidate()
+        stopped(name, reservations=False)
         log_admin(me.name, "set_role", name, role=body.role.value, was=before.value)
         return record_out(keys, name)
 

@@ -56,7 +56,11 @@ from blockbudget.service.auth import KeyStore, Permission, Principal, Role
 from blockbudget.service.blocknames import BlockNames, Naming
 from blockbudget.service.charges import charge_json, register_charge_routes, scoped
 from blockbudget.service.dashboard import STATIC_DIR, page
-from blockbudget.service.dashboard_routes import block_out, register_dashboard_routes
+from blockbudget.service.dashboard_routes import (
+    block_out,
+    register_dashboard_routes,
+    sees_every_context,
+)
 from blockbudget.service.ingest_routes import register_ingest_routes
 from blockbudget.service.metrics import register_metrics
 from blockbudget.service.queue_routes import (
@@ -66,6 +70,7 @@ from blockbudget.service.queue_routes import (
     unbind_tasks,
 )
 from blockbudget.service.reservation_usage import usage_json
+from blockbudget.service.standing import task_access
 from blockbudget.store import Blocking, LatePolicy, Unit
 from blockbudget.store.model import parse_block_id
 from blockbudget.tasks.leader import leadership_for
@@ -141,6 +146,7 @@ def create_app(
         )
         tasks.store_default_scheduler()  # a local CLI on this database decides with it too
     queue_of_tasks = tasks
+    queue_of_tasks.access_check = task_access(keystore)  # re-checked at grant, run and read
     pump = Pump(queue_of_tasks, seconds=pump_seconds)
 
     @asynccontextmanager
@@ -340,7 +346,8 @@ def create_app(
         naming = names.naming(me, stream)
         views = platform.blocks(stream, contexts=ctxs)
         views = naming.arrange(names.known(me, stream, views, _id), _id)
-        return [block_out(v, with_rows=with_rows, naming=naming) for v in views]
+        every = sees_every_context(me, perm)
+        return [block_out(v, with_rows=with_rows, naming=naming, everywhere=every) for v in views]
 
     @app.post("/v1/streams/{stream}/retire", tags=["streams"])
     def retire_exhausted(me: Auth, stream: str) -> sc.RetireOut:

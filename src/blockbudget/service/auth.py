@@ -143,9 +143,19 @@ class Principal:
             validate_context_name(c)
 
     def permission(self, stream: str) -> Permission | None:
-        """This principal's right on ``stream`` from the ACL (None: none)."""
+        """This principal's right on ``stream`` from the ACL (None: none). OWN gives owner
+        powers only to an owner or an admin: for an analyst it reads as READ (the one place
+        every owner power is checked through).
+
+        Example:
+            >>> p = Principal("ana", Role.ANALYST, (), (("flights", Permission.OWN),))
+            >>> p.permission("flights")
+            <Permission.READ: 'read'>
+        """
         for s, p in self.streams:
             if s == stream:
+                if p is Permission.OWN and self.role is Role.ANALYST:
+                    return Permission.READ
                 return p
         return None
 
@@ -300,6 +310,19 @@ class KeyStore:
             contexts=tuple(json.loads(row.contexts)),
             streams=tuple((s, Permission(p)) for s, p in acl),
         )
+
+    def standing(self, name: str) -> tuple[Principal, PrincipalState]:
+        """A principal with its ACL and its state (no keys: cheaper than :meth:`record`).
+
+        Raises:
+            UnknownBlockError: no principal has this name.
+        """
+        p = self.principal(name)
+        with self._engine.connect() as conn:
+            state = conn.execute(
+                sa.select(principals.c.state).where(principals.c.name == name)
+            ).scalar_one()
+        return p, PrincipalState(state)
 
     def principals(self) -> list[Principal]:
         with self._engine.connect() as conn:
@@ -456,7 +479,9 @@ class KeyStore:
             raise InvalidRequestError(f"principal {name!r} is deleted; a deleted one never returns")
 
     def set_role(self, name: str, role: Role) -> Principal:
-        """Give a principal another role (its contexts and stream rights are kept).
+        """Give a principal another role. Its contexts and stream rights are kept, except that
+        an analyst owns nothing: made an analyst, its OWN rights become READ (in the same
+        transaction).
 
         Raises:
             UnknownBlockError: no such principal.
@@ -467,6 +492,15 @@ class KeyStore:
             conn.execute(
                 principals.update().where(principals.c.name == name).values(role=role.value)
             )
+            if role is Role.ANALYST:
+                conn.execute(
+                    stream_acl.update()
+                    .where(
+                        (stream_acl.c.principal == name)
+                        & (stream_acl.c.permission == Permission.OWN.value)
+                    )
+                    .values(permission=Permission.READ.value)
+                )
         return self.principal(name)
 
     def set_state(self, name: str, state: PrincipalState) -> PrincipalRecord:
@@ -530,9 +564,20 @@ class KeyStore:
         Raises:
             UnknownBlockError: no such principal.
             AuthError: ``keep_owner`` and ``principal`` owns ``stream``.
+            InvalidRequestError: OWN for an analyst (make it an owner first).
         """
         self._require_live(principal)
         with self._engine.begin() as conn:
+            if permission is Permission.OWN:
+                role = conn.execute(
+                    sa.select(principals.c.role).where(principals.c.name == principal)
+                ).scalar_one()
+                if role == Role.ANALYST.value:
+                    raise InvalidRequestError(
+                        f"principal {principal!r} is an analyst and cannot own stream "
+                        f"{stream!r}: only an owner or an admin may hold OWN (change its role "
+                        "first, or grant READ)"
+                    )
             self._delete_acl(conn, principal, stream, keep_owner=keep_owner)
             conn.execute(
                 stream_acl.insert().values(

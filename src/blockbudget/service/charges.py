@@ -14,7 +14,10 @@ exists because each HTTP request costs the server more CPU than the ledger work 
 (docs/benchmarks.md).
 
 On a user- or attribute-blocked stream an analyst names blocks by opaque ids and gets them
-back in receipts and refusals (:mod:`blockbudget.service.blocknames`).
+back in receipts and refusals (:mod:`blockbudget.service.blocknames`). A user stream's gate
+holds for every caller, owners and admins too, as for selections
+(:meth:`blockbudget.platform.Platform.select`): with no maximum-id release yet a charge is a 422
+(``UnreleasedIdsError``), and a block beyond the released bound is a 404 like an unknown one.
 """
 
 import json
@@ -25,7 +28,7 @@ from fastapi import Depends, FastAPI
 from fastapi.responses import Response
 
 from blockbudget.budget import Budget
-from blockbudget.errors import BlockBudgetError, InvalidRequestError
+from blockbudget.errors import BlockBudgetError, InvalidRequestError, UnknownBlockError
 from blockbudget.ledger import Charge
 from blockbudget.platform import Platform
 from blockbudget.service import schemas as sc
@@ -81,6 +84,7 @@ def register_charge_routes(
     """Add ``POST /v1/streams/{stream}/charges`` and ``…/charges/batch`` to ``app``."""
     Auth = Annotated[Principal, Depends(authenticate)]
     streams_of: dict[str, str] = {}  # block → stream; immutable once registered
+    gated: dict[str, bool] = {}  # stream → is it a user stream; immutable once created
 
     def refresh_streams() -> None:
         for info in platform.ledger.blocks():
@@ -109,7 +113,22 @@ def register_charge_routes(
             if me.role is Role.ADMIN:
                 raise InvalidRequestError(text)
             raise AuthError(403, text + " (unknown, or another stream's)")
+        if gated.get(stream) is not False:
+            await anyio.to_thread.run_sync(lambda: require_known(stream, sorted(wanted)))
         return items
+
+    def require_known(stream: str, blocks: list[str]) -> None:
+        """The user-stream gate: 422 with no release, 404 for a block beyond its bound."""
+        from blockbudget import userids
+
+        bound = userids.selection_bound(platform, stream)
+        gated[stream] = bound is not None
+        if bound is None:
+            return
+        shown = set(userids.within(bound, blocks))
+        for block in blocks:
+            if block not in shown:
+                raise UnknownBlockError(f"stream {stream!r} has no block {block!r}")
 
     async def run(me: Principal, item: sc.ChargeIn) -> Charge:
         return await platform.ledger.charge_async(

@@ -4,7 +4,10 @@ one stream the caller may see.
 
 The history comes from the stream's own audit events (:mod:`blockbudget.service.dashboard_index`),
 so its cost does not grow with other streams' history. Retiring blocks and alerts use the one
-definition of :mod:`blockbudget.lowbudget`: every role counts the same retiring blocks.
+definition of :mod:`blockbudget.lowbudget`, per context: every role counts the same retiring
+blocks in the same context. Whether a block is retiring in *every* open context (about to
+retire) is shown only to viewers who see every open context — admins and the stream's owners
+(:func:`sees_every_context`) — since it tells something of each of them.
 
 An analyst sees only its streams, its contexts and its own tasks and jobs, no row counts, and on
 user and attribute streams opaque block ids, sorted, instead of keys
@@ -32,9 +35,18 @@ if TYPE_CHECKING:
     from blockbudget.tasks.queue import TaskQueue
 
 
-def block_out(v: BlockView, *, with_rows: bool, naming: Naming) -> sc.BlockOut:
+def sees_every_context(me: Principal, permission: Permission | None) -> bool:
+    """Whether ``me`` (with ``permission`` on the stream) sees its budget in every open
+    context: admins, and the stream's owners (who spend none of it and see all of it)."""
+    return me.role is Role.ADMIN or permission is Permission.OWN
+
+
+def block_out(
+    v: BlockView, *, with_rows: bool, naming: Naming, everywhere: bool = False
+) -> sc.BlockOut:
     """The public form of a block (row counts only ``with_rows``; id and key as ``naming``
-    says)."""
+    says; the every-open-context ``retiring`` flag only when the viewer sees them all,
+    ``everywhere``)."""
     return sc.BlockOut(
         block_id=naming.show(v.block_id),
         key=naming.key(v.block_id, v.key),
@@ -44,7 +56,8 @@ def block_out(v: BlockView, *, with_rows: bool, naming: Naming) -> sc.BlockOut:
         remaining=v.remaining_exact,
         remaining_display=v.remaining,
         rows=v.rows if with_rows else None,
-        retiring=v.retiring,
+        retiring=v.retiring if everywhere else None,
+        retiring_in=v.retiring_in,
     )
 
 
@@ -108,7 +121,8 @@ def register_dashboard_routes(
             filter_=platform.filter(stream),
             buckets=buckets,
         )
-        retiring = [naming.show(v.block_id) for v in views if v.retiring]
+        everywhere = sees_every_context(me, perm)
+        retiring = {c: [naming.show(v.block_id) for v in views if v.retiring_in[c]] for c in ctxs}
         below = default_below if alert_below is None else alert_below
         alerts = [
             sc.AlertOut(
@@ -124,8 +138,14 @@ def register_dashboard_routes(
             stream=stream,
             streams=names,
             policy={"epsilon": str(spec.policy.epsilon), "delta": str(spec.policy.delta)},
-            blocks=[block_out(v, with_rows=with_rows, naming=naming) for v in views],
+            blocks=[
+                block_out(v, with_rows=with_rows, naming=naming, everywhere=everywhere)
+                for v in views
+            ],
             retiring=retiring,
+            retiring_everywhere=(
+                [naming.show(v.block_id) for v in views if v.retiring] if everywhere else None
+            ),
             heatmap=sc.HeatmapOut(
                 blocks=naming.show_all(hm.blocks),
                 retired=naming.show_all(hm.retired),

@@ -16,8 +16,9 @@ charges nothing; no text of an exception raised while touching data reaches a ca
 (:mod:`blockbudget.service.failures`).
 """
 
+import contextlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
@@ -310,15 +311,38 @@ def register_queue_routes(
             kind=None if kind is None else WorkKind(kind.value),
             limit=limit,
         )
+        lost = access_lost(me)
         return sc.QueueOut(
             scheduler=queue.scheduler_for(stream) if stream is not None else default_scheduler,
-            tasks=[task_out(t, names.naming(me, t.stream)) for t in found],
+            tasks=[withheld(task_out(t, names.naming(me, t.stream)), lost(t)) for t in found],
         )
+
+    def access_lost(me: Principal) -> Callable[["Task"], str | None]:
+        """Why ``me`` may no longer see a task's result (None: it may), re-read from the key
+        store once per (stream, context): an admin sees every result."""
+        check = queue.access_check
+        if check is None or me.role is Role.ADMIN:
+            return lambda _: None
+        seen: dict[tuple[str, str], str | None] = {}
+
+        def lost(task: "Task") -> str | None:
+            key = (task.stream, task.context)
+            if key not in seen:
+                seen[key] = check(task)
+            return seen[key]
+
+        return lost
 
     def read_task(me: Principal, task_id: str) -> sc.TaskOut:
         task = owned(me, task_id)
         naming = names.naming(me, task.stream)
-        return task_out(task, naming, why=True, queue=queue)
+        reason = access_lost(me)(task)
+        if reason is None:
+            return task_out(task, naming, why=True, queue=queue)
+        if task.state.value in ACTIVE:  # the principal lost access while it waited or ran
+            with contextlib.suppress(InvalidRequestError, TaskStateError):
+                task = queue.cancel(task.id, by=f"the service ({reason})", admin=True)
+        return withheld(task_out(task, naming), reason)
 
     @app.get("/v1/tasks/{task_id}", tags=["tasks"])
     async def get_task(
@@ -400,6 +424,14 @@ def unbind_tasks(queue: "TaskQueue", principal: str, contexts: Sequence[str]) ->
     dropped = set(contexts)
     found = [t for t in queue.tasks(principal=principal, limit=1_000_000) if t.context in dropped]
     return _cancel_active(queue, found, by="context unbound")
+
+
+def withheld(out: sc.TaskOut, reason: str | None) -> sc.TaskOut:
+    """``out`` with its result withheld when its principal lost access (``reason``)."""
+    if reason is None:
+        return out
+    note = f"{out.note}; result withheld: {reason}"
+    return out.model_copy(update={"result": None, "why": None, "note": note})
 
 
 def _cancel_active(queue: "TaskQueue", tasks: Sequence["Task"], *, by: str) -> list[str]:

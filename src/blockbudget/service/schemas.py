@@ -180,9 +180,15 @@ class BlockOut(BaseModel):
     #: the same for people: e.g. ``(ε=0.3, δ=1e-06)`` or ``retired``
     remaining_display: dict[str, str]
     rows: int | None = None
-    retiring: bool = Field(
-        default=False,
-        description="live and under 10% left in every open context (the same for every viewer)",
+    retiring: bool | None = Field(
+        default=None,
+        description="live and under 10% left in every open context; null for a viewer who "
+        "does not see every open context (analysts; owners not bound to them all)",
+    )
+    retiring_in: dict[str, bool] = Field(
+        default_factory=dict,
+        description="per context shown: live and under 10% left there (the same for every "
+        "viewer of that context)",
     )
 
 
@@ -409,7 +415,10 @@ class DashboardOut(BaseModel):
     streams: list[str]
     policy: dict[str, str]
     blocks: list[BlockOut]
-    retiring: list[str]
+    #: per context shown, the blocks retiring there (live, under 10% left in it)
+    retiring: dict[str, list[str]]
+    #: the blocks retiring in every open context; null unless the viewer sees them all
+    retiring_everywhere: list[str] | None = None
     heatmap: HeatmapOut
     series: SeriesOut | None = None
     alert_below: float = 0.1

@@ -144,8 +144,13 @@ def why_json(queue: TaskQueue, task: Task, naming: Naming | None = None) -> dict
     (None for a task in any other state)."""
     if task.state.value != "waiting":
         return None
-    w = queue.why(task.id)
+    # every short block, arranged as the caller sees them (by opaque id for an analyst on a
+    # hidden stream), then cut: a cut in key order would tell which opaque ids come last
+    from blockbudget.tasks.why import MAX_LISTED
+
+    w = queue.why(task.id, limit=None)
     rows = list(w.shortfall) if naming is None else naming.arrange(w.shortfall, lambda r: r.block)
+    rows = rows[:MAX_LISTED]
     return {
         "reason": w.reason if naming is None else naming.text(w.reason),
         "affordable": w.affordable,

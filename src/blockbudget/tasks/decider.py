@@ -150,6 +150,9 @@ class Decider:
     leadership: Leadership
     rows: TaskRows
     poll_seconds: float = 1.0
+    #: why a task's principal may no longer use it (None: it may), asked before a task is
+    #: granted and before its work runs; the service sets it (its access rules live there).
+    access_check: Callable[[Task], str | None] | None = None
 
     def _init_decider(self, workers: int) -> None:
         self.ledger = self.platform.ledger
@@ -404,6 +407,10 @@ class Decider:
         if d.kind is DecisionKind.GRANT and d.task_id not in run.tasks:
             run.bridge.charged.pop(d.task_id, None)  # refused or cancelled meanwhile: no grant
             return
+        if d.kind is DecisionKind.GRANT and self._lost(run.tasks[d.task_id], d.time, _WAITING):
+            run.bridge.charged.pop(d.task_id, None)  # nothing reserved, nothing charged
+            self._forget(run, d.task_id)
+            return
         try:
             run.bridge.apply(d)
         except BlockBudgetError as exc:  # a refusal of the ledger (not a lost connection)
@@ -431,6 +438,16 @@ class Decider:
                 self.rows.move(
                     d.task_id, frm=_WAITING, to=TaskState.EXPIRED, when=d.time, note="deadline"
                 )
+
+    def _lost(self, task: Task, when: float, frm: tuple[TaskState, ...]) -> bool:
+        """Cancel ``task`` (from ``frm``) if its principal lost access to it since it was
+        submitted (:attr:`access_check`); whether it did."""
+        reason = None if self.access_check is None else self.access_check(task)
+        if reason is None:
+            return False
+        note = f"cancelled: {reason}; nothing was charged"
+        self.rows.move(task.id, frm=frm, to=TaskState.CANCELLED, when=when, note=note)
+        return True
 
     def _forget(self, run: _Run, task_id: str) -> Task | None:
         self._where.pop(task_id, None)
@@ -490,6 +507,8 @@ class Decider:
         if task is None or task.state is not TaskState.RUNNING or task.reservation_id is None:
             return
         try:
+            if self._lost(task, self.clock(), (TaskState.RUNNING,)):
+                return  # its grant is released below, undrawn
             family = self._families.get(task.kind)
             if task.kind is WorkKind.QUERY:
                 result = self._run_query(task)

@@ -66,7 +66,7 @@ from blockbudget.tasks.schedspec import SchedulerSpec, parse_spec
 from blockbudget.tasks.scoring import check_comparison, check_provider
 from blockbudget.tasks.selectors import AnyBlocks, InRange, Named, Selector
 from blockbudget.tasks.table import fingerprint
-from blockbudget.tasks.why import explain
+from blockbudget.tasks.why import MAX_LISTED, explain
 from blockbudget.userids import require_release
 
 if TYPE_CHECKING:
@@ -436,9 +436,10 @@ class TaskQueue(Decider):
                 return task
             time.sleep(0.01 if task.state is TaskState.RUNNING else 0.02)
 
-    def why(self, task_id: str) -> Waiting:
-        """Why a task waits: which blocks it may use lack what (read from the ledger), and
-        the scheduler's note. For a decided task, what was decided."""
+    def why(self, task_id: str, *, limit: int | None = MAX_LISTED) -> Waiting:
+        """Why a task waits: which blocks it may use lack what (read from the ledger; at most
+        ``limit`` listed, see :func:`~blockbudget.tasks.why.explain`), and the scheduler's
+        note. For a decided task, what was decided."""
         task = self.task(task_id)
         spec = self._spec_for(self._family_of(task.kind), task.stream)
         note = ""
@@ -448,7 +449,7 @@ class TaskQueue(Decider):
             hint = None if run is None else getattr(run.live.scheduler, "why", None)
             if callable(hint):
                 note = str(hint(run.live.pool, task.id))  # type: ignore[union-attr]
-        return explain(self.platform, task, spec, note=note)
+        return explain(self.platform, task, spec, note=note, limit=limit)
 
     # --- operator's controls ------------------------------------------------------------
 

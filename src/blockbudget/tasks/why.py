@@ -63,10 +63,20 @@ def _candidates(platform: Platform, task: Task) -> tuple[list[str] | None, int]:
     return None, sel.min_k
 
 
-def explain(platform: Platform, task: Task, spec: SchedulerSpec, *, note: str = "") -> Waiting:
+def explain(
+    platform: Platform,
+    task: Task,
+    spec: SchedulerSpec,
+    *,
+    note: str = "",
+    limit: int | None = MAX_LISTED,
+) -> Waiting:
     """A task's :class:`Waiting` (see the module docstring). Reads the ledger rows of the
     blocks it may use (of every block of the stream for ``AnyBlocks``); on a user stream it
-    counts and lists only the blocks a DP maximum-id release made known."""
+    counts and lists only the blocks a DP maximum-id release made known. ``limit``: at most
+    this many short blocks listed, in block order (None: all — for a caller that shows them in
+    another order, e.g. by opaque id, and must cut the list after arranging it, lest the cut
+    tell which blocks come last in key order)."""
     if task.state is not TaskState.WAITING:
         return Waiting(task.id, task.state, f"{task.state.value}: {task.note}".rstrip(": "))
     blocks, needed = _candidates(platform, task)
@@ -104,4 +114,5 @@ def explain(platform: Platform, task: Task, spec: SchedulerSpec, *, note: str = 
         )
     if how:
         reason += f" ({how})"
-    return Waiting(task.id, task.state, reason, tuple(short[:MAX_LISTED]), affordable)
+    listed = short if limit is None else short[:limit]
+    return Waiting(task.id, task.state, reason, tuple(listed), affordable)

@@ -97,8 +97,10 @@ function drawBlocks(data) {
   for (const b of data.blocks) {
     const tr = el("tr", { "data-block": b.block_id });
     tr.appendChild(el("td", {}, b.block_id));
-    tr.appendChild(el("td", b.retired ? { class: "retired" } : b.retiring ? { class: "retiring" } : {},
-      (b.retired ? "retired" : b.sealed ? "sealed" : "open") + (b.retiring ? ", retiring" : "")));
+    const retiringIn = Object.entries(b.retiring_in || {}).filter(([, v]) => v).map(([c]) => c);
+    tr.appendChild(el("td", b.retired ? { class: "retired" } : retiringIn.length ? { class: "retiring" } : {},
+      (b.retired ? "retired" : b.sealed ? "sealed" : "open") +
+      (retiringIn.length ? `, retiring in ${retiringIn.join(", ")}` : "")));
     if (hasRows) tr.appendChild(el("td", { class: "num" }, b.rows === null ? "" : String(b.rows)));
     for (const c of ctxs) {
       const f = b.remaining_fraction[c];
@@ -116,12 +118,22 @@ function drawBlocks(data) {
   }
 }
 
+function retiringSummary(data) {
+  const parts = Object.entries(data.retiring).map(([c, ids]) => `${ids.length} in ${c}`);
+  if (data.retiring_everywhere) parts.push(`${data.retiring_everywhere.length} in every open context`);
+  return parts.join(", ") || "none";
+}
+
 function drawRetiring(data) {
   const list = document.getElementById("retiring");
   list.replaceChildren();
   const retired = data.blocks.filter((b) => b.retired).map((b) => b.block_id);
-  for (const id of data.retiring) {
-    list.appendChild(el("li", { class: "retiring" }, `${id} — under 10% left in every open context`));
+  // per context: a block is retiring in a context when it is live and under 10% left there
+  for (const [c, ids] of Object.entries(data.retiring)) {
+    for (const id of ids) list.appendChild(el("li", { class: "retiring" }, `${id} — under 10% left in ${c}`));
+  }
+  for (const id of data.retiring_everywhere || []) {
+    list.appendChild(el("li", { class: "retiring-everywhere" }, `${id} — under 10% left in every open context`));
   }
   for (const id of retired) list.appendChild(el("li", { class: "retired" }, `${id} — retired`));
   if (!list.children.length) list.appendChild(el("li", {}, "none"));
@@ -167,7 +179,7 @@ async function refresh() {
     const summary = document.getElementById("summary");
     summary.replaceChildren(el("div", {},
       `stream ${data.stream}: ${data.blocks.length} blocks, policy ε=${data.policy.epsilon}, ` +
-      `δ=${data.policy.delta}; ${data.retiring.length} retiring`));
+      `δ=${data.policy.delta}; retiring: ${retiringSummary(data)}`));
     const input = document.getElementById("alert-below");
     if (state.below === null && document.activeElement !== input) {
       input.value = String(+(100 * data.alert_below).toFixed(4));
