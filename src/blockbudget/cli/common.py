@@ -316,6 +316,27 @@ def emit_json(document: object) -> None:
     typer.echo(json.dumps(document, sort_keys=True, default=_json_default))
 
 
+def budget_number(text: str, *, name: str = "--epsilon") -> float | str:
+    """An ε or δ option as the JSON form carries it: a number when the text is exactly a
+    float's shortest decimal (``0.5``), else the exact decimal string (``0.341279519435449196``,
+    which a float would round), so that the ledger charges exactly what was typed.
+
+    Raises:
+        InvalidRequestError: the text is not a finite number of a budget's magnitude.
+    """
+    from blockbudget.budget import canonical_decimal, to_decimal
+    from blockbudget.errors import InvalidBudgetError
+
+    try:
+        value = to_decimal(text, name=name)
+    except InvalidBudgetError as exc:
+        raise InvalidRequestError(str(exc)) from None
+    if not value.is_finite():
+        raise InvalidRequestError(f"{name} must be finite, got {text!r}")
+    as_float = float(value)
+    return as_float if Decimal(repr(as_float)) == value else canonical_decimal(value)
+
+
 def parse_window(text: str) -> timedelta:
     """``1d``, ``6h``, ``15m`` or ``30s`` as a timedelta."""
     units = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}

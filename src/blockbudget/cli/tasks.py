@@ -30,6 +30,7 @@ from blockbudget.cli.common import (
     KeyOpt,
     ServerOpt,
     app,
+    budget_number,
     console,
     emit_json,
     handle_errors,
@@ -110,7 +111,7 @@ def _query_spec(spec: str) -> dict[str, Any]:
     return _read_spec(spec if spec.lstrip().startswith(("{", "@")) else f"@{spec}")
 
 
-def _work(query_spec: str | None, statistic: str | None, epsilon: float | None) -> dict[str, Any]:
+def _work(query_spec: str | None, statistic: str | None, epsilon: str | None) -> dict[str, Any]:
     """The body's kind and work: a query from a spec, a query from the flags (its ``query`` is
     filled in by the caller) or a budget."""
     if query_spec and statistic:
@@ -123,7 +124,7 @@ def _work(query_spec: str | None, statistic: str | None, epsilon: float | None) 
         raise typer.BadParameter("give --epsilon (the query's ε, or the budget demanded)")
     if statistic:
         return {"kind": "query"}
-    return {"kind": "budget", "epsilon": epsilon}
+    return {"kind": "budget", "epsilon": budget_number(epsilon)}
 
 
 def _submit_local(
@@ -156,9 +157,15 @@ def _submit_local(
 def task_submit(
     stream: Annotated[str, typer.Argument(help="Stream whose blocks the task may use.")],
     epsilon: Annotated[
-        float | None, typer.Option(help="The query's ε (with --statistic), or the ε demanded.")
+        str | None,
+        typer.Option(
+            help="The query's ε (with --statistic), or the ε demanded: an exact decimal "
+            "(e.g. what `blockbudget afford` prints)."
+        ),
     ] = None,
-    delta: Annotated[float, typer.Option(help="δ demanded on each block (budget).")] = 0.0,
+    delta: Annotated[
+        str, typer.Option(help="δ demanded on each block (budget; an exact decimal).")
+    ] = "0",
     query_spec: Annotated[
         str | None, typer.Option(help="A query's JSON form: a file, @FILE or inline JSON.")
     ] = None,
@@ -231,8 +238,8 @@ def task_submit(
             where=where,
             group_by=group_by,
         )
-    if body["kind"] == "budget" and delta:
-        body["delta"] = delta
+    if body["kind"] == "budget" and budget_number(delta, name="--delta"):
+        body["delta"] = budget_number(delta, name="--delta")
     body["selector"] = _selector(block, newest or last, range_, k, any_, min_k)
     for name, value in (("timeout_seconds", timeout), ("request_id", request_id)):
         if value is not None:
