@@ -67,7 +67,7 @@ def test_principal_commands_on_a_home(seeded: Seeded, database_url: str | None) 
     r = runner.invoke(app, ["principal", "key", "list", "ana", *home])
     assert r.exit_code == 0 and seeded.analyst.split("_")[1] in r.output and "UTC" in r.output
     r = runner.invoke(app, ["principal", "key", "rotate", "ana", "nope", "--grace", "2w", *home])
-    assert r.exit_code != 0 and "window must look like" in r.output
+    assert r.exit_code == 2 and "--grace must look like" in r.output
 
 
 def test_principal_commands_against_a_server(seeded: Seeded) -> None:

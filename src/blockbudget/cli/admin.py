@@ -26,6 +26,8 @@ from blockbudget.cli.common import (
     JsonOpt,
     KeyOpt,
     ServerOpt,
+    YesOpt,
+    confirm_irreversible,
     console,
     emit_json,
     handle_errors,
@@ -91,6 +93,7 @@ def principal_add(
     as_json: JsonOpt = False,
 ) -> None:
     """Create a principal and print its first API key (shown once, stored hashed)."""
+    parse_role(role)  # refused here, the same locally and with --server
     doc = backend(home, database, server, api_key).add(name, role, list(context or []))
     line = f"principal [bold]{escape(name)}[/] ({role}); API key (shown once): {doc['api_key']}"
     _out(as_json, doc, line)
@@ -216,7 +219,7 @@ def principal_enable(
 @handle_errors
 def principal_delete(
     name: str,
-    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+    yes: YesOpt = False,
     home: HomeOpt = DEFAULT_HOME,
     database: DatabaseOpt = None,
     server: ServerOpt = None,
@@ -225,8 +228,7 @@ def principal_delete(
 ) -> None:
     """Delete a principal for good: keys revoked, stream access and context bindings dropped,
     tasks cancelled. The name stays taken (the ledger's records carry it)."""
-    if not yes:
-        typer.confirm(f"delete principal {name!r} for good?", abort=True)
+    confirm_irreversible(f"delete principal {name!r} for good?", yes=yes, as_json=as_json)
     _set_state(name, "deleted", backend(home, database, server, api_key), as_json)
 
 
@@ -359,7 +361,7 @@ def key_rotate(
     principal's tasks go on."""
     from blockbudget.cli.common import parse_window
 
-    seconds = 0.0 if grace.strip() == "0" else parse_window(grace).total_seconds()
+    seconds = 0.0 if grace.strip() == "0" else parse_window(grace, name="--grace").total_seconds()
     doc = backend(home, database, server, api_key).key_rotate(name, key_id, seconds)
     ends = _when(doc["replaced"]["expires"]) or "now"
     line = (

@@ -29,6 +29,7 @@ from blockbudget.cli.common import (
     print_blocks_used,
     remote,
 )
+from blockbudget.errors import InvalidRequestError
 
 
 @app.command("afford")
@@ -58,7 +59,7 @@ def afford(
 ) -> None:
     """The largest ε (at --delta) one can still request over the blocks in the context."""
     if (block is None) == (last is None):
-        raise typer.BadParameter("give exactly one of --block (repeatable) and --last N")
+        raise InvalidRequestError("give exactly one of --block (repeatable) and --last N")
     kind = "gaussian" if gaussian else "budget"
     client = remote(server, api_key)
     if client is not None:

@@ -17,8 +17,10 @@ from blockbudget.cli.common import (
     JsonOpt,
     KeyOpt,
     ServerOpt,
+    YesOpt,
     app,
     bar,
+    confirm_irreversible,
     console,
     context_app,
     emit_json,
@@ -232,6 +234,7 @@ def context_add(
 @handle_errors
 def context_close(
     name: str,
+    yes: YesOpt = False,
     as_json: JsonOpt = False,
     home: HomeOpt = DEFAULT_HOME,
     server: ServerOpt = None,
@@ -239,7 +242,9 @@ def context_close(
 ) -> None:
     """Close a context for good (administrators only; audited): it never spends again, no
     longer keeps exhausted blocks from retiring, and counts in the coalition bound only if it
-    ever charged. E.g. the `default` context that older ledgers registered by themselves."""
+    ever charged. E.g. the `default` context that older ledgers registered by themselves.
+    Asks first unless --yes (required with --json or without a terminal)."""
+    confirm_irreversible(f"close context {name!r} for good?", yes=yes, as_json=as_json)
     client = remote(server, api_key)
     if client is not None:
         info = client.close_context(name)

@@ -127,7 +127,7 @@ def _canonical(value: Decimal) -> str:
 
 
 def _enough(selector: dict[str, Any], blocks: list[str], affordable: list[str]) -> bool:
-    """Whether the selector could be granted now: every named or newest block affords the
+    """Whether the blocks have enough budget now: every named or newest block affords the
     demand; ``--range`` and ``--any``: at least their ``k`` (``min_k``) blocks do."""
     if "named" in selector or "newest" in selector:
         return bool(blocks) and len(affordable) == len(blocks)

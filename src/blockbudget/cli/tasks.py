@@ -92,7 +92,7 @@ def _selector(
         if value
     ]
     if len(given) != 1:
-        raise typer.BadParameter(
+        raise InvalidRequestError(
             f"give exactly one of --block, --newest, --range START END --k K, --any K; got {given}"
         )
     if block:
@@ -101,7 +101,7 @@ def _selector(
         return {"newest": newest}
     if range_:
         if k is None:
-            raise typer.BadParameter("--range START END needs --k K (how many blocks)")
+            raise InvalidRequestError("--range START END needs --k K (how many blocks)")
         return {"range": {"k": k, "start": range_[0], "end": range_[1]}}
     return {"any": {"k": any_, "min_k": min_k}}
 
@@ -115,13 +115,13 @@ def _work(query_spec: str | None, statistic: str | None, epsilon: str | None) ->
     """The body's kind and work: a query from a spec, a query from the flags (its ``query`` is
     filled in by the caller) or a budget."""
     if query_spec and statistic:
-        raise typer.BadParameter("give --query-spec or --statistic, not both")
+        raise InvalidRequestError("give --query-spec or --statistic, not both")
     if query_spec:
         if epsilon is not None:
-            raise typer.BadParameter("--epsilon goes into the --query-spec's JSON form")
+            raise InvalidRequestError("--epsilon goes into the --query-spec's JSON form")
         return {"kind": "query", "query": _query_spec(query_spec)}
     if epsilon is None:
-        raise typer.BadParameter("give --epsilon (the query's ε, or the budget demanded)")
+        raise InvalidRequestError("give --epsilon (the query's ε, or the budget demanded)")
     if statistic:
         return {"kind": "query"}
     return {"kind": "budget", "epsilon": budget_number(epsilon)}
@@ -213,7 +213,9 @@ def task_submit(
         typer.Option(
             "--dry-run",
             help="Price the task and check its blocks only: nothing is queued, reserved or "
-            "charged.",
+            "charged. It says whether the blocks have enough budget now; only the fcfs "
+            "scheduler grants whenever they do (dpf and the others may hold a task that fits "
+            "to serve others first).",
         ),
     ] = False,
     as_json: JsonOpt = False,
@@ -279,14 +281,41 @@ def _dry_run(
     from blockbudget.cli.dry_run import price_task_local, price_task_remote
 
     if client is not None:
+        from blockbudget.service.client import ServiceError
+
         with client:
-            return price_task_remote(client, stream, body, context=context)
-    platform = open_platform(home)
-    try:
-        ctx = local_context(platform, context)
-        return price_task_local(platform, stream, body, context=ctx)
-    finally:
-        platform.close()
+            out = price_task_remote(client, stream, body, context=context)
+            try:
+                out["scheduler"] = client.scheduler(stream)["scheduler"]
+            except ServiceError:  # a principal who may not read it: the text says so
+                out["scheduler"] = None
+        return out
+    with _local_queue(home) as queue:
+        ctx = local_context(queue.platform, context)
+        out = price_task_local(queue.platform, stream, body, context=ctx)
+        out["scheduler"] = queue.scheduler_for(stream)
+        return out
+
+
+#: Schedulers that grant a task as soon as its blocks have enough budget (first come, first
+#: served); the others (DPF and the rest) may hold a task that fits, to serve others first.
+GRANT_WHEN_BUDGET_SUFFICES = ("fcfs",)
+
+
+def dry_run_verdict(out: dict[str, Any]) -> str:
+    """What a dry run can promise: that the blocks have enough budget now — a grant now only
+    under a scheduler that grants whenever the budget suffices (:data:`GRANT_WHEN_BUDGET_SUFFICES`).
+    """
+    if not out["ok"]:
+        return "the blocks do NOT have enough budget now: it could not be granted now"
+    scheduler = out.get("scheduler")
+    name = None if scheduler is None else str(scheduler).split(":")[0].split("(")[0].strip()
+    if name in GRANT_WHEN_BUDGET_SUFFICES:
+        return f"could be granted now (the scheduler {scheduler} grants whenever budget suffices)"
+    return (
+        "the blocks have enough budget now; whether and when it is granted is up to the "
+        f"scheduler {scheduler or '(not readable with this key)'}"
+    )
 
 
 def print_dry_run(out: dict[str, Any], *, as_json: bool) -> None:
@@ -294,7 +323,7 @@ def print_dry_run(out: dict[str, Any], *, as_json: bool) -> None:
     if as_json:
         emit_json(out)
         return
-    verdict = "could be granted now" if out["ok"] else "could NOT be granted now"
+    verdict = dry_run_verdict(out)
     console.print(
         f"[bold]dry run: {escape(out['kind'])} task[/] on {escape(out['stream'])} in context "
         f"{escape(repr(out['context']))} — {verdict}; nothing queued, reserved or charged"
@@ -347,10 +376,13 @@ def print_task(task: dict[str, Any], *, as_json: bool) -> None:
 
 def print_why(why: dict[str, Any]) -> None:
     console.print(f"  waits: {escape(why['reason'])}")
+    from blockbudget.accounting.filters import exact_text
+
     for row in why["shortfall"][:20]:
+        has = "retired" if row["has"] is None else exact_text(row["has"])
         console.print(
-            f"    {escape(row['block'])}: needs {escape(json.dumps(row['needs']))}, "
-            f"has {escape(json.dumps(row['has']))}"
+            f"    {escape(row['block'])}: needs {escape(exact_text(row['needs']))}, "
+            f"has {escape(has)}"
         )
 
 
@@ -483,7 +515,7 @@ def _list_local(
         wanted = None if state is None else TaskState(state)
         of_kind = None if kind is None else WorkKind(kind)
     except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+        raise InvalidRequestError(str(exc)) from None
     with _local_queue(home) as queue:
         found = queue.tasks(stream=stream, state=wanted, kind=of_kind)
         spec = queue.scheduler_for(stream) if stream else queue.default_spec.text

@@ -568,8 +568,13 @@ class ShortfallOut(BaseModel):
     needs there and what the block has left in the task's context."""
 
     block: str
-    needs: str
-    has: str
+    needs: dict[str, str | list[str]] = Field(
+        description="the demand on the block, exact: {epsilon, delta} or {rdp: [...]}"
+    )
+    has: dict[str, str | list[str]] | None = Field(
+        description="what the block has left for one more charge, same form (null: retired)"
+    )
+    retired: bool = False
 
 
 class WaitingOut(BaseModel):
