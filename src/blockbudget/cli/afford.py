@@ -76,7 +76,7 @@ def afford(
         platform = open_platform(home)
         try:
             ctx = local_context(platform, context)
-            selection: list[str] | Last = list(block) if block else Last(last or 1)
+            selection: list[str] | Last = list(block) if block else Last(last or 0)
             out = platform.afford(
                 stream, selection, context=ctx, delta=delta, kind=AffordFor(kind)
             ).to_json()

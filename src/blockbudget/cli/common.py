@@ -219,9 +219,22 @@ def error_json(exc: BlockBudgetError) -> dict[str, Any]:
 
 
 def cli_text(message: str) -> str:
-    """A platform message as a CLI user reads it: Python calls named by their commands."""
+    """A platform message as a CLI user reads it: Python calls named by their commands (except
+    in a clause that names them as Python, ``Python: Ledger.add_context``, beside the command),
+    and ``last`` as the ``--last`` option.
+
+    Example:
+        >>> cli_text("register it (Python: Ledger.add_context); or Ledger.add_context")
+        'register it (Python: Ledger.add_context); or `blockbudget context add NAME`'
+        >>> cli_text("last must be at least 1 (how many of the newest blocks), got 0")
+        '--last must be at least 1 (how many of the newest blocks), got 0'
+    """
+    import re
+
     for python, command in CLI_NAMES.items():
-        message = message.replace(python, command)
+        message = re.sub(rf"(?<!Python: ){re.escape(python)}", command, message)
+    if message.startswith("last must be at least 1"):
+        message = "--" + message
     return message
 
 

@@ -169,9 +169,12 @@ class WriteTx:
         if info is None:
             raise unknown_context(context)
         if info.closed_at is not None:
+            from datetime import UTC, datetime
+
+            when = datetime.fromtimestamp(info.closed_at, tz=UTC).isoformat(timespec="seconds")
             raise ClosedContextError(
                 f"context {context!r} was closed by an administrator at "
-                f"{info.closed_at!r} (Unix time): a closed context never reserves or charges "
+                f"{when.replace('+00:00', 'Z')}: a closed context never reserves or charges "
                 "budget again"
             )
 
