@@ -345,16 +345,13 @@ def ingest(
     """Ingest a CSV or Parquet file into a stream's blocks (all rows or none; idempotent)."""
     client = remote(server, api_key)
     if client is not None:
-        upload = path
-        kind = format or path.suffix.lstrip(".").lower()
-        if kind == "parquet":  # the server takes CSV or JSON records
-            import tempfile
-
-            import pandas as pd
-
-            upload = Path(tempfile.mkdtemp()) / "upload.csv"
-            pd.read_parquet(path).to_csv(upload, index=False)
-        out = client.ingest_csv(stream, upload, ingest_id=ingest_id, on_overlap=on_overlap.value)
+        with client:
+            out = client.ingest_csv(
+                stream,
+                _csv_upload(path, format),
+                ingest_id=ingest_id,
+                on_overlap=on_overlap.value,
+            )
     else:
         report = open_platform(home).ingest(
             stream, path, format=format, ingest_id=ingest_id, on_overlap=on_overlap
@@ -366,6 +363,28 @@ def ingest(
         emit_json(out)
         return
     console.print(escape(ingest_text(out)))
+
+
+def _csv_upload(path: Path, format: str | None) -> bytes:
+    """The CSV bytes to upload for ``path`` (a Parquet file converted in memory: the server
+    takes CSV or JSON records).
+
+    Raises:
+        DataError: the file cannot be read (missing, unreadable, not Parquet).
+    """
+    from blockbudget.errors import DataError
+
+    kind = format or path.suffix.lstrip(".").lower()
+    try:
+        if kind != "parquet":
+            return path.read_bytes()
+        import pandas as pd
+
+        return pd.read_parquet(path).to_csv(index=False).encode()
+    except OSError as exc:
+        raise DataError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise DataError(f"cannot read {str(path)!r} as Parquet: {exc}") from None
 
 
 def ingest_text(out: dict[str, Any]) -> str:
