@@ -47,8 +47,9 @@ ContextsOpt = Annotated[
 
 
 def _when(text: str | None) -> str:
-    """An ISO 8601 UTC time as a table shows it."""
-    return "" if text is None else text.replace("T", " ").replace("Z", " UTC")
+    """An ISO 8601 UTC time as a table shows it, to the minute like every other CLI time
+    (``2026-11-24 03:12 UTC``; the JSON form keeps the full time)."""
+    return "" if text is None else f"{text[:16].replace('T', ' ')} UTC"
 
 
 def _print_record(doc: dict[str, Any]) -> None:
@@ -111,7 +112,7 @@ def principal_list(
     """List principals: role, state, bound contexts, stream access, key ids (never secrets)."""
     docs = backend(home, database, server, api_key).principals()
     if as_json:
-        emit_json(docs)
+        emit_json({"principals": docs})  # an object, like every other list command's
         return
     table = Table("principal", "role", "state", "contexts", "streams", "active keys", "created")
     for d in docs:
@@ -250,7 +251,7 @@ def principal_grant(
     """Give a principal read (or own) access to a stream."""
     doc = backend(home, database, server, api_key).grant(name, stream, permission)
     line = f"principal [bold]{escape(name)}[/] may now {permission} stream {escape(stream)}"
-    _out(as_json, doc, line)
+    _out(as_json, _access(doc, name, stream), line)
 
 
 @principal_app.command("revoke")
@@ -266,7 +267,18 @@ def principal_revoke(
 ) -> None:
     """Remove a principal's access to a stream; its tasks on the stream are cancelled."""
     doc = backend(home, database, server, api_key).revoke(name, stream)
-    _out(as_json, doc, f"principal [bold]{escape(name)}[/] has no access to {escape(stream)}")
+    line = f"principal [bold]{escape(name)}[/] has no access to {escape(stream)}"
+    _out(as_json, _access(doc, name, stream), line)
+
+
+def _access(doc: dict[str, Any], name: str, stream: str) -> dict[str, Any]:
+    """One JSON shape for ``grant``/``revoke`` whoever runs them: ``{"principal", "stream",
+    "permission"}`` (the right on the stream afterwards; null: none). An admin's answer is the
+    principal's whole record, a stream owner's only this right (an owner may not read the
+    record); both reduce to it."""
+    if "permission" in doc:
+        return {"principal": name, "stream": stream, "permission": doc["permission"]}
+    return {"principal": name, "stream": stream, "permission": doc["streams"].get(stream)}
 
 
 @principal_app.command("acl")
@@ -321,7 +333,7 @@ def key_list(
     """List a principal's keys: id, created, expiry, state (never a secret)."""
     docs = backend(home, database, server, api_key).key_list(name)
     if as_json:
-        emit_json(docs)
+        emit_json({"principal": name, "keys": docs})
     else:
         _print_keys(docs)
 

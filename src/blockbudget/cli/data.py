@@ -443,19 +443,7 @@ def _blocks_json(
 ) -> list[dict[str, Any]]:
     """The blocks in the server's form (``BlockOut``): remaining budgets exact."""
     views = platform.blocks(stream, contexts=contexts, last=last if last > 0 else None)
-    return [
-        {
-            "block_id": v.block_id,
-            "key": v.key,
-            "sealed": v.sealed,
-            "retired": v.retired,
-            "rows": v.rows,
-            "remaining_fraction": v.remaining_fraction,
-            "remaining": v.remaining_exact,
-            "remaining_display": v.remaining,
-        }
-        for v in views
-    ]
+    return [v.to_json() for v in views]
 
 
 def render_blocks(

@@ -35,17 +35,10 @@ if TYPE_CHECKING:
 def block_out(v: BlockView, *, with_rows: bool, naming: Naming) -> sc.BlockOut:
     """The public form of a block (row counts only ``with_rows``; id and key as ``naming``
     says)."""
-    return sc.BlockOut(
-        block_id=naming.show(v.block_id),
-        key=naming.key(v.block_id, v.key),
-        sealed=v.sealed,
-        retired=v.retired,
-        remaining_fraction=v.remaining_fraction,
-        remaining=v.remaining_exact,
-        remaining_display=v.remaining,
-        rows=v.rows if with_rows else None,
-        retiring=v.retiring,
+    shown = v.to_json(
+        block_id=naming.show(v.block_id), key=naming.key(v.block_id, v.key), with_rows=with_rows
     )
+    return sc.BlockOut(**shown)
 
 
 def _touching(events: list[AuditEvent], shown: set[str]) -> list[AuditEvent]:
