@@ -357,8 +357,11 @@ def print_task(task: dict[str, Any], *, as_json: bool) -> None:
         emit_json(_task_doc(task))
         return
     grant = f", reservation {escape(task['reservation_id'])}" if task["reservation_id"] else ""
-    note = escape(task["note"] or "")
-    console.print(f"task {escape(task['id'])}: [bold]{task['state']}[/]{grant} {note}".rstrip())
+    note = task["note"] or ""
+    if note.startswith(f"{task['state']} "):  # "cancelled by local": the state once
+        note = note[len(task["state"]) + 1 :]
+    note = f" ({escape(note)})" if note else ""
+    console.print(f"task {escape(task['id'])}: [bold]{task['state']}[/]{grant}{note}")
     demand = task["demand"] or {}
     console.print(
         f"  {task['kind']} on {escape(task['stream'])} in context "

@@ -39,6 +39,7 @@ from blockbudget.errors import (
     RetiredBlockError,
     UnknownBlockError,
     UnknownContextError,
+    UnknownReservationError,
 )
 from blockbudget.ledger import statements as st
 from blockbudget.ledger.audit import PendingEvent, append_events
@@ -375,7 +376,7 @@ class WriteTx:
         """
         rows = self.sql.rows("reservation", st.select_reservation, {"rid": reservation_id})
         if not rows:
-            raise UnknownBlockError(f"unknown reservation {reservation_id!r}")
+            raise UnknownReservationError(f"unknown reservation {reservation_id!r}")
         rid, context, holder, request_id, cost, block_list, created, expires, state = rows[0]
         return OpenReservation(
             id=rid,
