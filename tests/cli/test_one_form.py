@@ -31,3 +31,13 @@ def test_local_and_server_emit_the_same_keys(tmp_path: Path) -> None:
         assert code == code2 == 0, (local, remote)
         assert local["value"] is None and local["interval"] is None
         assert set(local) == set(remote), set(local) ^ set(remote)
+
+
+def test_rdp_remaining_carries_its_orders(tmp_path: Path) -> None:
+    from blockbudget.budget import ALPHAS
+
+    home = tmp_path / "h"
+    make_home(home).close()
+    code, doc = invoke_json("blocks", "r", "--home", str(home))
+    left = doc["blocks"][0]["remaining"]["a"]
+    assert code == 0 and left["orders"] == list(ALPHAS) and len(left["rdp"]) == len(ALPHAS)

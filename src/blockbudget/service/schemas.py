@@ -568,10 +568,10 @@ class ShortfallOut(BaseModel):
     needs there and what the block has left in the task's context."""
 
     block: str
-    needs: dict[str, str | list[str]] = Field(
+    needs: dict[str, Any] = Field(
         description="the demand on the block, exact: {epsilon, delta} or {rdp: [...]}"
     )
-    has: dict[str, str | list[str]] | None = Field(
+    has: dict[str, Any] | None = Field(
         description="what the block has left for one more charge, same form (null: retired)"
     )
     retired: bool = False
