@@ -106,6 +106,9 @@ def print_affordance(out: dict[str, Any]) -> None:
         text = (
             f"the largest ε one can still request at δ={out['delta']} is [bold]{out['epsilon']}[/]"
         )
+        exact = out.get("epsilon_exact", out["epsilon"])
+        if exact != out["epsilon"]:  # a float would round the exact answer above the budget
+            text += f" (exactly {exact}, to request as written: --epsilon {exact})"
     console.print(f"{where}: {text}")
     console.print(f"  rule: {escape(out['rule'])}")
     if out["binding"]:
