@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -288,8 +289,13 @@ def test_cli_as_a_client_of_a_running_server(tmp_path: Path) -> None:
             seeded.admin, "principal", "add", "carl", "--role", "analyst", "--context", "team-c"
         )
         assert r.exit_code == 0 and "bbk_" in r.output
-        r = as_(seeded.owner, "principal", "grant", "carl", "mine")
-        assert r.exit_code == 0
+        r = as_(seeded.owner, "principal", "grant", "carl", "mine", "--json")
+        # an owner's grant has the admin's shape: the right on the stream afterwards
+        assert r.exit_code == 0 and json.loads(r.output) == {
+            "permission": "read",
+            "principal": "carl",
+            "stream": "mine",
+        }
         carl = r.output and seeded.keys.create_key("carl")
         r = as_(
             carl, "query", "count", "mine", "--epsilon", "0.5", "--context", "team-c", "--last", "3"

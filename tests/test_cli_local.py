@@ -120,7 +120,9 @@ def test_the_context_is_named_or_configured_never_implicit(tmp_path: Path) -> No
     assert r.exit_code == 2 and "--context" in r.output and "BLOCKBUDGET_CONTEXT" in r.output
     r = runner.invoke(app, count, env={"BLOCKBUDGET_CONTEXT": "a"})
     assert r.exit_code == 0 and "in context 'a'" in r.output, r.output
-    r = runner.invoke(app, ["context", "close", "a", *home])
+    r = runner.invoke(app, ["context", "close", "a", *home])  # no terminal: --yes is required
+    assert r.exit_code == 2 and "pass --yes" in r.output, r.output
+    r = runner.invoke(app, ["context", "close", "a", "--yes", *home])
     assert r.exit_code == 0, r.output
     r = runner.invoke(app, count, env={"BLOCKBUDGET_CONTEXT": "a"})
     assert r.exit_code == 2 and "ClosedContextError" in r.output

@@ -19,7 +19,11 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from blockbudget.accounting import Accounting, Filter, add_vectors
-from blockbudget.accounting.afford import largest_epsilon, smallest_noise_multiplier
+from blockbudget.accounting.afford import (
+    largest_epsilon,
+    largest_float_at_most,
+    smallest_noise_multiplier,
+)
 from blockbudget.accounting.filters import exact_text
 from blockbudget.budget import UNIT, Budget, Cost, canonical_decimal, from_units, to_decimal
 from blockbudget.errors import (
@@ -90,7 +94,13 @@ class Affordance:
 
     def to_json(self) -> dict[str, Any]:
         """The wire form: budgets as exact decimal strings, the noise multiplier as the
-        shortest decimal of its double."""
+        shortest decimal of its double.
+
+        ``epsilon`` is the largest ε a float can carry and still fit (the largest double whose
+        shortest decimal is at most the exact answer: request it as a JSON number, a
+        ``--epsilon`` option or a string); ``epsilon_exact`` is the exact largest ε (a multiple
+        of 1e-18), which fits when requested as an exact decimal string (``"epsilon":
+        "0.341279519435449196"``, ``--epsilon 0.341279519435449196``)."""
         return {
             "stream": self.stream,
             "context": self.context,
@@ -98,7 +108,10 @@ class Affordance:
             "blocks": list(self.blocks),
             "kind": self.kind.value,
             "delta": canonical_decimal(self.delta),
-            "epsilon": None if self.epsilon is None else canonical_decimal(self.epsilon),
+            "epsilon": None
+            if self.epsilon is None
+            else canonical_decimal(largest_float_at_most(self.epsilon)),
+            "epsilon_exact": None if self.epsilon is None else canonical_decimal(self.epsilon),
             "noise_multiplier": None
             if self.noise_multiplier is None
             else repr(self.noise_multiplier),

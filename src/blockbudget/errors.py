@@ -88,7 +88,8 @@ class UnknownColumnError(InvalidRequestError):
 
 
 class UnknownBlockError(BlockBudgetError, KeyError):
-    """A block, stream, context or reservation id does not exist."""
+    """A block, stream, context or reservation id does not exist (its subclasses name which
+    kind of thing: a reservation, task, principal, key or context)."""
 
     def __str__(self) -> str:  # KeyError quotes its argument; keep the message readable.
         return str(self.args[0]) if self.args else ""
@@ -97,6 +98,18 @@ class UnknownBlockError(BlockBudgetError, KeyError):
 class UnknownReservationError(UnknownBlockError):
     """A reservation id that does not exist — or, asked for by a holder, one that this holder
     does not hold (answered alike, so that another holder's reservation does not leak)."""
+
+
+class UnknownTaskError(UnknownBlockError):
+    """A task id that is not in the queue."""
+
+
+class UnknownPrincipalError(UnknownBlockError):
+    """A principal name that no principal has."""
+
+
+class UnknownKeyError(UnknownBlockError):
+    """An API key id that does not exist (or is not the named principal's)."""
 
 
 class UnknownContextError(UnknownBlockError):

@@ -89,6 +89,31 @@ class BlockView:
     #: or ``{"rdp": [...]}`` per order; :meth:`Filter.remaining_json`); None once retired
     remaining_exact: dict[str, dict[str, Any] | None] = field(default_factory=dict)
 
+    def to_json(
+        self,
+        *,
+        block_id: str | None = None,
+        key: str | None = None,
+        with_rows: bool = True,
+        everywhere: bool = True,
+    ) -> dict[str, Any]:
+        """The one JSON form of a block (the HTTP ``BlockOut`` and ``blockbudget blocks
+        --json``): remaining budgets exact; ``block_id``/``key`` as shown to the caller (default:
+        the real ones); ``rows`` None unless ``with_rows``; the every-open-context ``retiring``
+        flag None unless the caller sees every context (``everywhere``)."""
+        return {
+            "block_id": self.block_id if block_id is None else block_id,
+            "key": self.key if key is None else key,
+            "sealed": self.sealed,
+            "retired": self.retired,
+            "remaining_fraction": self.remaining_fraction,
+            "remaining": self.remaining_exact,
+            "remaining_display": self.remaining,
+            "rows": self.rows if with_rows else None,
+            "retiring": self.retiring if everywhere else None,
+            "retiring_in": self.retiring_in,
+        }
+
 
 class Platform:
     """Streams of blocks with per-block, per-context privacy budgets.

@@ -44,7 +44,9 @@ class Last:
 
     def __post_init__(self) -> None:
         if self.n <= 0:
-            raise InvalidRequestError(f"Last(n) needs n >= 1, got {self.n}")
+            raise InvalidRequestError(
+                f"last must be at least 1 (how many of the newest blocks), got {self.n}"
+            )
 
 
 def newest_blocks(

@@ -89,7 +89,9 @@ def test_json_documents_of_the_local_commands(tmp_path: Path) -> None:
     assert code == 0 and doc["ok"] is True
     code, doc = invoke_json("context", "add", "new", "--description", "d", *h)
     assert code == 0 and doc["name"] == "new" and doc["closed_at"] is None
-    code, doc = invoke_json("context", "close", "new", *h)
+    code, doc = invoke_json("context", "close", "new", *h)  # irreversible: needs --yes
+    assert code == 2 and "--yes" in doc["error"]["message"]
+    code, doc = invoke_json("context", "close", "new", "--yes", *h)
     assert code == 0 and iso.match(doc["closed_at"])
     code, doc = invoke_json("task", "scheduler", "b", "fcfs", *h)
     assert code == 0 and doc["scheduler"].startswith("fcfs")

@@ -65,3 +65,15 @@ def test_every_answer_prints_as_text(tmp_path: Path) -> None:
         assert state(p) == before
     finally:
         p.close()
+
+
+def test_lists_keep_brackets_unless_they_are_a_json_array() -> None:
+    from blockbudget.query.text import parse_group_by, parse_list
+
+    assert parse_list("[1, 2]") == [1, 2]
+    assert parse_list('["a,b", "[c]"]') == ["a,b", "[c]"]  # a JSON array: commas kept
+    assert parse_list("[x],[y]") == ["[x]", "[y]"]  # not JSON: the raw text is split
+    assert parse_list("[x]") == ["[x]"]
+    assert parse_list("[a, b]") == ["[a", "b]"]  # not JSON either: nothing is stripped
+    assert parse_list('["2024-03-01"]') == [{"date": "2024-03-01"}]
+    assert parse_group_by("c=[x],y")["domain"] == ["[x]", "y"]

@@ -124,7 +124,8 @@ def test_a_waiting_task_says_which_blocks_lack_what(seeded: Seeded) -> None:
         why = task["why"]
         assert why["affordable"] == 0, why
         assert [row["block"] for row in why["shortfall"]] == [first], why
-        assert "0.3" in why["shortfall"][0]["needs"] and "0.2" in why["shortfall"][0]["has"]
+        assert why["shortfall"][0]["needs"] == {"epsilon": "0.3", "delta": "0"}
+        assert why["shortfall"][0]["has"] == {"epsilon": "0.2", "delta": "0.000001"}
         # the listing leaves `why` out; an admin may cancel a waiting task
         listed = c.get("/v1/tasks", headers=seeded.headers(seeded.analyst)).json()["tasks"]
         assert [t["why"] for t in listed] == [None, None]

@@ -119,7 +119,9 @@ def test_a_charge_made_outside_the_queue_is_seen(p: Platform) -> None:
     assert t.state is TaskState.WAITING  # the pool counts the direct charge
     why = q.why(t.id)
     assert why.affordable == 0 and [s.block for s in why.shortfall] == [f"{D}1"]
-    assert why.shortfall[0].has == p.ledger.state(f"{D}1", "team").remaining
+    # exact forms: 0.6 asked, 1 − 0.5 left (ε_g = 1, δ_g = 0)
+    assert why.shortfall[0].needs == {"epsilon": "0.6", "delta": "0"}
+    assert why.shortfall[0].has == {"epsilon": "0.5", "delta": "0"}
     assert "0 of the 1 block(s)" in why.reason and "DPF" in why.reason
     assert grant_reservations(p, "") == []
     q.close()

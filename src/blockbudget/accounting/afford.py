@@ -38,7 +38,7 @@ from decimal import Decimal
 from blockbudget.accounting.filters import Filter, add_vectors
 from blockbudget.budget import UNIT, Budget, RdpCurve, from_units, normalize_exactly, to_decimal
 
-__all__ = ["largest_epsilon", "smallest_noise_multiplier"]
+__all__ = ["largest_epsilon", "largest_float_at_most", "smallest_noise_multiplier"]
 
 #: Upper limit of the search for a largest ε, in units (1e30 ε: the largest magnitude a budget
 #: may have).
@@ -80,6 +80,30 @@ def largest_epsilon(
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)
     return normalize_exactly(from_units(lo))
+
+
+def largest_float_at_most(value: Decimal) -> Decimal:
+    """The largest double whose shortest decimal (Python's ``repr``) is at most ``value``, as
+    that decimal.
+
+    The ledger reads a float ε as its shortest round-trip decimal, and the nearest double to an
+    18-digit ε may read as slightly more than it: ``float("0.341279519435449196")`` is
+    ``0.3412795194354492``. Stepping down one ulp at a time (:func:`math.nextafter`) until the
+    shortest decimal is not above ``value`` gives the largest ε a client holding floats can
+    request and have fit. Zero and infinities are returned as they are.
+
+    Example:
+        >>> str(largest_float_at_most(Decimal("0.341279519435449196")))
+        '0.34127951943544915'
+        >>> str(largest_float_at_most(Decimal("0.7")))
+        '0.7'
+    """
+    if not value.is_finite() or value == 0:
+        return value
+    x = float(value)
+    while Decimal(repr(x)) > value:
+        x = math.nextafter(x, -math.inf)
+    return Decimal(repr(x))
 
 
 def smallest_noise_multiplier(f: Filter, used: Sequence[Sequence[int]]) -> float | None:

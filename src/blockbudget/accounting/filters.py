@@ -29,6 +29,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
 from enum import Enum
+from typing import Any
 
 from blockbudget.budget import (
     ALPHAS,
@@ -415,7 +416,7 @@ class RdpFilter(Filter):
         return self.order_capacity
 
     def features_json(self, features: Sequence[int]) -> dict[str, str | list[str]]:
-        return {"rdp": [_exact(v) for v in features]}
+        return rdp_json(features)
 
 
 def _exact(units: int) -> str:
@@ -433,8 +434,23 @@ def vector_json(features: Sequence[int]) -> dict[str, str | list[str]]:
         {'epsilon': '0.3', 'delta': '0'}
     """
     if len(features) == len(ALPHAS):
-        return {"rdp": [_exact(v) for v in features]}
+        return rdp_json(features)
     return {"epsilon": _exact(features[0]), "delta": _exact(features[-1])}
+
+
+def rdp_json(features: Sequence[int]) -> dict[str, Any]:
+    """An RDP feature vector (one value per order of :data:`ALPHAS`) as JSON: ``rdp``, exact
+    decimal strings, and ``orders``, the order α of each (so the array reads on its own).
+
+    Example:
+        >>> doc = rdp_json([0] * len(ALPHAS))
+        >>> doc["orders"][:3], doc["rdp"][:2]
+        ([1.5, 1.75, 2], ['0', '0'])
+    """
+    return {
+        "rdp": [_exact(v) for v in features],
+        "orders": [int(a) if float(a).is_integer() else a for a in ALPHAS],
+    }
 
 
 def exact_text(form: dict[str, str | list[str]]) -> str:
@@ -446,7 +462,7 @@ def exact_text(form: dict[str, str | list[str]]) -> str:
         'ε=0.3, δ=0'
     """
     if "rdp" in form:
-        pairs = zip(ALPHAS, form["rdp"], strict=True)
+        pairs = zip(form.get("orders", ALPHAS), form["rdp"], strict=True)
         return "RDP ε(α)=[" + ", ".join(f"{a:g}: {v}" for a, v in pairs) + "]"
     return f"ε={form['epsilon']}, δ={form['delta']}"
 

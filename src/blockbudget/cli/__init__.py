@@ -17,8 +17,10 @@ ingest, blocks), :mod:`.queries` (DP queries, audit), :mod:`.server` (``serve``,
 (the scheduler queue, server mode), :mod:`.experiments`, :mod:`.releases` (live stream
 releases), :mod:`.afford` and :mod:`.dry_run`, :mod:`.db` (the database's schema revision:
 ``db upgrade|current|check``). Importing this package registers every command on :data:`app`
-(the console entry ``blockbudget.cli:app``).
+(the console entry is :func:`main`).
 """
+
+import typer
 
 from blockbudget.cli import admin, afford, data, db, experiments, queries, releases, server, tasks
 from blockbudget.cli.common import app
@@ -42,5 +44,37 @@ __all__ = [
 ]
 
 
-def main() -> None:  # pragma: no cover - console-script entry
-    app()
+def main(argv: list[str] | None = None) -> None:
+    """The console entry (``blockbudget``): run :data:`app`. With ``--json`` among the
+    arguments, a usage error (an unknown option, a missing argument, a value of the wrong type)
+    is printed as the ``{"error": {"type": "UsageError", "message"}}`` document on stdout, with
+    exit code 2 like every other refused command; without it, as Typer prints it (stderr).
+
+    Example:
+        >>> import contextlib, io, json
+        >>> out = io.StringIO()
+        >>> with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+        ...     main(["stream", "list", "--jsn", "--json"])
+        >>> json.loads(out.getvalue())["error"]["type"]
+        'UsageError'
+    """
+    import sys
+
+    from typer.exceptions import TyperException
+
+    from blockbudget.cli.common import emit_json
+
+    args = sys.argv[1:] if argv is None else list(argv)
+    if "--json" not in args:
+        app(args=args, prog_name="blockbudget")  # exits, as Typer does
+        return
+    try:
+        code = app(args=args, prog_name="blockbudget", standalone_mode=False)
+    except typer.Abort:
+        emit_json({"error": {"type": "Aborted", "message": "aborted"}})
+        sys.exit(1)
+    except TyperException as exc:  # click's UsageError and the other ClickExceptions
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        emit_json({"error": {"type": "UsageError", "message": message}})
+        sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,5 +1,5 @@
 """``python -m blockbudget.cli``."""
 
-from blockbudget.cli import app
+from blockbudget.cli import main
 
-app()
+main()

@@ -26,6 +26,8 @@ from blockbudget.cli.common import (
     JsonOpt,
     KeyOpt,
     ServerOpt,
+    YesOpt,
+    confirm_irreversible,
     console,
     emit_json,
     handle_errors,
@@ -45,8 +47,9 @@ ContextsOpt = Annotated[
 
 
 def _when(text: str | None) -> str:
-    """An ISO 8601 UTC time as a table shows it."""
-    return "" if text is None else text.replace("T", " ").replace("Z", " UTC")
+    """An ISO 8601 UTC time as a table shows it, to the minute like every other CLI time
+    (``2026-11-24 03:12 UTC``; the JSON form keeps the full time)."""
+    return "" if text is None else f"{text[:16].replace('T', ' ')} UTC"
 
 
 def _print_record(doc: dict[str, Any]) -> None:
@@ -91,6 +94,7 @@ def principal_add(
     as_json: JsonOpt = False,
 ) -> None:
     """Create a principal and print its first API key (shown once, stored hashed)."""
+    parse_role(role)  # refused here, the same locally and with --server
     doc = backend(home, database, server, api_key).add(name, role, list(context or []))
     line = f"principal [bold]{escape(name)}[/] ({role}); API key (shown once): {doc['api_key']}"
     _out(as_json, doc, line)
@@ -108,7 +112,7 @@ def principal_list(
     """List principals: role, state, bound contexts, stream access, key ids (never secrets)."""
     docs = backend(home, database, server, api_key).principals()
     if as_json:
-        emit_json(docs)
+        emit_json({"principals": docs})  # an object, like every other list command's
         return
     table = Table("principal", "role", "state", "contexts", "streams", "active keys", "created")
     for d in docs:
@@ -216,7 +220,7 @@ def principal_enable(
 @handle_errors
 def principal_delete(
     name: str,
-    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+    yes: YesOpt = False,
     home: HomeOpt = DEFAULT_HOME,
     database: DatabaseOpt = None,
     server: ServerOpt = None,
@@ -225,8 +229,7 @@ def principal_delete(
 ) -> None:
     """Delete a principal for good: keys revoked, stream access and context bindings dropped,
     tasks cancelled. The name stays taken (the ledger's records carry it)."""
-    if not yes:
-        typer.confirm(f"delete principal {name!r} for good?", abort=True)
+    confirm_irreversible(f"delete principal {name!r} for good?", yes=yes, as_json=as_json)
     _set_state(name, "deleted", backend(home, database, server, api_key), as_json)
 
 
@@ -248,7 +251,7 @@ def principal_grant(
     """Give a principal read (or own) access to a stream."""
     doc = backend(home, database, server, api_key).grant(name, stream, permission)
     line = f"principal [bold]{escape(name)}[/] may now {permission} stream {escape(stream)}"
-    _out(as_json, doc, line)
+    _out(as_json, _access(doc, name, stream), line)
 
 
 @principal_app.command("revoke")
@@ -264,7 +267,18 @@ def principal_revoke(
 ) -> None:
     """Remove a principal's access to a stream; its tasks on the stream are cancelled."""
     doc = backend(home, database, server, api_key).revoke(name, stream)
-    _out(as_json, doc, f"principal [bold]{escape(name)}[/] has no access to {escape(stream)}")
+    line = f"principal [bold]{escape(name)}[/] has no access to {escape(stream)}"
+    _out(as_json, _access(doc, name, stream), line)
+
+
+def _access(doc: dict[str, Any], name: str, stream: str) -> dict[str, Any]:
+    """One JSON shape for ``grant``/``revoke`` whoever runs them: ``{"principal", "stream",
+    "permission"}`` (the right on the stream afterwards; null: none). An admin's answer is the
+    principal's whole record, a stream owner's only this right (an owner may not read the
+    record); both reduce to it."""
+    if "permission" in doc:
+        return {"principal": name, "stream": stream, "permission": doc["permission"]}
+    return {"principal": name, "stream": stream, "permission": doc["streams"].get(stream)}
 
 
 @principal_app.command("acl")
@@ -319,7 +333,7 @@ def key_list(
     """List a principal's keys: id, created, expiry, state (never a secret)."""
     docs = backend(home, database, server, api_key).key_list(name)
     if as_json:
-        emit_json(docs)
+        emit_json({"principal": name, "keys": docs})
     else:
         _print_keys(docs)
 
@@ -359,7 +373,7 @@ def key_rotate(
     principal's tasks go on."""
     from blockbudget.cli.common import parse_window
 
-    seconds = 0.0 if grace.strip() == "0" else parse_window(grace).total_seconds()
+    seconds = 0.0 if grace.strip() == "0" else parse_window(grace, name="--grace").total_seconds()
     doc = backend(home, database, server, api_key).key_rotate(name, key_id, seconds)
     ends = _when(doc["replaced"]["expires"]) or "now"
     line = (

@@ -12,8 +12,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import typer
-
 from blockbudget.cli.common import remote
 from blockbudget.errors import InvalidRequestError
 
@@ -103,7 +101,7 @@ class LocalAdmin:
         try:
             perm = Permission(permission)
         except ValueError:
-            raise typer.BadParameter(
+            raise InvalidRequestError(
                 f"permission must be read or own, not {permission!r}"
             ) from None
         self.platform.stream(stream)
@@ -290,4 +288,4 @@ def parse_role(value: str) -> Role:
     try:
         return Role(value)
     except ValueError:
-        raise typer.BadParameter(f"role must be admin, owner or analyst, not {value!r}") from None
+        raise InvalidRequestError(f"role must be admin, owner or analyst, not {value!r}") from None

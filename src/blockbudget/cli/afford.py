@@ -29,6 +29,7 @@ from blockbudget.cli.common import (
     print_blocks_used,
     remote,
 )
+from blockbudget.errors import InvalidRequestError
 
 
 @app.command("afford")
@@ -58,7 +59,7 @@ def afford(
 ) -> None:
     """The largest ε (at --delta) one can still request over the blocks in the context."""
     if (block is None) == (last is None):
-        raise typer.BadParameter("give exactly one of --block (repeatable) and --last N")
+        raise InvalidRequestError("give exactly one of --block (repeatable) and --last N")
     kind = "gaussian" if gaussian else "budget"
     client = remote(server, api_key)
     if client is not None:
@@ -75,7 +76,7 @@ def afford(
         platform = open_platform(home)
         try:
             ctx = local_context(platform, context)
-            selection: list[str] | Last = list(block) if block else Last(last or 1)
+            selection: list[str] | Last = list(block) if block else Last(last or 0)
             out = platform.afford(
                 stream, selection, context=ctx, delta=delta, kind=AffordFor(kind)
             ).to_json()
@@ -105,6 +106,9 @@ def print_affordance(out: dict[str, Any]) -> None:
         text = (
             f"the largest ε one can still request at δ={out['delta']} is [bold]{out['epsilon']}[/]"
         )
+        exact = out.get("epsilon_exact", out["epsilon"])
+        if exact != out["epsilon"]:  # a float would round the exact answer above the budget
+            text += f" (exactly {exact}, to request as written: --epsilon {exact})"
     console.print(f"{where}: {text}")
     console.print(f"  rule: {escape(out['rule'])}")
     if out["binding"]:

@@ -141,7 +141,7 @@ def remote(server: str | None, api_key: str | None) -> ServiceClient | None:
     if not server:
         return None
     if not api_key:
-        raise typer.BadParameter("--server needs --api-key (or $BLOCKBUDGET_API_KEY)")
+        raise InvalidRequestError("--server needs --api-key (or $BLOCKBUDGET_API_KEY)")
     try:
         from blockbudget.service.client import ServiceClient
     except ModuleNotFoundError as exc:
@@ -219,9 +219,22 @@ def error_json(exc: BlockBudgetError) -> dict[str, Any]:
 
 
 def cli_text(message: str) -> str:
-    """A platform message as a CLI user reads it: Python calls named by their commands."""
+    """A platform message as a CLI user reads it: Python calls named by their commands (except
+    in a clause that names them as Python, ``Python: Ledger.add_context``, beside the command),
+    and ``last`` as the ``--last`` option.
+
+    Example:
+        >>> cli_text("register it (Python: Ledger.add_context); or Ledger.add_context")
+        'register it (Python: Ledger.add_context); or `blockbudget context add NAME`'
+        >>> cli_text("last must be at least 1 (how many of the newest blocks), got 0")
+        '--last must be at least 1 (how many of the newest blocks), got 0'
+    """
+    import re
+
     for python, command in CLI_NAMES.items():
-        message = message.replace(python, command)
+        message = re.sub(rf"(?<!Python: ){re.escape(python)}", command, message)
+    if message.startswith("last must be at least 1"):
+        message = "--" + message
     return message
 
 
@@ -316,12 +329,68 @@ def emit_json(document: object) -> None:
     typer.echo(json.dumps(document, sort_keys=True, default=_json_default))
 
 
-def parse_window(text: str) -> timedelta:
-    """``1d``, ``6h``, ``15m`` or ``30s`` as a timedelta."""
+#: ``--yes`` on a command that cannot be undone.
+YesOpt = Annotated[
+    bool,
+    typer.Option(
+        "--yes", help="Confirm without a prompt (required with --json or without a terminal)."
+    ),
+]
+
+
+def confirm_irreversible(question: str, *, yes: bool, as_json: bool) -> None:
+    """Ask ``question`` before an action that cannot be undone, unless ``--yes`` was given.
+
+    With ``--json`` or without a terminal nothing is asked (a prompt would mix with the JSON
+    on stdout, or wait on a script forever): ``--yes`` is required. The prompt goes to stderr.
+
+    Raises:
+        InvalidRequestError: neither ``--yes`` nor a terminal to ask on (or ``--json``).
+        typer.Abort: the person answered no.
+    """
+    import sys
+
+    if yes:
+        return
+    if as_json or not sys.stdin.isatty():
+        raise InvalidRequestError(
+            f"{question.rstrip('?')} cannot be undone: pass --yes to confirm (required with "
+            "--json or without a terminal)"
+        )
+    typer.confirm(question, abort=True, err=True)
+
+
+def budget_number(text: str, *, name: str = "--epsilon") -> float | str:
+    """An ε or δ option as the JSON form carries it: a number when the text is exactly a
+    float's shortest decimal (``0.5``), else the exact decimal string (``0.341279519435449196``,
+    which a float would round), so that the ledger charges exactly what was typed.
+
+    Raises:
+        InvalidRequestError: the text is not a finite number of a budget's magnitude.
+    """
+    from blockbudget.budget import canonical_decimal, to_decimal
+    from blockbudget.errors import InvalidBudgetError
+
+    try:
+        value = to_decimal(text, name=name)
+    except InvalidBudgetError as exc:
+        raise InvalidRequestError(str(exc)) from None
+    if not value.is_finite():
+        raise InvalidRequestError(f"{name} must be finite, got {text!r}")
+    as_float = float(value)
+    return as_float if Decimal(repr(as_float)) == value else canonical_decimal(value)
+
+
+def parse_window(text: str, *, name: str = "--window") -> timedelta:
+    """``1d``, ``6h``, ``15m`` or ``30s`` as a timedelta.
+
+    Raises:
+        InvalidRequestError: other text (the message names the option, ``name``).
+    """
     units = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
     text = text.strip().lower()
     if len(text) < 2 or text[-1] not in units or not text[:-1].isdigit() or int(text[:-1]) <= 0:
-        raise typer.BadParameter(f"window must look like 1d, 6h, 15m or 30s; got {text!r}")
+        raise InvalidRequestError(f"{name} must look like 1d, 6h, 15m or 30s; got {text!r}")
     return timedelta(**{units[text[-1]]: int(text[:-1])})
 
 

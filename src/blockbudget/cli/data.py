@@ -17,8 +17,10 @@ from blockbudget.cli.common import (
     JsonOpt,
     KeyOpt,
     ServerOpt,
+    YesOpt,
     app,
     bar,
+    confirm_irreversible,
     console,
     context_app,
     emit_json,
@@ -232,6 +234,7 @@ def context_add(
 @handle_errors
 def context_close(
     name: str,
+    yes: YesOpt = False,
     as_json: JsonOpt = False,
     home: HomeOpt = DEFAULT_HOME,
     server: ServerOpt = None,
@@ -239,7 +242,9 @@ def context_close(
 ) -> None:
     """Close a context for good (administrators only; audited): it never spends again, no
     longer keeps exhausted blocks from retiring, and counts in the coalition bound only if it
-    ever charged. E.g. the `default` context that older ledgers registered by themselves."""
+    ever charged. E.g. the `default` context that older ledgers registered by themselves.
+    Asks first unless --yes (required with --json or without a terminal)."""
+    confirm_irreversible(f"close context {name!r} for good?", yes=yes, as_json=as_json)
     client = remote(server, api_key)
     if client is not None:
         info = client.close_context(name)
@@ -340,16 +345,13 @@ def ingest(
     """Ingest a CSV or Parquet file into a stream's blocks (all rows or none; idempotent)."""
     client = remote(server, api_key)
     if client is not None:
-        upload = path
-        kind = format or path.suffix.lstrip(".").lower()
-        if kind == "parquet":  # the server takes CSV or JSON records
-            import tempfile
-
-            import pandas as pd
-
-            upload = Path(tempfile.mkdtemp()) / "upload.csv"
-            pd.read_parquet(path).to_csv(upload, index=False)
-        out = client.ingest_csv(stream, upload, ingest_id=ingest_id, on_overlap=on_overlap.value)
+        with client:
+            out = client.ingest_csv(
+                stream,
+                _csv_upload(path, format),
+                ingest_id=ingest_id,
+                on_overlap=on_overlap.value,
+            )
     else:
         report = open_platform(home).ingest(
             stream, path, format=format, ingest_id=ingest_id, on_overlap=on_overlap
@@ -361,6 +363,28 @@ def ingest(
         emit_json(out)
         return
     console.print(escape(ingest_text(out)))
+
+
+def _csv_upload(path: Path, format: str | None) -> bytes:
+    """The CSV bytes to upload for ``path`` (a Parquet file converted in memory: the server
+    takes CSV or JSON records).
+
+    Raises:
+        DataError: the file cannot be read (missing, unreadable, not Parquet).
+    """
+    from blockbudget.errors import DataError
+
+    kind = format or path.suffix.lstrip(".").lower()
+    try:
+        if kind != "parquet":
+            return path.read_bytes()
+        import pandas as pd
+
+        return pd.read_parquet(path).to_csv(index=False).encode()
+    except OSError as exc:
+        raise DataError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise DataError(f"cannot read {str(path)!r} as Parquet: {exc}") from None
 
 
 def ingest_text(out: dict[str, Any]) -> str:
@@ -419,19 +443,7 @@ def _blocks_json(
 ) -> list[dict[str, Any]]:
     """The blocks in the server's form (``BlockOut``): remaining budgets exact."""
     views = platform.blocks(stream, contexts=contexts, last=last if last > 0 else None)
-    return [
-        {
-            "block_id": v.block_id,
-            "key": v.key,
-            "sealed": v.sealed,
-            "retired": v.retired,
-            "rows": v.rows,
-            "remaining_fraction": v.remaining_fraction,
-            "remaining": v.remaining_exact,
-            "remaining_display": v.remaining,
-        }
-        for v in views
-    ]
+    return [v.to_json() for v in views]
 
 
 def render_blocks(

@@ -99,11 +99,14 @@ def price_task_remote(
             affordable=None,
             ok=bool(out["ok"]),
         )
-    delta = Decimal(repr(float(body.get("delta", 0.0))))
+    from blockbudget.budget import to_decimal
+
+    delta = to_decimal(body.get("delta", 0), name="delta")
     out = client.call("POST", f"/v1/streams/{stream}/afford", json={**where, "delta": str(delta)})
-    want = Decimal(repr(float(body["epsilon"])))
+    want = to_decimal(body["epsilon"], name="epsilon")
     largest = out["epsilon"]
-    ok = largest is not None and want <= Decimal(largest)
+    exact = out.get("epsilon_exact", largest)
+    ok = exact is not None and want <= Decimal(exact)
     demand = {"epsilon": _canonical(want), "delta": _canonical(delta)}
     return _answer(
         body,
@@ -124,7 +127,7 @@ def _canonical(value: Decimal) -> str:
 
 
 def _enough(selector: dict[str, Any], blocks: list[str], affordable: list[str]) -> bool:
-    """Whether the selector could be granted now: every named or newest block affords the
+    """Whether the blocks have enough budget now: every named or newest block affords the
     demand; ``--range`` and ``--any``: at least their ``k`` (``min_k``) blocks do."""
     if "named" in selector or "newest" in selector:
         return bool(blocks) and len(affordable) == len(blocks)

@@ -17,6 +17,7 @@ from blockbudget.cli.common import (
     KeyOpt,
     ServerOpt,
     audit_app,
+    budget_number,
     console,
     emit_json,
     handle_errors,
@@ -41,9 +42,9 @@ if TYPE_CHECKING:
 def _query_form(
     statistic: str,
     *,
-    epsilon: float,
+    epsilon: str,
     mechanism: str = "laplace",
-    delta: float | None = None,
+    delta: str | None = None,
     column: str | None,
     lower: float | None,
     upper: float | None,
@@ -56,11 +57,11 @@ def _query_form(
 ) -> dict[str, Any]:
     from blockbudget.query.text import parse_filter, parse_group_by, parse_list
 
-    form: dict[str, Any] = {"statistic": statistic, "epsilon": epsilon}
+    form: dict[str, Any] = {"statistic": statistic, "epsilon": budget_number(epsilon)}
     if mechanism != "laplace" or delta is not None:  # the version-2 noise fields
         form.update(version=2, mechanism=mechanism)
         if delta is not None:
-            form["delta"] = delta
+            form["delta"] = budget_number(delta, name="--delta")
     for name, value in (("column", column), ("lower", lower), ("upper", upper), ("bins", bins)):
         if value is not None:
             form[name] = value
@@ -272,8 +273,11 @@ MechanismOpt = Annotated[
     ),
 ]
 DeltaOpt = Annotated[
-    float | None,
-    typer.Option("--delta", help="δ of a Gaussian query (0 < δ < 1), charged with ε."),
+    str | None,
+    typer.Option(
+        "--delta",
+        help="δ of a Gaussian query (0 < δ < 1), charged with ε (an exact decimal).",
+    ),
 ]
 LastOpt = Annotated[int, typer.Option(help="Use the newest N affordable blocks.")]
 BlockOpt = Annotated[list[str] | None, typer.Option(help="Explicit block ids/keys.")]
@@ -290,7 +294,13 @@ ReservationOpt = Annotated[
 def _query_command(statistic: str, summary: str) -> None:
     def command(
         stream: str,
-        epsilon: Annotated[float, typer.Option(help="ε to spend on every block read.")],
+        epsilon: Annotated[
+            str,
+            typer.Option(
+                help="ε to spend on every block read: an exact decimal (e.g. the epsilon or "
+                "epsilon_exact that `blockbudget afford` prints)."
+            ),
+        ],
         mechanism: MechanismOpt = "laplace",
         delta: DeltaOpt = None,
         context: ContextOpt = None,

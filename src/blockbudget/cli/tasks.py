@@ -30,6 +30,7 @@ from blockbudget.cli.common import (
     KeyOpt,
     ServerOpt,
     app,
+    budget_number,
     console,
     emit_json,
     handle_errors,
@@ -109,7 +110,7 @@ def _selector(
         if value
     ]
     if len(given) != 1:
-        raise typer.BadParameter(
+        raise InvalidRequestError(
             f"give exactly one of --block, --newest, --range START END --k K, --any K; got {given}"
         )
     if block:
@@ -118,7 +119,7 @@ def _selector(
         return {"newest": newest}
     if range_:
         if k is None:
-            raise typer.BadParameter("--range START END needs --k K (how many blocks)")
+            raise InvalidRequestError("--range START END needs --k K (how many blocks)")
         return {"range": {"k": k, "start": range_[0], "end": range_[1]}}
     return {"any": {"k": any_, "min_k": min_k}}
 
@@ -128,20 +129,20 @@ def _query_spec(spec: str) -> dict[str, Any]:
     return _read_spec(spec if spec.lstrip().startswith(("{", "@")) else f"@{spec}")
 
 
-def _work(query_spec: str | None, statistic: str | None, epsilon: float | None) -> dict[str, Any]:
+def _work(query_spec: str | None, statistic: str | None, epsilon: str | None) -> dict[str, Any]:
     """The body's kind and work: a query from a spec, a query from the flags (its ``query`` is
     filled in by the caller) or a budget."""
     if query_spec and statistic:
-        raise typer.BadParameter("give --query-spec or --statistic, not both")
+        raise InvalidRequestError("give --query-spec or --statistic, not both")
     if query_spec:
         if epsilon is not None:
-            raise typer.BadParameter("--epsilon goes into the --query-spec's JSON form")
+            raise InvalidRequestError("--epsilon goes into the --query-spec's JSON form")
         return {"kind": "query", "query": _query_spec(query_spec)}
     if epsilon is None:
-        raise typer.BadParameter("give --epsilon (the query's ε, or the budget demanded)")
+        raise InvalidRequestError("give --epsilon (the query's ε, or the budget demanded)")
     if statistic:
         return {"kind": "query"}
-    return {"kind": "budget", "epsilon": epsilon}
+    return {"kind": "budget", "epsilon": budget_number(epsilon)}
 
 
 def _submit_local(
@@ -174,9 +175,15 @@ def _submit_local(
 def task_submit(
     stream: Annotated[str, typer.Argument(help="Stream whose blocks the task may use.")],
     epsilon: Annotated[
-        float | None, typer.Option(help="The query's ε (with --statistic), or the ε demanded.")
+        str | None,
+        typer.Option(
+            help="The query's ε (with --statistic), or the ε demanded: an exact decimal "
+            "(e.g. what `blockbudget afford` prints)."
+        ),
     ] = None,
-    delta: Annotated[float, typer.Option(help="δ demanded on each block (budget).")] = 0.0,
+    delta: Annotated[
+        str, typer.Option(help="δ demanded on each block (budget; an exact decimal).")
+    ] = "0",
     query_spec: Annotated[
         str | None, typer.Option(help="A query's JSON form: a file, @FILE or inline JSON.")
     ] = None,
@@ -224,7 +231,9 @@ def task_submit(
         typer.Option(
             "--dry-run",
             help="Price the task and check its blocks only: nothing is queued, reserved or "
-            "charged.",
+            "charged. It says whether the blocks have enough budget now; only the fcfs "
+            "scheduler grants whenever they do (dpf and the others may hold a task that fits "
+            "to serve others first).",
         ),
     ] = False,
     as_json: JsonOpt = False,
@@ -249,8 +258,8 @@ def task_submit(
             where=where,
             group_by=group_by,
         )
-    if body["kind"] == "budget" and delta:
-        body["delta"] = delta
+    if body["kind"] == "budget" and budget_number(delta, name="--delta"):
+        body["delta"] = budget_number(delta, name="--delta")
     body["selector"] = _selector(block, newest or last, range_, k, any_, min_k)
     for name, value in (("timeout_seconds", timeout), ("request_id", request_id)):
         if value is not None:
@@ -290,14 +299,41 @@ def _dry_run(
     from blockbudget.cli.dry_run import price_task_local, price_task_remote
 
     if client is not None:
+        from blockbudget.service.client import ServiceError
+
         with client:
-            return price_task_remote(client, stream, body, context=context)
-    platform = open_platform(home)
-    try:
-        ctx = local_context(platform, context)
-        return price_task_local(platform, stream, body, context=ctx)
-    finally:
-        platform.close()
+            out = price_task_remote(client, stream, body, context=context)
+            try:
+                out["scheduler"] = client.scheduler(stream)["scheduler"]
+            except ServiceError:  # a principal who may not read it: the text says so
+                out["scheduler"] = None
+        return out
+    with _local_queue(home) as queue:
+        ctx = local_context(queue.platform, context)
+        out = price_task_local(queue.platform, stream, body, context=ctx)
+        out["scheduler"] = queue.scheduler_for(stream)
+        return out
+
+
+#: Schedulers that grant a task as soon as its blocks have enough budget (first come, first
+#: served); the others (DPF and the rest) may hold a task that fits, to serve others first.
+GRANT_WHEN_BUDGET_SUFFICES = ("fcfs",)
+
+
+def dry_run_verdict(out: dict[str, Any]) -> str:
+    """What a dry run can promise: that the blocks have enough budget now — a grant now only
+    under a scheduler that grants whenever the budget suffices (:data:`GRANT_WHEN_BUDGET_SUFFICES`).
+    """
+    if not out["ok"]:
+        return "the blocks do NOT have enough budget now: it could not be granted now"
+    scheduler = out.get("scheduler")
+    name = None if scheduler is None else str(scheduler).split(":")[0].split("(")[0].strip()
+    if name in GRANT_WHEN_BUDGET_SUFFICES:
+        return f"could be granted now (the scheduler {scheduler} grants whenever budget suffices)"
+    return (
+        "the blocks have enough budget now; whether and when it is granted is up to the "
+        f"scheduler {scheduler or '(not readable with this key)'}"
+    )
 
 
 def print_dry_run(out: dict[str, Any], *, as_json: bool) -> None:
@@ -305,7 +341,7 @@ def print_dry_run(out: dict[str, Any], *, as_json: bool) -> None:
     if as_json:
         emit_json(out)
         return
-    verdict = "could be granted now" if out["ok"] else "could NOT be granted now"
+    verdict = dry_run_verdict(out)
     console.print(
         f"[bold]dry run: {escape(out['kind'])} task[/] on {escape(out['stream'])} in context "
         f"{escape(repr(out['context']))} — {verdict}; nothing queued, reserved or charged"
@@ -339,8 +375,11 @@ def print_task(task: dict[str, Any], *, as_json: bool) -> None:
         emit_json(_task_doc(task))
         return
     grant = f", reservation {escape(task['reservation_id'])}" if task["reservation_id"] else ""
-    note = escape(task["note"] or "")
-    console.print(f"task {escape(task['id'])}: [bold]{task['state']}[/]{grant} {note}".rstrip())
+    note = task["note"] or ""
+    if note.startswith(f"{task['state']} "):  # "cancelled by local": the state once
+        note = note[len(task["state"]) + 1 :]
+    note = f" ({escape(note)})" if note else ""
+    console.print(f"task {escape(task['id'])}: [bold]{task['state']}[/]{grant}{note}")
     demand = task["demand"] or {}
     console.print(
         f"  {task['kind']} on {escape(task['stream'])} in context "
@@ -358,10 +397,13 @@ def print_task(task: dict[str, Any], *, as_json: bool) -> None:
 
 def print_why(why: dict[str, Any]) -> None:
     console.print(f"  waits: {escape(why['reason'])}")
+    from blockbudget.accounting.filters import exact_text
+
     for row in why["shortfall"][:20]:
+        has = "retired" if row["has"] is None else exact_text(row["has"])
         console.print(
-            f"    {escape(row['block'])}: needs {escape(json.dumps(row['needs']))}, "
-            f"has {escape(json.dumps(row['has']))}"
+            f"    {escape(row['block'])}: needs {escape(exact_text(row['needs']))}, "
+            f"has {escape(has)}"
         )
 
 
@@ -494,7 +536,7 @@ def _list_local(
         wanted = None if state is None else TaskState(state)
         of_kind = None if kind is None else WorkKind(kind)
     except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+        raise InvalidRequestError(str(exc)) from None
     with _local_queue(home) as queue:
         found = queue.tasks(stream=stream, state=wanted, kind=of_kind)
         spec = queue.scheduler_for(stream) if stream else queue.default_spec.text

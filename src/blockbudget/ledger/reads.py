@@ -9,7 +9,7 @@ from sqlalchemy import Connection, RowMapping, bindparam, func, select
 
 from blockbudget.accounting import Filter, add_vectors
 from blockbudget.budget import cost_from_json
-from blockbudget.errors import UnknownBlockError
+from blockbudget.errors import UnknownBlockError, UnknownReservationError
 from blockbudget.ledger.audit import row_to_event
 from blockbudget.ledger.catalog import BlockCatalog, info_from_row
 from blockbudget.ledger.fastsql import chunks
@@ -220,7 +220,7 @@ def reservation(conn: Connection, reservation_id: str) -> Reservation:
         select(reservations).where(reservations.c.reservation_id == reservation_id)
     ).first()
     if row is None:
-        raise UnknownBlockError(f"unknown reservation {reservation_id!r}")
+        raise UnknownReservationError(f"unknown reservation {reservation_id!r}")
     return _reservation_from(row._mapping, _remaining_of(conn, [reservation_id])[reservation_id])
 
 

@@ -39,6 +39,7 @@ from blockbudget.errors import (
     RetiredBlockError,
     UnknownBlockError,
     UnknownContextError,
+    UnknownReservationError,
 )
 from blockbudget.ledger import statements as st
 from blockbudget.ledger.audit import PendingEvent, append_events
@@ -169,9 +170,12 @@ class WriteTx:
         if info is None:
             raise unknown_context(context)
         if info.closed_at is not None:
+            from datetime import UTC, datetime
+
+            when = datetime.fromtimestamp(info.closed_at, tz=UTC).isoformat(timespec="seconds")
             raise ClosedContextError(
                 f"context {context!r} was closed by an administrator at "
-                f"{info.closed_at!r} (Unix time): a closed context never reserves or charges "
+                f"{when.replace('+00:00', 'Z')}: a closed context never reserves or charges "
                 "budget again"
             )
 
@@ -372,7 +376,7 @@ class WriteTx:
         """
         rows = self.sql.rows("reservation", st.select_reservation, {"rid": reservation_id})
         if not rows:
-            raise UnknownBlockError(f"unknown reservation {reservation_id!r}")
+            raise UnknownReservationError(f"unknown reservation {reservation_id!r}")
         rid, context, holder, request_id, cost, block_list, created, expires, state = rows[0]
         return OpenReservation(
             id=rid,

@@ -21,6 +21,10 @@ Version 2 adds the noise: ``"mechanism": "laplace" | "gaussian"`` (default ``"la
     {"version": 2, "statistic": "count", "epsilon": 0.5, "mechanism": "gaussian",
      "delta": 1e-6}
 
+``epsilon`` and ``delta`` are JSON numbers or exact decimal strings (``"epsilon":
+"0.341279519435449196"``): a string is read exactly, so the exact ε that ``afford`` reports as
+``epsilon_exact`` can be requested without a float rounding it above the budget.
+
 A version-1 form (or one without ``version`` and without these fields) keeps its meaning — a
 Laplace query; ``mechanism`` and ``delta`` in a version-1 form are refused. :func:`to_dict`
 writes the lowest version that expresses the query (1 for Laplace, 2 for Gaussian), so a
@@ -131,6 +135,15 @@ def _key_json(k: GroupKey) -> dict[str, Any]:
     return {"column": k.column, "domain": [literal_to_json(v) for v in k.domain]}
 
 
+def _budget_json(value: float | Decimal) -> float | str:
+    """ε or δ as given: a float stays a number, an exact decimal stays an exact string."""
+    if isinstance(value, Decimal):
+        from blockbudget.budget import canonical_decimal
+
+        return canonical_decimal(value)
+    return value
+
+
 def to_dict(query: Query) -> dict[str, Any]:
     """The JSON form of ``query`` (fields at their defaults are left out; the lowest version
     that expresses it: 1 for a Laplace query, 2 for a Gaussian one)."""
@@ -138,10 +151,10 @@ def to_dict(query: Query) -> dict[str, Any]:
     out: dict[str, Any] = {
         "version": 2 if gaussian else 1,
         "statistic": query.statistic.value,
-        "epsilon": query.epsilon,
+        "epsilon": _budget_json(query.epsilon),
     }
     if gaussian:
-        out.update(mechanism=query.mechanism.value, delta=query.delta)
+        out.update(mechanism=query.mechanism.value, delta=_budget_json(query.delta))
     optional: dict[str, Any] = {
         "column": query.column,
         "lower": query.lower,
@@ -175,6 +188,24 @@ def _number(body: Mapping[str, Any], name: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidRequestError(f"{name!r} must be a number, got {value!r}")
     return value
+
+
+def _budget_number(body: Mapping[str, Any], name: str) -> float | Decimal | None:
+    """ε or δ: a JSON number, or an exact decimal string (``"0.341279519435449196"``) read
+    exactly, so that a request of an 18-digit ε is not rounded above it by a float."""
+    value = body.get(name)
+    if isinstance(value, str):
+        from blockbudget.budget import to_decimal
+        from blockbudget.errors import InvalidBudgetError
+
+        try:
+            dec = to_decimal(value, name=name)
+        except InvalidBudgetError as exc:
+            raise InvalidRequestError(str(exc)) from None
+        if not dec.is_finite():
+            raise InvalidRequestError(f"{name!r} must be finite, got {value!r}")
+        return dec
+    return _number(body, name)
 
 
 def _object(item: Any, fields: set[str], what: str) -> Mapping[str, Any]:
@@ -241,7 +272,7 @@ def from_dict(body: Mapping[str, Any]) -> Query:
     mechanism = body.get("mechanism", NoiseKind.LAPLACE.value)
     if not isinstance(mechanism, str):
         raise InvalidRequestError(f"'mechanism' must be a string, got {mechanism!r}")
-    delta = _number(body, "delta")
+    delta = _budget_number(body, "delta")
     try:
         statistic = Statistic(body.get("statistic"))
     except ValueError:
@@ -249,7 +280,7 @@ def from_dict(body: Mapping[str, Any]) -> Query:
         raise InvalidRequestError(
             f"statistic must be one of {known}, got {body.get('statistic')!r}"
         ) from None
-    epsilon = _number(body, "epsilon")
+    epsilon = _budget_number(body, "epsilon")
     if epsilon is None:
         raise InvalidRequestError("a query needs 'epsilon'")
     column = body.get("column")

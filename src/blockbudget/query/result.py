@@ -149,7 +149,8 @@ class QueryResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The result as JSON (what the HTTP API returns and ``blockbudget query --json``
-        prints). Mappings become ``[key, value]`` pairs so that keys keep their types."""
+        prints). Mappings become ``[key, value]`` pairs so that keys keep their types;
+        ``value`` and ``interval`` are null on a grouped answer (see ``groups``)."""
         out: dict[str, Any] = {
             "query": to_dict(self.query),
             "stream": self.stream,
@@ -170,9 +171,11 @@ class QueryResult:
                 for g in self.groups
             ],
         }
-        if not self.query.keys:
-            out["value"] = out["groups"][0]["value"]
-            out["interval"] = out["groups"][0]["interval"]
+        # One form for every answer (the HTTP answer's too): a grouped one's value and
+        # interval are null (they are per group).
+        grouped = bool(self.query.keys)
+        out["value"] = None if grouped else out["groups"][0]["value"]
+        out["interval"] = None if grouped else out["groups"][0]["interval"]
         return out
 
 

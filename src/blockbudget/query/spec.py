@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from enum import Enum
 from typing import Any
 
@@ -147,7 +148,7 @@ class Query:
     Attributes:
         statistic: what to compute.
         epsilon: ε charged on every block read (> 0; on a user-level stream the group-privacy
-            cost of it).
+            cost of it): a float (read as its shortest decimal) or an exact ``Decimal``.
         mechanism: the noise, :attr:`Mechanism.LAPLACE` (the default) or
             :attr:`Mechanism.GAUSSIAN`.
         delta: δ of a Gaussian query (0 < δ < 1, split over its parts like ε); 0 for Laplace.
@@ -164,9 +165,9 @@ class Query:
     """
 
     statistic: Statistic
-    epsilon: float
+    epsilon: float | Decimal
     mechanism: Mechanism = NoiseKind.LAPLACE
-    delta: float = 0.0
+    delta: float | Decimal = 0.0
     column: str | None = None
     lower: float | None = None
     upper: float | None = None
@@ -181,7 +182,7 @@ class Query:
         if not isinstance(self.statistic, Statistic):
             raise InvalidRequestError(f"statistic must be a Statistic, got {self.statistic!r}")
         eps = self.epsilon
-        if isinstance(eps, bool) or not isinstance(eps, int | float):
+        if isinstance(eps, bool) or not isinstance(eps, int | float | Decimal):
             raise InvalidRequestError(f"epsilon must be a number, got {eps!r}")
         if Budget(epsilon=eps).epsilon <= 0:  # Budget checks finite and >= 0
             raise InvalidRequestError(f"a DP query needs epsilon > 0, got {eps!r}")
@@ -195,7 +196,7 @@ class Query:
         dl = self.delta
         if not isinstance(self.mechanism, NoiseKind):
             raise InvalidRequestError(f"mechanism must be a Mechanism, got {self.mechanism!r}")
-        if isinstance(dl, bool) or not isinstance(dl, int | float):
+        if isinstance(dl, bool) or not isinstance(dl, int | float | Decimal):
             raise InvalidRequestError(f"delta must be a number, got {dl!r}")
         if self.mechanism is NoiseKind.GAUSSIAN:
             if not 0.0 < dl < 1.0:  # also refuses NaN

@@ -49,13 +49,35 @@ def parse_literal(text: str) -> Any:
 
 
 def _split(text: str) -> list[Any]:
+    """Comma-separated literals; ``[...]`` is read as a JSON array only when it is one (so
+    ``["a,b", "[c]"]`` keeps its commas and brackets), else the raw text is split (so a value
+    like ``[x]`` keeps its brackets)."""
     inner = text.strip()
     if inner.startswith("[") and inner.endswith("]"):
-        inner = inner[1:-1]
+        try:
+            array = json.loads(inner)
+        except ValueError:
+            array = None
+        if isinstance(array, list):
+            return [_json_item(v, text) for v in array] or _empty(text)
     items = [t for t in (p.strip() for p in inner.split(",")) if t]
-    if not items:
-        raise InvalidRequestError(f"expected a comma-separated list of values, got {text!r}")
-    return [parse_literal(t) for t in items]
+    return [parse_literal(t) for t in items] or _empty(text)
+
+
+def _json_item(value: Any, text: str) -> Any:
+    """One item of a JSON array: a number or boolean as it is, a string as the literal it
+    names (a date or timestamp in ISO 8601, else the string itself)."""
+    if isinstance(value, str):
+        return parse_literal(value) if (_DATE.match(value) or _DATETIME.match(value)) else value
+    if isinstance(value, bool | int | float):
+        return value
+    raise InvalidRequestError(
+        f"a JSON list of values holds strings, numbers and booleans, got {value!r} in {text!r}"
+    )
+
+
+def _empty(text: str) -> list[Any]:
+    raise InvalidRequestError(f"expected a comma-separated list of values, got {text!r}")
 
 
 def parse_list(text: str) -> list[Any]:

@@ -47,7 +47,13 @@ class AffordOut(BaseModel):
     blocks: list[str]
     kind: str
     delta: str
-    epsilon: str | None = Field(description="largest ε that fits on every block (null: none)")
+    epsilon: str | None = Field(
+        description="largest ε that fits on every block when requested as a float (the largest "
+        "double whose shortest decimal is at most epsilon_exact; null: none)"
+    )
+    epsilon_exact: str | None = Field(
+        description="the exact largest ε (a multiple of 1e-18): request it as a decimal string"
+    )
     noise_multiplier: str | None = Field(description="kind=gaussian: smallest σ/Δ that fits")
     binding: list[str] = Field(description="the blocks a larger request would not fit on")
     rule: str

@@ -44,7 +44,12 @@ from enum import Enum
 import sqlalchemy as sa
 
 from blockbudget.dbrevision import ensure_current
-from blockbudget.errors import BlockBudgetError, InvalidRequestError, UnknownBlockError
+from blockbudget.errors import (
+    BlockBudgetError,
+    InvalidRequestError,
+    UnknownKeyError,
+    UnknownPrincipalError,
+)
 from blockbudget.ledger import validate_context_name
 
 service_metadata = sa.MetaData()
@@ -286,7 +291,7 @@ class KeyStore:
                 .values(contexts=json.dumps(sorted(set(contexts))))
             )
             if done.rowcount == 0:
-                raise UnknownBlockError(f"unknown principal {name!r}")
+                raise UnknownPrincipalError(f"unknown principal {name!r}")
         return self.principal(name)
 
     def principal(self, name: str) -> Principal:
@@ -298,7 +303,7 @@ class KeyStore:
         with self._engine.connect() as conn:
             row = conn.execute(sa.select(principals).where(principals.c.name == name)).first()
             if row is None:
-                raise UnknownBlockError(f"unknown principal {name!r}")
+                raise UnknownPrincipalError(f"unknown principal {name!r}")
             acl = conn.execute(
                 sa.select(stream_acl.c.stream, stream_acl.c.permission)
                 .where(stream_acl.c.principal == name)
@@ -369,7 +374,7 @@ class KeyStore:
             done = conn.execute(api_keys.update().where(row).values(revoked=True))
         if done.rowcount == 0:
             whose = "" if principal is None else f" of principal {principal!r}"
-            raise UnknownBlockError(f"unknown key id {key_id!r}{whose}")
+            raise UnknownKeyError(f"unknown key id {key_id!r}{whose}")
 
     def authenticate(self, key: str) -> Principal | None:
         """The principal a key belongs to, or None for a malformed, unknown or revoked key."""
@@ -435,7 +440,7 @@ class KeyStore:
         at = now()
         old = next((k for k in self.keys(principal) if k.key_id == key_id), None)
         if old is None:
-            raise UnknownBlockError(f"unknown key id {key_id!r} of principal {principal!r}")
+            raise UnknownKeyError(f"unknown key id {key_id!r} of principal {principal!r}")
         if not old.valid_at(at):
             raise InvalidRequestError(
                 f"key {key_id!r} of principal {principal!r} is revoked or expired already; "

@@ -100,18 +100,19 @@ class ServiceClient:
     def ingest_csv(
         self,
         stream: str,
-        path: Path,
+        path: Path | bytes,
         *,
         ingest_id: str | None = None,
         on_overlap: str | None = None,
     ) -> dict[str, Any]:
-        """Upload a CSV file (201: ingested; 200 with ``repeat``: ingested before)."""
+        """Upload a CSV file, or CSV bytes (201: ingested; 200 with ``repeat``: ingested
+        before)."""
         params = {"ingest_id": ingest_id, "on_overlap": on_overlap}
         return dict(
             self.call(
                 "POST",
                 f"/v1/streams/{stream}/ingest",
-                content=path.read_bytes(),
+                content=path if isinstance(path, bytes) else path.read_bytes(),
                 headers={"Content-Type": "text/csv"},
                 params={k: v for k, v in params.items() if v is not None},
             )

@@ -47,18 +47,13 @@ def block_out(
     """The public form of a block (row counts only ``with_rows``; id and key as ``naming``
     says; the every-open-context ``retiring`` flag only when the viewer sees them all,
     ``everywhere``)."""
-    return sc.BlockOut(
+    shown = v.to_json(
         block_id=naming.show(v.block_id),
         key=naming.key(v.block_id, v.key),
-        sealed=v.sealed,
-        retired=v.retired,
-        remaining_fraction=v.remaining_fraction,
-        remaining=v.remaining_exact,
-        remaining_display=v.remaining,
-        rows=v.rows if with_rows else None,
-        retiring=v.retiring if everywhere else None,
-        retiring_in=v.retiring_in,
+        with_rows=with_rows,
+        everywhere=everywhere,
     )
+    return sc.BlockOut(**shown)
 
 
 def _touching(events: list[AuditEvent], shown: set[str]) -> list[AuditEvent]:

@@ -117,13 +117,26 @@ def _ingest(
         # The rows are the caller's own; stored rows are read only to find duplicates, and
         # a failure there must not show their text.
         with concealing("ingest", passing=(*LEDGER_REFUSALS, DataError, InvalidRequestError)):
-            return platform.ingest(
-                stream,
-                path,
-                format="csv",
-                ingest_id=ingest_id,
-                on_overlap=on_overlap or OnOverlap.REFUSE,
-            )
+            try:
+                return platform.ingest(
+                    stream,
+                    path,
+                    format="csv",
+                    ingest_id=ingest_id,
+                    on_overlap=on_overlap or OnOverlap.REFUSE,
+                )
+            except (DataError, InvalidRequestError) as exc:
+                raise _without_path(exc, path) from None
+
+
+def _without_path(exc: DataError | InvalidRequestError, path: Path) -> Exception:
+    """``exc`` with the server's temporary copy of the upload named as "the uploaded rows" (a
+    client never sees the server's file paths)."""
+    text = str(exc)
+    told = text.replace(f"file {str(path)!r}", "the uploaded rows").replace(
+        str(path), "the uploaded rows"
+    )
+    return exc if told == text else type(exc)(told)
 
 
 def _one(name: str, query: Any, body: Any) -> Any:

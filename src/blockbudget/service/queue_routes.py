@@ -26,7 +26,12 @@ import anyio.to_thread
 from fastapi import Depends, FastAPI, Query
 
 from blockbudget.budget import Budget, Cost, RdpCurve
-from blockbudget.errors import DataError, InvalidRequestError, TaskStateError, UnknownBlockError
+from blockbudget.errors import (
+    DataError,
+    InvalidRequestError,
+    TaskStateError,
+    UnknownTaskError,
+)
 from blockbudget.platform import Platform
 from blockbudget.service import schemas as sc
 from blockbudget.service.access import (
@@ -263,7 +268,7 @@ def register_queue_routes(
         if me.role is not Role.ADMIN and task.principal != me.name:
             # answered word for word as an unknown id: another principal's task does not exist
             # for the caller (as TaskQueue.cancel answers)
-            raise UnknownBlockError(f"no task {task_id!r} in the queue")
+            raise UnknownTaskError(f"no task {task_id!r} in the queue")
         return task
 
     @app.post("/v1/streams/{stream}/tasks", status_code=201, tags=["tasks"])

@@ -47,7 +47,9 @@ def _reserved(cost: Cost, dims: int) -> Vector:
 
 def _shown(vec: Vector, dims: int) -> dict[str, Any]:
     if dims == len(ALPHAS):
-        return {"rdp": [canonical_decimal(from_units(u)) for u in vec]}
+        from blockbudget.accounting.filters import rdp_json
+
+        return rdp_json(vec)
     return {
         "epsilon": canonical_decimal(from_units(vec[0])),
         "delta": canonical_decimal(from_units(vec[-1])),

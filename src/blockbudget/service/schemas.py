@@ -8,6 +8,7 @@ model carries a data row: DP answers, budgets, block keys and audit events only.
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 from enum import Enum
 from typing import Annotated, Any, Literal
 
@@ -542,10 +543,20 @@ class TaskIn(Selection):
     query: dict[str, Any] | None = Field(
         default=None, description="kind query: the query's JSON form (docs/queries.md)"
     )
-    epsilon: float | None = Field(
-        default=None, gt=0, le=1e6, allow_inf_nan=False, description="kind budget: ε per block"
+    epsilon: Decimal | None = Field(
+        default=None,
+        gt=0,
+        le=1e6,
+        allow_inf_nan=False,
+        description="kind budget: ε per block (a number, or an exact decimal string)",
     )
-    delta: float = Delta
+    delta: Decimal = Field(
+        default=Decimal(0),
+        ge=0,
+        lt=1,
+        allow_inf_nan=False,
+        description="δ per block (a number, or an exact decimal string)",
+    )
     rdp: list[Annotated[float, Field(ge=0, allow_inf_nan=False)]] | None = Field(
         default=None, min_length=1, max_length=64, description="kind budget: RDP ε(α) per block"
     )
@@ -566,8 +577,13 @@ class ShortfallOut(BaseModel):
     needs there and what the block has left in the task's context."""
 
     block: str
-    needs: str
-    has: str
+    needs: dict[str, Any] = Field(
+        description="the demand on the block, exact: {epsilon, delta} or {rdp: [...]}"
+    )
+    has: dict[str, Any] | None = Field(
+        description="what the block has left for one more charge, same form (null: retired)"
+    )
+    retired: bool = False
 
 
 class WaitingOut(BaseModel):

@@ -155,6 +155,12 @@ def why_json(queue: TaskQueue, task: Task, naming: Naming | None = None) -> dict
         "reason": w.reason if naming is None else naming.text(w.reason),
         "affordable": w.affordable,
         "shortfall": [
-            {"block": _show(naming, r.block), "needs": r.needs, "has": r.has} for r in rows
+            {
+                "block": _show(naming, r.block),
+                "needs": dict(r.needs),
+                "has": None if r.has is None else dict(r.has),
+                "retired": r.retired,
+            }
+            for r in rows
         ],
     }

@@ -208,7 +208,10 @@ class BlockStore:
         with self._engine.connect() as conn:
             row = catalog.select_stream(conn, name)
         if row is None:
-            raise UnknownBlockError(f"no stream {name!r}; create it with create_stream first")
+            raise UnknownBlockError(
+                f"no stream {name!r}; create it first (command line: `blockbudget stream create "
+                f"{name}`; HTTP: POST /v1/streams; Python: Platform.create_stream)"
+            )
         return row
 
     # ------------------------------------------------------------------------------ ingest

@@ -130,13 +130,17 @@ class Shortfall:
 
     Attributes:
         block: the block id.
-        needs: the task's demand on it (text).
-        has: what the block has left in the task's context, as the ledger shows it (text).
+        needs: the task's demand on it, exact (the stream filter's JSON form:
+            ``{"epsilon", "delta"}`` decimal strings, or ``{"rdp": [...]}`` per order).
+        has: what the block has left in the task's context for one more charge, in the same
+            form; None when the block is retired.
+        retired: whether the block is retired (it affords nothing, ever).
     """
 
     block: str
-    needs: str
-    has: str
+    needs: Mapping[str, str | list[str]]
+    has: Mapping[str, str | list[str]] | None
+    retired: bool = False
 
 
 @dataclass(frozen=True)

@@ -53,8 +53,8 @@ from blockbudget.errors import (
     InternalError,
     InvalidRequestError,
     TaskStateError,
-    UnknownBlockError,
     UnknownContextError,
+    UnknownTaskError,
 )
 from blockbudget.ledger import validate_context_name
 from blockbudget.tasks.binding import blocks_in_range, check_significance
@@ -405,7 +405,7 @@ class TaskQueue(Decider):
         """
         task = self.rows.get(task_id)
         if task is None:
-            raise UnknownBlockError(f"no task {task_id!r} in the queue")
+            raise UnknownTaskError(f"no task {task_id!r} in the queue")
         return task
 
     def tasks(
@@ -463,7 +463,7 @@ class TaskQueue(Decider):
         """
         task = self.task(task_id)
         if not admin and task.principal != by:
-            raise UnknownBlockError(f"no task {task_id!r} in the queue")
+            raise UnknownTaskError(f"no task {task_id!r} in the queue")
         if task.state is TaskState.CANCELLED:
             return task
         if task.state not in _LIVE:

@@ -96,11 +96,12 @@ def explain(
     affordable = 0
     for st in states:
         if st.retired:
-            short.append(Shortfall(st.block, str(task.demand), "retired"))
+            short.append(Shortfall(st.block, f.features_json(need), None, retired=True))
         elif f.fits_with(add_vectors(st.charged, st.reserved), need):
             affordable += 1
         else:
-            short.append(Shortfall(st.block, str(task.demand), st.remaining))
+            used = add_vectors(st.charged, st.reserved)
+            short.append(Shortfall(st.block, f.features_json(need), f.remaining_json(used)))
     how = note or scheduler_note(spec.name)
     if affordable < needed:
         reason = (
