@@ -143,15 +143,26 @@ def serve(
 
 def check_schema(home: Path, database: str | None) -> None:
     """The start check of ``serve``: refuse a database whose schema needs ``blockbudget db
-    upgrade`` (one message naming that command with this ``--home``/``--database``).
+    upgrade`` (one message naming that command with this ``--home``/``--database``), and
+    create every table of an empty one.
+
+    An empty database is brought to the head by :func:`blockbudget.migrations.upgrade`, which
+    holds the writers' lock, before anything opens a table set: servers starting together on
+    it wait for one another instead of racing to create the same tables (the later ones find
+    the head and change nothing).
 
     Raises:
         SchemaRevisionError: the database is behind (or from a newer release).
     """
     from blockbudget.cli.db import database_url, upgrade_command
-    from blockbudget.migrations import require_current
+    from blockbudget.migrations import SchemaState, require_current, status, upgrade
 
-    require_current(database_url(home, database), command=upgrade_command(home, database))
+    url = database_url(home, database)
+    require_current(url, command=upgrade_command(home, database))
+    if status(url).state is SchemaState.EMPTY:
+        if database is None:
+            home.mkdir(parents=True, exist_ok=True)  # the SQLite file's folder
+        upgrade(url)
 
 
 # --- demo ----------------------------------------------------------------------------------------
