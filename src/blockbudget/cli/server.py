@@ -118,6 +118,7 @@ def serve(
     if alert_below is not None:  # worker processes read it from the environment
         os.environ["BLOCKBUDGET_ALERT_BELOW"] = repr(alert_below)
     check_schema(home, database)  # refuse an old schema before anything opens it
+    check_data_root(home / "blocks" if data_root is None else data_root)
     key = bootstrap_admin(home, database)
     if key is not None:
         console.print(
@@ -163,6 +164,36 @@ def check_schema(home: Path, database: str | None) -> None:
         if database is None:
             home.mkdir(parents=True, exist_ok=True)  # the SQLite file's folder
         upgrade(url)
+
+
+def check_data_root(root: str | Path) -> None:
+    """The start check of ``serve`` for the block files: the data root exists (or can be
+    created) and takes a file, checked by writing and removing one small probe file.
+
+    Raises:
+        InvalidRequestError: the root is unreachable or not writable (one line naming it and
+            the cause: a missing bucket, a path that is a file, refused credentials, ...).
+    """
+    import uuid
+
+    from blockbudget.errors import InvalidRequestError
+    from blockbudget.store.files import DataFiles
+
+    shown = str(root).split("?", 1)[0]  # the query may carry endpoints, never secrets
+    try:
+        files = DataFiles(root)
+        probe = files.full(f".blockbudget-probe-{uuid.uuid4().hex}")
+        with files.fs.open_output_stream(probe) as out:
+            out.write(b"ok")
+        files.fs.delete_file(probe)
+    except InvalidRequestError:
+        raise
+    except Exception as exc:  # OSError, pyarrow's errors: the operator's to read, on one line
+        cause = " ".join(str(exc).split()) or type(exc).__name__
+        raise InvalidRequestError(
+            f"the data root {shown} is not usable ({cause}): create it (a bucket, a writable "
+            "directory) or fix --data-root/BLOCKBUDGET_DATA_ROOT, then start the server again"
+        ) from exc
 
 
 # --- demo ----------------------------------------------------------------------------------------
