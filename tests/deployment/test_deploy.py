@@ -45,8 +45,13 @@ def _services() -> dict[str, dict[str, Any]]:
 
 
 def _env_file(name: str) -> dict[str, str]:
+    """The variables of an env file under deploy/ (``secrets/x.env`` reads its template,
+    ``secrets/x.env.example``: the real file is the operator's, never in the repository)."""
+    path = ROOT / "deploy" / name
+    if name.startswith("secrets/"):
+        path = path.with_name(path.name + ".example")
     pairs = {}
-    for line in (ROOT / "deploy" / name).read_text().splitlines():
+    for line in path.read_text().splitlines():
         if line.strip() and not line.startswith("#"):
             key, _, value = line.partition("=")
             pairs[key.strip()] = value.strip()
@@ -104,6 +109,7 @@ def test_dockerignore_lets_only_the_package_source_into_the_build() -> None:
         ".venv",
         ".git",
         "deploy/secrets.env",
+        "deploy/secrets/blockbudget.env",
         "results/demo",
         "src/blockbudget/__pycache__/platform.cpython-311.pyc",
     ):
@@ -128,7 +134,9 @@ def test_start_order_is_db_healthy_then_migrated_then_servers() -> None:
         assert needs["migrate"] == {"condition": "service_completed_successfully"}
         assert needs["create-bucket"] == {"condition": "service_completed_successfully"}
         assert services[name].get("restart") == "unless-stopped"
-        assert "healthcheck" not in services[name]  # the image's HEALTHCHECK (/healthz) applies
+        probe = services[name]["healthcheck"]["test"]  # ready: the database answers
+        assert probe[:3] == ["CMD", "python", "-c"] and "/readyz" in probe[3]
+    assert "/healthz" in _dockerfile() and "/readyz" not in _dockerfile()  # liveness there
     # one server creates the first admin principal; the other starts after it is healthy
     assert services["server-2"]["depends_on"]["server-1"] == {"condition": "service_healthy"}
     for job in ("migrate", "create-bucket"):
@@ -137,16 +145,16 @@ def test_start_order_is_db_healthy_then_migrated_then_servers() -> None:
 
 def test_both_servers_share_one_database_and_one_s3_block_store() -> None:
     services = _services()
-    secrets = _env_file("secrets.env.example")
+    secrets = _env_file("secrets/blockbudget.env")
     database = urlsplit(secrets["BLOCKBUDGET_DATABASE"])
     assert database.scheme == "postgresql+psycopg" and database.hostname == "db"
     assert database.path == "/" + services["db"]["environment"]["POSTGRES_DB"]
     assert database.username == services["db"]["environment"]["POSTGRES_USER"]
-    assert database.password == secrets["POSTGRES_PASSWORD"]
+    assert database.password == _env_file("secrets/db.env")["POSTGRES_PASSWORD"]
     roots = set()
     for name in SERVERS:
         service = services[name]
-        assert service["env_file"] == ["secrets.env"]
+        assert service["env_file"] == ["secrets/blockbudget.env", "secrets/store.env"]
         assert service["image"] == services["migrate"]["image"]
         roots.add(service["environment"]["BLOCKBUDGET_DATA_ROOT"])
     assert len(roots) == 1
@@ -155,7 +163,65 @@ def test_both_servers_share_one_database_and_one_s3_block_store() -> None:
     assert (root.scheme, root.netloc) == ("s3", BUCKET)
     assert query["endpoint_override"] == ["minio:9000"] and query["scheme"] == ["http"]
     assert f"store/{BUCKET}" in services["create-bucket"]["command"][0]
-    assert secrets["AWS_SECRET_ACCESS_KEY"] == secrets["MINIO_ROOT_PASSWORD"]
+
+
+# which services may read which secret: each gets only what it uses
+NEEDS = {
+    "db": {"POSTGRES_PASSWORD"},
+    "minio": {"MINIO_ROOT_USER", "MINIO_ROOT_PASSWORD"},
+    "create-bucket": {
+        "MINIO_ROOT_USER",
+        "MINIO_ROOT_PASSWORD",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+    },
+    "migrate": {"BLOCKBUDGET_DATABASE", "BLOCKBUDGET_METRICS_TOKEN"},
+    "server-1": {
+        "BLOCKBUDGET_DATABASE",
+        "BLOCKBUDGET_METRICS_TOKEN",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+    },
+}
+NEEDS["server-2"] = NEEDS["server-1"]
+
+
+def _secrets_of(service: dict[str, Any]) -> set[str]:
+    return {key for f in service["env_file"] for key in _env_file(f)}
+
+
+def test_each_service_reads_only_its_own_secrets() -> None:
+    services = _services()
+    assert set(NEEDS) == set(services)
+    for name, service in services.items():
+        assert _secrets_of(service) == NEEDS[name], name
+    db = _secrets_of(services["db"])
+    assert not {k for k in db if k.startswith(("AWS_", "MINIO_", "BLOCKBUDGET_"))}
+    for name in SERVERS:  # the servers never hold MinIO's root user
+        assert not {k for k in _secrets_of(services[name]) if k.startswith("MINIO_")}
+    store, root = _env_file("secrets/store.env"), _env_file("secrets/minio.env")
+    assert store["AWS_ACCESS_KEY_ID"] != root["MINIO_ROOT_USER"]
+
+
+def test_the_servers_minio_user_may_touch_only_the_block_bucket() -> None:
+    import json
+
+    job = _services()["create-bucket"]
+    mount = next(v for v in job["volumes"] if "policy" in v)
+    source, target, mode = mount.split(":")
+    assert mode == "ro"
+    policy = json.loads((ROOT / "deploy" / source).read_text())
+    resources = {r for st in policy["Statement"] for r in st["Resource"]}
+    assert resources == {f"arn:aws:s3:::{BUCKET}", f"arn:aws:s3:::{BUCKET}/*"}
+    assert all(st["Effect"] == "Allow" for st in policy["Statement"])
+    actions = {a for st in policy["Statement"] for a in st["Action"]}
+    assert not any(a == "*" or a.startswith(("admin:", "s3:*")) for a in actions)
+    assert {"s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket"} <= actions
+    steps = [" ".join(step.split()) for step in job["command"][0].split("&&")]
+    assert f"mc admin policy create store {BUCKET} {target}" in steps
+    assert 'mc admin user add store "$$AWS_ACCESS_KEY_ID" "$$AWS_SECRET_ACCESS_KEY"' in steps
+    attach = f'mc admin policy attach store {BUCKET} --user "$$AWS_ACCESS_KEY_ID"'
+    assert any(step.startswith("(" + attach) for step in steps)
 
 
 def test_blockbudget_image_is_this_version_and_every_image_is_pinned() -> None:
@@ -182,7 +248,9 @@ def test_state_lives_on_declared_named_volumes() -> None:
     services, declared = _services(), set(_compose()["volumes"])
     mounts = {name: {m.split(":")[0] for m in s.get("volumes", [])} for name, s in services.items()}
     assert mounts["db"] == {"ledger"} and mounts["minio"] == {"blocks"}
-    assert set().union(*mounts.values()) <= declared
+    files = {m for m in set().union(*mounts.values()) if m.startswith("./")}
+    assert files == {"./minio/blockbudget-blocks-policy.json"}  # configuration, read-only
+    assert set().union(*mounts.values()) - files <= declared
 
 
 def _strings(node: object) -> list[tuple[str, str]]:
@@ -202,17 +270,20 @@ def _strings(node: object) -> list[tuple[str, str]]:
 
 def test_no_secret_is_written_in_the_compose_file() -> None:
     for key, value in _strings(_compose()):
-        assert not SECRET_WORDS.search(key), f"{key} is set in compose.yaml: use secrets.env"
+        assert not SECRET_WORDS.search(key), f"{key} is set in compose.yaml: use secrets/"
         assert not re.search(r"://[^/\s:@]+:[^@\s$]+@", value), f"credentials in a URL: {value}"
-        # a secret is only named, as a variable the container's shell expands from secrets.env
-        unquoted = re.sub(r"\$\$[A-Z_]+", "", value.replace("secrets.env", ""))
+        # a secret is only named, as a variable the container's shell expands from secrets/
+        unquoted = re.sub(r"\$\$[A-Z_]+", "", re.sub(r"secrets/[a-z]+\.env", "", value))
         assert not SECRET_WORDS.search(unquoted), f"{value!r} looks like a literal secret"
-    for name, service in _services().items():
-        assert service["env_file"] == ["secrets.env"], name
-    example = _env_file("secrets.env.example")
-    secret = [v for k, v in example.items() if re.search("PASSWORD|SECRET", k) or "@" in v]
-    assert len(secret) == 4 and all("CHANGE-ME" in v for v in secret)
-    assert "deploy/secrets.env" in (ROOT / ".gitignore").read_text().splitlines()
+    templates = sorted((ROOT / "deploy" / "secrets").glob("*.env.example"))
+    named = {f for s in _services().values() for f in s["env_file"]}
+    assert {f"secrets/{t.name.removesuffix('.example')}" for t in templates} == named
+    example: dict[str, str] = {}
+    for t in templates:
+        example.update(_env_file(f"secrets/{t.name.removesuffix('.example')}"))
+    secret = [v for k, v in example.items() if re.search("PASSWORD|SECRET|TOKEN", k) or "@" in v]
+    assert len(secret) == 5 and all("CHANGE-ME" in v for v in secret)
+    assert "deploy/secrets/*.env" in (ROOT / ".gitignore").read_text().splitlines()
 
 
 # --- the commands compose runs are real CLI commands -------------------------------------------
@@ -259,7 +330,7 @@ def test_servers_run_serve_with_every_setting_it_reads_from_the_environment(name
     command, options = _resolve(_blockbudget_argv(service))
     assert command.name == "serve" and set(options) <= _options(command)
     envvars = {v for p in command.params for v in _envvars(p)}
-    given = set(service["environment"]) | set(_env_file("secrets.env.example"))
+    given = set(service["environment"]) | _secrets_of(service)
     wanted = {k for k in given if k.startswith("BLOCKBUDGET_")}
     assert wanted <= envvars, f"serve reads no {sorted(wanted - envvars)}"
     assert {"BLOCKBUDGET_DATABASE", "BLOCKBUDGET_DATA_ROOT", "BLOCKBUDGET_HOST"} <= envvars

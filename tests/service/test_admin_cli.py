@@ -70,6 +70,12 @@ def test_principal_commands_on_a_home(seeded: Seeded, database_url: str | None) 
     assert r.exit_code == 0 and seeded.analyst.split("_")[1] in r.output and "UTC" in r.output
     r = runner.invoke(app, ["principal", "key", "rotate", "ana", "nope", "--grace", "2w", *home])
     assert r.exit_code == 2 and "--grace must look like" in r.output
+    ana_key = seeded.analyst.split("_")[1]
+    before = seeded.keys.keys("ana")
+    r = runner.invoke(app, ["principal", "key", "rotate", "ana", ana_key, "--grace", "91d", *home])
+    assert r.exit_code == 2 and "--grace must be at most 90 days" in r.output
+    assert "Input should be" not in r.output
+    assert seeded.keys.keys("ana") == before  # nothing issued, nothing retired
 
 
 def test_principal_commands_against_a_server(seeded: Seeded) -> None:

@@ -241,3 +241,11 @@ def test_keys_list_and_rotate(
         f"/v1/principals/ana/keys/{_key_id(new)}/rotate", headers=h, json={"grace_seconds": -1}
     )
     assert r.status_code == 422
+    over = {"grace_seconds": 91 * 86_400}
+    keys_before_over = len(seeded.keys.keys("ana"))
+    r = client.post(f"/v1/principals/ana/keys/{_key_id(new)}/rotate", headers=h, json=over)
+    assert r.status_code == 422 and r.json()["error"] == "InvalidRequestError"
+    assert r.json()["detail"] == (
+        "the grace period must be at most 90 days (7776000 seconds), got 91 days (7862400 seconds)"
+    )
+    assert len(seeded.keys.keys("ana")) == keys_before_over  # nothing issued

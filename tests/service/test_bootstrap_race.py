@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pg_support import POSTGRES_URL, postgres_database
 
 from blockbudget.service import server
 from blockbudget.service.auth import KeyStore
@@ -56,3 +57,56 @@ def test_servers_starting_at_once_create_one_admin_key(tmp_path: Path) -> None:
         t.join()
     assert errors == []
     assert sum(r is not None for r in results) == 1
+
+
+def _start_together(home: Path, database: str | None, servers: int) -> list[object]:
+    """Run ``serve``'s start path (schema check, then the admin) in ``servers`` threads."""
+    from blockbudget.cli.server import check_schema
+
+    results: list[object] = []
+    errors: list[BaseException] = []
+    gate = threading.Barrier(servers)
+
+    def start() -> None:
+        try:
+            gate.wait()
+            check_schema(home, database)
+            results.append(server.bootstrap_admin(home, database))
+        except BaseException as exc:  # pragma: no cover - the failure this test looks for
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(servers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    return results
+
+
+def test_servers_starting_on_an_empty_sqlite_file_create_the_schema_once(tmp_path: Path) -> None:
+    from blockbudget.migrations import SchemaState, status
+
+    home = tmp_path / "fresh"  # not even the folder exists
+    results = _start_together(home, None, 4)
+    assert sum(r is not None for r in results) == 1
+    assert status(f"sqlite:///{home / 'platform.db'}").state is SchemaState.CURRENT
+
+
+@pytest.mark.skipif(POSTGRES_URL is None, reason="needs BLOCKBUDGET_TEST_POSTGRES_URL")
+def test_servers_starting_on_an_empty_postgres_database_do_not_race(tmp_path: Path) -> None:
+    # Without the schema made first, each server's table sets raced to CREATE TABLE and one
+    # died with UniqueViolation on pg_type_typname_nsp_index.
+    from blockbudget.migrations import SchemaState, status
+
+    with postgres_database() as url:
+        results = _start_together(tmp_path / "home", url, 4)
+        assert sum(r is not None for r in results) == 1
+        assert status(url).state is SchemaState.CURRENT
+        platform = server.open_platform(tmp_path / "home", url, group_commit=False)
+        try:
+            keys = KeyStore(platform.ledger.engine)
+            assert [p.name for p in keys.principals()] == ["admin"]
+            assert len(keys.keys("admin")) == 1
+        finally:
+            platform.close()

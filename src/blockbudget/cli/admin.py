@@ -361,7 +361,9 @@ def key_rotate(
     key_id: Annotated[str, typer.Argument(help="The id of the key to replace.")],
     grace: Annotated[
         str,
-        typer.Option(help="How long the old key keeps working: 0, 30s, 15m, 6h or 1d."),
+        typer.Option(
+            help="How long the old key keeps working: 0, 30s, 15m, 6h or 1d (at most 90d)."
+        ),
     ] = "0",
     home: HomeOpt = DEFAULT_HOME,
     database: DatabaseOpt = None,
@@ -372,8 +374,12 @@ def key_rotate(
     """Issue a new key (shown once) and retire the old one after a grace period; the
     principal's tasks go on."""
     from blockbudget.cli.common import parse_window
+    from blockbudget.errors import InvalidRequestError
+    from blockbudget.service.auth import MAX_GRACE_SECONDS
 
     seconds = 0.0 if grace.strip() == "0" else parse_window(grace, name="--grace").total_seconds()
+    if seconds > MAX_GRACE_SECONDS:
+        raise InvalidRequestError(f"--grace must be at most 90 days (90d), got {grace!r}")
     doc = backend(home, database, server, api_key).key_rotate(name, key_id, seconds)
     ends = _when(doc["replaced"]["expires"]) or "now"
     line = (

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -414,35 +416,64 @@ def audit_verify(
     as_json: JsonOpt = False,
 ) -> None:
     """Replay the audit log (after the last verified checkpoint, or all of it with --full);
-    check the ledger and every filter."""
+    check the ledger and every filter.
+
+    Says which database it checked (password hidden). A ledger with no event at all fails
+    (exit 1): it is most likely not the one meant (a shell without $BLOCKBUDGET_DATABASE, a
+    wrong --home), and an empty home is not created.
+    """
     client = remote(server, api_key)
     report: Any
     if client is not None:
-        from types import SimpleNamespace
-
+        checked = f"the server at {server}"
         report = SimpleNamespace(**client.verify(full=full))
     else:
-        platform = open_platform(home)
-        try:
-            report = platform.verify(full=full)
-        finally:
-            platform.close()
+        from blockbudget.cli.db import database_url
+        from blockbudget.migrations import SchemaState, status
+
+        url = database_url(home, os.environ.get("BLOCKBUDGET_DATABASE") or None)
+        found = status(url)  # reads only: a missing SQLite file is not created
+        checked = found.database
+        if found.state is SchemaState.EMPTY:
+            report = _NO_LEDGER
+        else:
+            platform = open_platform(home)
+            try:
+                report = platform.verify(full=full)
+            finally:
+                platform.close()
+    empty = report.ok and report.events == 0
+    problems = list(report.problems)
+    if empty:
+        problems = [
+            f"the ledger at {checked} is empty (no audit event): is "
+            "BLOCKBUDGET_DATABASE/--home (or --server) right?"
+        ]
     if as_json:
         emit_json(
             {
-                "ok": report.ok,
+                "ok": report.ok and not empty,
+                "database": checked,
+                "empty": empty,
                 "events": report.events,
                 "blocks": report.blocks,
                 "contexts": report.contexts,
-                "problems": list(report.problems),
+                "problems": problems,
                 "replayed": getattr(report, "replayed", None),
                 "checkpoint_seq": getattr(report, "checkpoint_seq", None),
             }
         )
+    elif empty:
+        console.print(f"[bold red]audit verify: EMPTY[/] — {escape(problems[0])}", soft_wrap=True)
     else:
+        console.print(f"database: {escape(checked)}", soft_wrap=True)
         print_verify(report)
-    if not report.ok:
+    if not report.ok or empty:
         raise typer.Exit(code=1)
+
+
+#: The report of a database with none of the platform's tables (nothing to open).
+_NO_LEDGER = SimpleNamespace(ok=True, events=0, blocks=0, contexts=0, problems=())
 
 
 def print_verify(report: Any) -> None:

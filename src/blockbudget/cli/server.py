@@ -118,6 +118,7 @@ def serve(
     if alert_below is not None:  # worker processes read it from the environment
         os.environ["BLOCKBUDGET_ALERT_BELOW"] = repr(alert_below)
     check_schema(home, database)  # refuse an old schema before anything opens it
+    check_data_root(home / "blocks" if data_root is None else data_root)
     key = bootstrap_admin(home, database)
     if key is not None:
         console.print(
@@ -143,15 +144,56 @@ def serve(
 
 def check_schema(home: Path, database: str | None) -> None:
     """The start check of ``serve``: refuse a database whose schema needs ``blockbudget db
-    upgrade`` (one message naming that command with this ``--home``/``--database``).
+    upgrade`` (one message naming that command with this ``--home``/``--database``), and
+    create every table of an empty one.
+
+    An empty database is brought to the head by :func:`blockbudget.migrations.upgrade`, which
+    holds the writers' lock, before anything opens a table set: servers starting together on
+    it wait for one another instead of racing to create the same tables (the later ones find
+    the head and change nothing).
 
     Raises:
         SchemaRevisionError: the database is behind (or from a newer release).
     """
     from blockbudget.cli.db import database_url, upgrade_command
-    from blockbudget.migrations import require_current
+    from blockbudget.migrations import SchemaState, require_current, status, upgrade
 
-    require_current(database_url(home, database), command=upgrade_command(home, database))
+    url = database_url(home, database)
+    require_current(url, command=upgrade_command(home, database))
+    if status(url).state is SchemaState.EMPTY:
+        if database is None:
+            home.mkdir(parents=True, exist_ok=True)  # the SQLite file's folder
+        upgrade(url)
+
+
+def check_data_root(root: str | Path) -> None:
+    """The start check of ``serve`` for the block files: the data root exists (or can be
+    created) and takes a file, checked by writing and removing one small probe file.
+
+    Raises:
+        InvalidRequestError: the root is unreachable or not writable (one line naming it and
+            the cause: a missing bucket, a path that is a file, refused credentials, ...).
+    """
+    import uuid
+
+    from blockbudget.errors import InvalidRequestError
+    from blockbudget.store.files import DataFiles
+
+    shown = str(root).split("?", 1)[0]  # the query may carry endpoints, never secrets
+    try:
+        files = DataFiles(root)
+        probe = files.full(f".blockbudget-probe-{uuid.uuid4().hex}")
+        with files.fs.open_output_stream(probe) as out:
+            out.write(b"ok")
+        files.fs.delete_file(probe)
+    except InvalidRequestError:
+        raise
+    except Exception as exc:  # OSError, pyarrow's errors: the operator's to read, on one line
+        cause = " ".join(str(exc).split()) or type(exc).__name__
+        raise InvalidRequestError(
+            f"the data root {shown} is not usable ({cause}): create it (a bucket, a writable "
+            "directory) or fix --data-root/BLOCKBUDGET_DATA_ROOT, then start the server again"
+        ) from exc
 
 
 # --- demo ----------------------------------------------------------------------------------------

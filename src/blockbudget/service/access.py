@@ -49,6 +49,7 @@ from blockbudget.service.auth import AuthError, KeyStore, Permission, Principal,
 from blockbudget.service.failures import ConcealedError, log, new_reference
 
 __all__ = [
+    "CONFLICT_ERRORS",
     "AuthError",
     "Authenticator",
     "error_response",
@@ -61,6 +62,18 @@ __all__ = [
 ]
 
 
+#: The refusals answered 409 (with their subclasses): the ledger's state refused the request.
+CONFLICT_ERRORS: tuple[type[BlockBudgetError], ...] = (
+    BudgetExceededError,
+    RetiredBlockError,
+    ReservationError,
+    StoreConflictError,
+    StreamExistsError,
+    RequestIdConflictError,
+    TaskStateError,
+)
+
+
 def status_of(exc: BlockBudgetError) -> int:
     """The HTTP status of a platform refusal (see the module docstring)."""
     if isinstance(exc, (AuthError, ConcealedError)):
@@ -69,18 +82,7 @@ def status_of(exc: BlockBudgetError) -> int:
         return 422
     if isinstance(exc, UnknownBlockError):
         return 404
-    if isinstance(
-        exc,
-        (
-            BudgetExceededError,
-            RetiredBlockError,
-            ReservationError,
-            StoreConflictError,
-            StreamExistsError,
-            RequestIdConflictError,
-            TaskStateError,
-        ),
-    ):
+    if isinstance(exc, CONFLICT_ERRORS):
         return 409
     if isinstance(exc, (InvalidRequestError, InvalidBudgetError, DataError)):
         return 422

@@ -3,7 +3,7 @@
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from blockbudget.service.auth import Permission, Role
+from blockbudget.service.auth import MAX_GRACE_SECONDS, Permission, Role
 
 
 class _Strict(BaseModel):
@@ -40,9 +40,10 @@ class RotateIn(_Strict):
     grace_seconds: float = Field(
         default=0.0,
         ge=0,
-        le=90 * 86_400,
         allow_inf_nan=False,
-        description="how long the old key keeps working (0: refused at once)",
+        # at most 90 days: checked by the key store, whose refusal says so in words
+        json_schema_extra={"maximum": MAX_GRACE_SECONDS},
+        description="how long the old key keeps working (0: refused at once; at most 90 days)",
     )
 
 

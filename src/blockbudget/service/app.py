@@ -566,6 +566,9 @@ def create_app(
         alert_below=alert_threshold_from_env() if alert_below is None else alert_below,
     )
 
+    from blockbudget.service.readiness import register_readiness_route
+
+    register_readiness_route(app, engine=platform.ledger.engine)
     register_metrics(app, alert_below=alert_below)  # reads app.state's platform, keys, tasks
     return app
 

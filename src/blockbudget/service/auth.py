@@ -85,6 +85,8 @@ stream_acl = sa.Table(
 )
 
 KEY_PREFIX = "bbk"
+#: The longest grace period of a rotated key: 90 days, in seconds.
+MAX_GRACE_SECONDS = 90 * 86_400
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-@")
 
 
@@ -433,10 +435,16 @@ class KeyStore:
 
         Raises:
             UnknownBlockError: no such key of ``principal``.
-            InvalidRequestError: a negative grace, or the key is revoked or expired already.
+            InvalidRequestError: a negative grace or one over :data:`MAX_GRACE_SECONDS`, or the
+                key is revoked or expired already.
         """
         if not grace_seconds >= 0 or math.isinf(grace_seconds):
             raise InvalidRequestError(f"grace_seconds must be finite and >= 0, got {grace_seconds}")
+        if grace_seconds > MAX_GRACE_SECONDS:
+            raise InvalidRequestError(
+                f"the grace period must be at most 90 days ({MAX_GRACE_SECONDS} seconds), "
+                f"got {grace_seconds / 86_400:.15g} days ({grace_seconds:.15g} seconds)"
+            )
         at = now()
         old = next((k for k in self.keys(principal) if k.key_id == key_id), None)
         if old is None:

@@ -25,6 +25,7 @@ or owner may not see, so no other principal may read them.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import json
 import logging
@@ -69,6 +70,7 @@ __all__ = [
     "MULTIPROC_ENV",
     "LedgerCollector",
     "prepare_multiprocess_dir",
+    "refusal_reasons",
     "register_metrics",
 ]
 
@@ -81,18 +83,22 @@ ENV_METRICS_TOKEN = "BLOCKBUDGET_METRICS_TOKEN"
 #: Request latency histogram buckets, in seconds (a task's ``?wait=`` may hold a request 60 s).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
-#: The 409 refusals counted by reason; any other 409 counts as ``other``.
-REFUSAL_REASONS = frozenset(
-    {
-        "BudgetExceededError",
-        "RetiredBlockError",
-        "ReservationError",
-        "StoreConflictError",
-        "StreamExistsError",
-        "RequestIdConflictError",
-        "TaskStateError",
-    }
-)
+
+@functools.cache
+def refusal_reasons() -> frozenset[str]:
+    """The reasons a 409 is counted by: the class name of every error the service answers 409
+    (:data:`blockbudget.service.access.CONFLICT_ERRORS` and their subclasses, e.g.
+    ``DuplicateRowsError``); any other 409 counts as ``other`` (labels stay a bounded set)."""
+    from blockbudget.service.access import CONFLICT_ERRORS
+
+    names: set[str] = set()
+    todo: list[type] = list(CONFLICT_ERRORS)
+    while todo:
+        cls = todo.pop()
+        names.add(cls.__name__)
+        todo.extend(cls.__subclasses__())
+    return frozenset(names)
+
 
 #: The HTTP methods a label may name; any other is ``other`` (labels stay a bounded set).
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -369,7 +375,7 @@ def _reason(body: bytes) -> str:
         error = json.loads(body).get("error")
     except (ValueError, AttributeError):
         return "other"
-    return error if error in REFUSAL_REASONS else "other"
+    return error if isinstance(error, str) and error in refusal_reasons() else "other"
 
 
 def register_metrics(

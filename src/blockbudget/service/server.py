@@ -98,11 +98,15 @@ def serve(
     """Run uvicorn with ``workers`` processes serving one platform (block files under
     ``data_root`` when given). ``/metrics`` accepts admin keys and, when given,
     ``metrics_token``; request lines go to ``request_log`` (``-``: stderr, ``off``, or a file).
-    The workers' metrics share a freshly emptied ``PROMETHEUS_MULTIPROC_DIR`` (a temporary
-    folder unless the variable names one)."""
+    The workers' metrics share a freshly emptied ``PROMETHEUS_MULTIPROC_DIR``: a temporary
+    folder, removed when the server stops, unless the variable names one (kept)."""
     import uvicorn
 
-    from blockbudget.service.metrics import ENV_METRICS_TOKEN, prepare_multiprocess_dir
+    from blockbudget.service.metrics import (
+        ENV_METRICS_TOKEN,
+        MULTIPROC_ENV,
+        prepare_multiprocess_dir,
+    )
     from blockbudget.service.request_log import ENV_REQUEST_LOG
 
     os.environ[ENV_HOME] = str(Path(home).resolve())
@@ -119,12 +123,20 @@ def serve(
         os.environ[ENV_METRICS_TOKEN] = metrics_token
     if request_log:
         os.environ[ENV_REQUEST_LOG] = request_log
-    prepare_multiprocess_dir()  # before any worker imports prometheus_client
-    uvicorn.run(
-        "blockbudget.service.server:app_from_env",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        log_level=log_level,
-    )
+    named = bool(os.environ.get(MULTIPROC_ENV))  # the user's folder: emptied, never removed
+    folder = prepare_multiprocess_dir()  # before any worker imports prometheus_client
+    try:
+        uvicorn.run(
+            "blockbudget.service.server:app_from_env",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_level=log_level,
+        )
+    finally:
+        if not named:  # the temporary folder this server made
+            import shutil
+
+            shutil.rmtree(folder, ignore_errors=True)
+            os.environ.pop(MULTIPROC_ENV, None)
