@@ -77,3 +77,22 @@ def test_an_id_with_other_content_and_duplicates_are_409(
     assert r.status_code == 422 and "given twice" in r.json()["detail"]
     r = client.post(URL, headers=h, json={"records": [ROW], "ingest_id": "no spaces"})
     assert r.status_code == 422
+
+
+def test_a_principal_cannot_squat_an_ingest_request_id(seeded: Seeded, client: TestClient) -> None:
+    from blockbudget.service import Permission, Role
+
+    seeded.keys.add_principal("ingest", Role.ANALYST, contexts=("team-a",))
+    seeded.keys.grant("ingest", "flights", Permission.READ)
+    key = seeded.keys.create_key("ingest")
+    block = seeded.platform.store.blocks("flights")[0].block_id
+    for rid in ("flights:day-9", "flights/day-9"):
+        body = {"blocks": [block], "epsilon": "1e-9", "context": "team-a", "request_id": rid}
+        r = client.post("/v1/streams/flights/charges", headers=seeded.headers(key), json=body)
+        assert r.status_code == 200, r.text
+    h = seeded.headers(seeded.owner)
+    r = client.post(URL, headers=h, json={"records": [ROW], "ingest_id": "day-9"})
+    assert r.status_code == 201, r.text
+    stored = {b.block_id for b in seeded.platform.store.blocks("flights")}
+    assert stored == {b.block_id for b in seeded.platform.ledger.blocks(stream="flights")}
+    assert seeded.platform.ledger.request("ingest/flights/day-9") is not None
