@@ -135,14 +135,15 @@ class IngestIn(Strict):
 class OverlapOut(BaseModel):
     """How the rows overlapped stored rows: ``rows`` whose block key already had rows (per
     key in ``keys``); under ``refuse`` and ``skip-duplicates`` (``checked``) the exact
-    duplicates of stored rows (per key in ``duplicates``) and those left out."""
+    duplicates of stored rows (per key in ``duplicates``: shown to admins only, None for an
+    owner) and those left out."""
 
     policy: str
     rows: int
     keys: dict[str, int]
     checked: bool
     duplicate_rows: int
-    duplicates: dict[str, int]
+    duplicates: dict[str, int] | None
     skipped_rows: int
 
 
