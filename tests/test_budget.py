@@ -19,6 +19,7 @@ from blockbudget.budget import (
     from_units,
     rdp_to_dp,
     sum_costs,
+    to_decimal,
     units_down,
     units_up,
 )
@@ -244,3 +245,27 @@ def test_pure_dp_curve_rounds_up_a_many_digit_epsilon() -> None:
         ctx.prec = 200  # exact
         for alpha, value in zip(ALPHAS, curve.epsilons, strict=True):
             assert value >= min(eps, Decimal(repr(alpha)) * eps * eps / 2)
+
+
+BAD_TEXTS = ["１", "\u0661", "٣.5", " 1", "1 ", "1\n", "1_0", "0x1", "1e", "."]
+
+
+@pytest.mark.parametrize("text", BAD_TEXTS)
+def test_budget_text_is_ascii_decimal_only(text: str) -> None:
+    from blockbudget.cli.common import budget_number
+    from blockbudget.errors import InvalidRequestError
+
+    with pytest.raises(InvalidBudgetError, match="ASCII digits"):
+        Budget(epsilon=text)
+    with pytest.raises(InvalidBudgetError, match="ASCII digits"):
+        Budget(epsilon=1, delta=text)
+    with pytest.raises(InvalidRequestError, match="--epsilon must be a decimal number"):
+        budget_number(text)
+
+
+def test_budget_text_forms_and_short_messages() -> None:
+    for text, value in [("1e-9", "1E-9"), (".5", "0.5"), ("+2.", "2"), ("-0.25E+1", "-2.5")]:
+        assert to_decimal(text, name="x") == Decimal(value)
+    with pytest.raises(InvalidBudgetError) as info:
+        Budget(epsilon="1" * 1_000_000 + "x")
+    assert len(str(info.value)) < 200 and "(1000003 characters)" in str(info.value)

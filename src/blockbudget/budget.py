@@ -18,6 +18,7 @@ of mechanisms) are bumped up by a relative 1e-12 before they are stored.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from decimal import (
@@ -67,9 +68,46 @@ _PRICE = Context(prec=40, rounding=ROUND_CEILING, traps=[InvalidOperation, Overf
 
 Number: TypeAlias = int | float | str | Decimal
 
+#: The text of an exact budget number: ASCII digits, an optional sign, point and exponent
+#: (``0.5``, ``-.25``, ``1e-9``), or an infinity; no spaces, underscores or other digits.
+DECIMAL_TEXT = re.compile(
+    r"[+-]?(?:[0-9]++(?:\.[0-9]*+)?|\.[0-9]++)(?:[eE][+-]?[0-9]++)?|[+-]?(?:inf|infinity)",
+    re.IGNORECASE,
+)
+
+
+def shown(value: object, *, limit: int = 40) -> str:
+    """``repr(value)`` cut to about ``limit`` characters, for error messages about input text.
+
+    Example:
+        >>> shown("9" * 100)
+        "'9999999999999999999999999999999999999…(102 characters)"
+    """
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 2]}…({len(text)} characters)"
+
+
+def check_decimal_text(text: str, *, name: str) -> str:
+    """``text`` if it is an exact budget number (:data:`DECIMAL_TEXT`).
+
+    Raises:
+        InvalidBudgetError: anything else (``"１"``, ``" 1"``, ``"1_0"``, ``"0x1"``).
+
+    Example:
+        >>> check_decimal_text("1e-9", name="epsilon")
+        '1e-9'
+    """
+    if not DECIMAL_TEXT.fullmatch(text):
+        raise InvalidBudgetError(
+            f"{name} must be a decimal number of ASCII digits ([+-]digits[.digits][e[+-]digits],"
+            f" no spaces), got {shown(text)}"
+        )
+    return text
+
 
 def to_decimal(value: Number, *, name: str) -> Decimal:
-    """Read a number exactly; floats as their shortest round-trip decimal.
+    """Read a number exactly; floats as their shortest round-trip decimal, text only in the
+    ASCII form :data:`DECIMAL_TEXT`.
 
     Raises:
         InvalidBudgetError: for booleans, NaN, or text that is not a number.
@@ -82,18 +120,18 @@ def to_decimal(value: Number, *, name: str) -> Decimal:
         elif isinstance(value, (int, Decimal)):
             dec = Decimal(value)
         elif isinstance(value, str):
-            dec = Decimal(value.strip())
+            dec = Decimal(check_decimal_text(value, name=name))
         else:
             raise InvalidBudgetError(f"{name} must be a number, got {type(value).__name__}")
     except InvalidOperation as exc:
-        raise InvalidBudgetError(f"{name} must be a number, got {value!r}") from exc
+        raise InvalidBudgetError(f"{name} must be a number, got {shown(value)}") from exc
     if dec.is_nan():
         raise InvalidBudgetError(f"{name} must not be NaN")
     # adjusted() needs no arithmetic context, so huge exponents cannot overflow here.
     if dec.is_finite() and dec != 0 and not (-100 <= dec.adjusted() <= 30 and abs(dec) <= 10**30):
         raise InvalidBudgetError(
             f"{name} must be 0 or of magnitude between {MIN_MAGNITUDE} and {MAX_MAGNITUDE}, "
-            f"got {value!r}"
+            f"got {shown(value)}"
         )
     return dec
 

@@ -258,7 +258,12 @@ class IngestIdConflictError(StoreConflictError):
 
 class DuplicateRowsError(StoreConflictError):
     """An ingest under ``on_overlap`` REFUSE has rows equal in every column to rows its stream
-    already holds under the same block key; nothing was written."""
+    already holds under the same block key; nothing was written. ``duplicates``: the count
+    found per block key (empty when not known)."""
+
+    def __init__(self, message: str, *, duplicates: Mapping[str, int] | None = None) -> None:
+        super().__init__(message)
+        self.duplicates: dict[str, int] = dict(duplicates or {})
 
 
 class SchemaRevisionError(InvalidRequestError):

@@ -681,5 +681,10 @@ class Platform:
 
 
 def _ingest_request(report: IngestReport) -> str | None:
-    """The ledger request id that registers an ingest's new blocks."""
-    return f"ingest:{report.stream}:{report.ingest_id}" if report.ingest_id else None
+    """The ledger request id that registers an ingest's new blocks: ``ingest/<stream>/<id>``.
+
+    Internal ids carry a ``/`` before any ``:``; a principal's own ids are
+    ``<name>:<id>`` with a name that never contains ``/`` (:func:`service.charges.scoped`), so
+    no principal can claim (squat) this id. Registration is idempotent per block, so an
+    ingest stored under the earlier ``ingest:`` form and repeated now still registers."""
+    return f"ingest/{report.stream}/{report.ingest_id}" if report.ingest_id else None

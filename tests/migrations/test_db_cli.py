@@ -80,3 +80,27 @@ def test_the_cli_imports_no_database_library_at_start() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_an_upgrade_the_role_may_not_make_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import psycopg
+
+    import blockbudget.migrations as migrations
+
+    def refused(url: str) -> None:
+        orig = psycopg.errors.InsufficientPrivilege("permission denied for schema public")
+        raise sa.exc.ProgrammingError("CREATE TABLE store_x (…)", {}, orig)
+
+    monkeypatch.setattr(migrations, "upgrade", refused)
+    home = ["--home", str(tmp_path / "home")]
+    code, doc = _db("upgrade", *home)
+    error = doc["error"]
+    assert code == 2 and isinstance(error, dict) and error["type"] == "InvalidRequestError"
+    message = error["message"]
+    assert message.startswith("the database refused the upgrade: permission denied for schema")
+    assert "CREATE on the schema" in message and message.endswith("nothing was changed")
+    result = runner.invoke(app, ["db", "upgrade", *home])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) <= 3  # one message (wrapped on a terminal)

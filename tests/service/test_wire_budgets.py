@@ -128,3 +128,35 @@ def test_afford_route(tmp_path: Path) -> None:
         assert bad.status_code == 403
         both = client.post("/v1/streams/flights/afford", headers=h, json={})
         assert both.status_code == 422
+
+
+def test_budget_text_is_ascii_decimal_only(tmp_path: Path) -> None:
+    from blockbudget.query import Query, to_dict
+
+    from .support import ledger_snapshot
+
+    seeded = seed(tmp_path / "h")
+    p = seeded.platform
+    block = p.store.blocks("flights")[0].block_id
+    query = to_dict(Query.count(epsilon=0.05))
+    with TestClient(create_app(p, keys=seeded.keys, auth_cache_seconds=0)) as client:
+        h = seeded.headers(seeded.analyst)
+        before = ledger_snapshot(p)
+
+        def bodies(text: str) -> list[tuple[str, dict[str, object]]]:
+            return [
+                ("charges", {"blocks": [block], "epsilon": text, "context": "team-a"}),
+                ("query", {"query": {**query, "epsilon": text}, "context": "team-a", "last": 1}),
+                ("tasks", {"kind": "budget", "epsilon": text, "selector": {"newest": 1}}),
+                ("afford", {"last": 1, "context": "team-a", "delta": text}),
+            ]
+
+        for text in ("１", "\u0661", " 1", "1\n", "1_0", "0x1", "7" * 100_000):
+            for route, body in bodies(text):
+                r = client.post(f"/v1/streams/flights/{route}", headers=h, json=body)
+                assert r.status_code == 422, (route, text[:9], r.text[:300])
+                assert len(r.text) < 600, (route, r.text[:300])
+        assert ledger_snapshot(p) == before
+        for route, body in bodies("1e-3")[:2]:  # the ASCII forms still charge
+            r = client.post(f"/v1/streams/flights/{route}", headers=h, json=body)
+            assert r.status_code == 200, (route, r.text)

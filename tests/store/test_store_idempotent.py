@@ -4,6 +4,7 @@ overlap with stored rows under each on_overlap policy."""
 from __future__ import annotations
 
 import threading
+from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
@@ -13,7 +14,7 @@ import sqlalchemy as sa
 from store_helpers import snapshot, sort_frame, time_spec
 
 from blockbudget import InvalidRequestError
-from blockbudget.errors import DuplicateRowsError, IngestIdConflictError
+from blockbudget.errors import DataError, DuplicateRowsError, IngestIdConflictError
 from blockbudget.store import BlockStore, OnOverlap, catalog, overlap
 from blockbudget.store.content import ContentHasher
 
@@ -69,6 +70,42 @@ def test_the_content_hash_ignores_the_source_and_batching(
     hasher = ContentHasher()
     hasher.update(stored.slice(1))
     assert "sha256:" + hasher.hexdigest() != first.ingest_id
+
+
+def _nested(tags: list[list[str | None] | None]) -> pa.Table:
+    point = pa.struct([("x", pa.int64()), ("name", pa.string())])
+    return pa.table(
+        {
+            "time_hour": pa.array([datetime(2013, 1, 1, 5), datetime(2013, 1, 1, 6)]),
+            "tags": pa.array(tags, pa.list_(pa.string())),
+            "point": pa.array([{"x": 1, "name": None}, None], point),
+            "trail": pa.array([None, [{"x": 2, "name": "a"}, None]], pa.list_(point)),
+        }
+    )
+
+
+def test_nested_columns_with_nulls_hash_and_ingest(store: BlockStore, tmp_path: Path) -> None:
+    store.create_stream(time_spec())
+    table = _nested([["a", None], None])
+    pa.parquet.write_table(table, tmp_path / "n.parquet")  # type: ignore[attr-defined]
+    first = store.ingest("flights", tmp_path / "n.parquet")
+    assert first.rows == 2 and not first.repeat
+    assert store.ingest("flights", table).repeat  # same content, same hash
+    digests = set()
+    for t in (table, _nested([["a", None], None]), _nested([["a", None], []])):
+        hasher = ContentHasher()
+        hasher.update(t)
+        digests.add(hasher.hexdigest())
+    assert len(digests) == 2  # a null list and an empty one differ; equal content hashes equal
+    assert store.read(list(first.new_blocks)).column("tags").to_pylist() == [["a", None], None]
+
+
+def test_a_column_the_hash_cannot_fill_is_a_data_error(store: BlockStore) -> None:
+    hasher = ContentHasher()
+    column = pa.array([(1, 2, 3), None], pa.month_day_nano_interval())
+    with pytest.raises(DataError, match="column 'gap'"):
+        hasher.update(pa.table({"gap": column}))
+        hasher.hexdigest()
 
 
 def test_reordered_rows_are_a_new_ingest_whose_rows_are_duplicates(

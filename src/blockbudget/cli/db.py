@@ -1,7 +1,8 @@
 """``blockbudget db``: the schema revision of the platform's database, and upgrading it.
 
 ``db upgrade`` brings a database to this release's schema (run it after installing a new
-release, before starting servers; a second run does nothing); ``db current`` shows where a
+release, before starting servers; a second run does nothing; a role lacking the privileges
+is told so in one line, exit 2, nothing changed); ``db current`` shows where a
 database stands; ``db check`` exits 1 when the database needs ``db upgrade`` (or a newer
 release), 0 when this release can open it. Each takes ``--json``.
 """
@@ -15,6 +16,7 @@ import typer
 
 from blockbudget.cli.common import DEFAULT_HOME, HomeOpt, JsonOpt, app, console, emit_json
 from blockbudget.cli.common import handle_errors as _handle_errors
+from blockbudget.errors import InvalidRequestError
 
 db_app = typer.Typer(
     help="The database's schema revision: upgrade, current, check.", no_args_is_help=True
@@ -52,15 +54,23 @@ def _hidden(url: str) -> str:
 @db_app.command("upgrade")
 @_handle_errors
 def upgrade(
-    home: HomeOpt = DEFAULT_HOME, database: DatabaseOpt = None, json: JsonOpt = False
+    home: HomeOpt = DEFAULT_HOME, database: DatabaseOpt = None, as_json: JsonOpt = False
 ) -> None:
     """Bring the database to this release's schema (a no-op when it is there already)."""
+    import sqlalchemy as sa
+
     from blockbudget.migrations import upgrade as run_upgrade
 
     if database is None:
         home.mkdir(parents=True, exist_ok=True)
-    report = run_upgrade(database_url(home, database))
-    if json:
+    try:
+        report = run_upgrade(database_url(home, database))
+    except sa.exc.DBAPIError as exc:
+        refusal = _privilege_refusal(exc)
+        if refusal is None:
+            raise
+        raise InvalidRequestError(refusal) from None
+    if as_json:
         emit_json(report.to_json())
         return
     if report.applied:
@@ -75,16 +85,40 @@ def upgrade(
         )
 
 
+#: SQLSTATE of PostgreSQL's "permission denied" and "must be owner of" refusals.
+_INSUFFICIENT_PRIVILEGE = "42501"
+
+
+def _privilege_refusal(exc: Exception) -> str | None:
+    """The one-line message for an upgrade the database role may not make (None for any
+    other database error). The upgrade runs in one transaction, so nothing was changed."""
+    orig = getattr(exc, "orig", None)
+    code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    said = str(orig).strip().splitlines()[0] if orig is not None and str(orig).strip() else ""
+    if code == _INSUFFICIENT_PRIVILEGE:
+        return (
+            f"the database refused the upgrade: {said} — the role running `db upgrade` must "
+            "own blockbudget's tables and may create in their schema (run it as the tables' "
+            "owner, or grant CREATE on the schema); nothing was changed"
+        )
+    if "readonly database" in said:
+        return (
+            f"the database refused the upgrade: {said} — the database file and its folder "
+            "must be writable by the user running `db upgrade`; nothing was changed"
+        )
+    return None
+
+
 @db_app.command("current")
 @_handle_errors
 def current(
-    home: HomeOpt = DEFAULT_HOME, database: DatabaseOpt = None, json: JsonOpt = False
+    home: HomeOpt = DEFAULT_HOME, database: DatabaseOpt = None, as_json: JsonOpt = False
 ) -> None:
     """Show the database's schema revision and this release's head."""
     from blockbudget.migrations import status
 
     found = status(database_url(home, database))
-    if json:
+    if as_json:
         emit_json(found.to_json())
         return
     console.print(
@@ -97,14 +131,14 @@ def current(
 @db_app.command("check")
 @_handle_errors
 def check(
-    home: HomeOpt = DEFAULT_HOME, database: DatabaseOpt = None, json: JsonOpt = False
+    home: HomeOpt = DEFAULT_HOME, database: DatabaseOpt = None, as_json: JsonOpt = False
 ) -> None:
     """Exit 0 when this release can open the database (current or empty), 1 when it needs
     ``blockbudget db upgrade`` (or was written by a newer release)."""
     from blockbudget.migrations import SchemaState, status
 
     found = status(database_url(home, database))
-    if json:
+    if as_json:
         emit_json(found.to_json())
     elif found.usable:
         console.print(f"{found.database}: {found.state.value} (head {found.head})", markup=False)

@@ -53,6 +53,11 @@ def scoped(me: Principal, request_id: str | None) -> str | None:
     ``%3A`` (principal names contain no ``%``), so the part before the first ``:`` names exactly
     one principal: principal ``a`` sending ``b:c`` and principal ``a:b`` sending ``c`` get
     different ids. Names without ``:`` keep the plain form, so stored ids still replay.
+
+    The part before the first ``:`` of a scoped id has only the characters of a principal name
+    (and ``%``). The platform's own predictable ids (an ingest's ``ingest/<stream>/<id>``, a
+    release's ``<reservation>/release``, a stream release's ``stream-release/<hash>/<block>``)
+    carry a ``/`` there or no ``:`` at all, so no principal can claim one in advance.
     """
     if request_id is None:
         return None

@@ -7,30 +7,39 @@ did; a repeat of a committed ingest changes nothing and answers 200 with ``"repe
 the first ingest's result (so a client may retry an ingest whose answer it lost); the same id
 with other content is a 409. ``on_overlap`` (``refuse``, the default; ``skip-duplicates``;
 ``append``) says what happens to rows equal to rows the stream already holds under their block
-key: a refusal is a 409 that names the block keys and counts. The answer's ``overlap`` reports
-the rows whose block key already had rows and the exact duplicates found.
+key: a refusal is a 409 that counts them. The answer's ``overlap`` reports the rows whose block
+key already had rows and the exact duplicates found.
+
+The duplicate check tells its caller whether given rows are stored — row-level knowledge
+outside any DP guarantee, which is why ingest needs ``own`` (granted to the data's custodians
+only). To keep it visible and small: per-key duplicate counts (in the 409 and in ``overlap``)
+go to admins only, an owner sees the total; every ingest that found duplicates is logged on
+the ``blockbudget.admin`` logger (principal, stream, policy, counts; never values).
 """
 
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
 import anyio.to_thread
 from fastapi import Depends, FastAPI, Query, Request, Response
 
-from blockbudget.errors import DataError, InvalidRequestError
+from blockbudget.errors import DataError, DuplicateRowsError, InvalidRequestError
 from blockbudget.platform import Platform
 from blockbudget.service import schemas as sc
 from blockbudget.service.access import Authenticator, require_stream
-from blockbudget.service.auth import Principal
+from blockbudget.service.admin_views import log_admin
+from blockbudget.service.auth import Principal, Role
 from blockbudget.service.failures import LEDGER_REFUSALS, concealing
 from blockbudget.store import IngestReport, OnOverlap
 
 __all__ = ["ingest_out", "register_ingest_routes"]
 
 
-def ingest_out(report: IngestReport) -> sc.IngestOut:
-    """The answer to an ingest (new or repeat)."""
+def ingest_out(report: IngestReport, *, per_key: bool = True) -> sc.IngestOut:
+    """The answer to an ingest (new or repeat); ``per_key`` False leaves out the per-key
+    duplicate counts (``overlap.duplicates`` is None: an owner's answer)."""
     o = report.overlap
     return sc.IngestOut(
         rows=report.rows,
@@ -49,7 +58,7 @@ def ingest_out(report: IngestReport) -> sc.IngestOut:
             keys=dict(o.keys),
             checked=o.checked,
             duplicate_rows=o.duplicate_rows,
-            duplicates=dict(o.duplicates),
+            duplicates=dict(o.duplicates) if per_key else None,
             skipped_rows=o.skipped_rows,
         ),
     )
@@ -78,12 +87,42 @@ def register_ingest_routes(
         require_stream(me, stream, own=True)
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
         raw = await request.body()
-        report = await anyio.to_thread.run_sync(
-            _ingest, platform, stream, kind, raw, ingest_id, on_overlap
-        )
+        admin = me.role is Role.ADMIN
+        try:
+            report = await anyio.to_thread.run_sync(
+                _ingest, platform, stream, kind, raw, ingest_id, on_overlap
+            )
+        except DuplicateRowsError as exc:
+            _log_duplicates(me, stream, "refuse", exc.duplicates)
+            raise _refusal(stream, exc.duplicates, per_key=admin) from None
         if report.repeat:
             response.status_code = 200
-        return ingest_out(report)
+        elif report.overlap.duplicate_rows:
+            _log_duplicates(me, stream, report.overlap.policy.value, report.overlap.duplicates)
+        return ingest_out(report, per_key=admin)
+
+
+def _log_duplicates(me: Principal, stream: str, policy: str, found: Mapping[str, int]) -> None:
+    """Make duplicate checks visible to admins: who tested which stream, how many rows."""
+    log_admin(
+        me.name,
+        "ingest-found-duplicates",
+        stream,
+        on_overlap=policy,
+        duplicate_rows=sum(found.values()),
+        per_key=dict(sorted(found.items())),
+    )
+
+
+def _refusal(stream: str, found: dict[str, int], *, per_key: bool) -> DuplicateRowsError:
+    """The 409 of a refused duplicate: the total, and per block key for an admin only."""
+    where = f", per block key: {dict(sorted(found.items()))}" if per_key else ""
+    return DuplicateRowsError(
+        f"{sum(found.values())} of the uploaded rows repeat rows stream {stream!r} already "
+        f"holds (every column equal){where}; nothing was ingested (on_overlap refuse). Ingest "
+        "with on_overlap skip-duplicates to leave them out, or append to store them again",
+        duplicates=found if per_key else None,
+    )
 
 
 def _ingest(

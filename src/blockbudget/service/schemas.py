@@ -1,7 +1,9 @@
 """Request and response bodies of the HTTP API (pydantic; they make the OpenAPI schema).
 
 Budgets travel as numbers (ε ≥ 0, 0 ≤ δ < 1, finite); the platform reads a float as its
-shortest decimal (:class:`blockbudget.budget.Budget`), so ``0.1`` is exactly 0.1. No response
+shortest decimal (:class:`blockbudget.budget.Budget`), so ``0.1`` is exactly 0.1; a budget sent
+as a string must be ASCII decimal text (:data:`blockbudget.budget.DECIMAL_TEXT`: no spaces,
+underscores or non-ASCII digits). No response
 model carries a data row: DP answers, budgets, block keys and audit events only.
 """
 
@@ -12,8 +14,10 @@ from decimal import Decimal
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from blockbudget.budget import check_decimal_text
+from blockbudget.errors import InvalidBudgetError
 from blockbudget.service.auth import Permission, Role
 from blockbudget.store.model import OnOverlap
 
@@ -25,6 +29,23 @@ ContextName = Field(
     max_length=64,
     description="context that pays (default: the caller's only bound context)",
 )
+
+
+def _decimal_text(value: object) -> object:
+    """A budget sent as text must be exact ASCII decimal text (pydantic alone would read
+    ``" 1"`` or ``"1_0"``); numbers pass unchanged."""
+    if isinstance(value, str):
+        try:
+            check_decimal_text(value, name="a budget")
+        except InvalidBudgetError as exc:
+            raise ValueError(str(exc)) from None
+    return value
+
+
+#: ε or δ as a float: a JSON number, or ASCII decimal text.
+BudgetFloat = Annotated[float, BeforeValidator(_decimal_text)]
+#: ε or δ read exactly: a JSON number, or ASCII decimal text.
+BudgetDecimal = Annotated[Decimal, BeforeValidator(_decimal_text)]
 Epsilon = Field(gt=0, le=1e6, allow_inf_nan=False, description="ε per block")
 Delta = Field(default=0.0, ge=0, lt=1, allow_inf_nan=False, description="δ per block")
 RequestId = Field(default=None, min_length=1, max_length=200, description="idempotency key")
@@ -100,8 +121,8 @@ class ContextOut(BaseModel):
 
 class StreamIn(Strict):
     name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-    epsilon: float = Field(gt=0, le=1e6, allow_inf_nan=False, description="ε_g per block")
-    delta: float = Field(default=1e-6, ge=0, lt=1, allow_inf_nan=False, description="δ_g")
+    epsilon: BudgetFloat = Field(gt=0, le=1e6, allow_inf_nan=False, description="ε_g per block")
+    delta: BudgetFloat = Field(default=1e-6, ge=0, lt=1, allow_inf_nan=False, description="δ_g")
     accounting: Literal["basic", "strong", "rdp"] = "basic"
     by: Literal["time", "user", "attribute"] = "time"
     column: str = Field(default="time", min_length=1, max_length=200)
@@ -135,14 +156,15 @@ class IngestIn(Strict):
 class OverlapOut(BaseModel):
     """How the rows overlapped stored rows: ``rows`` whose block key already had rows (per
     key in ``keys``); under ``refuse`` and ``skip-duplicates`` (``checked``) the exact
-    duplicates of stored rows (per key in ``duplicates``) and those left out."""
+    duplicates of stored rows (per key in ``duplicates``: shown to admins only, None for an
+    owner) and those left out."""
 
     policy: str
     rows: int
     keys: dict[str, int]
     checked: bool
     duplicate_rows: int
-    duplicates: dict[str, int]
+    duplicates: dict[str, int] | None
     skipped_rows: int
 
 
@@ -201,8 +223,8 @@ class Selection(Strict):
 
 
 class ReserveIn(Selection):
-    epsilon: float = Epsilon
-    delta: float = Delta
+    epsilon: BudgetFloat = Epsilon
+    delta: BudgetFloat = Delta
     context: str | None = ContextName
     ttl_seconds: float = Field(default=600.0, gt=0, le=7 * 86_400, allow_inf_nan=False)
     request_id: str | None = RequestId
@@ -225,16 +247,16 @@ class ReservationOut(BaseModel):
 
 
 class DrawIn(Strict):
-    epsilon: float = Epsilon
-    delta: float = Delta
+    epsilon: BudgetFloat = Epsilon
+    delta: BudgetFloat = Delta
     blocks: list[str] | None = Field(default=None, min_length=1, max_length=10_000)
     request_id: str | None = RequestId
 
 
 class ChargeIn(Strict):
     blocks: list[str] = Field(min_length=1, max_length=10_000)
-    epsilon: float = Epsilon
-    delta: float = Delta
+    epsilon: BudgetFloat = Epsilon
+    delta: BudgetFloat = Delta
     context: str | None = ContextName
     request_id: str | None = RequestId
 
@@ -261,7 +283,7 @@ class QueryIn(Selection):
     """The legacy flat body of ``POST /v1/streams/{s}/queries/{kind}`` (translated to the
     query's JSON form and run by the same code as ``POST /v1/streams/{s}/query``)."""
 
-    epsilon: float = Epsilon
+    epsilon: BudgetFloat = Epsilon
     context: str | None = ContextName
     column: str | None = Field(default=None, min_length=1, max_length=200)
     lower: float | None = Field(default=None, allow_inf_nan=False)
@@ -438,8 +460,8 @@ class PipelineIn(Strict):
     kind: PipelineKind
     target: float = Field(gt=0, le=1e6, allow_inf_nan=False, description="the SLA's τ")
     context: str | None = ContextName
-    epsilon0: float = Field(default=0.0625, gt=0, le=10, allow_inf_nan=False)
-    max_epsilon: float = Field(default=1.0, gt=0, le=10, allow_inf_nan=False)
+    epsilon0: BudgetFloat = Field(default=0.0625, gt=0, le=10, allow_inf_nan=False)
+    max_epsilon: BudgetFloat = Field(default=1.0, gt=0, le=10, allow_inf_nan=False)
     min_window: int = Field(default=1, ge=1, le=10_000)
 
 
@@ -514,8 +536,8 @@ class PipelineWorkIn(Strict):
 
     kind: PipelineKind
     target: float = Field(gt=0, le=1e6, allow_inf_nan=False, description="the SLA's τ")
-    epsilon0: float = Field(default=0.0625, gt=0, le=10, allow_inf_nan=False)
-    max_epsilon: float = Field(default=1.0, gt=0, le=10, allow_inf_nan=False)
+    epsilon0: BudgetFloat = Field(default=0.0625, gt=0, le=10, allow_inf_nan=False)
+    max_epsilon: BudgetFloat = Field(default=1.0, gt=0, le=10, allow_inf_nan=False)
     min_window: int = Field(default=1, ge=1, le=10_000)
 
 
@@ -543,14 +565,14 @@ class TaskIn(Selection):
     query: dict[str, Any] | None = Field(
         default=None, description="kind query: the query's JSON form (docs/queries.md)"
     )
-    epsilon: Decimal | None = Field(
+    epsilon: BudgetDecimal | None = Field(
         default=None,
         gt=0,
         le=1e6,
         allow_inf_nan=False,
         description="kind budget: ε per block (a number, or an exact decimal string)",
     )
-    delta: Decimal = Field(
+    delta: BudgetDecimal = Field(
         default=Decimal(0),
         ge=0,
         lt=1,

@@ -8,7 +8,9 @@ stream's schema (so columns in schema order, whatever the input's order), then
   the hash does not depend on how the input was batched (CSV blocks, Parquet row groups, an
   iterable of RecordBatches);
 * each column ``c`` written as two columns: ``c`` with its null slots set to the type's zero
-  (Arrow leaves the value under a null undefined: pandas puts NaN there, the CSV reader 0) and
+  (Arrow leaves the value under a null undefined: pandas puts NaN there, the CSV reader 0) —
+  a nested column (list, map, struct) as the ``repr`` of each row's Python value instead,
+  since Arrow leaves values and validity under a null parent undefined at every level — and
   ``c``'s validity as booleans; IPC writes slices without their offsets and omits empty
   validity bitmaps, so the bytes depend on the values only.
 
@@ -35,7 +37,7 @@ import re
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from blockbudget.errors import InvalidRequestError
+from blockbudget.errors import DataError, InvalidRequestError
 
 #: Rows per canonical record batch.
 HASH_BATCH_ROWS = 64 * 1024
@@ -106,9 +108,10 @@ class ContentHasher:
 
     def _write(self, table: pa.Table) -> None:
         arrays: list[pa.Array] = []
-        for col in table.combine_chunks().columns:
+        whole = table.combine_chunks()
+        for name, col in zip(whole.column_names, whole.columns, strict=True):
             arr = col.chunk(0) if col.num_chunks == 1 else pa.concat_arrays(col.chunks)
-            arrays.append(_filled(arr))
+            arrays.append(_nested_text(arr) if _is_nested(arr.type) else _filled(arr, name))
             arrays.append(pc.is_valid(arr))
         batch = pa.RecordBatch.from_arrays(arrays, schema=_canonical_schema(table.schema))
         self._sha.update(batch.serialize().to_pybytes())
@@ -117,24 +120,54 @@ class ContentHasher:
 def _canonical_schema(schema: pa.Schema) -> pa.Schema:
     fields: list[pa.Field] = []
     for f in schema:
-        fields.append(pa.field(f.name, f.type))
+        fields.append(pa.field(f.name, pa.large_string() if _is_nested(f.type) else f.type))
         fields.append(pa.field(f.name + "\x00valid", pa.bool_()))
     return pa.schema(fields)
 
 
-def _filled(arr: pa.Array) -> pa.Array:
-    """``arr`` with its null slots set to the type's zero (no nulls left)."""
+def _is_nested(typ: pa.DataType) -> bool:
+    return bool(pa.types.is_nested(typ))
+
+
+def _nested_text(arr: pa.Array) -> pa.Array:
+    """A nested column (lists, maps, structs) as the ``repr`` of each row's Python value.
+
+    Arrow leaves the values (and even the validity bitmaps) under a null parent undefined at
+    every level, and readers differ there (a Parquet reader marks a null struct's children
+    null, a Python list builder does not); the Python value is defined by the content alone.
+    A null row is ``""`` (its validity column tells it from any value)."""
+    return pa.array(["" if v is None else repr(v) for v in arr.to_pylist()], pa.large_string())
+
+
+def _filled(arr: pa.Array, name: str) -> pa.Array:
+    """``arr`` (column ``name``) with its null slots set to the type's zero (no nulls left)."""
     if arr.null_count == 0:
         return arr
-    typ = arr.type
-    if pa.types.is_string(typ) or pa.types.is_large_string(typ):
-        zero = pa.scalar("", typ)
-    elif pa.types.is_binary(typ) or pa.types.is_large_binary(typ):
-        zero = pa.scalar(b"", typ)
-    elif pa.types.is_boolean(typ):
-        zero = pa.scalar(False)
-    elif pa.types.is_null(typ):
+    if pa.types.is_null(arr.type):
         return pa.array([False] * len(arr))
-    else:
-        zero = pa.array([0]).cast(typ)[0]
-    return pc.fill_null(arr, zero)
+    try:
+        return pc.fill_null(arr, _zero(arr.type)[0])
+    except (pa.ArrowException, TypeError, ValueError) as exc:
+        raise DataError(
+            f"column {name!r} has nulls of type {arr.type}, which the content hash cannot "
+            "canonicalize; give the ingest an ingest_id, or cast the column to a supported "
+            "type (numbers, times, strings, binaries, booleans, or nested types of any)"
+        ) from exc
+
+
+def _zero(typ: pa.DataType) -> pa.Array:
+    """A one-element array holding ``typ``'s zero: 0 (numbers, times), ``""``, ``b""``,
+    False."""
+    if pa.types.is_string(typ) or pa.types.is_large_string(typ):
+        return pa.array([""], typ)
+    if pa.types.is_binary(typ) or pa.types.is_large_binary(typ):
+        return pa.array([b""], typ)
+    if pa.types.is_fixed_size_binary(typ):
+        return pa.array([bytes(typ.byte_width)], typ)
+    if pa.types.is_boolean(typ):
+        return pa.array([False], typ)
+    if pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_decimal(typ):
+        return pa.array([0], typ)
+    if pa.types.is_temporal(typ):
+        return pa.array([0], typ)
+    raise DataError(f"no zero for type {typ}")

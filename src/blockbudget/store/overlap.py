@@ -117,7 +117,8 @@ class OverlapCheck:
                 f"{stream!r} already holds (every column equal), per block key: "
                 f"{dict(sorted(self.duplicates.items()))}; nothing was ingested (on_overlap "
                 "refuse). Ingest with on_overlap skip-duplicates to leave them out, or append "
-                "to store them again"
+                "to store them again",
+                duplicates=self.duplicates,
             )
         self.skipped += skip_rows(files, stream, staged, found)
 
