@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "ledger.py"
+from bench_support import run_quick
 
 
 def test_quick_benchmark_prints_json_lines(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    lines = run_quick("ledger.py", "--dir", str(tmp_path))
     rows = [x for x in lines if x["bench"] == "ledger_charge"]
     assert {(r["accounting"], r["blocks_per_charge"]) for r in rows} == {
         (acc, n) for acc in ("basic", "rdp") for n in (1, 10, 100)

@@ -4,23 +4,13 @@ the index while the audit log grows, and a summary line. No timing is asserted."
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "dashboard.py"
+from bench_support import run_quick
 
 
 def test_quick_dashboard_benchmark(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    lines = [json.loads(x) for x in proc.stdout.splitlines() if x.strip()]
+    lines = run_quick("dashboard.py", "--dir", str(tmp_path))
     rows = [x for x in lines if x["bench"] == "dashboard_history"]
     assert [x["unrelated_events"] for x in rows] == [0, 200, 800]
     assert all(x["watched_events"] == 8 + 64 for x in rows)

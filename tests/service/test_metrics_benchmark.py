@@ -3,23 +3,13 @@ history under a live set of constant size, and every figure measured."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "metrics_scrape.py"
+from bench_support import run_quick
 
 
 def test_quick_metrics_benchmark(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    lines = [json.loads(x) for x in proc.stdout.splitlines() if x.strip()]
+    lines = run_quick("metrics_scrape.py", "--dir", str(tmp_path))
     assert [x["round"] for x in lines] == [1, 2]
     assert all(x["bench"] == "metrics_scrape" and x["live_blocks"] == 40 for x in lines)
     assert lines[1]["events"] > lines[0]["events"] > 150

@@ -2,26 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "ingest_overlap.py"
+from bench_support import run_quick
 
 
 def test_quick_benchmark_prints_json_lines() -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-        env=env,
-    )
-    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    lines = run_quick("ingest_overlap.py")
     assert [(r["op"], r["blocks"], r["input_rows"]) for r in lines] == [
         ("ingest_overlap", 10, 200),
         ("ingest_overlap", 200, 200),

@@ -3,27 +3,11 @@ with the waiting tasks or the blocks (statement counts, never times)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "tasks_pump.py"
+from bench_support import run_quick
 
 
 def test_quick_tasks_pump_benchmark() -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-        env=env,
-    )
-    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    lines = run_quick("tasks_pump.py", timeout=600)
     by = {(x["name"], x["tasks"]): x for x in lines}
     names = ("submit", "pump_idle", "pump_charge", "pump_block", "cancel")
     assert set(by) == {(n, t) for n in names for t in (100, 300)}
