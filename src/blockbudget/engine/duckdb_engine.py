@@ -25,6 +25,7 @@ import os
 import shutil
 import tempfile
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -95,6 +96,7 @@ class DuckDBEngine(Engine):
             raise InvalidRequestError(f"threads must be at least 1, got {self._threads}")
         self._temp_directory = temp_directory
         self._own_temp: str | None = None
+        self._cleanup: weakref.finalize[..., Any] | None = None
         self._lock = threading.Lock()
         self._db: duckdb.DuckDBPyConnection | None = None
         self._protocols: dict[int, tuple[pafs.FileSystem, str]] = {}
@@ -108,7 +110,13 @@ class DuckDBEngine(Engine):
             if self._db is None:
                 temp = self._temp_directory
                 if temp is None:
-                    temp = self._own_temp = tempfile.mkdtemp(prefix="blockbudget-duckdb-")
+                    if self._own_temp is None:  # one spill folder per engine, reused on reopen
+                        self._own_temp = tempfile.mkdtemp(prefix="blockbudget-duckdb-")
+                        # removed on close(), or when the engine is collected unclosed
+                        self._cleanup = weakref.finalize(
+                            self, shutil.rmtree, self._own_temp, ignore_errors=True
+                        )
+                    temp = self._own_temp
                 self._db = _open_database(self._memory_limit, self._threads, temp)
             paths = source.full_paths()
             fs = source.filesystem
@@ -208,8 +216,9 @@ class DuckDBEngine(Engine):
                 self._db.close()
                 self._db = None
                 self._protocols.clear()
-            if self._own_temp is not None:
-                shutil.rmtree(self._own_temp, ignore_errors=True)
+            if self._cleanup is not None:
+                self._cleanup()  # removes the spill folder (once)
+                self._cleanup = None
                 self._own_temp = None
 
 
