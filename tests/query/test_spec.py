@@ -84,7 +84,7 @@ def test_malformed_queries_are_refused_on_construction(build: Any, match: str) -
         ({"statistic": "count", "epsilon": 1, "colum": "v"}, "unknown query field"),
         ({"statistic": "median", "epsilon": 1}, "statistic must be one of"),
         ({"statistic": "count"}, "needs 'epsilon'"),
-        ({"statistic": "count", "epsilon": "one"}, "must be a number"),
+        ({"statistic": "count", "epsilon": "one"}, "must be a decimal number of ASCII digits"),
         ({"statistic": "count", "epsilon": True}, "must be a number"),
         ({"statistic": "count", "epsilon": 1, "version": 3}, "version"),
         ({"statistic": "count", "epsilon": 1, "group_by": [{"column": "k"}]}, "declared domain"),
