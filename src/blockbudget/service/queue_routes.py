@@ -349,6 +349,9 @@ def register_queue_routes(
                 task = queue.cancel(task.id, by=f"the service ({reason})", admin=True)
         return withheld(task_out(task, naming), reason)
 
+    def still_active(me: Principal, task_id: str) -> bool:
+        return owned(me, task_id).state.value in ("waiting", "running")
+
     @app.get("/v1/tasks/{task_id}", tags=["tasks"])
     async def get_task(
         me: Auth,
@@ -358,11 +361,16 @@ def register_queue_routes(
         """One task with ``why`` while it waits and ``result`` once done; ``wait`` seconds
         (at most 60) holds the answer until the task is no longer waiting or running."""
         out = await anyio.to_thread.run_sync(read_task, me, task_id)
+        if out.state not in ("waiting", "running") or wait == 0:
+            return out
         deadline = anyio.current_time() + wait
-        while out.state in ("waiting", "running") and anyio.current_time() < deadline:
+        # While it waits, poll the task's state only (one row); the full answer — its ``why``
+        # and the access re-check — is built once, when it is decided or the wait ends.
+        while anyio.current_time() < deadline:
             await anyio.sleep(min(0.1, max(deadline - anyio.current_time(), 0.0)))
-            out = await anyio.to_thread.run_sync(read_task, me, task_id)
-        return out
+            if not await anyio.to_thread.run_sync(still_active, me, task_id):
+                break
+        return await anyio.to_thread.run_sync(read_task, me, task_id)
 
     @app.post("/v1/tasks/{task_id}/cancel", tags=["tasks"])
     def cancel_task(me: Auth, task_id: str) -> sc.TaskOut:
