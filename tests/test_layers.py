@@ -16,11 +16,13 @@ import blockbudget
 LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset(group)
     for group in (
-        {"cli", "demo"},
+        {"cli"},
+        {"experiments"},
+        {"apps"},
+        {"render"},
         {"migrations"},
         {"service"},
         {"tasks"},
-        {"experiments"},
         {"training"},
         {"scheduling"},
         {"streaming"},

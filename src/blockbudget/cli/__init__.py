@@ -24,8 +24,6 @@ import typer
 
 from blockbudget.cli import admin, afford, data, db, experiments, queries, releases, server, tasks
 from blockbudget.cli.common import app
-from blockbudget.cli.data import render_blocks
-from blockbudget.cli.queries import print_verify
 
 __all__ = [
     "admin",
@@ -35,10 +33,8 @@ __all__ = [
     "db",
     "experiments",
     "main",
-    "print_verify",
     "queries",
     "releases",
-    "render_blocks",
     "server",
     "tasks",
 ]

@@ -394,9 +394,3 @@ def parse_window(text: str, *, name: str = "--window") -> timedelta:
     return timedelta(**{units[text[-1]]: int(text[:-1])})
 
 
-def bar(fraction: float, width: int = 10) -> str:
-    """A text bar for a remaining fraction, colored by how much is left."""
-    fraction = max(0.0, min(1.0, fraction))
-    full = round(fraction * width)
-    color = "green" if fraction > 0.5 else "yellow" if fraction > 0.15 else "red"
-    return f"[{color}]{'█' * full}[/][dim]{'░' * (width - full)}[/] {fraction:5.1%}"

@@ -19,7 +19,6 @@ from blockbudget.cli.common import (
     ServerOpt,
     YesOpt,
     app,
-    bar,
     confirm_irreversible,
     console,
     context_app,
@@ -32,7 +31,7 @@ from blockbudget.cli.common import (
     stream_app,
     utc,
 )
-from blockbudget.lowbudget import RETIRING_BELOW
+from blockbudget.render import render_blocks, render_remote_blocks
 from blockbudget.store import Blocking, LatePolicy, OnOverlap, Unit
 
 if TYPE_CHECKING:
@@ -429,13 +428,13 @@ def blocks(
         if as_json:
             emit_json({"stream": stream, "blocks": views[-last:] if last > 0 else views})
             return
-        render_remote_blocks(views, stream, last=last)
+        render_remote_blocks(views, stream, console=console, last=last)
         return
     platform = open_platform(home)
     if as_json:
         emit_json({"stream": stream, "blocks": _blocks_json(platform, stream, context, last)})
         return
-    render_blocks(platform, stream, contexts=context, last=last)
+    render_blocks(platform, stream, console=console, contexts=context, last=last)
 
 
 def _blocks_json(
@@ -444,77 +443,3 @@ def _blocks_json(
     """The blocks in the server's form (``BlockOut``): remaining budgets exact."""
     views = platform.blocks(stream, contexts=contexts, last=last if last > 0 else None)
     return [v.to_json() for v in views]
-
-
-def render_blocks(
-    platform: Platform, stream: str, *, contexts: list[str] | None = None, last: int = 0
-) -> None:
-    """Print the blocks table (shared with the demo)."""
-    views = platform.blocks(stream, contexts=contexts)
-    if last > 0:
-        views = views[-last:]
-    ctxs = list(contexts) if contexts else platform.ledger.contexts()
-    table = Table(title=f"blocks of {escape(stream)} — remaining budget per context")
-    table.add_column("block")
-    table.add_column("rows", justify="right")
-    table.add_column("state")
-    for c in ctxs:
-        table.add_column(escape(c))
-    for v in views:
-        state = "[red]retired[/]" if v.retired else ("sealed" if v.sealed else "open")
-        state += ", [yellow]retiring[/]" if any(v.retiring_in.values()) else ""
-        cells = [bar(v.remaining_fraction.get(c, 1.0)) for c in ctxs]
-        table.add_row(escape(v.block_id), f"{v.rows:,}", state, *cells)
-    console.print(table)
-    per = {c: sum(bool(v.retiring_in.get(c)) for v in views) for c in ctxs}
-    console.print(retiring_line(per, sum(v.retiring for v in views)))
-    coalition = platform.coalition_contexts()
-    if len(coalition) > 1:
-        console.print(
-            f"[dim]{len(coalition)} contexts count ({escape(', '.join(coalition))}): a coalition "
-            f"of all of them could learn up to {len(coalition)} × ε_g = "
-            f"{platform.coalition_epsilon(stream):g} about any one block. Row counts are exact: "
-            "show them to data owners only.[/]"
-        )
-
-
-def render_remote_blocks(views: list[dict[str, Any]], stream: str, *, last: int = 0) -> None:
-    """Print the blocks table from a server's answer (row counts only where the server sent
-    them: to the stream's owners and admins)."""
-    if last > 0:
-        views = views[-last:]
-    ctxs = sorted({c for v in views for c in v["remaining_fraction"]})
-    with_rows = any(v.get("rows") is not None for v in views)
-    table = Table(title=f"blocks of {escape(stream)} — remaining budget per context")
-    table.add_column("block")
-    if with_rows:
-        table.add_column("rows", justify="right")
-    table.add_column("state")
-    for c in ctxs:
-        table.add_column(escape(c))
-    for v in views:
-        state = "[red]retired[/]" if v["retired"] else ("sealed" if v["sealed"] else "open")
-        retiring_in = v.get("retiring_in") or {}
-        state += ", [yellow]retiring[/]" if any(retiring_in.values()) else ""
-        cells = [bar(v["remaining_fraction"].get(c, 1.0)) for c in ctxs]
-        rows = [f"{v['rows']:,}"] if with_rows else []
-        table.add_row(escape(v["block_id"]), *rows, state, *cells)
-    console.print(table)
-    per = {c: sum(bool((v.get("retiring_in") or {}).get(c)) for v in views) for c in ctxs}
-    flags = [v.get("retiring") for v in views]
-    everywhere = None if any(f is None for f in flags) else sum(bool(f) for f in flags)
-    console.print(retiring_line(per, everywhere))
-
-
-def retiring_line(per_context: dict[str, int], everywhere: int | None = None) -> str:
-    """The line under a blocks table: how many blocks are retiring in each context shown (live,
-    under 10% left there: the definition every view shares, :mod:`blockbudget.lowbudget`) and,
-    for a viewer who sees every open context, in all of them.
-
-    Example:
-        >>> retiring_line({"team-a": 2, "team-b": 0}, 0)
-        'retiring block(s), live and under 10% left: team-a 2, team-b 0; in every open context 0'
-    """
-    counts = ", ".join(f"{c} {n}" for c, n in per_context.items()) or "no context shown"
-    line = f"retiring block(s), live and under {RETIRING_BELOW:.0%} left: {counts}"
-    return line if everywhere is None else f"{line}; in every open context {everywhere}"

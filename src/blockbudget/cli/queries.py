@@ -31,6 +31,7 @@ from blockbudget.cli.common import (
     remote,
     utc,
 )
+from blockbudget.render import print_verify
 
 if TYPE_CHECKING:
     from blockbudget.service.client import ServiceClient
@@ -467,34 +468,13 @@ def audit_verify(
         console.print(f"[bold red]audit verify: EMPTY[/] — {escape(problems[0])}", soft_wrap=True)
     else:
         console.print(f"database: {escape(checked)}", soft_wrap=True)
-        print_verify(report)
+        print_verify(report, console=console)
     if not report.ok or empty:
         raise typer.Exit(code=1)
 
 
 #: The report of a database with none of the platform's tables (nothing to open).
 _NO_LEDGER = SimpleNamespace(ok=True, events=0, blocks=0, contexts=0, problems=())
-
-
-def print_verify(report: Any) -> None:
-    """Print a verify report (shared with the demo)."""
-    if report.ok:
-        since = getattr(report, "checkpoint_seq", 0)
-        how = (
-            f"{report.events} events verified ({report.replayed} replayed after the checkpoint "
-            f"at seq {since})"
-            if since
-            else f"{report.events} events replayed"
-        )
-        console.print(
-            f"[bold green]audit verify: OK[/] — {how} over "
-            f"{report.blocks} blocks and {report.contexts} contexts; ledger matches the log and "
-            "every filter accepts every block's history"
-        )
-    else:
-        console.print(f"[bold red]audit verify: FAILED[/] — {len(report.problems)} problem(s)")
-        for p in report.problems[:20]:
-            console.print(f"  - {escape(str(p))}")
 
 
 @audit_app.command("log")

@@ -206,6 +206,6 @@ def demo(
     home: Annotated[Path, typer.Option(help="Demo folder (recreated).")] = Path("results/demo"),
 ) -> None:
     """Stream the 2013 NYC flights day by day and run DP queries from two contexts."""
-    from blockbudget.demo import run_demo
+    from blockbudget.apps.demo import run_demo
 
     run_demo(home=home, days=days, console=console)

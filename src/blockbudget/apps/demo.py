@@ -32,6 +32,7 @@ from blockbudget.data.flights import flights_by_day, load_airlines
 from blockbudget.errors import BlockBudgetError
 from blockbudget.platform import Last, Platform
 from blockbudget.query import Query, run
+from blockbudget.render import print_verify, render_blocks
 from blockbudget.store import Blocking, LatePolicy, Unit
 
 STREAM = "flights"
@@ -182,9 +183,7 @@ def run_demo(*, home: Path, days: int = 365, console: Console | None = None) -> 
         writer.writeheader()
         writer.writerows(rows)
 
-    from blockbudget.cli import print_verify, render_blocks
-
-    render_blocks(platform, STREAM, contexts=["ops", "ml"], last=16)
+    render_blocks(platform, STREAM, console=console, contexts=["ops", "ml"], last=16)
     views = platform.blocks(STREAM, contexts=["ops", "ml"])
     live = sum(1 for v in views if not v.retired)
     elapsed = time.perf_counter() - started
@@ -197,7 +196,7 @@ def run_demo(*, home: Path, days: int = 365, console: Console | None = None) -> 
     )
     coalition = platform.coalition_contexts()
     report = platform.verify()
-    print_verify(report)
+    print_verify(report, console=console)
     platform.close()
     if not report.ok:
         raise BlockBudgetError("audit verify failed at the end of the demo")
