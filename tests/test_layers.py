@@ -78,6 +78,31 @@ def test_dependencies_point_down() -> None:
     assert upward == []
 
 
+#: The units that may read the flights demo data: the applications and the experiments built on
+#: it (the library's layers take an application's data through parameters and registries).
+FLIGHTS_READERS = {"apps", "experiments", "data"}
+
+
+def _modules(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+    return found
+
+
+def test_only_applications_read_the_flights_data() -> None:
+    readers = {
+        str(path.relative_to(ROOT))
+        for path in ROOT.rglob("*.py")
+        if "blockbudget.data.flights" in _modules(path)
+    }
+    assert readers, "the check would pass vacuously"
+    assert {r for r in readers if r.split("/")[0] not in FLIGHTS_READERS} == set()
+
+
 def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from blockbudget.service.app import create_app\n")

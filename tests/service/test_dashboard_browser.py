@@ -35,10 +35,10 @@ def _full_flights(path: Path) -> bytes:
     """One day of real flights with the columns the training pipelines read."""
     import pandas as pd
 
+    from blockbudget.apps.flights.pipelines import PIPELINE_COLUMNS
     from blockbudget.data.flights import load_flights
-    from blockbudget.service.pipelines import _FLIGHT_COLUMNS
 
-    frame = load_flights(columns=list(_FLIGHT_COLUMNS))
+    frame = load_flights(columns=list(PIPELINE_COLUMNS))
     t = frame["sched_dep_datetime"]
     keep = frame[(t >= pd.Timestamp(2013, 3, 1)) & (t < pd.Timestamp(2013, 3, 2))].copy()
     keep["time"] = keep["sched_dep_datetime"]

@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
 
+from blockbudget.apps.flights.pipelines import PIPELINE_COLUMNS
 from blockbudget.data.flights import load_flights
 from blockbudget.errors import DataError
 from blockbudget.service import Permission, create_app
-from blockbudget.service.pipelines import _FLIGHT_COLUMNS
 from service.support import Seeded
 
 MARKER = "LEAKMARKER-7f3a"
@@ -25,7 +25,7 @@ MARKER = "LEAKMARKER-7f3a"
 
 def _flights_with_marker(path: Path) -> bytes:
     """One day of real flights whose ``distance`` column holds one text cell: MARKER."""
-    frame = load_flights(columns=list(_FLIGHT_COLUMNS))
+    frame = load_flights(columns=list(PIPELINE_COLUMNS))
     t = frame["sched_dep_datetime"]
     lo = pd.Timestamp(2013, 2, 1)
     day = frame[(t >= lo) & (t < lo + pd.Timedelta(days=1))].copy()
@@ -91,7 +91,7 @@ def test_a_cell_value_in_a_failing_pipeline_or_query_reaches_no_response(
             raise ValueError(f"could not convert string to float: {MARKER!r}")
 
         with monkeypatch.context() as patch:
-            patch.setattr("blockbudget.training.tasks.numeric", quote_cell)
+            patch.setattr("blockbudget.apps.flights.features.numeric", quote_cell)
             failing = []
             for h in (ha, ho):
                 r = call("POST", "/v1/streams/leaky/pipelines", h, json=job)

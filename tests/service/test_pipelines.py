@@ -12,17 +12,17 @@ from pathlib import Path
 import pandas as pd
 from fastapi.testclient import TestClient
 
+from blockbudget.apps.flights.pipelines import PIPELINE_COLUMNS
 from blockbudget.budget import UNIT_EXPONENT
 from blockbudget.data.flights import load_flights
 from blockbudget.service import Permission
-from blockbudget.tasks.pipeline_work import FLIGHT_COLUMNS as _FLIGHT_COLUMNS
 from service.support import Seeded, ledger_snapshot
 
 TERMINAL = {"accepted", "rejected", "timed_out", "failed"}
 
 
 def _full_flights(path: Path, first_day: int, days: int) -> bytes:
-    frame = load_flights(columns=list(_FLIGHT_COLUMNS))
+    frame = load_flights(columns=list(PIPELINE_COLUMNS))
     t = frame["sched_dep_datetime"]
     lo = pd.Timestamp(2013, 2, first_day)
     keep = frame[(t >= lo) & (t < lo + pd.Timedelta(days=days))].copy()
@@ -119,7 +119,7 @@ def test_pipeline_queue_end_to_end(seeded: Seeded, client: TestClient, tmp_path:
 
 def _day_with(path: Path, cell: str | None) -> bytes:
     """A day of arrived flights; ``cell`` (when given) replaces one flight's distance."""
-    frame = load_flights(columns=list(_FLIGHT_COLUMNS))
+    frame = load_flights(columns=list(PIPELINE_COLUMNS))
     t = frame["sched_dep_datetime"]
     lo = pd.Timestamp(2013, 2, 1)
     day = frame[(t >= lo) & (t < lo + pd.Timedelta(days=1))].copy()

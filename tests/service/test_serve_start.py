@@ -3,6 +3,7 @@ before ``serving on`` is printed and before any worker starts."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -70,3 +71,37 @@ def test_the_local_default_root_is_created(tmp_path: Path) -> None:
     cli_server.check_data_root(tmp_path / "home" / "blocks")
     assert (tmp_path / "home" / "blocks").is_dir()
     assert list((tmp_path / "home" / "blocks").iterdir()) == []
+
+
+def test_serve_offers_the_flights_pipelines_to_every_worker(
+    tmp_path: Path, no_server: list[dict[str, object]]
+) -> None:
+    result = runner.invoke(app, ["serve", "--home", str(tmp_path / "h")])
+    assert result.exit_code == 0, result.output
+    assert no_server[0]["pipelines"] == ("blockbudget.apps.flights.pipelines",)
+
+
+def test_the_server_names_its_pipeline_modules_to_the_workers_and_refuses_a_bad_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import uvicorn
+
+    import blockbudget.service.server as service_server
+    from blockbudget.errors import InvalidRequestError
+
+    for name in ("HOME", "GROUP_COMMIT", "SCHEDULER", "PIPELINE_SCHEDULER", "PIPELINES"):
+        monkeypatch.setenv(f"BLOCKBUDGET_{name}", "")  # restored after the test
+    runs: list[str] = []
+    monkeypatch.setattr(
+        uvicorn,
+        "run",
+        lambda *a, **kw: runs.append(os.environ[service_server.ENV_PIPELINES]),
+    )
+    common = dict(home=tmp_path, database=None, host="127.0.0.1", port=0, workers=1)
+    with pytest.raises(InvalidRequestError, match="PIPELINE_KINDS"):
+        service_server.serve(**common, group_commit=True, pipelines=("blockbudget.errors",))
+    assert runs == []
+    service_server.serve(
+        **common, group_commit=True, pipelines=("blockbudget.apps.flights.pipelines",)
+    )
+    assert runs == ["blockbudget.apps.flights.pipelines"]

@@ -10,10 +10,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from blockbudget.apps.flights.features import year_frame
 from blockbudget.budget import Budget
 from blockbudget.platform import Platform
 from blockbudget.store import Blocking, Unit
-from blockbudget.training.tasks import year_frame
 
 STREAM = "flights"
 CONTEXT = "ml"

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from blockbudget.accounting import make_filter
+from blockbudget.apps.flights.features import Granularity
+from blockbudget.apps.flights.pipelines import AverageSpeedPipeline, regression_pipeline
 from blockbudget.budget import Budget
 from blockbudget.errors import InternalError, InvalidRequestError
 from blockbudget.platform import Platform
@@ -17,14 +19,11 @@ from blockbudget.training import (
     AdaptiveConfig,
     AdaptiveSearch,
     AdaptiveTrainer,
-    AdaSSPPipeline,
     Attempt,
-    AverageSpeedPipeline,
     Outcome,
     Status,
 )
 from blockbudget.training.adaptive import total_over_accepted
-from blockbudget.training.tasks import Granularity
 
 from .conftest import CONTEXT, POLICY, STREAM
 
@@ -135,7 +134,7 @@ def test_a_search_waits_for_blocks_then_resumes(tmp_path: object) -> None:
         trainer = AdaptiveTrainer(
             p,
             STREAM,
-            AdaSSPPipeline(target=1e-6),
+            regression_pipeline(target=1e-6),
             context=CONTEXT,
             config=AdaptiveConfig(epsilon0=1.0, max_epsilon=1.0, delta=1e-6, max_iterations=3),
             seed=1,
@@ -159,8 +158,8 @@ def test_concurrent_pipelines_never_overspend(platform: Platform) -> None:
     """Four pipelines with unreachable targets race for the same 8 blocks from threads until
     the budget runs out; every block's charges still fit its filter and the log verifies."""
     pipelines = [
-        AdaSSPPipeline(target=1e-9, with_reject=False, name="lr-a"),
-        AdaSSPPipeline(target=1e-9, with_reject=False, name="lr-b"),
+        regression_pipeline(target=1e-9, with_reject=False, name="lr-a"),
+        regression_pipeline(target=1e-9, with_reject=False, name="lr-b"),
         AverageSpeedPipeline(target=1e-6, granularity=Granularity.HOUR_OF_DAY, name="speed-h"),
         AverageSpeedPipeline(target=1e-6, granularity=Granularity.WEEK_OF_MONTH, name="speed-w"),
     ]

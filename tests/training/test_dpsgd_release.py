@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 from blockbudget.accounting import Accounting
+from blockbudget.apps.flights.features import arrived, classification_features
+from blockbudget.apps.flights.pipelines import classification_pipeline
 from blockbudget.budget import Budget, RdpCurve
 from blockbudget.mechanisms import SeededNoise
 from blockbudget.training import (
@@ -20,12 +22,10 @@ from blockbudget.training import (
     AdaptiveTrainer,
     AdaSSPRegressor,
     DPSGDModel,
-    DPSGDPipeline,
     LogisticDPSGD,
     MeteredSource,
 )
 from blockbudget.training.dpsgd import plan_dpsgd
-from blockbudget.training.tasks import arrived, classification_features
 
 from .conftest import CONTEXT, STREAM, flight_days, make_platform
 
@@ -103,7 +103,7 @@ def test_adaptive_trainer_without_seed_releases_different_models(tmp_path: Path)
             trainer = AdaptiveTrainer(
                 platform,
                 STREAM,
-                DPSGDPipeline(target=0.5, batch_size=64),
+                classification_pipeline(target=0.5, batch_size=64),
                 context=CONTEXT,
                 config=AdaptiveConfig(epsilon0=1.0, max_epsilon=1.0, delta=1e-6, max_iterations=1),
             )
@@ -120,7 +120,7 @@ def test_adaptive_trainer_without_seed_releases_different_models(tmp_path: Path)
 def test_a_seeded_pipeline_run_repeats_and_says_insecure_noise() -> None:
     frame = flight_days(1)[0]
     runs = [
-        DPSGDPipeline(target=0.5, batch_size=64).run(
+        classification_pipeline(target=0.5, batch_size=64).run(
             MeteredSource(), frame, epsilon=1.0, delta=1e-6, eta=0.05, noise=SeededNoise(2), seed=3
         )
         for _ in range(2)

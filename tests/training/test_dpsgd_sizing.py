@@ -11,11 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from blockbudget.apps.flights.features import year_frame
+from blockbudget.apps.flights.pipelines import classification_pipeline
 from blockbudget.errors import InvalidBudgetError, InvalidRequestError
 from blockbudget.mechanisms import SeededNoise
-from blockbudget.training import DPSGDModel, DPSGDPipeline, LogisticDPSGD, MeteredSource
+from blockbudget.training import DPSGDModel, LogisticDPSGD, MeteredSource
 from blockbudget.training.sizing import COUNT_FRACTION, training_size
-from blockbudget.training.tasks import year_frame
 
 
 def _data(n: int = 500) -> tuple[Any, Any]:
@@ -82,7 +83,7 @@ class _Blocks(MeteredSource):
 def test_a_pipeline_with_declared_rows_per_block_spends_nothing_on_counting() -> None:
     frame = year_frame()
     day = frame[(frame["month"] == 3) & (frame["day"] == 4)].reset_index(drop=True)
-    pipeline = DPSGDPipeline(target=0.8, batch_size=128, rows_per_block=500)
+    pipeline = classification_pipeline(target=0.8, batch_size=128, rows_per_block=500)
     src = _Blocks()
     run = pipeline.run(src, day, epsilon=1.0, delta=1e-6, eta=0.05, seed=2)
     assert [label for label, _ in src.draws] == ["dpsgd/train", "dpsgd/validate"]

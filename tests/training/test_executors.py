@@ -12,19 +12,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from blockbudget.apps.flights.features import Granularity
+from blockbudget.apps.flights.pipelines import AverageSpeedPipeline, regression_pipeline
 from blockbudget.errors import InvalidRequestError
 from blockbudget.grant import Grant
 from blockbudget.platform import Platform
 from blockbudget.training import (
-    AdaSSPPipeline,
-    AverageSpeedPipeline,
     Executor,
     InProcessExecutor,
     PipelineJob,
     RayExecutor,
 )
 from blockbudget.training.executors import GrantHandle
-from blockbudget.training.tasks import Granularity
 
 from .conftest import CONTEXT, STREAM, make_platform
 
@@ -46,7 +45,7 @@ def ray_executor(
 
 
 JOBS = [
-    PipelineJob(AdaSSPPipeline(target=0.004), Decimal("0.5"), Decimal("1e-6"), 0.05, seed=7),
+    PipelineJob(regression_pipeline(target=0.004), Decimal("0.5"), Decimal("1e-6"), 0.05, seed=7),
     PipelineJob(
         AverageSpeedPipeline(target=300.0, granularity=Granularity.WEEK_OF_MONTH),
         Decimal("0.25"),

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from blockbudget.apps.flights.features import Granularity, year_frame
+from blockbudget.apps.flights.pipelines import AverageSpeedPipeline, regression_pipeline
 from blockbudget.budget import Budget
 from blockbudget.errors import InvalidRequestError, ReservationError
 from blockbudget.mechanisms import SeededNoise
 from blockbudget.training import (
-    AdaSSPPipeline,
-    AverageSpeedPipeline,
     BudgetSplit,
     Inequality,
     MeteredSource,
@@ -31,7 +31,6 @@ from blockbudget.training.bounds import (
     laplace_two_sided,
 )
 from blockbudget.training.pipeline import split_frame, split_rows
-from blockbudget.training.tasks import Granularity, year_frame
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +41,7 @@ def month() -> object:
 
 def test_regression_pipeline_splits_its_budget_and_charges_each_stage(month: object) -> None:
     src = MeteredSource()
-    run = AdaSSPPipeline(target=0.03).run(
+    run = regression_pipeline(target=0.03).run(
         src, month, epsilon=1.0, delta=1e-6, eta=0.05, noise=SeededNoise(1), seed=2
     )
     labels = [label for label, _ in src.draws]
@@ -80,13 +79,13 @@ def test_the_split_of_a_neighbor_differs_only_in_the_changed_row(month: object) 
 def test_a_refused_stage_stops_the_pipeline(month: object) -> None:
     src = MeteredSource(cap=Budget(epsilon=0.6, delta=1e-6))
     with pytest.raises(ReservationError):
-        AdaSSPPipeline(target=0.02).run(src, month, epsilon=1.0, delta=1e-6, eta=0.05)
+        regression_pipeline(target=0.02).run(src, month, epsilon=1.0, delta=1e-6, eta=0.05)
     assert [label for label, _ in src.draws] == ["adassp-regression/train"]
 
 
 def test_an_np_sla_pipeline_is_refused_before_anything_is_charged(month: object) -> None:
     src = MeteredSource()
-    pipe = AdaSSPPipeline(target=0.03, mode=SlaMode.NON_PRIVATE)
+    pipe = regression_pipeline(target=0.03, mode=SlaMode.NON_PRIVATE)
     with pytest.raises(InvalidRequestError, match="NON_PRIVATE"):
         pipe.run(src, month, epsilon=1.0, delta=1e-6, eta=0.05, noise=SeededNoise(1))
     assert src.draws == []

@@ -10,20 +10,22 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from blockbudget.mechanisms import SeededNoise
-from blockbudget.training import (
-    AdaSSPPipeline,
-    AverageSpeedPipeline,
-    DPSGDPipeline,
-    MeteredSource,
-)
-from blockbudget.training.pipeline import Pipeline
-from blockbudget.training.tasks import (
+from blockbudget.apps.flights.features import (
     Granularity,
     classification_features,
     speed_keys,
     year_frame,
 )
+from blockbudget.apps.flights.pipelines import (
+    AverageSpeedPipeline,
+    classification_pipeline,
+    regression_pipeline,
+)
+from blockbudget.mechanisms import SeededNoise
+from blockbudget.training import (
+    MeteredSource,
+)
+from blockbudget.training.pipeline import Pipeline
 
 BAD_CELLS = [np.nan, None, "", "not a number", float("inf")]
 
@@ -53,7 +55,7 @@ def _charges(pipeline: Pipeline, frame: pd.DataFrame) -> list[tuple[str, Any]]:
 def test_adassp_runs_and_charges_alike_on_a_bad_cell(
     day: pd.DataFrame, column: str, value: Any
 ) -> None:
-    pipeline = AdaSSPPipeline(target=0.03)
+    pipeline = regression_pipeline(target=0.03)
     assert _charges(pipeline, _neighbour(day, column, value)) == _charges(pipeline, day)
 
 
@@ -76,7 +78,7 @@ def test_average_speed_runs_and_charges_alike_on_a_bad_cell(
 
 @pytest.mark.parametrize("value", [None, "not a number"], ids=repr)
 def test_dpsgd_pipeline_runs_and_charges_alike_on_a_bad_cell(day: pd.DataFrame, value: Any) -> None:
-    pipeline = DPSGDPipeline(target=0.8, batch_size=128)
+    pipeline = classification_pipeline(target=0.8, batch_size=128)
     bad = _neighbour(_neighbour(day, "hour", value), "arr_delay", value)
     first, second = _charges(pipeline, bad), _charges(pipeline, day)
     assert [label for label, _ in first] == [label for label, _ in second]
@@ -84,7 +86,7 @@ def test_dpsgd_pipeline_runs_and_charges_alike_on_a_bad_cell(day: pd.DataFrame, 
 
 
 def test_the_maps_read_any_cell_without_raising() -> None:
-    from blockbudget.training.tasks import numeric
+    from blockbudget.apps.flights.features import numeric
 
     frame = pd.DataFrame(
         {
@@ -106,7 +108,7 @@ def test_the_maps_read_any_cell_without_raising() -> None:
 
 @pytest.mark.parametrize(
     "pipeline",
-    [AdaSSPPipeline(target=0.03), AverageSpeedPipeline(target=100.0)],
+    [regression_pipeline(target=0.03), AverageSpeedPipeline(target=100.0)],
     ids=lambda p: p.name,
 )
 def test_an_empty_window_runs_like_a_one_row_window(day: pd.DataFrame, pipeline: Pipeline) -> None:

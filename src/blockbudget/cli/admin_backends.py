@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from blockbudget.cli.common import remote
+from blockbudget.cli.common import load_pipelines, remote
 from blockbudget.errors import InvalidRequestError
 
 if TYPE_CHECKING:
@@ -161,6 +161,7 @@ class LocalAdmin:
         from blockbudget.tasks.leader import leadership_for
         from blockbudget.tasks.queue import TaskQueue
 
+        load_pipelines()  # the queue may resume a server's pipeline tasks
         engine = self.platform.ledger.engine
         queue = TaskQueue(self.platform, leadership=leadership_for(engine, name="tasks"))
         try:

@@ -394,3 +394,13 @@ def parse_window(text: str, *, name: str = "--window") -> timedelta:
     return timedelta(**{units[text[-1]]: int(text[:-1])})
 
 
+#: The applications' modules whose pipeline kinds ``serve`` and the local task queue offer
+#: (:mod:`blockbudget.tasks.pipeline_kinds`).
+PIPELINE_MODULES = ("blockbudget.apps.flights.pipelines",)
+
+
+def load_pipelines() -> None:
+    """Register the pipeline kinds of :data:`PIPELINE_MODULES` (before a task queue opens)."""
+    from blockbudget.tasks.pipeline_kinds import load_pipeline_modules
+
+    load_pipeline_modules(PIPELINE_MODULES)

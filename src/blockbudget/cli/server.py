@@ -10,6 +10,7 @@ import typer
 
 from blockbudget.cli.common import (
     DEFAULT_HOME,
+    PIPELINE_MODULES,
     HomeOpt,
     app,
     console,
@@ -139,6 +140,7 @@ def serve(
         data_root=data_root,
         metrics_token=metrics_token,
         request_log=request_log,
+        pipelines=PIPELINE_MODULES,
     )
 
 

@@ -35,6 +35,7 @@ from blockbudget.cli.common import (
     emit_json,
     handle_errors,
     iso,
+    load_pipelines,
     local_context,
     open_platform,
     print_blocks_used,
@@ -65,6 +66,7 @@ def _local_queue(home: Path) -> Iterator[TaskQueue]:
     from blockbudget.tasks.leader import leadership_for
     from blockbudget.tasks.queue import TaskQueue
 
+    load_pipelines()  # a pipeline task stored by a server may be resumed here
     platform = open_platform(home)
     queue = TaskQueue(platform, leadership=leadership_for(platform.ledger.engine, name="tasks"))
     queue.access_check = _service_access(platform)

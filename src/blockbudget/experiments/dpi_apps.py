@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from blockbudget.apps.flights.streams import flights_by_carrier, flights_stream
 from blockbudget.experiments.common import (
     Experiment,
     ExperimentContext,
@@ -33,7 +34,6 @@ from blockbudget.streaming.applications import (
 from blockbudget.streaming.compression import Compression
 from blockbudget.streaming.evaluation import Setup, build_stream
 from blockbudget.streaming.release import DPIConfig, Horizon
-from blockbudget.streaming.streams import flights_by_carrier, flights_stream
 
 
 def _released(

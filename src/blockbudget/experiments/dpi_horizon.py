@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from blockbudget.apps.flights.streams import flights_stream
 from blockbudget.experiments.common import (
     Experiment,
     ExperimentContext,
@@ -26,7 +27,7 @@ from blockbudget.experiments.common import (
 from blockbudget.experiments.plotting import Caption, count_ticks, finish, label_axes
 from blockbudget.streaming.evaluation import Setup, run_dpi, stream_slots, summarise
 from blockbudget.streaming.release import DPIConfig, Horizon
-from blockbudget.streaming.streams import covid_stream, flights_stream
+from blockbudget.streaming.streams import covid_stream
 
 FLOORS = {"flights": (400, 560), "covid": (50,)}
 EPSILONS = (0.5, 2.0, 10.0, 100.0)

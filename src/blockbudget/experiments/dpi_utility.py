@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from blockbudget.apps.flights.streams import flights_stream
 from blockbudget.experiments.common import (
     Experiment,
     ExperimentContext,
@@ -26,7 +27,7 @@ from blockbudget.experiments.plotting import Caption, count_ticks, finish, label
 from blockbudget.streaming.applications import pdf_mean
 from blockbudget.streaming.evaluation import Setup, run_dpi, stream_slots, summarise
 from blockbudget.streaming.release import AllocationKind, DPIConfig, Horizon
-from blockbudget.streaming.streams import CategoricalStream, covid_stream, flights_stream
+from blockbudget.streaming.streams import CategoricalStream, covid_stream
 
 EPSILONS = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0)
 MIN_USERS = {"flights": 400, "covid": 50}

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from blockbudget.apps.flights.features import REGRESSION_NORM
 from blockbudget.experiments.common import (
     Experiment,
     ExperimentContext,
@@ -28,7 +29,6 @@ from blockbudget.training.adassp import AdaSSPRegressor
 from blockbudget.training.bounds import bernstein_upper, laplace_one_sided
 from blockbudget.training.pipeline import split_rows
 from blockbudget.training.sources import MeteredSource
-from blockbudget.training.tasks import REGRESSION_NORM
 from blockbudget.training.validation import SlaMode
 from blockbudget.training.validators import LossEvidence, LossValidator
 

@@ -20,6 +20,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from blockbudget.apps.flights.features import (
+    REGRESSION_NORM,
+    TaskArrays,
+    classification_arrays,
+    regression_arrays,
+)
 from blockbudget.mechanisms.noise import SeededNoise
 from blockbudget.outcome import Outcome
 from blockbudget.training.adassp import AdaSSPRegressor
@@ -27,12 +33,6 @@ from blockbudget.training.linear_dpsgd import LogisticDPSGD
 from blockbudget.training.pipeline import split_rows
 from blockbudget.training.pipelines import exact_least_squares_losses
 from blockbudget.training.sources import MeteredSource
-from blockbudget.training.tasks import (
-    REGRESSION_NORM,
-    TaskArrays,
-    classification_arrays,
-    regression_arrays,
-)
 from blockbudget.training.validation import SlaMode, ValidationResult
 from blockbudget.training.validators import (
     AccuracyEvidence,

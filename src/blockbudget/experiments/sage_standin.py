@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from blockbudget.apps.flights.features import Granularity, speed_keys, year_frame
 from blockbudget.experiments.sage_common import Split
-from blockbudget.training.tasks import Granularity, speed_keys, year_frame
 
 #: Weeks of flights per stand-in block (8 × ≈ 6,300 ≈ 50,400 rows, ~3 hours of Sage's taxi rides).
 STANDIN_WEEKS_PER_BLOCK = 8

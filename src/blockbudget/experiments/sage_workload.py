@@ -37,6 +37,13 @@ from typing import Any
 import numpy as np
 
 from blockbudget.accounting import Accounting
+from blockbudget.apps.flights.features import (
+    REGRESSION_NORM,
+    SPEED_RANGE,
+    Granularity,
+    speed_keys,
+    year_frame,
+)
 from blockbudget.budget import Budget
 from blockbudget.experiments.common import Experiment, ExperimentContext, ExperimentResult
 from blockbudget.experiments.sage_block_composition import partitioned_bound
@@ -70,13 +77,6 @@ from blockbudget.scheduling.simulator import simulate
 from blockbudget.training.adassp import AdaSSPRegressor
 from blockbudget.training.pipeline import split_rows
 from blockbudget.training.sources import MeteredSource
-from blockbudget.training.tasks import (
-    REGRESSION_NORM,
-    SPEED_RANGE,
-    Granularity,
-    speed_keys,
-    year_frame,
-)
 from blockbudget.training.validation import SlaMode
 from blockbudget.training.validators import (
     LossEvidence,

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from blockbudget.apps.flights.streams import flights_stream
 from blockbudget.experiments.common import (
     Experiment,
     ExperimentContext,
@@ -45,7 +46,7 @@ from blockbudget.streaming.config import DPIConfig, Horizon
 from blockbudget.streaming.evaluation import Setup, build_stream
 from blockbudget.streaming.histogram import HistogramConfig, HistogramStream, ReleaseMode
 from blockbudget.streaming.recommend import recommend
-from blockbudget.streaming.streams import covid_stream, flights_stream
+from blockbudget.streaming.streams import covid_stream
 from blockbudget.streaming.synopses import PoolDesign
 
 METHODS = (

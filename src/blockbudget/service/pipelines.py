@@ -14,6 +14,8 @@ it waits for new blocks or budget), ``accepted`` (the model is released), ``reje
 (``pipeline_failed_data``, ``pipeline_failed_budget``, ``pipeline_failed_internal``), never the
 exception's text (:mod:`blockbudget.failures`). Released models are DP outputs and are
 shown; exact row counts are not. :func:`register_pipeline_routes` adds the routes to the app.
+The kinds offered are those registered with :mod:`blockbudget.tasks.pipeline_kinds` (the
+applications' modules a server loads, ``BLOCKBUDGET_PIPELINES``).
 """
 
 from typing import TYPE_CHECKING, Annotated, Any
@@ -25,23 +27,16 @@ from blockbudget.service import schemas as sc
 from blockbudget.service.access import Authenticator, AuthError, require_stream, resolve_context
 from blockbudget.service.auth import Principal, Role
 from blockbudget.tasks.model import Task, TaskState, WorkKind
-from blockbudget.tasks.pipeline_work import FLIGHT_COLUMNS, KINDS, build_pipeline
 
 if TYPE_CHECKING:
     from blockbudget.platform import Platform
     from blockbudget.tasks.queue import TaskQueue
 
 __all__ = [
-    "FLIGHT_COLUMNS",
-    "KINDS",
-    "build_pipeline",
     "job_json",
     "job_state",
     "register_pipeline_routes",
 ]
-
-#: The flights columns pipelines read (the name earlier releases used here).
-_FLIGHT_COLUMNS = FLIGHT_COLUMNS
 
 _STATES = {
     TaskState.RUNNING: "training",
@@ -123,7 +118,7 @@ def register_pipeline_routes(
             raise InvalidRequestError(f"unknown or closed context {context!r}")
         task = queue.submit_pipeline(
             stream,
-            kind=body.kind.value,
+            kind=body.kind,
             target=body.target,
             context=context,
             principal=me.name,

@@ -239,7 +239,7 @@ def _submit_pipeline(
         )
     return queue.submit_pipeline(
         stream,
-        kind=p.kind.value,
+        kind=p.kind,
         target=p.target,
         epsilon0=p.epsilon0,
         max_epsilon=p.max_epsilon,

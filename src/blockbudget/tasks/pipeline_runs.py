@@ -25,8 +25,8 @@ from blockbudget.scheduling.ledger_bridge import LedgerBridge
 from blockbudget.scheduling.sage import SageStrategy, Usage
 from blockbudget.tasks.livepool import LEDGER_TASK
 from blockbudget.tasks.model import Task, TaskState
+from blockbudget.tasks.pipeline_kinds import get_pipeline_kind
 from blockbudget.tasks.pipeline_work import (
-    FLIGHT_COLUMNS,
     MAX_LEVELS,
     PipelineWork,
     build_pipeline,
@@ -200,7 +200,8 @@ def run_on_grant(
 
     work = PipelineWork.from_json(dict(task.work or {}))
     try:
-        grant = platform.grant(reservation_id, holder=task.principal, columns=list(FLIGHT_COLUMNS))
+        columns = list(get_pipeline_kind(work.kind).columns)
+        grant = platform.grant(reservation_id, holder=task.principal, columns=columns)
         with grant:
             result = run_iteration(
                 grant,

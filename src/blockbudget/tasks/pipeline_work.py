@@ -12,15 +12,21 @@ first run's ε is ``max_epsilon / 2**k`` for the smallest k that brings it to ``
 below: ``epsilon0`` 0.0625 of ``max_epsilon`` 1 starts at exactly 0.0625; ``epsilon0`` 0.1
 starts at 0.0625 (never above what was asked). Every run's (ε, δ) is that fraction of the
 demand, δ included, so a block's δ over the whole search stays within δ. δ defaults to what the
-kind uses (:data:`KIND_DELTA`): a pure ε-DP pipeline asks no δ, so it never holds a block's δ
-that other pipelines need.
+kind uses (:attr:`~blockbudget.tasks.pipeline_kinds.PipelineKind.delta`): a pure ε-DP pipeline
+asks no δ, so it never holds a block's δ that other pipelines need.
+
+The kinds are those registered in :mod:`blockbudget.tasks.pipeline_kinds` (an application's).
 
 Example:
-    >>> w = PipelineWork(kind="average-speed", target=150.0, epsilon0=0.25)
-    >>> w.levels, w.first_epsilon
-    (2, Decimal('0.25'))
+    >>> from blockbudget.tasks.pipeline_kinds import (
+    ...     PipelineKind, register_pipeline_kinds, unregister_pipeline_kind)
+    >>> register_pipeline_kinds(PipelineKind("example", "an example", print, ("x",), delta=0.0))
+    >>> w = PipelineWork(kind="example", target=150.0, epsilon0=0.25)
+    >>> w.levels, w.first_epsilon, w.delta
+    (2, Decimal('0.25'), 0.0)
     >>> PipelineWork.from_json(w.to_json()) == w
     True
+    >>> unregister_pipeline_kind("example")
 """
 
 from __future__ import annotations
@@ -33,17 +39,14 @@ from typing import TYPE_CHECKING, Any
 from blockbudget.budget import Budget
 from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.calibration import exact_delta, exact_epsilon
+from blockbudget.tasks.pipeline_kinds import get_pipeline_kind
 from blockbudget.training.bounds import check_probability
-from blockbudget.training.tasks import COLUMNS as FLIGHT_TASK_COLUMNS
 
 if TYPE_CHECKING:  # pragma: no cover
     from blockbudget.platform import Platform
     from blockbudget.training.pipeline import Pipeline
 
 __all__ = [
-    "FLIGHT_COLUMNS",
-    "KINDS",
-    "KIND_DELTA",
     "MAX_LEVELS",
     "PipelineWork",
     "build_pipeline",
@@ -51,51 +54,32 @@ __all__ = [
     "describe_model",
 ]
 
-#: Pipeline kinds offered: name → what it trains (each run's outcome is the SLAed validator's
-#: ACCEPT / REJECT / RETRY).
-KINDS: dict[str, str] = {
-    "average-speed": "average speed per hour of day (dp_group_by_mean, sum-statistic validator)",
-    "adassp-regression": "air-time linear regression (AdaSSP, loss validator)",
-}
-
-#: The columns both kinds read: the flights tasks' columns (:mod:`blockbudget.training.tasks`)
-#: but the derived ``time_hour``.
-FLIGHT_COLUMNS: tuple[str, ...] = tuple(c for c in FLIGHT_TASK_COLUMNS if c != "time_hour")
-
-#: δ a kind's demand asks per block by default: average-speed is pure ε-DP (Laplace counts and
-#: sums, δ = 0), AdaSSP uses δ (seed 004 §5: δ = 1e-6).
-KIND_DELTA: dict[str, float] = {"average-speed": 0.0, "adassp-regression": 1e-6}
-
 #: The most doublings of ε one search may make (ε0 ≥ max_epsilon / 2**MAX_LEVELS).
 MAX_LEVELS = 20
 
 
 def build_pipeline(kind: str, target: float) -> Pipeline:
-    """The :class:`~blockbudget.training.pipeline.Pipeline` of ``kind`` with its target.
+    """The :class:`~blockbudget.training.pipeline.Pipeline` of the registered ``kind`` with its
+    target.
 
     Raises:
         InvalidRequestError: an unknown kind.
     """
-    from blockbudget.training import AdaSSPPipeline, AverageSpeedPipeline
-
-    if kind == "average-speed":
-        return AverageSpeedPipeline(target=target)
-    if kind == "adassp-regression":
-        return AdaSSPPipeline(target=target)
-    raise InvalidRequestError(f"unknown pipeline kind {kind!r}; one of {sorted(KINDS)}")
+    return get_pipeline_kind(kind).build(target)
 
 
 def check_stream(platform: Platform, stream: str, kind: str) -> None:
     """Refuse a stream that lacks the columns the pipeline reads (a schema read only).
 
     Raises:
-        InvalidRequestError: a missing column (listed).
+        InvalidRequestError: an unknown kind, or a missing column (listed).
     """
+    columns = get_pipeline_kind(kind).columns
     schema = platform.store.schema(stream)
-    missing = [c for c in FLIGHT_COLUMNS if schema is None or c not in schema.names]
+    missing = [c for c in columns if schema is None or c not in schema.names]
     if missing:
         raise InvalidRequestError(
-            f"pipeline {kind!r} reads the flights columns; stream {stream!r} lacks {missing}"
+            f"pipeline {kind!r} reads columns {list(columns)}; stream {stream!r} lacks {missing}"
         )
 
 
@@ -113,12 +97,12 @@ class PipelineWork:
     """A pipeline task's work (seed 004 §3.3; defaults as in §5: ε ≤ 1, δ = 1e-6, η = 0.05).
 
     Attributes:
-        kind: one of :data:`KINDS`.
+        kind: a registered kind (:mod:`blockbudget.tasks.pipeline_kinds`).
         target: the SLA's quality target τ.
         epsilon0: the ε the search starts from (at most; see the module docstring).
         max_epsilon: the most ε the search may spend on one block (Sage's upper bound).
         min_window: the first window, in blocks.
-        delta: δ of the demand per block (None: the kind's :data:`KIND_DELTA`).
+        delta: δ of the demand per block (None: the kind's default δ).
         eta: η: all decisions of the search hold together with probability ≥ 1 − η (run i
             validates at η/(i(i+1))).
     """
@@ -132,10 +116,7 @@ class PipelineWork:
     eta: float = 0.05
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise InvalidRequestError(
-                f"unknown pipeline kind {self.kind!r}; one of {sorted(KINDS)}"
-            )
+        kind = get_pipeline_kind(self.kind)
         if isinstance(self.target, bool) or not isinstance(self.target, int | float):
             raise InvalidRequestError(f"target must be a number, got {self.target!r}")
         if not math.isfinite(self.target) or self.target <= 0:
@@ -148,7 +129,7 @@ class PipelineWork:
             raise InvalidRequestError(
                 f"max_epsilon / epsilon0 must be at most 2**{MAX_LEVELS}, got {top / eps0}"
             )
-        delta = KIND_DELTA[self.kind] if self.delta is None else self.delta
+        delta = kind.delta if self.delta is None else self.delta
         object.__setattr__(self, "delta", delta)
         exact_delta(delta, positive=False)
         check_probability(self.eta, name="eta")

@@ -207,9 +207,8 @@ class PipelineFamily:
         """Check a pipeline at submission (nothing changes) and return its demand per block.
 
         Raises:
-            InvalidRequestError: the stream lacks the flights columns, or is a user-level
-                stream with several rows per user (a run's grant would not cover its group
-                cost).
+            InvalidRequestError: the stream lacks the kind's columns, or is a user-level stream
+                with several rows per user (a run's grant would not cover its group cost).
         """
         check_stream(platform, stream, work.kind)
         blocking = platform.stream(stream).blocking

@@ -1,7 +1,8 @@
 """DP training pipelines and Sage's quality control (seed 004 §3.1, §3.3, §5, Appendix B).
 
 * :mod:`~blockbudget.training.pipeline` — the (ε, δ)-DP pipeline (preprocess / train /
-  validate, List. 1) and its budget split; :mod:`~blockbudget.training.pipelines` — ready ones.
+  validate, List. 1) and its budget split; :mod:`~blockbudget.training.pipelines` — ready ones
+  (AdaSSP, DP-SGD, group means), given an application's public per-row maps.
 * :mod:`~blockbudget.training.adassp`, :mod:`~blockbudget.training.dpsgd` — DP models with a
   scikit-learn-style ``fit``/``predict`` (AdaSSP; DP-SGD through Opacus, imported lazily);
   :mod:`~blockbudget.training.sizing` — the public or DP-counted size DP-SGD plans with.
@@ -10,7 +11,6 @@
   their concentration bounds.
 * :mod:`~blockbudget.training.adaptive` — privacy-adaptive training on a platform stream.
 * :mod:`~blockbudget.training.executors` — in-process and Ray executors.
-* :mod:`~blockbudget.training.tasks` — the flights stream as Sage's Taxi and Criteo analogs.
 * :mod:`~blockbudget.training.sources` — an in-memory budget source for simulations.
 
 See docs/training.md.
@@ -34,7 +34,12 @@ from blockbudget.training.executors import (
 )
 from blockbudget.training.linear_dpsgd import LogisticDPSGD
 from blockbudget.training.pipeline import BudgetSplit, Pipeline, PipelineRun, Prepared
-from blockbudget.training.pipelines import AdaSSPPipeline, AverageSpeedPipeline, DPSGDPipeline
+from blockbudget.training.pipelines import (
+    AdaSSPPipeline,
+    DPSGDPipeline,
+    FeaturePipeline,
+    GroupMeanPipeline,
+)
 from blockbudget.training.sources import MeteredSource
 from blockbudget.training.validation import (
     Inequality,
@@ -60,11 +65,12 @@ __all__ = [
     "AdaptiveSearch",
     "AdaptiveTrainer",
     "Attempt",
-    "AverageSpeedPipeline",
     "BudgetSplit",
     "DPSGDModel",
     "DPSGDPipeline",
     "Executor",
+    "FeaturePipeline",
+    "GroupMeanPipeline",
     "InProcessExecutor",
     "Inequality",
     "LogisticDPSGD",

@@ -384,10 +384,9 @@ def run_iteration(
         InvalidRequestError / InvalidBudgetError: malformed parameters.
 
     Example:
-        >>> from blockbudget.training import AverageSpeedPipeline  # doctest: +SKIP
         >>> with platform.grant(task.reservation_id, holder="ann") as g:  # doctest: +SKIP
-        ...     run = run_iteration(g, AverageSpeedPipeline(target=250.0), epsilon=0.5,
-        ...                         delta=1e-6, eta=0.025, iteration=1)
+        ...     run = run_iteration(g, pipeline, epsilon=0.5, delta=1e-6, eta=0.025,
+        ...                         iteration=1)
     """
     from blockbudget.grant import refuse_short
     from blockbudget.training.executors import InProcessExecutor, PipelineJob

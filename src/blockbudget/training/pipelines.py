@@ -1,16 +1,18 @@
-"""Ready pipelines: AdaSSP regression, DP-SGD classification and regression, DP statistics.
+"""Ready pipelines: AdaSSP regression, DP-SGD classification and regression, DP group means.
 
 Each is a frozen dataclass implementing :class:`~blockbudget.training.pipeline.Pipeline`
 (seed ``004_2b5d216070ae2ded.txt`` List. 1 and Tab. 1): a public per-row feature map, a DP
 model drawing from the grant, and the SLAed validator of its metric (App. B) — the loss
 validator for regressions, the accuracy validator for classifiers, the sum-statistic validator
-for the average-speed statistics. Pipelines hold only module-level functions, so they pickle
-(the Ray executor ships them to workers).
+for group means (:class:`GroupMeanPipeline`). The data's meaning — which rows count, the feature
+map, the label, the keys — belongs to the application that builds the pipeline and is passed in
+as module-level functions, so pipelines pickle (the Ray executor ships them to workers).
 """
 
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -20,26 +22,13 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from blockbudget.errors import InvalidRequestError
+from blockbudget.errors import DataError, InvalidRequestError
 from blockbudget.mechanisms.noise import NoiseSource
 from blockbudget.mechanisms.source import BudgetSource
 from blockbudget.mechanisms.statistics import dp_group_by_mean
 from blockbudget.training.adassp import AdaSSPRegressor, clip_rows
 from blockbudget.training.dpsgd import DPSGDModel, Task
 from blockbudget.training.pipeline import BudgetSplit, Pipeline, Prepared, split_frame
-from blockbudget.training.tasks import (
-    REGRESSION_NORM,
-    SPEED_RANGE,
-    Granularity,
-    air_time_label,
-    arrived,
-    classification_features,
-    delayed_label,
-    regression_features,
-    speed,
-    speed_keys,
-    usable_rows,
-)
 from blockbudget.training.validation import Inequality, SlaMode, ValidationResult
 from blockbudget.training.validators import (
     AccuracyEvidence,
@@ -52,12 +41,46 @@ from blockbudget.training.validators import (
 
 Featurize = Callable[[pd.DataFrame], NDArray[np.float64]]
 Label = Callable[[pd.DataFrame], NDArray[Any]]
+#: A public per-row filter: which rows a pipeline reads (whether a row is kept depends on that
+#: row alone, so the filter is 1-stable and never fails on a row's values).
+RowFilter = Callable[[pd.DataFrame], pd.DataFrame]
+
+
+def every_row(frame: pd.DataFrame) -> pd.DataFrame:
+    """The row filter that keeps every row (the default of :class:`FeaturePipeline`)."""
+    return frame
+
+
+def usable_rows(*parts: NDArray[Any]) -> NDArray[np.bool_]:
+    """Per row: True when every feature and label of the row is finite (a 1-stable filter).
+
+    Example:
+        >>> usable_rows(np.array([[1.0, 2.0], [np.nan, 0.0]]), np.array([0.5, 1.0])).tolist()
+        [True, False]
+
+    Raises:
+        DataError: no array given.
+    """
+    if not parts:
+        raise DataError("usable_rows needs at least one array")
+    keep = np.ones(len(parts[0]), dtype=bool)
+    for part in parts:
+        values = np.asarray(part, dtype=np.float64)
+        finite = np.isfinite(values)
+        if len(values):
+            keep &= finite.reshape(len(values), -1).all(axis=1)
+    return keep
 
 
 def _prepare(
-    frame: pd.DataFrame, featurize: Featurize, label: Label, test_fraction: float, seed: int | None
+    frame: pd.DataFrame,
+    rows_of: RowFilter,
+    featurize: Featurize,
+    label: Label,
+    test_fraction: float,
+    seed: int | None,
 ) -> Prepared:
-    rows = arrived(frame)
+    rows = rows_of(frame)
     x, y = featurize(rows), label(rows)
     # a per-row filter (1-stable): rows whose features or label read as missing are dropped,
     # never an error — a failure would tell the analyst something about one row for free
@@ -92,14 +115,16 @@ def exact_least_squares_losses(
 class FeaturePipeline(Pipeline):
     """A pipeline whose preprocessing is a public feature map and label plus the per-row split.
 
-    Preprocessing spends no budget: ``featurize`` and ``label`` are public functions of one row,
-    and the train/test split places each row by its own seeded hash. Rows whose features or
-    label are not finite (a missing or unparseable field) are dropped by a per-row filter, so
-    preprocessing is total on any row values (see :mod:`blockbudget.training.tasks`).
+    Preprocessing spends no budget: ``rows`` (a public per-row filter), ``featurize`` and
+    ``label`` are public functions of one row, and the train/test split places each row by its
+    own seeded hash. Rows whose features or label are not finite (a missing or unparseable
+    field) are dropped by a per-row filter (:func:`usable_rows`), so preprocessing is total on
+    any row values when the maps are (docs/training.md, "Total preprocessing").
     """
 
     featurize: Featurize
     label: Label
+    rows: RowFilter
 
     def preprocess(
         self,
@@ -111,7 +136,7 @@ class FeaturePipeline(Pipeline):
         noise: NoiseSource | None,
         seed: int | None,
     ) -> Prepared:
-        return _prepare(frame, self.featurize, self.label, self.test_fraction, seed)
+        return _prepare(frame, self.rows, self.featurize, self.label, self.test_fraction, seed)
 
 
 @dataclass(frozen=True)
@@ -120,7 +145,9 @@ class AdaSSPPipeline(FeaturePipeline):
 
     Attributes:
         target: τ_loss, the MSE to reach.
-        featurize, label: the public feature map and label (default: flights air time).
+        featurize, label: the public feature map and the label (in [0, 1]).
+        feature_norm: the L2 bound of a feature row (a public fact of ``featurize``).
+        rows: the public per-row filter applied first (default: every row).
         mode: the validator's SLA mode.
         with_reject: also run the REJECT test on the training split with the exact
             least-squares fit as f̂ (App. B.1). Off by default: least squares is not the exact
@@ -131,8 +158,10 @@ class AdaSSPPipeline(FeaturePipeline):
     """
 
     target: float
-    featurize: Featurize = regression_features
-    label: Label = air_time_label
+    featurize: Featurize
+    label: Label
+    feature_norm: float
+    rows: RowFilter = every_row
     mode: SlaMode = SlaMode.SAGE
     with_reject: bool = False
     split: BudgetSplit = field(default_factory=BudgetSplit)
@@ -142,7 +171,7 @@ class AdaSSPPipeline(FeaturePipeline):
     @property
     def x_bound(self) -> float:
         """B_X for AdaSSP: features fit within B_X/√2, the intercept takes the rest."""
-        return REGRESSION_NORM * math.sqrt(2.0)
+        return self.feature_norm * math.sqrt(2.0)
 
     def train(
         self,
@@ -206,7 +235,8 @@ class DPSGDPipeline(FeaturePipeline):
         task: classification or regression.
         hidden: hidden layer widths.
         epochs, batch_size, learning_rate: DP-SGD settings.
-        featurize, label: public feature map and label (default: flights delayed > 15 min).
+        featurize, label: the public feature map and label.
+        rows: the public per-row filter applied first (default: every row).
         mode: the validator's SLA mode.
         rows_per_block: a declared (public, not read from the data) number of rows per block.
             When set, DP-SGD plans for ``rows_per_block × blocks × (1 − test_fraction)`` rows,
@@ -215,13 +245,14 @@ class DPSGDPipeline(FeaturePipeline):
     """
 
     target: float
+    featurize: Featurize
+    label: Label
+    rows: RowFilter = every_row
     task: Task = Task.CLASSIFICATION
     hidden: tuple[int, ...] = ()
     epochs: int = 1
     batch_size: int = 256
     learning_rate: float = 0.1
-    featurize: Featurize = classification_features
-    label: Label = delayed_label
     mode: SlaMode = SlaMode.SAGE
     split: BudgetSplit = field(default_factory=BudgetSplit)
     test_fraction: float = 0.1
@@ -308,28 +339,44 @@ class DPSGDPipeline(FeaturePipeline):
         )
 
 
-@dataclass(frozen=True)
-class AverageSpeedPipeline(Pipeline):
-    """Average speed per time key with the core's ``dp_group_by_mean`` (Sage List. 1) and the
-    sum-statistic validator (App. B.3); all rows train (the statistic needs no test split).
+class GroupMeanPipeline(Pipeline):
+    """The mean of a bounded value per public key with the core's ``dp_group_by_mean`` (Sage
+    List. 1) and the sum-statistic validator (App. B.3); all rows train (the statistic needs no
+    test split). A subclass says which keys and values its rows have (:meth:`group_rows`), how
+    many keys there are and the values' range — all public.
 
     Attributes:
-        target: τ_err, the largest acceptable absolute error of any key's mean, in mph.
-        granularity: hour of day, day of week or week of month.
+        target: τ_err, the largest acceptable absolute error of any key's mean.
         mode: the validator's SLA mode (SAGE, UNCORRECTED or NON_PRIVATE).
-        inequality: the validator's concentration inequality. With SEED (the default) the
-            validation only post-processes the release's counts and sums and costs nothing, so
-            the release gets the validation's share too; EMPIRICAL_BERNSTEIN spends that share
-            on the groups' second moments.
+        inequality: the validator's concentration inequality. With SEED the validation only
+            post-processes the release's counts and sums and costs nothing, so the release gets
+            the validation's share too; EMPIRICAL_BERNSTEIN spends that share on the groups'
+            second moments.
     """
 
     target: float
-    granularity: Granularity = Granularity.HOUR_OF_DAY
-    mode: SlaMode = SlaMode.SAGE
-    inequality: Inequality = Inequality.SEED
-    split: BudgetSplit = field(default_factory=BudgetSplit)
-    test_fraction: float = 0.1
-    name: str = "average-speed"
+    mode: SlaMode
+    inequality: Inequality
+
+    @property
+    @abstractmethod
+    def nkeys(self) -> int:
+        """The number of public keys (keys are 0 … nkeys − 1)."""
+
+    @property
+    @abstractmethod
+    def value_range(self) -> float:
+        """Values are clipped into [0, value_range]."""
+
+    @abstractmethod
+    def group_rows(self, frame: pd.DataFrame) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+        """Each row's key and value, by public per-row maps; a key below 0 or a value that is
+        not finite drops the row (a per-row filter, never an error)."""
+
+    @property
+    def release_label(self) -> str:
+        """The label of the release's charge."""
+        return f"{self.name}/release"
 
     def preprocess(
         self,
@@ -341,8 +388,7 @@ class AverageSpeedPipeline(Pipeline):
         noise: NoiseSource | None,
         seed: int | None,
     ) -> Prepared:
-        rows = arrived(frame)
-        keys, values = speed_keys(rows, self.granularity), speed(rows)
+        keys, values = self.group_rows(frame)
         keep = (keys >= 0) & np.isfinite(values)  # a per-row filter: missing fields drop a row
         empty = np.zeros(0)
         return Prepared(keys[keep], values[keep], empty, empty)
@@ -362,10 +408,10 @@ class AverageSpeedPipeline(Pipeline):
             data.x_train,
             data.y_train,
             epsilon=self._release_epsilon(epsilon),
-            value_range=SPEED_RANGE,
-            nkeys=self.granularity.nkeys,
+            value_range=self.value_range,
+            nkeys=self.nkeys,
             noise=noise,
-            label=f"{self.name}/{self.granularity.value}",
+            label=self.release_label,
         )
 
     def _release_epsilon(self, epsilon: Decimal) -> Decimal:
@@ -398,13 +444,3 @@ class AverageSpeedPipeline(Pipeline):
         return validator.validate(
             source, evidence, epsilon=epsilon, eta=eta, noise=noise, label=f"{self.name}/validate"
         )
-
-
-def regression_pipeline(target: float, **kwargs: Any) -> AdaSSPPipeline:
-    """The Taxi-analog LR pipeline (flights air time, AdaSSP, MSE validator)."""
-    return AdaSSPPipeline(target=target, **kwargs)
-
-
-def classification_pipeline(target: float, **kwargs: Any) -> DPSGDPipeline:
-    """The Criteo-analog LG pipeline (flights delayed > 15 min, DP-SGD, accuracy validator)."""
-    return DPSGDPipeline(target=target, **kwargs)

@@ -21,11 +21,11 @@ Totality: every map here accepts **any** cell values without raising. A numeric 
 :func:`numeric` — a number, or NaN when the cell is missing, empty, non-finite or not a number at
 all (a text value in a numeric column); an unparseable timestamp reads as missing; an unknown or
 missing origin is the all-zero one-hot (a declared default). Rows whose needed fields read as
-missing are then *dropped* by a per-row filter (:func:`arrived`, :func:`usable_rows`). Whether a
-row is kept depends on that row alone, so the filter is 1-stable (a neighbouring window filters
-to a neighbouring — or the same — set of rows) and the DP stages that follow keep their
-guarantee; crucially, no value of one row can make a pipeline *fail*, which would be a free,
-non-DP bit about that row.
+missing are then *dropped* by a per-row filter (:func:`arrived`,
+:func:`~blockbudget.training.pipelines.usable_rows`). Whether a row is kept depends on that row
+alone, so the filter is 1-stable (a neighbouring window filters to a neighbouring — or the same
+— set of rows) and the DP stages that follow keep their guarantee; crucially, no value of one
+row can make a pipeline *fail*, which would be a free, non-DP bit about that row.
 """
 
 from __future__ import annotations
@@ -118,19 +118,6 @@ def _to_float(value: Any) -> float:
         return float(value)
     except (TypeError, ValueError, OverflowError):
         return math.nan
-
-
-def usable_rows(*parts: NDArray[Any]) -> NDArray[np.bool_]:
-    """Per row: True when every feature and label of the row is finite (a 1-stable filter)."""
-    if not parts:
-        raise DataError("usable_rows needs at least one array")
-    keep = np.ones(len(parts[0]), dtype=bool)
-    for part in parts:
-        values = np.asarray(part, dtype=np.float64)
-        finite = np.isfinite(values)
-        if len(values):
-            keep &= finite.reshape(len(values), -1).all(axis=1)
-    return keep
 
 
 def arrived(frame: pd.DataFrame) -> pd.DataFrame:
