@@ -370,8 +370,8 @@ class GroupMeanPipeline(Pipeline):
 
     @abstractmethod
     def group_rows(self, frame: pd.DataFrame) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
-        """Each row's key and value, by public per-row maps; a key below 0 or a value that is
-        not finite drops the row (a per-row filter, never an error)."""
+        """Each row's key and value, by public per-row maps; a key outside 0 … nkeys − 1 or a
+        value that is not finite drops the row (a per-row filter, never an error)."""
 
     @property
     def release_label(self) -> str:
@@ -389,7 +389,8 @@ class GroupMeanPipeline(Pipeline):
         seed: int | None,
     ) -> Prepared:
         keys, values = self.group_rows(frame)
-        keep = (keys >= 0) & np.isfinite(values)  # a per-row filter: missing fields drop a row
+        # a per-row filter: a missing field or a key outside the public ones drops the row
+        keep = (keys >= 0) & (keys < self.nkeys) & np.isfinite(values)
         empty = np.zeros(0)
         return Prepared(keys[keep], values[keep], empty, empty)
 
