@@ -23,6 +23,113 @@ SEEDED = re.compile(r"seeded|SeededNoise", re.IGNORECASE)
 NOT_SECURE = re.compile(r"not secure|secure(_noise)?=False")
 
 
+SERIES_COLUMNS = ("N", "strategy", "U_s", "epsilon", "rounds")
+PAIRED = ("minus_avg_mean", "minus_avg_se")
+#: each quick table's columns and its number of rows (the product of the quick form's grid)
+TABLES: dict[str, tuple[tuple[str, ...], int]] = {
+    "budgeting-blocks-used": (
+        ("queries", "method", *(f"after_query_{j}" for j in range(1, 6))),
+        2 * 3,  # query costs × (ours, sage, streaming)
+    ),
+    "budgeting-competitive-ratio": (
+        ("U_over_L", "mode", "bound_1_plus_ln", "worst_random", "worst_adversarial",
+         "within_bound"),
+        2 * 2,  # spreads × (ideal, private)
+    ),
+    "budgeting-offline-online": (
+        ("queries", "method", "balanced_accuracy_pct", "significance_per_query", "seeds"),
+        2 * 2,
+    ),
+    "budgeting-queries-served": (("queries", "method", "blocks_4", "blocks_8"), 2 * 3),
+    "budgeting-same-data": (
+        ("queries", "method", "digits_accuracy_pct", "flights_mse_min2", "flights_medae_min",
+         "seeds"),
+        2 * 2,
+    ),
+    "dpi-apps": (
+        ("epsilon", "hbos_precision", "hbos_recall", "svd_precision", "svd_recall",
+         "kmeans_ari", "synthetic_svd_precision", "synthetic_kmeans_ari", "secure"),
+        2,
+    ),
+    "dpi-budget": (("epsilon", "scheme", "t", "remaining", "spent"), 2 * 4),  # last t only
+    "dpi-dynamic": (
+        ("epsilon", "slots", "spent", "kl", "mse", "kl_uniform", "kl_laplace", "median_abs_err",
+         "secure"),
+        2,
+    ),
+    "dpi-epsilon": (
+        ("stream", "horizon", "allocation", "epsilon", "slots", "min_users", "spent", "kl",
+         "mse", "kl_uniform", "mse_uniform", "kl_laplace", "mse_laplace", "stat_mse", "secure"),
+        3 * 2 * 2 * 2,  # streams × horizons × allocations × ε
+    ),
+    "dpi-horizon": (
+        ("stream", "slots", "min_users", "epsilon", "parameters", "zeta", "rate", "spent",
+         "median_epsilon_t", "max_epsilon_t", "median_resolution", "kl", "kl_uniform", "mse",
+         "mse_uniform", "kl_ratio", "secure"),
+        2 * 2,
+    ),
+    "dpi-long": (
+        ("items", "slots", "epsilon", "spent", "remaining", "kl_first_1000", "kl_last_1000",
+         "kl_uniform", "mse_last_1000", "secure"),
+        1,
+    ),
+    "dpi-params": (
+        ("stream", "param", "value", "horizon", "spent", "kl", "mse", "kl_uniform", "secure"),
+        2 * 3 * 2 * 2,  # streams × parameters × values × horizons
+    ),
+    "dpi-privacy-loss": (
+        ("t", "event_sensitivity_user_level", "event_basic_epsilon", "event_rdp_epsilon_at_1e-5",
+         "dpi_sensitivity", "dpi_epsilon_spent", "dpi_epsilon_cap"),
+        3,
+    ),
+    "sage-block-composition": (
+        ("window_days", "composition", "rows", "heldout_mse", "smallest_acceptable_mse"),
+        2 + 3 + 3,  # windows of 4, 8, 16 days: block, 1-day blocks, and 7-day ones from 8 days
+    ),
+    "sage-sample-complexity": (
+        ("task", "sla", "target", "runs", "accepted_runs", "median_rows_to_accept", "naive",
+         "best_nonprivate"),
+        2 * 3 * 3,  # tasks × SLAs × targets
+    ),
+    "sage-validation": (
+        ("task", "eta", "sla", "pipelines", "accepted", "rejected", "violated",
+         "violation_rate", "paper_violation_rate"),
+        2 * 2 * 4,
+    ),
+    "sage-workload": (
+        ("scale", "weeks_per_block", "rows_per_block", "strategy", "arrival_rate_per_block",
+         "trial", "pipelines", "released", "release_fraction", "mean_release_time_blocks",
+         "mean_time_censored_blocks", "budget_used"),
+        2 * 4,  # loads × strategies
+    ),
+    "series-birch": ((*SERIES_COLUMNS, "nivc_mean", "nivc_std", *PAIRED), 2 * 5),
+    "series-kmeans-geo": ((*SERIES_COLUMNS, "f1_mean", "f1_std", *PAIRED), 3 * 8),
+    "series-kmeans-protect": ((*SERIES_COLUMNS, "f1_mean", "f1_std", *PAIRED), 3 * 6),
+    "series-kmeans-taylor": ((*SERIES_COLUMNS, "f1_mean", "f1_std", *PAIRED), 3 * 5),
+    "series-noise": (
+        ("N", "U_s", "strategy", "rounds", "mse_measured", "mse_std_error", "mse_expected",
+         "mse_paper", "epsilon_min", "epsilon_max", "sum_of_terms"),
+        5,
+    ),
+    "streams-compare": (
+        ("stream", "epsilon", "method", "slots", "kl", "kl_se", "mse", "mse_se", "warned",
+         "recommended", "seeds", "secure", "mse_vs_dpi"),
+        3 * 6,  # streams × methods
+    ),
+}  # fmt: skip
+
+
+def test_every_experiment_has_its_table_listed() -> None:
+    assert set(TABLES) == set(all_experiments())
+
+
+@pytest.mark.parametrize("name", sorted(TABLES))
+def test_quick_table_columns_and_size(name: str, quick_run: Callable[[str], QuickRun]) -> None:
+    columns, size = TABLES[name]
+    rows = quick_run(name).result.rows
+    assert tuple(rows[0]) == columns and len(rows) == size
+
+
 def _csv_rows(path: Path) -> list[dict[str, str]]:
     with path.open(newline="") as handle:
         return list(csv.DictReader(handle))
