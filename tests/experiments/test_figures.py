@@ -5,41 +5,20 @@ ticks on count axes, and a legend outside the data."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from experiment_support import QuickRun
 
 from blockbudget.errors import InvalidRequestError
-from blockbudget.experiments import all_experiments, get_experiment
-from blockbudget.experiments.common import ExperimentContext
+from blockbudget.experiments import all_experiments
 from blockbudget.experiments.plotting import Caption, Spread, caption_of
 
-#: quick runs repeated twice, so that their error bars are drawn and checked (cheap ones only;
-#: experiments whose quick form already repeats keep their own count)
-RUNS = {
-    "budgeting-offline-online": 2,
-    "budgeting-same-data": 2,
-    "budgeting-blocks-used": 2,
-    "budgeting-queries-served": 2,
-    "sage-block-composition": 2,
-}
 #: units of an x axis that counts something: its ticks must be plain integers
 COUNT_UNITS = {"blocks", "days", "slots", "queries", "iterations", "rows", "weeks", "count"}
 LABEL = re.compile(r"^.+ \[(?P<unit>[^\]]+)\]$")
-
-
-def _figures(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
-    captured: list[tuple[str, Any]] = []
-
-    def capture(self: ExperimentContext, filename: str, figure: Any) -> Path:
-        captured.append((filename, figure))  # checked, not rendered to PNG (the slow part)
-        return self.path(filename)
-
-    monkeypatch.setattr(ExperimentContext, "save_figure", capture)
-    ctx = ExperimentContext(name=name, out_dir=tmp_path, quick=True, runs=RUNS.get(name))
-    get_experiment(name).run(ctx)
-    return captured
 
 
 def _has_error_bars(axes: Any) -> bool:
@@ -101,14 +80,14 @@ def _check_figure(filename: str, figure: Any, *, runs: int | None) -> None:
 
 @pytest.mark.parametrize("name", sorted(all_experiments()))
 def test_every_figure_is_labelled_captioned_and_uncovered(
-    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    name: str, quick_run: Callable[[str], QuickRun]
 ) -> None:
-    figures = _figures(name, tmp_path, monkeypatch)
-    assert figures, f"{name} saved no figure"
+    run = quick_run(name)
+    assert run.figures, f"{name} saved no figure"
     import matplotlib.pyplot as plt
 
-    for filename, figure in figures:
-        _check_figure(filename, figure, runs=RUNS.get(name))
+    for filename, figure in run.figures:
+        _check_figure(filename, figure, runs=run.ctx.runs)
         plt.close(figure)
 
 

@@ -90,12 +90,16 @@ def digit_significance(data: Digits, digit: int) -> dict[str, float]:
     """p_ij: validation log-loss reduction of a one-vs-rest Gaussian naive Bayes per block
     (cached per data set and digit)."""
     key = (id(data), digit)
-    if key not in _SIG_CACHE:
-        _SIG_CACHE[key] = _digit_significance(data, digit)
-    return dict(_SIG_CACHE[key])
+    held = _SIG_CACHE.get(key)
+    if held is None or held[0] is not data:
+        held = (data, _digit_significance(data, digit))
+        _SIG_CACHE[key] = held
+    return dict(held[1])
 
 
-_SIG_CACHE: dict[tuple[int, int], dict[str, float]] = {}
+#: (id of the data set, digit) → (the data set, its significances). The entry keeps the data set
+#: alive, so its id cannot be reused by another one while the entry stands.
+_SIG_CACHE: dict[tuple[int, int], tuple[Digits, dict[str, float]]] = {}
 
 
 def _digit_significance(data: Digits, digit: int) -> dict[str, float]:

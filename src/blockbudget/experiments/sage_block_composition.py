@@ -144,7 +144,10 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
     return ExperimentResult(
         rows=summary,
         files=list(ctx.files),
-        notes=[f"naive MSE {split.naive:.5f}, least squares {split.best:.5f}; noise seeded"],
+        notes=[
+            f"naive MSE {split.naive:.5f}, least squares {split.best:.5f}",
+            "noise: seeded (SeededNoise), not secure — experiments only",
+        ],
     )
 
 

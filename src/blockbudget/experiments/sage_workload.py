@@ -482,6 +482,7 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
         "original: 1 block = 1 week of flights (~6,300 rows); (ε_g, δ_g) = (1, 1e-6); "
         "release time counts only released pipelines, 'censored' counts the others until "
         "the end of the run",
+        "noise: seeded (SeededNoise) in the measured profiles, not secure — experiments only",
     ]
     if choice is not Scale.ORIGINAL:
         notes.append(
