@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 from experiment_support import QuickRun
 
+from blockbudget.apps.flights.streams import flights_stream
 from blockbudget.experiments.dpi_apps import _released
 from blockbudget.experiments.dpi_budget import _horizon_allocator, _trace
 from blockbudget.experiments.dpi_horizon import _configs
 from blockbudget.experiments.dpi_synthetic import _median_extra, _moving
 from blockbudget.experiments.dpi_utility import _config, _stat_extra, _zipf_extra, _zipf_slots
 from blockbudget.streaming.release import AllocationKind, DPIConfig, Horizon
-from blockbudget.streaming.streams import CategoricalStream, flights_stream
+from blockbudget.streaming.streams import CategoricalStream
 
 
 @dataclass(frozen=True)
