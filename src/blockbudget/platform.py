@@ -8,6 +8,11 @@ created, a block's data leaves the store only through a :class:`~blockbudget.gra
 holds the blocks' part files and reads them through the platform's engine), and a block is
 sealed before a grant on it is handed out, so a charged block never changes afterwards
 (seed ``004_2b5d216070ae2ded.txt`` §3.2 and §4.3, Theorem 4.3).
+
+Streams, contexts, ingest, block listings and selection are here; grants, reservations,
+charges, the audit log and retirement are the methods ``Platform`` inherits from
+:class:`~blockbudget.platform_budget.PlatformBudget`. The service and the CLI reach
+the ledger and the store through these methods only.
 """
 
 from __future__ import annotations
@@ -292,7 +297,7 @@ class Platform(PlatformBudget):
 
     # --- blocks and budgets --------------------------------------------------------------------
 
-    def stored_blocks(self, stream: str) -> list[BlockMeta]:
+    def block_metas(self, stream: str) -> list[BlockMeta]:
         """The store's record of every block of ``stream`` (id, key, rows, sealed), in key
         order, without budgets (:meth:`blocks` adds those); reads the catalog only."""
         return self.store.blocks(stream)

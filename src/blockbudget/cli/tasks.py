@@ -66,7 +66,7 @@ def _local_queue(home: Path) -> Iterator[TaskQueue]:
     from blockbudget.tasks.queue import TaskQueue
 
     platform = open_platform(home)
-    queue = TaskQueue(platform, leadership=leadership_for(platform.ledger.engine, name="tasks"))
+    queue = TaskQueue(platform, leadership=leadership_for(platform.database, name="tasks"))
     queue.access_check = _service_access(platform)
     try:
         yield queue
@@ -81,7 +81,7 @@ def _service_access(platform: Platform) -> Callable[[Task], str | None] | None:
     or runs a task whose principal lost its access. None on a home without principals."""
     import sqlalchemy as sa
 
-    engine = platform.ledger.engine
+    engine = platform.database
     if not sa.inspect(engine).has_table("service_principals"):
         return None
     from blockbudget.service.auth import KeyStore
