@@ -28,7 +28,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         {"streaming"},
         {"series"},
         {"query"},
-        {"platform", "grant", "selection", "userids", "affordance", "lowbudget"},
+        {"platform", "platform_budget", "grant", "selection", "userids", "affordance", "lowbudget"},
         {"mechanisms"},
         {"store"},
         {"engine"},

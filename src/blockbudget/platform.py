@@ -8,66 +8,46 @@ created, a block's data leaves the store only through a :class:`~blockbudget.gra
 holds the blocks' part files and reads them through the platform's engine), and a block is
 sealed before a grant on it is handed out, so a charged block never changes afterwards
 (seed ``004_2b5d216070ae2ded.txt`` §3.2 and §4.3, Theorem 4.3).
+
+Streams, contexts, ingest, block listings and selection are here; grants, reservations,
+charges, the audit log and retirement are the methods ``Platform`` inherits from
+:class:`~blockbudget.platform_budget.PlatformBudget`. The service and the CLI reach
+the ledger and the store through these methods only.
 """
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pyarrow import Schema
-from pyarrow import schema as pa_schema
-
 from blockbudget.accounting import Accounting, Filter, add_vectors, make_filter
 from blockbudget.affordance import Affordance, AffordFor, afford, last_refusal
 from blockbudget.budget import Budget, Cost
-from blockbudget.errors import (
-    InvalidRequestError,
-    ReservationError,
-    UnknownBlockError,
-    UnknownColumnError,
-)
-from blockbudget.grant import (
-    Grant,
-    group_cost,
-    open_reservation,
-    refuse_short,
-    reservation_stream,
-    shortfall_of,
-)
-from blockbudget.ledger import (
-    Ledger,
-    Reservation,
-    ReservationState,
-    VerifyReport,
-    validate_context_name,
-)
+from blockbudget.errors import InvalidRequestError, UnknownBlockError
+from blockbudget.ledger import ContextInfo, Ledger, validate_context_name
 from blockbudget.lowbudget import is_retiring, is_retiring_in
+from blockbudget.platform_budget import DEFAULT_MIN_EPSILON as DEFAULT_MIN_EPSILON
+from blockbudget.platform_budget import GroupCommitStats as GroupCommitStats
+from blockbudget.platform_budget import PlatformBudget
 from blockbudget.selection import Last as Last  # re-exported: users import it from here
 from blockbudget.selection import named_blocks, newest_blocks
 from blockbudget.store import (
     Blocking,
+    BlockMeta,
     BlockStore,
     IngestReport,
     LatePolicy,
     OnOverlap,
     StreamSpec,
-    Unit,
 )
 from blockbudget.store import catalog as store_catalog
 
 if TYPE_CHECKING:
     from blockbudget.engine import Engine
     from blockbudget.store.inputs import IngestData
-
-#: A block whose every context cannot fit this much more epsilon is retired by
-#: :meth:`Platform.retire_exhausted` unless told otherwise.
-DEFAULT_MIN_EPSILON = Budget(epsilon="0.001")
 
 
 @dataclass(frozen=True)
@@ -115,8 +95,12 @@ class BlockView:
         }
 
 
-class Platform:
+class Platform(PlatformBudget):
     """Streams of blocks with per-block, per-context privacy budgets.
+
+    Grants, reservations, charges, the audit log and retirement are the methods of its base
+    :class:`~blockbudget.platform_budget.PlatformBudget`; callers (the service, the CLI,
+    tasks) reach the ledger and the store through these methods only.
 
     Args:
         home: folder for the default SQLite database and block files (created if missing).
@@ -125,6 +109,8 @@ class Platform:
         database_url: a SQLAlchemy URL to use instead of ``home/platform.db``.
         data_root: a local path or pyarrow filesystem URI for block files instead of
             ``home/blocks``.
+        group_commit: batch concurrent ledger writes of many threads into single durable
+            transactions (:mod:`blockbudget.ledger.group`; what a server wants).
     """
 
     def __init__(
@@ -134,11 +120,12 @@ class Platform:
         database_url: str | None = None,
         data_root: str | None = None,
         engine: str | Engine = "duckdb",
+        group_commit: bool = False,
     ) -> None:
         self.home = Path(home)
         self.home.mkdir(parents=True, exist_ok=True)
         self.database_url = database_url or f"sqlite:///{(self.home / 'platform.db').resolve()}"
-        self.ledger = Ledger(self.database_url)
+        self.ledger = Ledger(self.database_url, group_commit=group_commit)
         self.store = BlockStore(self.database_url, data_root or str(self.home / "blocks"))
         self._filters: dict[str, Filter] = {}
         self._engine_choice = engine
@@ -215,25 +202,34 @@ class Platform:
 
     # --- contexts ------------------------------------------------------------------------------
 
-    def add_context(self, name: str, *, description: str = "") -> str:
+    def add_context(self, name: str, *, description: str = "") -> ContextInfo:
         """Register a context: one full per-block budget for a group of principals assumed not
         to collude (Sage §3.2). An administrative act, audited; requests name only registered
-        contexts. Idempotent."""
-        validate_context_name(name)
-        self.ledger.add_context(name, description=description)
-        return name
+        contexts. Idempotent: returns the registration (an existing context's original one).
 
-    def close_context(self, name: str) -> str:
+        Raises:
+            InvalidRequestError: a malformed name or description, or a context that exists
+                with another description.
+        """
+        validate_context_name(name)
+        return self.ledger.add_context(name, description=description)
+
+    def close_context(self, name: str) -> ContextInfo:
         """Close a context for good (audited; see :meth:`Ledger.close_context`): it never
         spends again, no longer keeps exhausted blocks from retiring, and counts in the
-        coalition bound only if it ever charged. Idempotent."""
-        self.ledger.close_context(name)
-        return name
+        coalition bound only if it ever charged. Idempotent: returns the registration."""
+        return self.ledger.close_context(name)
 
-    def contexts(self) -> list[str]:
-        """The open registered contexts (those that can still spend budget). A new platform
-        has none: an administrator registers each with :meth:`add_context`."""
-        return self.ledger.contexts()
+    def contexts(self, *, include_closed: bool = False) -> list[str]:
+        """The open registered contexts (those that can still spend budget), sorted; with
+        ``include_closed``, the closed ones too. A new platform has none: an administrator
+        registers each with :meth:`add_context`."""
+        return self.ledger.contexts(include_closed=include_closed)
+
+    def context_infos(self) -> list[ContextInfo]:
+        """Every registered context, open or closed, with its description and its creation
+        and closing times, sorted by name."""
+        return self.ledger.context_infos()
 
     def coalition_contexts(self) -> list[str]:
         """The contexts whose budgets add up if all their principals collude: the open ones
@@ -300,6 +296,11 @@ class Platform:
         return missing
 
     # --- blocks and budgets --------------------------------------------------------------------
+
+    def block_metas(self, stream: str) -> list[BlockMeta]:
+        """The store's record of every block of ``stream`` (id, key, rows, sealed), in key
+        order, without budgets (:meth:`blocks` adds those); reads the catalog only."""
+        return self.store.blocks(stream)
 
     def blocks(
         self, stream: str, *, contexts: Sequence[str] | None = None, last: int | None = None
@@ -447,237 +448,54 @@ class Platform:
                 )
             return tuple(chosen)
         named = named_blocks(self.store.engine, stream, selection)
-        shown = set(admit(named))
-        for block in named:
-            if block not in shown:
-                raise UnknownBlockError(f"stream {stream!r} has no block {block!r}")
+        _refuse_unshown(stream, named, admit(named))
         return named
 
-    # --- grants --------------------------------------------------------------------------------
+    def require_selectable(self, stream: str, blocks: Sequence[str]) -> bool:
+        """The user-stream gate of :meth:`select`, for blocks named by id outside a selection
+        (a direct charge): it holds for every caller, owners and admins too.
 
-    def request(
-        self,
-        stream: str,
-        *,
-        blocks: Sequence[str] | Last,
-        budget: Cost,
-        context: str,
-        holder: str = "",
-        ttl_seconds: float = 600.0,
-        request_id: str | None = None,
-        columns: Sequence[str] | None = None,
-    ) -> Grant:
-        """Reserve ``budget`` on every chosen block, atomically, seal them, and hand over a grant.
-
-        No row is read here: the grant holds the blocks' part files and reads them through
-        :attr:`engine` when asked (:meth:`Grant.batches`, :attr:`Grant.data`,
-        :meth:`Grant.frame`). ``columns`` is the grant's projection (default: every column);
-        on a user-level stream the user column bounds contributions whether projected or not.
-        A request that fails before it returns releases its reservation; an error while
-        reading afterwards (a part file missing: :class:`~blockbudget.errors.DataError`)
-        releases nothing — close the grant, or it expires after ``ttl_seconds``.
-
-        On a user-level stream with ``rows_per_user = k``, each draw is charged k times its
-        row-level cost (group privacy): reserve ``group_cost(cost, k)`` for a draw of ``cost``.
+        Returns:
+            Whether ``stream`` is gated at all: False for any stream but a user stream, where
+            nothing is ever refused here (a stream's blocking never changes, so a caller may
+            skip the check for it from then on).
 
         Raises:
-            BudgetExceededError: a block cannot afford the budget (nothing is reserved).
-            UnknownBlockError / RetiredBlockError / InvalidRequestError / InvalidBudgetError:
-                bad input (nothing is reserved).
-        """
-        validate_context_name(context)
-        wanted, schema = self._projection(stream, columns)
-        chosen = self.select(stream, blocks, context=context, cost=budget)
-        if not chosen:
-            raise InvalidRequestError("a request needs at least one block")
-        reservation = self.ledger.reserve(
-            list(chosen),
-            budget,
-            context=context,
-            request_id=request_id or f"grant-{uuid.uuid4().hex}",
-            holder=holder,
-            ttl_seconds=ttl_seconds,
-        )
-        # Decided by the ledger's answer, not by a look-up before it: two calls with one id
-        # that race both see no request before either commits, and the loser gets the
-        # winner's reservation back — which it must neither treat as its own nor release.
-        replay = reservation.replayed
-        if replay:
-            # A replay gets the stored reservation back (idempotency). Its data goes out again
-            # only while that reservation is still open — draws then share what it holds; once
-            # closed, a replay gets nothing.
-            current = self.ledger.reservation(reservation.id).state
-            if current is not ReservationState.OPEN:
-                raise ReservationError(
-                    f"request id {request_id!r} was used before and its reservation "
-                    f"{reservation.id} is {current.value}: its data is not handed out again; "
-                    "use a new request id"
-                )
-        try:
-            return self._hand_over(stream, reservation, chosen, wanted, schema)
-        except BaseException:
-            if not replay:  # never release a reservation another holder is using
-                self.ledger.release(reservation.id, request_id=f"{reservation.id}/release")
-            raise
-
-    def grant(
-        self,
-        reservation_id: str,
-        *,
-        holder: str | None = None,
-        stream: str | None = None,
-        context: str | None = None,
-        columns: Sequence[str] | None = None,
-        covers: Cost | None = None,
-    ) -> Grant:
-        """A grant over an EXISTING open reservation: what a scheduler granted, spent here.
-
-        It never reserves: every draw on the grant comes out of ``reservation_id`` (the same
-        checks, sealing, projection and group size as :meth:`request`). Closing the grant
-        releases what the reservation still holds; leaving it open keeps the reservation
-        for further draws until it is released or expires. Nothing is read here.
-
-        Args:
-            reservation_id: the ledger reservation to spend.
-            holder: when given, the reservation's holder must be exactly this (a reservation
-                held by anyone else is answered as unknown, so its existence does not leak).
-            stream: when given, the reservation's blocks must be of this stream.
-            context: when given, the reservation must hold budget in this context.
-            columns: the grant's projection (default: every column).
-            covers: when given, the reservation must still hold a draw of this cost (as
-                :meth:`Grant.draw` charges it) on every block.
-
-        Raises:
-            UnknownReservationError: no such reservation, or not held by ``holder``.
-            ReservationError: the reservation is closed or expired, or cannot pay ``covers``.
-            RetiredBlockError: one of its blocks is retired.
-            InvalidRequestError: its blocks are not of ``stream`` (or of several streams),
-                or its context is not ``context``.
-            UnknownColumnError: ``columns`` names a column the stream does not have.
+            UnreleasedIdsError: a user stream with no maximum-id release yet.
+            UnknownBlockError: a block beyond the release's ``safe_max`` (as an unknown one).
 
         Example:
-            >>> import tempfile, pandas as pd
+            >>> import tempfile
             >>> from blockbudget import Budget
             >>> from blockbudget.platform import Platform
             >>> from blockbudget.store import Blocking
             >>> p = Platform(tempfile.mkdtemp(), engine="arrow")
             >>> _ = p.create_stream("s", policy=Budget(epsilon=1), blocking=Blocking.by_time("t"))
-            >>> _ = p.add_context("team")
-            >>> _ = p.ingest("s", pd.DataFrame({"t": pd.date_range("2024-01-01", periods=2,
-            ...                                                    freq="h"), "v": [1.0, 2.0]}))
-            >>> blocks = [b.block_id for b in p.blocks("s")]
-            >>> res = p.ledger.reserve(blocks, Budget(epsilon=0.5), context="team", holder="ann")
-            >>> with p.grant(res.id, holder="ann") as g:
-            ...     g.draw(Budget(epsilon=0.2), label="mine")
-            >>> p.ledger.reservation(res.id).state.value  # closing released the other 0.3
-            'closed'
+            >>> p.require_selectable("s", ["s/2024-01-01T00:00:00"])  # a time stream: no gate
+            False
             >>> p.close()
         """
-        res = open_reservation(self.ledger, reservation_id, holder=holder, now=time.time())
-        if context is not None and res.context != context:
-            raise InvalidRequestError(
-                f"reservation {res.id!r} holds budget in context {res.context!r}, not in "
-                f"{context!r}"
-            )
-        of = reservation_stream(self.ledger, res)
-        if stream is not None and of != stream:
-            raise InvalidRequestError(
-                f"reservation {res.id!r} holds blocks of stream {of!r}, not of {stream!r}"
-            )
-        wanted, schema = self._projection(of, columns)
-        if covers is not None:  # before anything is sealed
-            need = self.filter(of).features(group_cost(covers, self._group(of)))
-            refuse_short(res.id, f"a draw of {covers}", shortfall_of(res.remaining, need))
-        return self._hand_over(of, res, res.blocks, wanted, schema)
+        from blockbudget import userids
 
-    def _group(self, stream: str) -> int:
-        """The group size a draw on ``stream`` is charged for (``rows_per_user`` on a
-        user-level stream, else 1)."""
-        spec = self.stream(stream)
-        return (spec.blocking.rows_per_user or 1) if spec.blocking.unit is Unit.USER else 1
-
-    def _projection(
-        self, stream: str, columns: Sequence[str] | None
-    ) -> tuple[list[str] | None, Schema | None]:
-        """The wanted columns (None: all) and their Arrow types, checked against the stream.
-
-        Raises:
-            UnknownBlockError: an unknown stream.
-            UnknownColumnError: a column the stream does not have.
-        """
-        self.stream(stream)  # raises for an unknown stream
-        wanted = list(columns) if columns else None
-        schema = self.store.schema(stream)
-        if wanted is not None and schema is not None:
-            unknown = [c for c in wanted if c not in schema.names]
-            if unknown:
-                raise UnknownColumnError(stream, unknown, schema.names)
-            schema = pa_schema([schema.field(c) for c in dict.fromkeys(wanted)])
-        return wanted, schema
-
-    def _hand_over(
-        self,
-        stream: str,
-        reservation: Reservation,
-        blocks: Sequence[str],
-        wanted: list[str] | None,
-        schema: Schema | None,
-    ) -> Grant:
-        """Seal ``blocks`` (the reservation's, in reading order) and build the grant on them:
-        the one path of :meth:`request` and :meth:`grant`."""
-        spec = self.stream(stream)
-        group = self._group(stream)
-        self.store.seal(list(blocks))
-        return Grant(
-            ledger=self.ledger,
-            stream=stream,
-            reservation=reservation,
-            accounting=spec.accounting,
-            source=self.store.source(list(blocks)),
-            engine=lambda: self.engine,
-            columns=wanted,
-            schema=schema,
-            group_size=group,
-            filter=self.filter(stream),
-        )
+        bound = userids.selection_bound(self, stream)
+        if bound is not None:
+            _refuse_unshown(stream, blocks, userids.within(bound, blocks))
+        return bound is not None
 
     # --- lifecycle -----------------------------------------------------------------------------
-
-    def retire_exhausted(
-        self,
-        stream: str,
-        *,
-        contexts: Sequence[str] | None = None,
-        min_cost: Cost = DEFAULT_MIN_EPSILON,
-    ) -> list[str]:
-        """Retire every block whose *charged* budget cannot fit ``min_cost`` in any of
-        ``contexts`` (default: every open context — an open context that never used a block
-        still has its full budget there, so the block stays; close a context that is no longer
-        used with :meth:`close_context`). A block with an open
-        reservation in any of them is kept, so a running grant is never cut off. Retired blocks
-        never serve again (Sage §3.2). The check and the retirement are one ledger
-        transaction (:meth:`Ledger.retire_exhausted`), so no grant can reserve in between."""
-        retired = self.ledger.retire_exhausted(
-            stream,
-            min_cost=min_cost,
-            contexts=contexts,
-            request_id=f"retire-{uuid.uuid4().hex}",
-            reason="budget exhausted",
-        )
-        return [b.block_id for b in retired]
-
-    def expire(self) -> list[str]:
-        """Release every reservation past its time-to-live (never charged)."""
-        return self.ledger.expire_reservations()
-
-    def verify(self, *, full: bool = False) -> VerifyReport:
-        """Replay the audit log (after the last verified checkpoint, or all of it with
-        ``full``) and check the ledger and every filter (see :meth:`Ledger.verify`)."""
-        return self.ledger.verify(full=full)
 
     def close(self) -> None:
         self.ledger.dispose()
         self.store.dispose()
+
+
+def _refuse_unshown(stream: str, blocks: Sequence[str], shown: Sequence[str]) -> None:
+    """Refuse the first of ``blocks`` that is not in ``shown`` as unknown (a hidden block of a
+    user stream is answered exactly as one that does not exist)."""
+    seen = set(shown)
+    for block in blocks:
+        if block not in seen:
+            raise UnknownBlockError(f"stream {stream!r} has no block {block!r}")
 
 
 def _ingest_request(report: IngestReport) -> str | None:

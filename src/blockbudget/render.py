@@ -45,7 +45,7 @@ def render_blocks(
     views = platform.blocks(stream, contexts=contexts)
     if last > 0:
         views = views[-last:]
-    ctxs = list(contexts) if contexts else platform.ledger.contexts()
+    ctxs = list(contexts) if contexts else platform.contexts()
     table = Table(title=f"blocks of {escape(stream)} — remaining budget per context")
     table.add_column("block")
     table.add_column("rows", justify="right")

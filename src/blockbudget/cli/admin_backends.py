@@ -39,7 +39,7 @@ class LocalAdmin:
             database_url=database,
             data_root=os.environ.get("BLOCKBUDGET_DATA_ROOT") or None,
         )
-        self.keys = KeyStore(self.platform.ledger.engine)
+        self.keys = KeyStore(self.platform.database)
         self.actor = f"local:{_os_user()}"
 
     def _log(self, action: str, target: str, **details: object) -> None:
@@ -162,7 +162,7 @@ class LocalAdmin:
         from blockbudget.tasks.queue import TaskQueue
 
         load_pipelines()  # the queue may resume a server's pipeline tasks
-        engine = self.platform.ledger.engine
+        engine = self.platform.database
         queue = TaskQueue(self.platform, leadership=leadership_for(engine, name="tasks"))
         try:
             act(queue)

@@ -124,7 +124,7 @@ def _stream_json(platform: Platform, name: str) -> dict[str, Any]:
         "accounting": spec.accounting.value,
         "unit": spec.blocking.unit.value,
         "column": spec.blocking.column,
-        "blocks": len(platform.store.blocks(spec.name)),
+        "blocks": len(platform.block_metas(spec.name)),
         "description": spec.description,
         "permission": None,
     }
@@ -270,7 +270,7 @@ def context_list(
     if client is not None:
         infos = client.contexts()
     else:
-        infos = [_info_dict(i) for i in open_platform(home).ledger.context_infos()]
+        infos = [_info_dict(i) for i in open_platform(home).context_infos()]
     if as_json:
         emit_json({"contexts": [_context_json(c) for c in infos]})
         return
@@ -287,7 +287,7 @@ def context_list(
 
 def _local_info(platform: Platform, name: str) -> dict[str, Any]:
     """The local context ``name`` in the server's form."""
-    infos = platform.ledger.context_infos()
+    infos = platform.context_infos()
     return next(_info_dict(i) for i in infos if i.name == name)
 
 

@@ -37,7 +37,7 @@ def price_task_local(
     from blockbudget.platform import Last
     from blockbudget.query import check, from_dict
 
-    if context not in platform.ledger.contexts():
+    if context not in platform.contexts():
         raise unknown_context(context)
     demand: Cost
     if body["kind"] == "query":

@@ -506,7 +506,7 @@ def audit_log(
         try:
             rows = [
                 (e.seq, e.ts, e.kind.value, e.context, e.request_id, e.payload)
-                for e in platform.ledger.events()[-limit:]
+                for e in platform.events()[-limit:]
             ]
         finally:
             platform.close()

@@ -68,7 +68,7 @@ def _local_queue(home: Path) -> Iterator[TaskQueue]:
 
     load_pipelines()  # a pipeline task stored by a server may be resumed here
     platform = open_platform(home)
-    queue = TaskQueue(platform, leadership=leadership_for(platform.ledger.engine, name="tasks"))
+    queue = TaskQueue(platform, leadership=leadership_for(platform.database, name="tasks"))
     queue.access_check = _service_access(platform)
     try:
         yield queue
@@ -83,7 +83,7 @@ def _service_access(platform: Platform) -> Callable[[Task], str | None] | None:
     or runs a task whose principal lost its access. None on a home without principals."""
     import sqlalchemy as sa
 
-    engine = platform.ledger.engine
+    engine = platform.database
     if not sa.inspect(engine).has_table("service_principals"):
         return None
     from blockbudget.service.auth import KeyStore

@@ -53,6 +53,9 @@ class Pricing:
         reserve: what the grant reserves on each block: for Laplace the group cost of ε,
             which covers ``charged`` under every rule; for Gaussian ``charged`` itself (an
             (ε, δ) budget cannot be reserved on an RDP stream, its curve can).
+        row_reserve: ``reserve`` before group privacy (ε, or ``cost`` for Gaussian): what
+            :meth:`Platform.request <blockbudget.platform.Platform.request>` is asked for,
+            since it applies the group itself.
         typed: the query with column-typed literals (:func:`check_schema`): the plan the
             engine runs is built from it; results are labelled with the query's own values.
     """
@@ -62,6 +65,7 @@ class Pricing:
     charged: Cost
     reserve: Cost
     typed: Query
+    row_reserve: Cost
 
 
 def _typed(
@@ -205,8 +209,14 @@ def _priced(
     # BASIC/STRONG: (ε, δ) as asked; RDP: the parts' Laplace or Gaussian curves at their scales.
     cost = price_parts(accounting, epsilon=eps, parts=parts, delta=dl)
     charged = group_cost(cost, k)
-    if query.mechanism is NoiseKind.GAUSSIAN:
-        reserve = charged
-    else:
-        reserve = group_cost(Budget(epsilon=query.epsilon), k)
-    return Pricing(parts=parts, cost=cost, charged=charged, reserve=reserve, typed=typed)
+    gaussian = query.mechanism is NoiseKind.GAUSSIAN
+    row_reserve = cost if gaussian else Budget(epsilon=query.epsilon)
+    reserve = charged if gaussian else group_cost(row_reserve, k)
+    return Pricing(
+        parts=parts,
+        cost=cost,
+        charged=charged,
+        reserve=reserve,
+        typed=typed,
+        row_reserve=row_reserve,
+    )

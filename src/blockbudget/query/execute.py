@@ -125,7 +125,7 @@ def open_grant(
     """
     pricing = check(platform, stream, query)
     grant = platform.request(
-        stream, blocks=blocks, budget=pricing.reserve, context=context, columns=query.columns()
+        stream, blocks=blocks, budget=pricing.row_reserve, context=context, columns=query.columns()
     )
     try:
         check_rows(query, 0 if grant.source is None else grant.source.rows)

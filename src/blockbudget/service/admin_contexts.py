@@ -28,14 +28,14 @@ def register_context_routes(
     @app.get("/v1/contexts", tags=["contexts"])
     def list_contexts(me: Auth) -> list[ContextAdminOut]:
         """The registered contexts the caller may use (admins: all, closed ones included)."""
-        seen = set(visible_contexts(me, platform.ledger.contexts(include_closed=True)))
-        infos = platform.ledger.context_infos()
+        seen = set(visible_contexts(me, platform.contexts(include_closed=True)))
+        infos = platform.context_infos()
         return [ContextAdminOut(**context_json(i)) for i in infos if i.name in seen]
 
     @app.post("/v1/contexts", status_code=201, tags=["contexts"])
     def add_context(me: Auth, body: sc.ContextIn) -> ContextAdminOut:
         require_role(me)
-        info = platform.ledger.add_context(body.name, description=body.description)
+        info = platform.add_context(body.name, description=body.description)
         log_admin(me.name, "add_context", body.name)
         return ContextAdminOut(**context_json(info))
 
@@ -44,6 +44,6 @@ def register_context_routes(
         """Close a context for good (admins; audited): it never spends again and no longer
         keeps exhausted blocks from retiring."""
         require_role(me)
-        info = platform.ledger.close_context(name)
+        info = platform.close_context(name)
         log_admin(me.name, "close_context", name)
         return ContextAdminOut(**context_json(info))

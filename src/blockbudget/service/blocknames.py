@@ -342,15 +342,15 @@ class BlockNames:
         since (:meth:`Ledger.added_blocks`, a range of the audit log's key), so an unknown
         token costs what is new, not what the stream holds. A block exists for analysts once
         the ledger registered it (it cannot serve before)."""
-        ledger = self._platform.ledger
+        platform = self._platform
         known = self._ids.get(stream)
         if known is None:
-            seq = ledger.audit_seq()  # before listing: what registers later is read next time
-            ids = {m.block_id for m in self._platform.store.blocks(stream)}
-            ids.update(b.block_id for b in ledger.blocks(stream=stream))
+            seq = platform.audit_seq()  # before listing: what registers later is read next time
+            ids = {m.block_id for m in platform.block_metas(stream)}
+            ids.update(b.block_id for b in platform.registered_blocks(stream))
             fresh = _StreamIds({self.opaque(b).partition("/")[2]: b for b in ids}, seq)
         else:
-            added, seq = ledger.added_blocks(known.seq)
+            added, seq = platform.added_blocks(known.seq)
             new = {self.opaque(b).partition("/")[2]: b for b, s in added if s == stream}
             with self._lock:  # grows in place: a token, once known, always means its block
                 known.by_token.update(new)

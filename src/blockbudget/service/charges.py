@@ -15,9 +15,10 @@ exists because each HTTP request costs the server more CPU than the ledger work 
 
 On a user- or attribute-blocked stream an analyst names blocks by opaque ids and gets them
 back in receipts and refusals (:mod:`blockbudget.service.blocknames`). A user stream's gate
-holds for every caller, owners and admins too, as for selections
-(:meth:`blockbudget.platform.Platform.select`): with no maximum-id release yet a charge is a 422
-(``UnreleasedIdsError``), and a block beyond the released bound is a 404 like an unknown one.
+(:meth:`Platform.require_selectable <blockbudget.platform.Platform.require_selectable>`, the
+one of selections) holds for every caller, owners and admins too: with no maximum-id release
+yet a charge is a 422 (``UnreleasedIdsError``), and a block beyond the released bound is a 404
+like an unknown one.
 """
 
 import json
@@ -28,7 +29,7 @@ from fastapi import Depends, FastAPI
 from fastapi.responses import Response
 
 from blockbudget.budget import Budget
-from blockbudget.errors import BlockBudgetError, InvalidRequestError, UnknownBlockError
+from blockbudget.errors import BlockBudgetError, InvalidRequestError
 from blockbudget.ledger import Charge
 from blockbudget.platform import Platform
 from blockbudget.service import schemas as sc
@@ -92,7 +93,7 @@ def register_charge_routes(
     gated: dict[str, bool] = {}  # stream → is it a user stream; immutable once created
 
     def refresh_streams() -> None:
-        for info in platform.ledger.blocks():
+        for info in platform.registered_blocks():
             streams_of[info.block_id] = info.stream
 
     async def check(me: Principal, stream: str, items: list[sc.ChargeIn]) -> list[sc.ChargeIn]:
@@ -123,20 +124,13 @@ def register_charge_routes(
         return items
 
     def require_known(stream: str, blocks: list[str]) -> None:
-        """The user-stream gate: 422 with no release, 404 for a block beyond its bound."""
-        from blockbudget import userids
-
-        bound = userids.selection_bound(platform, stream)
-        gated[stream] = bound is not None
-        if bound is None:
-            return
-        shown = set(userids.within(bound, blocks))
-        for block in blocks:
-            if block not in shown:
-                raise UnknownBlockError(f"stream {stream!r} has no block {block!r}")
+        """The user-stream gate (:meth:`Platform.require_selectable`): 422 with no release,
+        404 for a block beyond its bound; remembers a stream that is not gated."""
+        gated[stream] = platform.require_selectable(stream, blocks)
 
     async def run(me: Principal, item: sc.ChargeIn) -> Charge:
-        return await platform.ledger.charge_async(
+        assert item.context is not None  # check() resolved it to the caller's context
+        return await platform.charge_async(
             item.blocks,
             Budget(epsilon=item.epsilon, delta=item.delta),
             context=item.context,

@@ -80,7 +80,7 @@ def register_dashboard_routes(
     threshold (a caller may pass ``alert_below`` to look at another one)."""
     Auth = Annotated[Principal, Depends(authenticate)]
     default_below = check_threshold(alert_below)
-    history = StreamEventIndex(platform.ledger.engine)
+    history = StreamEventIndex(platform.database)
     naming_of = names.naming
     names_known = names.known
 

@@ -205,7 +205,7 @@ class LedgerCollector:
     """
 
     def __init__(self, platform: Platform, *, alert_below: float) -> None:
-        self.engine = platform.ledger.engine
+        self.engine = platform.database
         self.tracker = BudgetTracker(self.engine, alert_below=alert_below)
 
     def describe(self) -> list[Metric]:

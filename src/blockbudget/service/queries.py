@@ -22,7 +22,6 @@ comes out of it and must fit what it still holds (:func:`run_granted_query`).
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from blockbudget.errors import InvalidRequestError
@@ -105,10 +104,8 @@ def run_granted_query(
         ReservationError: closed or expired, or too little left for the query (409).
         ConcealedError: a failure while reading or computing on rows (a stable code only).
     """
-    from blockbudget.grant import open_reservation
-
     require_stream(me, stream)
-    res = open_reservation(platform.ledger, reservation_id, holder=me.name, now=time.time())
+    res = platform.open_reservation(reservation_id, holder=me.name)
     require_context(me, res.context)  # still bound to the context it spends in
     with concealing("query", passing=(*LEDGER_REFUSALS, InvalidRequestError)):
         grant, pricing = open_reserved(

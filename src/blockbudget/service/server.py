@@ -72,7 +72,7 @@ def bootstrap_admin(home: str | Path, database: str | None, name: str = "admin")
     """
     platform = open_platform(home, database, group_commit=False)
     try:
-        keys = KeyStore(platform.ledger.engine)
+        keys = KeyStore(platform.database)
         if keys.principals():
             return None
         try:

@@ -78,10 +78,10 @@ def release_reservations(platform: Platform, holder: str) -> list[str]:
     """Release every open reservation ``holder`` holds (it was disabled or deleted); the ids.
     Reads the open reservations once (an admin action, rare)."""
     out = []
-    for res in platform.ledger.reservations(state=ReservationState.OPEN):
+    for res in platform.reservations(state=ReservationState.OPEN):
         if res.holder == holder:
             with contextlib.suppress(BlockBudgetError):  # closed or expired meanwhile
-                platform.ledger.release(res.id)
+                platform.release(res.id)
                 out.append(res.id)
     return out
 

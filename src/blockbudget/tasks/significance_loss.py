@@ -178,13 +178,15 @@ class LossReduction(SignificanceProvider):
         parts = mean_parts(epsilon=self.epsilon, lower=self.lower, upper=self.upper)
         return price(accounting, epsilon=exact_epsilon(self.epsilon), parts=parts)
 
-    def _check(self, platform: Platform, stream: str, ids: Sequence[str], context: str) -> Cost:
-        """Everything that can refuse, before anything is reserved; returns the reservation."""
+    def _check(
+        self, platform: Platform, stream: str, ids: Sequence[str], context: str
+    ) -> tuple[Cost, Cost]:
+        """Everything that can refuse, before anything is reserved; returns a block's per-row
+        cost (what :meth:`Platform.request` takes) and its group cost (what it reserves)."""
         import pyarrow as pa
 
         from blockbudget.grant import group_cost
         from blockbudget.ledger import validate_context_name
-        from blockbudget.store import Unit
 
         spec = platform.stream(stream)
         validate_context_name(context)
@@ -199,8 +201,8 @@ class LossReduction(SignificanceProvider):
                 f"loss-reduction needs a numeric column; {self.column!r} is {kind}"
             )
         check_blocks(platform, stream, ids)
-        group = (spec.blocking.rows_per_user or 1) if spec.blocking.unit is Unit.USER else 1
-        return group_cost(self.block_cost(spec.accounting), group)
+        cost = self.block_cost(spec.accounting)
+        return cost, group_cost(cost, platform.group_size(stream))
 
     def score(
         self,
@@ -226,7 +228,7 @@ class LossReduction(SignificanceProvider):
         ids = distinct_blocks(block_ids)
         if not isinstance(task, str) or not task:
             raise InvalidRequestError(f"task must be a task id, got {task!r}")
-        reserve = self._check(platform, stream, ids, context)
+        per_row, reserve = self._check(platform, stream, ids, context)
         if noise is None and self.seed is not None:
             noise = SeededNoise(self.seed)  # reproducible, and says secure_noise=False
         sampler = resolve_noise(noise)
@@ -238,7 +240,7 @@ class LossReduction(SignificanceProvider):
             measured = None
             if ok:  # advisory; the ledger re-checks and may still refuse (nothing charged)
                 measured = self._measure(
-                    platform, stream, block, reserve, context, task, holder, sampler
+                    platform, stream, block, per_row, context, task, holder, sampler
                 )
             if measured is not None:
                 values[block], cost, rid = measured
@@ -257,7 +259,7 @@ class LossReduction(SignificanceProvider):
         platform: Platform,
         stream: str,
         block: str,
-        reserve: Cost,
+        per_row: Cost,
         context: str,
         task: str,
         holder: str,
@@ -273,7 +275,7 @@ class LossReduction(SignificanceProvider):
             grant = platform.request(
                 stream,
                 blocks=[block],
-                budget=reserve,
+                budget=per_row,
                 context=context,
                 holder=holder,
                 request_id=rid,

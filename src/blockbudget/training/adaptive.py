@@ -39,7 +39,6 @@ from blockbudget.errors import BudgetExceededError, InternalError, InvalidReques
 from blockbudget.grant import group_cost
 from blockbudget.mechanisms.calibration import exact_delta, exact_epsilon
 from blockbudget.outcome import Outcome
-from blockbudget.store import Unit
 from blockbudget.training.bounds import check_probability
 from blockbudget.training.checks import check_int
 
@@ -289,8 +288,7 @@ class AdaptiveTrainer:
 
     def _group(self) -> int:
         """The group size the stream's draws are charged for (group privacy)."""
-        blocking = self.platform.stream(self.stream).blocking
-        return (blocking.rows_per_user or 1) if blocking.unit is Unit.USER else 1
+        return self.platform.group_size(self.stream)
 
     def _affordable(self, blocks: tuple[str, ...], epsilon: Decimal) -> bool:
         cost = group_cost(Budget(epsilon=epsilon, delta=self.search.delta), self._group())
@@ -312,7 +310,7 @@ class AdaptiveTrainer:
                 grant = self.platform.request(
                     self.stream,
                     blocks=list(blocks),
-                    budget=group_cost(cost, self._group()),  # what its draws are charged
+                    budget=cost,  # per row: the platform reserves its group cost
                     context=self.context,
                     holder=self.pipeline.name,
                     columns=list(self.columns) if self.columns else None,
