@@ -188,3 +188,13 @@ def test_whitehouse_keeps_its_slack_and_refuses_curves() -> None:
         f.features(RdpCurve.gaussian(sigma=10.0))
     # A huge charge is refused exactly, with no overflow.
     assert not f.accepts([], Budget(epsilon=1e6))
+
+
+@pytest.mark.parametrize("a", ["1e-6", "0.01", "0.3", "1", "4"])
+@pytest.mark.parametrize("b", ["1e-3", "0.2", "2"])
+def test_gdp_pure_budget_features_are_superadditive(a: str, b: str) -> None:
+    """μ(ε)² is convex with μ(0) = 0, so a pure reservation of a+b covers draws of a then b."""
+    f = GdpFilter(capacity=CAPACITY)
+    whole = f.features(Budget(epsilon=a) + Budget(epsilon=b))
+    parts = add_vectors(f.features(Budget(epsilon=a)), f.features(Budget(epsilon=b)))
+    assert parts[0] <= whole[0] + 2
