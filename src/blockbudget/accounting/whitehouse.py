@@ -153,6 +153,11 @@ class WhitehouseFilter(Filter):
         over_delta = max(0, used[2] + candidate[2] - self._delta_cap)
         return f"ε {float(from_units(over)):.6g}, δ {float(from_units(over_delta)):.3g}"
 
+    def _capacity_vector(self) -> Vector:
+        """Per-feature capacity: the ε column is display only (unbounded); Σε² ≤ S, Σδ ≤ δ''.
+        The filter is linear: fits iff every feature is within its capacity."""
+        return (INF_UNITS, self._sq_cap, self._delta_cap)
+
     def describe(self) -> str:
         return f"advanced composition filter (Whitehouse et al. 2023) with capacity {self.capacity}"
 
