@@ -8,8 +8,9 @@ A block of capacity (ε_g, δ_g) admits charges of μ_i-GDP mechanisms while Σ�
   mechanism is μ_i-GDP conditioned on the earlier outputs, μ_i chosen from those outputs, and the
   analyst stops before Σμ_i² exceeds μ², the whole interaction is μ-GDP — the filter loses
   nothing against non-adaptive composition (Dong, Roth & Su 2022, Cor. 3.3: √(Σμ_i²)-GDP).
-  Regehr et al. 2026 (https://arxiv.org/abs/2602.15815) confirm this "naive GDP filter" is free:
-  GDP curves are totally ordered under composition.
+  The theorem is stated for GDP mechanisms, so a pure ε-DP mechanism enters as the μ(ε)-GDP one
+  below. Regehr et al. 2026 (https://arxiv.org/abs/2602.15815) take this "naive GDP filter" as
+  the valid baseline that their residue filters refine.
 * From μ-GDP to (ε, δ). Dong, Roth & Su, "Gaussian Differential Privacy" (JRSS-B 2022,
   https://arxiv.org/abs/1905.02383), Cor. 2.13: μ-GDP holds iff (ε, δ(ε))-DP for every ε ≥ 0,
   with δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2), increasing in μ. So μ_g solves δ(ε_g) = δ_g
@@ -98,9 +99,9 @@ class GaussianDp:
         """The GDP cost of any (ε, 0)-DP mechanism (e.g. Laplace): μ(ε) = −2Φ⁻¹(1/(1+e^ε)),
         rounded up.
 
-        Proof that ε-DP ⇒ μ(ε)-GDP (the statement of Dong et al. 2022, §2.4, re-derived here).
+        Proof that ε-DP ⇒ μ(ε)-GDP, from the trade-off curves of Dong, Roth & Su 2022.
         ε-DP is f_{ε,0}-DP with f_{ε,0}(α) = max(0, 1 − e^ε α, e^{−ε}(1 − α)) (Wasserman & Zhou
-        2010; Dong et al. Prop. 2.4), the piecewise-linear curve through (0, 1), (α*, α*) and
+        2010, as restated by Dong et al.), the piecewise-linear curve through (0, 1), (α*, α*) and
         (1, 0), α* = 1/(1+e^ε). G_μ(α) = Φ(Φ⁻¹(1−α) − μ) is convex, G_μ(0) = 1, G_μ(1) = 0, and
         G_μ(α*) = α* iff Φ⁻¹(1−α*) − μ = Φ⁻¹(α*), i.e. μ = −2Φ⁻¹(α*). A convex function lies
         below its chords, so G_μ ≤ f_{ε,0} on [0, α*] and on [α*, 1]: an ε-DP mechanism is at
