@@ -180,8 +180,14 @@ def test_whitehouse_keeps_its_slack_and_refuses_curves() -> None:
     g = WhitehouseFilter(capacity=CAPACITY, slack_delta=1e-7)
     assert g.accepts([], Budget(epsilon=0.01, delta=9e-7))
     assert g.max_next_epsilon(g.zero()) < f.max_next_epsilon(f.zero())  # less slack, larger L
+    pure_only = WhitehouseFilter(capacity=CAPACITY, slack_delta=1e-6)  # δ'' = 0
+    assert pure_only.accepts([], Budget(epsilon=0.1))
+    assert not pure_only.accepts([], Budget(epsilon=0.1, delta=1e-18))
+    assert pure_only.max_next_epsilon(pure_only.zero()) > f.max_next_epsilon(f.zero())
     with pytest.raises(InvalidBudgetError):
-        WhitehouseFilter(capacity=CAPACITY, slack_delta=1e-6)
+        WhitehouseFilter(capacity=CAPACITY, slack_delta=2e-6)
+    with pytest.raises(InvalidBudgetError):
+        WhitehouseFilter(capacity=CAPACITY, slack_delta=0.0)
     with pytest.raises(InvalidBudgetError):
         WhitehouseFilter(capacity=Budget(epsilon=1.0))
     with pytest.raises(InvalidBudgetError):

@@ -81,7 +81,8 @@ class WhitehouseFilter(Filter):
     """Advanced-composition filter valid under fully adaptive composition (Whitehouse, Ramdas,
     Rogers & Wu, ICML 2023, Thm 2, https://arxiv.org/abs/2203.05481).
 
-    With slack δ' (default δ_g/2), a block accepts charges while Σε_i² ≤ S(ε_g, δ') (the exact
+    With slack δ' (default δ_g/2; δ' = δ_g leaves δ'' = 0, for pure charges only), a block
+    accepts charges while Σε_i² ≤ S(ε_g, δ') (the exact
     form of the theorem's √(2 log(1/δ') Σε_i²) + ½Σε_i² ≤ ε_g, see the module docstring) and
     Σδ_i ≤ δ_g − δ'. Features: (ε, ε², δ), each rounded up (ε for display). Accepts (ε, δ)
     budgets only.
@@ -105,8 +106,8 @@ class WhitehouseFilter(Filter):
             ctx.prec = 400
             ctx.rounding = ROUND_FLOOR
             slack = capacity.delta / 2 if slack_delta is None else Decimal(str(slack_delta))
-            if not (0 < slack < capacity.delta):
-                raise InvalidBudgetError(f"slack δ' must be in (0, δ_g), got {slack_delta!r}")
+            if not (0 < slack <= capacity.delta):  # the theorem needs δ' > 0; δ'' may be 0
+                raise InvalidBudgetError(f"slack δ' must be in (0, δ_g], got {slack_delta!r}")
             self._delta_cap = units_down(capacity.delta - slack)
         self.slack_delta = slack
         self._sq_cap = advanced_capacity_units(capacity.epsilon, slack)
