@@ -48,10 +48,11 @@ from blockbudget.budget import (
 )
 from blockbudget.errors import InvalidBudgetError
 
-#: Decimal digits of the mpmath evaluations below; the error bounds assume 10 ulps per call.
+#: Decimal digits of the mpmath evaluations below.
 _DPS = 80
-#: Relative error allowed for one mpmath evaluation of Φ or exp at :data:`_DPS` digits (10 ulps
-#: is far above mpmath's guard digits), and the relative slack put on inputs read into mpmath.
+#: Relative error allowed for one mpmath evaluation of Φ or exp at :data:`_DPS` digits (1e-76,
+#: i.e. 10⁴ ulps: far above what mpmath's guard digits leave), and the relative slack put on
+#: inputs read into mpmath.
 _REL = Fraction(1, 10 ** (_DPS - 4))
 
 
