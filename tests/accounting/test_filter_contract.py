@@ -15,8 +15,11 @@ from blockbudget.accounting import (
     Accounting,
     BasicFilter,
     Filter,
+    GaussianDp,
+    GdpFilter,
     RdpFilter,
     StrongFilter,
+    WhitehouseFilter,
     add_vectors,
     make_filter,
 )
@@ -39,10 +42,24 @@ def _rdp_cost(x: float) -> Cost:
     return RdpCurve.gaussian(sigma=1.0, sensitivity=x)
 
 
-FILTERS: list[tuple[str, Callable[[], Filter], Callable[[float], Cost]]] = [
+CostFn = Callable[[float], Cost | GaussianDp]
+
+
+def _gdp_cost(x: float) -> GaussianDp:
+    # A Gaussian of sensitivity x and σ = 1: x-GDP; x = 0 costs nothing.
+    return GaussianDp(mu=x)
+
+
+def _whitehouse_cost(x: float) -> Cost:
+    return Budget(epsilon=x, delta=x * 1e-7 if x >= 1e-90 else 0.0)
+
+
+FILTERS: list[tuple[str, Callable[[], Filter], CostFn]] = [
     ("basic", lambda: make_filter(Accounting.BASIC, capacity=CAPACITY), _basic_cost),
     ("strong", lambda: make_filter(Accounting.STRONG, capacity=CAPACITY), _strong_cost),
     ("rdp", lambda: make_filter(Accounting.RDP, capacity=CAPACITY), _rdp_cost),
+    ("gdp", lambda: GdpFilter(capacity=CAPACITY), _gdp_cost),
+    ("whitehouse", lambda: WhitehouseFilter(capacity=CAPACITY), _whitehouse_cost),
 ]
 
 # Budgets are 0 or of magnitude 1e-100 … 1e30 (budget.MIN_MAGNITUDE / MAX_MAGNITUDE).
@@ -51,12 +68,12 @@ amounts = st.lists(amount, min_size=0, max_size=25)
 
 
 @pytest.fixture(params=FILTERS, ids=[f[0] for f in FILTERS])
-def case(request: pytest.FixtureRequest) -> tuple[Filter, Callable[[float], Cost]]:
+def case(request: pytest.FixtureRequest) -> tuple[Filter, CostFn]:
     _, make, cost = request.param
     return make(), cost
 
 
-def test_empty_history_fits_and_is_full(case: tuple[Filter, Callable[[float], Cost]]) -> None:
+def test_empty_history_fits_and_is_full(case: tuple[Filter, CostFn]) -> None:
     f, cost = case
     assert f.fits(f.zero())
     assert f.remaining_fraction(f.zero()) == pytest.approx(1.0)
@@ -65,10 +82,10 @@ def test_empty_history_fits_and_is_full(case: tuple[Filter, Callable[[float], Co
 
 
 def test_repeated_charges_are_eventually_refused(
-    case: tuple[Filter, Callable[[float], Cost]],
+    case: tuple[Filter, CostFn],
 ) -> None:
     f, cost = case
-    history: list[Cost] = []
+    history: list[Cost | GaussianDp] = []
     while f.accepts(history, cost(0.05)):
         history.append(cost(0.05))
         assert len(history) < 10_000, "a filter must not hand out unbounded budget"

@@ -10,13 +10,18 @@ from blockbudget.accounting.filters import (
     make_filter,
     sub_vectors,
 )
+from blockbudget.accounting.gdp import GaussianDp, GdpFilter
+from blockbudget.accounting.whitehouse import WhitehouseFilter
 
 __all__ = [
     "Accounting",
     "BasicFilter",
     "Filter",
+    "GaussianDp",
+    "GdpFilter",
     "RdpFilter",
     "StrongFilter",
+    "WhitehouseFilter",
     "add_vectors",
     "make_filter",
     "sub_vectors",
