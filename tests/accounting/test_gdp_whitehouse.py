@@ -17,7 +17,7 @@ from blockbudget.accounting import (
     add_vectors,
 )
 from blockbudget.accounting.filters import Filter, Vector
-from blockbudget.budget import UNIT, Budget, Cost, RdpCurve
+from blockbudget.budget import UNIT, Budget, Cost, RdpCurve, cost_from_json
 from blockbudget.errors import InvalidBudgetError
 
 CAPACITY = Budget(epsilon=1.0, delta=1e-6)
@@ -56,7 +56,7 @@ def _mu_g(eps: str, delta: str) -> mp.mpf:
 def test_gdp_capacity_is_mu_g_squared_rounded_down(eps: str, delta: str) -> None:
     with mp.workdps(60):
         exact = _mu_g(eps, delta) ** 2 * UNIT
-        cap = GdpFilter(capacity=Budget(epsilon=eps, delta=delta))._capacity_vector()[0]
+        cap = GdpFilter(capacity=Budget(epsilon=eps, delta=delta)).capacity_units()[0]
         assert cap <= exact
         assert exact - cap < 2  # floored to a unit, not lowered further
         # The rounding is on the safe side: the capacity's μ gives δ ≤ δ_g at ε_g.
@@ -65,7 +65,7 @@ def test_gdp_capacity_is_mu_g_squared_rounded_down(eps: str, delta: str) -> None
 
 def test_gdp_mu_g_at_one_and_one_in_a_million() -> None:
     f = GdpFilter(capacity=CAPACITY)
-    assert f._capacity_vector() == (56_028_963_825_260_677,)  # μ_g = 0.23670438066343570…
+    assert f.capacity_units() == (56_028_963_825_260_677,)  # μ_g = 0.23670438066343570…
     assert f.max_next_mu(f.zero()) == Decimal("0.236704380663435709")
 
 
@@ -126,8 +126,10 @@ def test_gdp_prices_a_pure_budget_and_refuses_what_implies_no_gdp() -> None:
 
 def test_gdp_cost_json_round_trips() -> None:
     cost = GaussianDp.gaussian(sigma=3)
-    assert cost.to_json() == {"gdp_mu": "0.3333333333333333333333333333333333333334"}
+    mu = "0.3333333333333333333333333333333333333334"
+    assert cost.to_json() == {"v": 2, "kind": "gdp", "mu": mu}
     assert GaussianDp.from_json(cost.to_json()) == cost
+    assert cost_from_json(cost.to_json()) == cost  # the kind registered itself
 
 
 # ---- Whitehouse et al. ------------------------------------------------------------------------

@@ -29,11 +29,20 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from decimal import ROUND_CEILING, Decimal, localcontext
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
 from fractions import Fraction
-from typing import Any
+from typing import Any, ClassVar
 
 from blockbudget.accounting.filters import Filter, Vector
+from blockbudget.accounting.rule import (
+    Accounting,
+    AccountingRule,
+    Combine,
+    Noise,
+    Release,
+    check_group,
+    register_rule,
+)
 from blockbudget.budget import (
     INF_UNITS,
     UNIT,
@@ -57,7 +66,7 @@ _REL = Fraction(1, 10 ** (_DPS - 4))
 
 
 @dataclass(frozen=True, init=False)
-class GaussianDp:
+class GaussianDp(Cost):
     """A μ-GDP cost: the mechanism's trade-off curve is at least G_μ (Dong, Roth & Su 2022).
 
     Composition adds μ² (Dong et al., Cor. 3.3); ``a + b`` is √(a.μ² + b.μ²), rounded up.
@@ -71,6 +80,8 @@ class GaussianDp:
         >>> (GaussianDp(mu="0.3") + GaussianDp(mu="0.4")).mu
         Decimal('0.5')
     """
+
+    kind: ClassVar[str] = "gdp"
 
     mu: Decimal
 
@@ -141,13 +152,21 @@ class GaussianDp:
     def is_zero(self) -> bool:
         return self.mu == 0
 
-    def to_json(self) -> dict[str, str]:
-        """``{"gdp_mu": "<exact decimal>"}``."""
-        return {"gdp_mu": canonical_decimal(self.mu)}
+    def scaled(self, factor: Number) -> GaussianDp:
+        """μ times a non-negative exact factor, rounded down (a share never exceeds the whole)."""
+        f = to_decimal(factor, name="factor")
+        with localcontext() as ctx:
+            ctx.prec = 40
+            ctx.rounding = ROUND_FLOOR
+            return GaussianDp(mu=self.mu * f)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"v": 2, "kind": "gdp", "mu": "<exact decimal>"}``."""
+        return {"v": 2, "kind": "gdp", "mu": canonical_decimal(self.mu)}
 
     @classmethod
-    def from_json(cls, data: dict[str, str]) -> GaussianDp:
-        return cls(mu=Decimal(data["gdp_mu"]))
+    def from_json(cls, data: dict[str, Any]) -> GaussianDp:
+        return cls(mu=Decimal(str(data["mu"])))
 
     def __str__(self) -> str:
         return f"(μ={self.mu:.6g}-GDP)"
@@ -170,14 +189,14 @@ class GdpFilter(Filter):
         5
     """
 
-    name = "gdp"
+    accounting = Accounting.declare("gdp")
     dims = 1
 
     def __init__(self, *, capacity: Budget) -> None:
         super().__init__(capacity=capacity)
         self._cap = gdp_capacity_units(capacity.epsilon, capacity.delta)
 
-    def features(self, cost: Cost | GaussianDp) -> Vector:
+    def features(self, cost: Cost) -> Vector:
         if isinstance(cost, RdpCurve):
             raise InvalidBudgetError(
                 "a GDP stream cannot account an RDP curve (RDP on a finite grid implies no "
@@ -218,11 +237,16 @@ class GdpFilter(Filter):
     def describe(self) -> str:
         return f"μ-GDP filter (Smith & Thakurta 2022) with capacity {self.capacity}"
 
-    def _capacity_vector(self) -> Vector:
+    def capacity_units(self) -> Vector:
         return (self._cap,)
 
-    def features_json(self, features: Sequence[int]) -> dict[str, str | list[str]]:
-        return {"gdp_mu2": _exact(features[0])}
+    def share(self, fraction: float) -> Cost:
+        """μ = μ_g·√fraction, so that μ² is ``fraction`` of the capacity μ_g² (rounded down)."""
+        with localcontext() as ctx:
+            ctx.prec = 40
+            ctx.rounding = ROUND_FLOOR
+            mu = (from_units(self._cap) * Decimal(repr(fraction))).sqrt()
+        return GaussianDp(mu=mu.next_minus() if mu > 0 else mu)
 
 
 def _ratio(mu: Decimal) -> str:
@@ -360,3 +384,65 @@ def _pure_dp_mu_up(eps: Decimal) -> Decimal:
         ctx.rounding = ROUND_CEILING
         value = Decimal(exact.numerator) / Decimal(exact.denominator)
     return _storable_up(value)
+
+
+class GdpRule(AccountingRule):
+    """μ-GDP accounting (Smith & Thakurta 2022; Dong, Roth & Su 2022): Σμ² ≤ μ_g² per block."""
+
+    name = "gdp"
+    title = (
+        "Gaussian DP filter (Smith & Thakurta 2022, https://arxiv.org/abs/2210.17520): "
+        "Σμ² ≤ μ_g² per block, μ_g the largest μ whose μ-GDP implies (ε_g, δ_g)"
+    )
+    cost_kind = GaussianDp
+    combine = Combine.ALL
+    prices_noise = True
+
+    def make(self, *, capacity: Budget, slack_delta: float | None) -> Filter:
+        return GdpFilter(capacity=capacity)
+
+    def price(self, release: Release) -> Cost:
+        """μ of the release: each Gaussian part is exactly (Δ/σ)-GDP (Dong, Roth & Su 2022,
+        Thm 2.7); each Laplace part is (Δ/b)-DP, so μ(Δ/b)-GDP (:meth:`GaussianDp.from_pure_dp`);
+        parts compose in quadrature (Cor. 3.3). A release with no parts is pure ε-DP.
+
+        Raises:
+            InvalidBudgetError: a release with no noise parts and δ > 0 (no GDP bound).
+        """
+        if not release.parts:
+            if release.delta != 0:
+                raise InvalidBudgetError(
+                    f"a GDP stream cannot price a release of ε={release.epsilon}, "
+                    f"δ={release.delta} > 0 without its noise: no GDP bound follows from (ε, δ)"
+                )
+            return GaussianDp.from_pure_dp(release.epsilon)
+        total = GaussianDp(mu=0)
+        for part in release.parts:
+            if part.noise is Noise.GAUSSIAN:
+                total = total + GaussianDp.gaussian(sigma=part.scale, sensitivity=part.sensitivity)
+            else:
+                with localcontext() as ctx:  # ε = Δ/b, rounded up
+                    ctx.prec = 40
+                    ctx.rounding = ROUND_CEILING
+                    eps = Decimal(repr(part.sensitivity)) / Decimal(repr(part.scale))
+                total = total + GaussianDp.from_pure_dp(eps)
+        return total
+
+    def group_cost(self, cost: Cost, k: int) -> Cost:
+        """μ-GDP for one row is kμ-GDP for a group of k rows (Dong, Roth & Su 2022, Thm 2.14).
+
+        Raises:
+            InvalidBudgetError: k < 1, or a cost this rule does not account.
+        """
+        check_group(k)
+        cost = self.check_cost(cost)
+        mu = cost if isinstance(cost, GaussianDp) else GaussianDp.from_pure_dp(cost.epsilon)  # type: ignore[attr-defined]
+        if k == 1:
+            return cost
+        return GaussianDp(mu=_storable_up(mu.mu * k))
+
+    def features_json(self, features: Sequence[int]) -> dict[str, str | list[str]]:
+        return {"gdp_mu2": _exact(features[0])}
+
+
+RULE = register_rule(GdpRule())

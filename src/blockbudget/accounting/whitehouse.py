@@ -29,7 +29,9 @@ import math
 from collections.abc import Sequence
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
 
+from blockbudget.accounting.basic import BudgetRule
 from blockbudget.accounting.filters import Filter, Vector
+from blockbudget.accounting.rule import Accounting, Combine, register_rule
 from blockbudget.budget import (
     INF_UNITS,
     UNIT,
@@ -93,7 +95,7 @@ class WhitehouseFilter(Filter):
         Decimal('0.182546852589455047')
     """
 
-    name = "whitehouse"
+    accounting = Accounting.declare("whitehouse")
     dims = 3
 
     def __init__(self, *, capacity: Budget, slack_delta: float | str | None = None) -> None:
@@ -154,10 +156,15 @@ class WhitehouseFilter(Filter):
         over_delta = max(0, used[2] + candidate[2] - self._delta_cap)
         return f"ε {float(from_units(over)):.6g}, δ {float(from_units(over_delta)):.3g}"
 
-    def _capacity_vector(self) -> Vector:
+    def capacity_units(self) -> Vector:
         """Per-feature capacity: the ε column is display only (unbounded); Σε² ≤ S, Σδ ≤ δ''.
         The filter is linear: fits iff every feature is within its capacity."""
         return (INF_UNITS, self._sq_cap, self._delta_cap)
+
+    def share(self, fraction: float) -> Cost:
+        """ε = √(fraction·S), δ = fraction·δ'': ``fraction`` of each capped feature."""
+        eps = math.sqrt(self._sq_cap / UNIT * fraction) * (1 - 1e-12)
+        return Budget(epsilon=eps, delta=self._delta_cap / UNIT * fraction)
 
     def describe(self) -> str:
         return f"advanced composition filter (Whitehouse et al. 2023) with capacity {self.capacity}"
@@ -179,3 +186,22 @@ class WhitehouseFilter(Filter):
 
 def _exact(units: int) -> str:
     return "inf" if units >= INF_UNITS else canonical_decimal(from_units(units))
+
+
+class WhitehouseRule(BudgetRule):
+    """Advanced composition as a filter (Whitehouse et al., ICML 2023, Thm 2)."""
+
+    name = "whitehouse"
+    title = (
+        "advanced-composition filter (Whitehouse, Ramdas, Rogers & Wu, ICML 2023, Thm 2, "
+        "https://arxiv.org/abs/2203.05481): Σε² ≤ 2ε_g²/(√(L+ε_g)+√L)², L = log(1/δ'), "
+        "and Σδ ≤ δ_g − δ'"
+    )
+    combine = Combine.ALL
+    takes_slack = True
+
+    def make(self, *, capacity: Budget, slack_delta: float | None) -> Filter:
+        return WhitehouseFilter(capacity=capacity, slack_delta=slack_delta)
+
+
+RULE = register_rule(WhitehouseRule())
