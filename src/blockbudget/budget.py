@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from decimal import (
@@ -33,12 +34,24 @@ from decimal import (
     Underflow,
     localcontext,
 )
-from typing import TypeAlias
+from typing import Any, ClassVar, TypeAlias
 
 from blockbudget.errors import InvalidBudgetError
 
 #: The fixed grid of Rényi orders (PrivateKube / DPack; the infinite order is not tracked).
 ALPHAS: tuple[float, ...] = (1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 16.0, 32.0, 64.0)
+
+#: The grid every version-1 stored RDP curve (no ``alphas`` in its JSON) was written on; frozen
+#: forever, whatever :data:`ALPHAS` becomes.
+ALPHAS_V1: tuple[Decimal, ...] = tuple(
+    Decimal(a) for a in ("1.5", "1.75", "2", "2.5", "3", "4", "5", "6", "8", "16", "32", "64")
+)
+_ALPHAS_EXACT: tuple[Decimal, ...] = tuple(Decimal(repr(a)) for a in ALPHAS)
+
+
+def _grid_text(grid: Sequence[Decimal]) -> list[str]:
+    return [format(a.normalize(), "f") for a in grid]
+
 
 #: Fixed-point resolution of stored budgets: 1 unit = 1e-18 of epsilon or delta.
 UNIT_EXPONENT = 18
@@ -196,8 +209,83 @@ def _fmt(d: Decimal) -> str:
     return text
 
 
+class Cost(ABC):
+    """What one DP computation costs, in the currency of an accounting rule.
+
+    Each kind of cost is a frozen value type that adds exactly (the composition its rule
+    uses), knows whether it is zero, and has a versioned JSON form. Kinds register
+    themselves by their ``kind`` name when their class is defined, so :func:`cost_from_json`
+    reads every kind — including those an accounting rule brings in its own module (e.g. the
+    μ of Gaussian DP) — without this module knowing them.
+
+    Built in: :class:`Budget` (ε, δ) and :class:`RdpCurve` (Rényi DP on :data:`ALPHAS`).
+
+    Example:
+        >>> isinstance(Budget(epsilon=1), Cost), cost_from_json(Budget(epsilon=1).to_json())
+        (True, Budget(epsilon='1', delta='0'))
+    """
+
+    #: The kind's stored name ("budget", "rdp", ...): unique, never reused for another layout.
+    kind: ClassVar[str]
+
+    _kinds: ClassVar[dict[str, type[Cost]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        kind = cls.__dict__.get("kind")
+        if kind is None:
+            return
+        known = Cost._kinds.get(kind)
+        if known is not None and known.__qualname__ != cls.__qualname__:
+            raise TypeError(f"cost kind {kind!r} is already {known.__qualname__}")
+        Cost._kinds[kind] = cls
+
+    @abstractmethod
+    def __add__(self, other: Any) -> Any:
+        """Exact composition with another cost of the same kind."""
+
+    @property
+    @abstractmethod
+    def is_zero(self) -> bool:
+        """Whether this cost spends nothing."""
+
+    @abstractmethod
+    def scaled(self, factor: Number) -> Cost:
+        """This cost times a non-negative exact factor in its own currency, never above the
+        exact product (e.g. a share of a split)."""
+
+    @abstractmethod
+    def to_json(self) -> dict[str, Any]:
+        """The cost as exact decimal strings, one canonical form per value."""
+
+    @classmethod
+    @abstractmethod
+    def from_json(cls, data: dict[str, Any]) -> Cost:
+        """Inverse of :meth:`to_json` (every version this kind ever wrote)."""
+
+    @classmethod
+    def read_kind(cls, data: dict[str, Any]) -> type[Cost]:
+        """The registered kind of a stored cost.
+
+        Version 1 forms carry no ``kind``: ``{"rdp": [...]}`` is an RDP curve and
+        ``{"epsilon", "delta"}`` a budget. Every later kind writes ``"kind"``.
+
+        Raises:
+            InvalidBudgetError: the kind is not registered (its module was never imported).
+        """
+        name = data.get("kind")
+        if name is None:
+            name = "rdp" if "rdp" in data else "budget"
+        found = Cost._kinds.get(str(name))
+        if found is None:
+            raise InvalidBudgetError(
+                f"unknown cost kind {shown(name)}; known: {', '.join(sorted(Cost._kinds))}"
+            )
+        return found
+
+
 @dataclass(frozen=True, init=False, order=False)
-class Budget:
+class Budget(Cost):
     """An exact (epsilon, delta) budget.
 
     Args:
@@ -211,6 +299,8 @@ class Budget:
         >>> sum([Budget(epsilon=0.1)] * 10, Budget.zero()) <= Budget(epsilon=1.0)
         True
     """
+
+    kind: ClassVar[str] = "budget"
 
     epsilon: Decimal
     delta: Decimal
@@ -296,7 +386,7 @@ class Budget:
 
 
 @dataclass(frozen=True, init=False)
-class RdpCurve:
+class RdpCurve(Cost):
     """A Rényi-DP curve epsilon(alpha) on the fixed grid :data:`ALPHAS`.
 
     Values are non-negative decimals; ``inf`` marks an order at which the mechanism gives no
@@ -308,6 +398,8 @@ class RdpCurve:
     Raises:
         InvalidBudgetError: on the wrong length, NaN, or a negative value.
     """
+
+    kind: ClassVar[str] = "rdp"
 
     epsilons: tuple[Decimal, ...]
 
@@ -444,12 +536,48 @@ class RdpCurve:
         (Canonne, Kamath & Steinke 2020), rounded up."""
         return rdp_to_dp(self, delta=delta)
 
-    def to_json(self) -> dict[str, list[str]]:
-        """The curve as exact decimal strings, one canonical form per value (see Budget)."""
-        return {"rdp": [canonical_decimal(v) for v in self.epsilons]}
+    def to_json(self) -> dict[str, Any]:
+        """The curve as exact decimal strings, one canonical form per value (see Budget),
+        with the order grid it is on (``alphas``), so a stored curve reads the same whatever
+        grid the code runs on later.
+
+        Example:
+            >>> doc = RdpCurve.from_pure_dp(1).to_json()
+            >>> doc["v"], doc["kind"], doc["alphas"][:3], len(doc["rdp"]) == len(ALPHAS)
+            (2, 'rdp', ['1.5', '1.75', '2'], True)
+        """
+        return {
+            "v": 2,
+            "kind": "rdp",
+            "alphas": [canonical_decimal(Decimal(repr(a))) for a in ALPHAS],
+            "rdp": [canonical_decimal(v) for v in self.epsilons],
+        }
 
     @classmethod
-    def from_json(cls, data: dict[str, list[str]]) -> RdpCurve:
+    def from_json(cls, data: dict[str, Any]) -> RdpCurve:
+        """Read a stored curve: version 2 names its grid, version 1 (``{"rdp": [...]}``) was
+        written on :data:`ALPHAS_V1`.
+
+        Raises:
+            InvalidBudgetError: the curve is on another grid than :data:`ALPHAS` (it is never
+                re-indexed silently), or a value is malformed.
+
+        Example:
+            >>> RdpCurve.from_json({"rdp": ["0"] * 12}) == RdpCurve.zero()
+            True
+            >>> RdpCurve.from_json({"v": 2, "kind": "rdp", "alphas": ["2"], "rdp": ["0"]})
+            ... # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            blockbudget.errors.InvalidBudgetError: an RDP curve stored on the order grid [2] ...
+        """
+        grid = data.get("alphas")
+        stored = ALPHAS_V1 if grid is None else tuple(Decimal(str(a)) for a in grid)
+        if stored != _ALPHAS_EXACT:
+            raise InvalidBudgetError(
+                f"an RDP curve stored on the order grid [{', '.join(_grid_text(stored))}] cannot "
+                f"be read on the grid [{', '.join(_grid_text(_ALPHAS_EXACT))}]"
+            )
         return cls(Decimal(v) for v in data["rdp"])
 
     def __str__(self) -> str:
@@ -508,15 +636,14 @@ def canonical_decimal(value: Decimal) -> str:
     return str(reduced)
 
 
-#: What a DP computation costs: an (ε, δ) budget or an RDP curve.
-Cost: TypeAlias = Budget | RdpCurve
+def cost_from_json(data: dict[str, Any]) -> Cost:
+    """Inverse of ``to_json`` for every registered cost kind and every version it wrote.
 
-
-def cost_from_json(data: dict[str, object]) -> Cost:
-    """Inverse of ``to_json`` for either cost kind."""
-    if "rdp" in data:
-        return RdpCurve.from_json(data)  # type: ignore[arg-type]
-    return Budget.from_json(data)  # type: ignore[arg-type]
+    Raises:
+        InvalidBudgetError: an unknown kind, or a form its kind refuses (e.g. an RDP curve
+            stored on another order grid).
+    """
+    return Cost.read_kind(data).from_json(data)
 
 
 def rdp_to_dp(curve: RdpCurve, *, delta: float) -> Budget:

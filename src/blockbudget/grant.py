@@ -26,15 +26,13 @@ Thm 2.2 and its approximate-DP form).
 
 from __future__ import annotations
 
-import math
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from decimal import ROUND_CEILING, localcontext
 from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
-from blockbudget.accounting import Accounting, Filter, make_filter
+from blockbudget.accounting import Accounting, Filter, get_rule, make_filter
 from blockbudget.accounting.filters import exact_text, vector_json
 from blockbudget.budget import Budget, Cost, RdpCurve
 from blockbudget.engine.base import Engine
@@ -533,37 +531,23 @@ def refuse_short(
         )
 
 
-def group_cost(cost: Cost, k: int) -> Cost:
-    """The cost of a mechanism for a group of ``k`` rows (group privacy).
+def group_cost(cost: Cost, k: int, *, accounting: str | None = None) -> Cost:
+    """The cost of a mechanism for a group of ``k`` rows (group privacy), under the stream's
+    rule (:meth:`~blockbudget.accounting.rule.AccountingRule.group_cost`).
 
-    (ε, δ)-DP for one row is (kε, k·e^{(k−1)ε}·δ)-DP for k rows (Dwork & Roth 2014, Thm 2.2;
-    Vadhan 2017, Lemma 2.2 for δ > 0). RDP curves compose over groups only at a loss of order
-    (Mironov 2017, Prop. 11 needs α·2^c), so k > 1 with RDP is refused.
+    Without ``accounting``, an (ε, δ) budget is multiplied as every (ε, δ) rule does
+    ((kε, k·e^{(k−1)ε}·δ), Dwork & Roth 2014, Thm 2.2) and any other kind is refused for k > 1.
 
     Raises:
-        InvalidBudgetError: RDP with k > 1, or a group cost that leaves δ < 1 unreachable.
+        InvalidBudgetError: the rule does not support group privacy for k > 1, or a group
+            cost that leaves δ < 1 unreachable.
     """
-    if k < 1:
-        raise InvalidBudgetError(f"a group has at least one row, got k={k}")
-    if k == 1:
-        return cost
-    if isinstance(cost, RdpCurve):
-        raise InvalidBudgetError(
-            "user-level streams with rows_per_user > 1 account (ε, δ) budgets only: group "
-            "privacy for RDP curves is not supported; use rows_per_user=1 or basic accounting"
-        )
-    with localcontext() as ctx:  # exact product, rounded up if it ever needed rounding
-        ctx.prec = 200
-        ctx.rounding = ROUND_CEILING
-        eps = cost.epsilon * k
-    if cost.delta == 0:
-        return Budget(epsilon=eps, delta=0)
-    # log of k·e^{(k−1)ε}·δ, compared in log space so that nothing overflows.
-    log_delta = math.log(k) + (k - 1) * float(cost.epsilon) + math.log(float(cost.delta))
-    if log_delta >= -1e-12:
-        raise InvalidBudgetError(
-            f"the group-privacy cost of {cost} for {k} rows per user has δ ≥ 1; "
-            "lower δ or rows_per_user"
-        )
-    delta = math.nextafter(math.exp(log_delta) * (1 + 1e-12), math.inf)  # float: round up
-    return Budget(epsilon=eps, delta=min(delta, math.nextafter(1.0, 0.0)))
+    if accounting is not None:
+        return get_rule(accounting).group_cost(cost, k)
+    if isinstance(cost, Budget) or k == 1:
+        return get_rule("basic").group_cost(cost, k) if isinstance(cost, Budget) else cost
+    raise InvalidBudgetError(
+        "user-level streams with rows_per_user > 1 account (ε, δ) budgets only: group "
+        f"privacy for costs of kind {cost.kind} is not supported; use rows_per_user=1 or basic "
+        "accounting"
+    )

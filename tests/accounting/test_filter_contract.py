@@ -12,13 +12,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from blockbudget.accounting import (
-    Accounting,
     BasicFilter,
     Filter,
+    Noise,
+    NoisePart,
     RdpFilter,
+    Release,
     StrongFilter,
     add_vectors,
-    make_filter,
+    get_rule,
+    rule_names,
 )
 from blockbudget.budget import ALPHAS, Budget, Cost, RdpCurve
 from blockbudget.errors import InvalidBudgetError
@@ -26,24 +29,37 @@ from blockbudget.errors import InvalidBudgetError
 CAPACITY = Budget(epsilon=1.0, delta=1e-6)
 
 
-def _basic_cost(x: float) -> Cost:
-    return Budget(epsilon=x, delta=x * 1e-7 if x >= 1e-90 else 0.0)
+CostFn = Callable[[float], Cost]
 
 
-def _strong_cost(x: float) -> Cost:
-    return Budget(epsilon=x, delta=x * 1e-7 if x >= 1e-90 else 0.0)
+def _cost_of(name: str) -> CostFn:
+    """A release of size x priced by rule ``name``: (ε, δ) rules charge the requested
+    (x, x·1e-7); rules that price noise charge a Gaussian of σ = 1 and sensitivity x (RDP:
+    α·x²/2 per order; GDP: μ = x). x = 0 costs nothing."""
+    rule = get_rule(name)
+
+    def cost(x: float) -> Cost:
+        delta = x * 1e-7 if x >= 1e-90 else 0.0
+        part = NoisePart(Noise.GAUSSIAN, 1.0, x)
+        return rule.price(Release.of(epsilon=x, delta=delta, parts=(part,)))
+
+    return cost
 
 
-def _rdp_cost(x: float) -> Cost:
-    # A Gaussian of sensitivity x: its RDP α·x²/2 grows with x; x = 0 costs nothing.
-    return RdpCurve.gaussian(sigma=1.0, sensitivity=x)
+def _maker(name: str) -> Callable[[], Filter]:
+    return lambda: get_rule(name).filter(capacity=CAPACITY)
 
 
-FILTERS: list[tuple[str, Callable[[], Filter], Callable[[float], Cost]]] = [
-    ("basic", lambda: make_filter(Accounting.BASIC, capacity=CAPACITY), _basic_cost),
-    ("strong", lambda: make_filter(Accounting.STRONG, capacity=CAPACITY), _strong_cost),
-    ("rdp", lambda: make_filter(Accounting.RDP, capacity=CAPACITY), _rdp_cost),
+# Every registered rule runs the contract: a new rule joins by registering, with no edit here.
+FILTERS: list[tuple[str, Callable[[], Filter], CostFn]] = [
+    (name, _maker(name), _cost_of(name)) for name in rule_names()
 ]
+
+
+def test_every_registered_rule_runs_the_contract() -> None:
+    assert [f[0] for f in FILTERS] == list(rule_names())
+    assert {"basic", "strong", "rdp", "gdp", "whitehouse"} <= set(rule_names())
+
 
 # Budgets are 0 or of magnitude 1e-100 … 1e30 (budget.MIN_MAGNITUDE / MAX_MAGNITUDE).
 amount = st.one_of(st.just(0.0), st.floats(min_value=1e-100, max_value=0.4))
@@ -51,12 +67,12 @@ amounts = st.lists(amount, min_size=0, max_size=25)
 
 
 @pytest.fixture(params=FILTERS, ids=[f[0] for f in FILTERS])
-def case(request: pytest.FixtureRequest) -> tuple[Filter, Callable[[float], Cost]]:
+def case(request: pytest.FixtureRequest) -> tuple[Filter, CostFn]:
     _, make, cost = request.param
     return make(), cost
 
 
-def test_empty_history_fits_and_is_full(case: tuple[Filter, Callable[[float], Cost]]) -> None:
+def test_empty_history_fits_and_is_full(case: tuple[Filter, CostFn]) -> None:
     f, cost = case
     assert f.fits(f.zero())
     assert f.remaining_fraction(f.zero()) == pytest.approx(1.0)
@@ -65,7 +81,7 @@ def test_empty_history_fits_and_is_full(case: tuple[Filter, Callable[[float], Co
 
 
 def test_repeated_charges_are_eventually_refused(
-    case: tuple[Filter, Callable[[float], Cost]],
+    case: tuple[Filter, CostFn],
 ) -> None:
     f, cost = case
     history: list[Cost] = []

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from blockbudget.accounting import Filter, add_vectors
-from blockbudget.accounting.filters import BasicFilter, Vector
+from blockbudget.accounting import BasicFilter, Filter, add_vectors
+from blockbudget.accounting.filters import Vector
 from blockbudget.budget import canonical_decimal, cost_from_json
 from blockbudget.ledger import AuditEvent, EventKind
 from blockbudget.lowbudget import check_threshold, is_low
