@@ -55,7 +55,6 @@ from blockbudget.scheduling.spec import (
 __all__ = ["CAPACITY_MARGIN", "EXACT_WINDOW", "CostVector", "FloatArray", "IntArray", "Pool"]
 
 
-
 class Pool(BlockBudgets):
     """Per-block budget state under one accounting rule, with a checked decision log.
 

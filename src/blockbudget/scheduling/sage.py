@@ -59,7 +59,7 @@ from typing import ClassVar, Protocol
 
 import numpy as np
 
-from blockbudget.accounting import Accounting
+from blockbudget.accounting import Combine
 from blockbudget.budget import Budget, Cost, RdpCurve
 from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.noise import NoiseSource
@@ -151,7 +151,7 @@ class SageStrategy(Scheduler):
     usage: ClassVar[Usage] = Usage.CONSERVE
     partitioned: ClassVar[bool] = False
     shapes = frozenset({TaskShape.OPEN})
-    accountings = frozenset({Accounting.BASIC, Accounting.RDP})
+    combines = frozenset({Combine.ALL, Combine.ANY})
 
     def __init__(
         self,
@@ -269,7 +269,7 @@ class SageStrategy(Scheduler):
                 it waits with no run pending.
 
         Example:
-            >>> from blockbudget.accounting import Accounting
+            >>> from blockbudget.accounting import Combine
             >>> from blockbudget.budget import Budget
             >>> from blockbudget.scheduling import BlockSpec, Pool, TaskSpec
             >>> class Live:  # a live pipeline: every run executes elsewhere
@@ -371,10 +371,11 @@ class SageStrategy(Scheduler):
         return float(2.0 ** (st.level - self.levels))
 
     def _covers(self, pool: Pool, held: np.ndarray, need: np.ndarray) -> bool:
-        """Whether a reservation covers a need: on every feature (BASIC), on some order (RDP:
-        a curve fits a block when some order stays within capacity)."""
+        """Whether a reservation covers a need, by the shape of the rule's fit test: on every
+        feature (ALL), on some feature (ANY: a curve fits a block when some order stays within
+        capacity)."""
         ok = held * (1 + _TOL) + 1e-18 >= need
-        return bool(np.any(ok) if pool.accounting is Accounting.RDP else np.all(ok))
+        return bool(np.any(ok) if pool.combine is Combine.ANY else np.all(ok))
 
     def _usable(self, pool: Pool, task_id: str, fraction: float) -> list[str]:
         """Blocks where the pipeline holds at least ``fraction`` of its demand and may still
@@ -388,7 +389,7 @@ class SageStrategy(Scheduler):
         matrix = np.stack([held[b] for b in ids])
         spent = np.array([st.spent.get(b, 0.0) for b in ids])
         covered = matrix * (1 + _TOL) + 1e-18 >= demand * fraction
-        rows = covered.any(axis=1) if pool.accounting is Accounting.RDP else covered.all(axis=1)
+        rows = covered.any(axis=1) if pool.combine is Combine.ANY else covered.all(axis=1)
         ok = rows & (spent + fraction <= 1.0 + _TOL)
         return sorted((b for b, good in zip(ids, ok.tolist(), strict=True) if good), key=pool.index)
 
@@ -400,7 +401,7 @@ class SageStrategy(Scheduler):
         mask = demand > 0
         for b in blocks:
             ratios = held[b][mask] / demand[mask]
-            ratio = float(np.max(ratios) if pool.accounting is Accounting.RDP else np.min(ratios))
+            ratio = float(np.max(ratios) if pool.combine is Combine.ANY else np.min(ratios))
             best = min(best, ratio * (1 - 1e-6), 1.0 - st.spent.get(b, 0.0))
         return max(best, 0.0)
 
