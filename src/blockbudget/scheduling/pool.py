@@ -43,7 +43,7 @@ from blockbudget.scheduling.budgets import (
     Hold,
     IntArray,
 )
-from blockbudget.scheduling.exact import add_units, up_vector
+from blockbudget.scheduling.exact import Vector, add_units, up_vector
 from blockbudget.scheduling.spec import (
     Decision,
     DecisionKind,
@@ -235,10 +235,19 @@ class Pool(BlockBudgets):
         if not holds:
             self._holds.pop(task_id, None)
 
-    def charge(self, task_id: str, costs: Mapping[str, Cost], *, note: str = "") -> bool:
+    def charge(
+        self,
+        task_id: str,
+        costs: Mapping[str, Cost],
+        *,
+        note: str = "",
+        units: Mapping[str, Vector] | None = None,
+    ) -> bool:
         """Charge a waiting task's computation on several blocks, all-or-nothing.
 
         On each block the task's own reservation is consumed first (released, then charged).
+        ``units`` (a live driver mirroring the ledger) gives the exact features to count on
+        each block instead of the costs' own; the costs then only describe them in the log.
 
         Returns:
             True when charged; False (nothing changed) when some block cannot fit its cost.
@@ -264,10 +273,13 @@ class Pool(BlockBudgets):
         first = values[0] if values else None
         if first is not None and all(c is first for c in values):  # one cost on every block
             vecs = np.broadcast_to(self.vector(first), (len(idx), self.dims))
-            units = [self.units(first)] * len(idx)
+            exact = [self.units(first)] * len(idx)
         else:
             vecs = np.array([self.vector(c) for c in values]).reshape(len(idx), self.dims)
-            units = [self.units(c) for c in values]
+            exact = [self.units(c) for c in values]
+        if units is not None:
+            exact = [tuple(units[b]) for b in costs]
+            vecs = np.array([up_vector(u) for u in exact]).reshape(len(idx), self.dims)
         arr = np.asarray(idx, dtype=np.int64)
         used = self._charged[arr] + self._reserved[arr] + vecs
         holds = self._holds.get(task_id)
@@ -275,7 +287,7 @@ class Pool(BlockBudgets):
             for k, i in enumerate(idx):
                 if i in holds:
                     used[k] -= holds[i].vec
-        if not bool(np.all(self._fits_rows(used, arr, units.__getitem__, task_id))):
+        if not bool(np.all(self._fits_rows(used, arr, exact.__getitem__, task_id))):
             return False
         if holds:
             for i in idx:
@@ -284,7 +296,7 @@ class Pool(BlockBudgets):
         np.add.at(self._charged, arr, vecs)
         seen = set(self.charged_blocks[task_id])
         for k, (block_id, cost) in enumerate(costs.items()):
-            self._exact.charge(idx[k], units[k])
+            self._exact.charge(idx[k], exact[k])
             self._log(DecisionKind.CHARGE, task_id, idx[k], cost, note)
             if block_id not in seen:
                 self.charged_blocks[task_id].append(block_id)
@@ -320,16 +332,26 @@ class Pool(BlockBudgets):
         self._log(DecisionKind.OVERHEAD, task_id, i, cost, note)
         return True
 
-    def credit(self, block_id: str, cost: Cost, *, task_id: str, note: str = "") -> None:
+    def credit(
+        self,
+        block_id: str,
+        cost: Cost,
+        *,
+        task_id: str,
+        note: str = "",
+        units: Vector | None = None,
+    ) -> None:
         """Give a block back ``cost`` of its charged budget (never below zero), logged as a
         CREDIT under ``task_id`` (the driver's synthetic task for usage outside the pool).
 
         Only a live driver calls it, when the ledger shows less used on a block than the pool
         counts (a grant spent less than it held, a cancelled grant): the ledger is the truth.
-        Schedulers never call it. The task's status is not checked or changed.
+        Schedulers never call it. The task's status is not checked or changed. ``units``
+        gives the exact features to credit instead of the cost's own (which then only
+        describes them in the log).
         """
         i = self.index(block_id)
-        self._exact.credit(i, self.units(cost))  # the ledger's units
+        self._exact.credit(i, self.units(cost) if units is None else units)  # the ledger's
         self._charged[i] = up_vector(self._exact.charged[i])  # never below the truth
         self._log(DecisionKind.CREDIT, task_id, i, cost, note)
 

@@ -99,8 +99,8 @@ import weakref
 
 import numpy as np
 
-from blockbudget.accounting import Accounting, Combine
-from blockbudget.budget import Cost
+from blockbudget.accounting import Accounting, Combine, Filter
+from blockbudget.budget import Budget, Cost
 from blockbudget.errors import InternalError, InvalidRequestError
 from blockbudget.mechanisms.calibration import laplace_scale
 from blockbudget.mechanisms.noise import NoiseSource
@@ -114,6 +114,7 @@ __all__ = [
     "OnlineThreshold",
     "competitive_ratio",
     "demand_share",
+    "epsilon_floor",
     "threshold",
     "z_zero",
 ]
@@ -162,6 +163,39 @@ def demand_share(pool: Pool, vec: FloatArray, index: int) -> float:
     if pool.combine is Combine.ALL:
         return float(np.max(ratios))
     return float(np.min(ratios))
+
+
+def epsilon_floor(block_filter: Filter, demand: Cost) -> float:
+    """A lower bound on ε_j (see Units above) of ``demand`` on any block guarded by
+    ``block_filter``: what the comparison sensitivity Δ_p/(ε_j + ε0) of Alg. 1 may assume
+    (:meth:`_ThresholdBase.compared_sensitivity`).
+
+    By the shape of the filter's test: FILTER, the demand's ε (ε_j is ε/ε_g·ε_g, rounded up);
+    ALL, the largest feature/capacity ratio over the capped features times ε_g, raised by a
+    relative 5e-10 — still below what the scheduler computes on the pool's conservative floats
+    (capacities shrunk by a relative 1e-9, demands rounded up) — and never above the demand's
+    ε for an (ε, δ) demand (basic: ε_j ≥ ε; advanced composition: ε_j = ε²/S·ε_g may be
+    smaller); ANY, 0 (the best order's share may be arbitrarily small).
+
+    Example:
+        >>> from blockbudget.accounting import get_rule
+        >>> from blockbudget.budget import Budget
+        >>> f = get_rule("basic").filter(capacity=Budget(epsilon=1))
+        >>> epsilon_floor(f, Budget(epsilon=0.09))
+        0.09
+    """
+    eps = float(demand.epsilon) if isinstance(demand, Budget) else None
+    if block_filter.combine is Combine.FILTER:
+        return 0.0 if eps is None else eps
+    caps = block_filter.capacity_units()
+    if block_filter.combine is not Combine.ALL or caps is None:
+        return 0.0
+    units = block_filter.features(demand)
+    ratios = [u / c for u, c in zip(units, caps, strict=True) if c > 0]
+    if not ratios:
+        return 0.0
+    floor = max(ratios) * float(block_filter.capacity.epsilon) * (1 + 5e-10)
+    return floor if eps is None else min(eps, floor)
 
 
 def _largest_fraction(pool: Pool, vec: FloatArray, index: int) -> float:
