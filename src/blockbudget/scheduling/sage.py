@@ -53,13 +53,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal, Inexact, InvalidOperation
+from decimal import Decimal, Inexact, InvalidOperation, localcontext
 from enum import Enum
 from typing import ClassVar, Protocol
 
 import numpy as np
 
-from blockbudget.accounting import Combine
+from blockbudget.accounting import Combine, GaussianDp
 from blockbudget.budget import Budget, Cost, RdpCurve
 from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.noise import NoiseSource
@@ -269,7 +269,7 @@ class SageStrategy(Scheduler):
                 it waits with no run pending.
 
         Example:
-            >>> from blockbudget.accounting import Combine
+            >>> from blockbudget.accounting import Combine, GaussianDp
             >>> from blockbudget.budget import Budget
             >>> from blockbudget.scheduling import BlockSpec, Pool, TaskSpec
             >>> class Live:  # a live pipeline: every run executes elsewhere
@@ -512,13 +512,13 @@ def _down(x: float) -> float:
 
 
 def _exact_sum(a: Cost, b: Cost) -> Cost | None:
-    """a + b when both are of one kind (None otherwise); exact when the digits allow, else
-    rounded up (a reservation may round up: the pool checks it against the filter)."""
+    """a + b when both are of one kind (None otherwise): the kind's own composition (its
+    features add), exact when the digits allow, else rounded up (a reservation may round up:
+    the pool checks it against the filter)."""
+    if type(a) is not type(b):
+        return None
     try:
-        if isinstance(a, Budget) and isinstance(b, Budget):
-            return a + b
-        if isinstance(a, RdpCurve) and isinstance(b, RdpCurve):
-            return a + b
+        return a + b  # type: ignore[no-any-return]
     except (Inexact, InvalidOperation):
         if isinstance(a, Budget) and isinstance(b, Budget):
             return Budget(
@@ -544,9 +544,27 @@ def _remainder(held: Cost | None, cost: Cost) -> Cost | None:
         rest = RdpCurve(
             _down(float(a) - float(b)) for a, b in zip(held.epsilons, cost.epsilons, strict=True)
         )
+    elif isinstance(held, GaussianDp) and isinstance(cost, GaussianDp):
+        found = _gdp_remainder(held, cost)
+        if found is None:
+            return None
+        rest = found
     else:
         return None
     return None if rest.is_zero else rest
+
+
+def _gdp_remainder(held: GaussianDp, cost: GaussianDp) -> GaussianDp | None:
+    """μ with μ² = μ_held² − μ_cost² (μ² composes additively), rounded down; None when the
+    cost exceeds the hold or nothing worth keeping is left."""
+    with localcontext() as ctx:
+        ctx.prec = 100  # μ has at most 40 digits: the squares and their difference are exact
+        left = held.mu * held.mu - cost.mu * cost.mu
+        if left <= 0:
+            return None
+        ctx.prec = 40
+        root = left.sqrt().next_minus()  # sqrt rounds half-even: one step down is below
+    return GaussianDp(mu=root) if root > Decimal("1e-90") else None
 
 
 class BlockConserve(SageStrategy):
