@@ -22,6 +22,7 @@ from blockbudget.accounting import (
 )
 from blockbudget.budget import Budget, Cost
 from blockbudget.scheduling import BlockSpec, Pool, TaskSpec
+from blockbudget.scheduling.threshold import demand_share, epsilon_floor
 
 CAPACITY = Budget(epsilon=1.0, delta=1e-6)
 BLOCKS = ("b0", "b1", "b2", "b3")
@@ -89,3 +90,24 @@ def test_capacity_shares_add_up_to_the_whole_block(rule: str) -> None:
         return
     assert granted == 10
     assert float(pool.used_fraction()[0]) == pytest.approx(1.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("rule", rule_names())
+def test_the_comparison_floor_is_below_what_the_threshold_scheduler_computes(rule: str) -> None:
+    """epsilon_floor (what the queue's sensitivity check assumes of ε_j) never exceeds the ε_j
+    the threshold schedulers compute on the pool; under basic and strong it is the demand's ε,
+    as before rules were objects."""
+    rng = np.random.default_rng(sum(map(ord, rule)) + 1)
+    pool = Pool(Accounting(rule))
+    pool.add_block(BlockSpec("b", 0.0, CAPACITY))
+    filt = pool.filters[0]
+    for _ in range(60):
+        cost = _random_cost(rng, pool)
+        eps_j = demand_share(pool, pool.vector(cost), 0) * float(CAPACITY.epsilon)
+        floor = epsilon_floor(filt, cost)
+        assert 0.0 <= floor <= eps_j
+        if rule in ("basic", "strong") and isinstance(cost, Budget):
+            assert floor == float(cost.epsilon)
+    small = Budget(epsilon="0.001")
+    if rule == "whitehouse":  # ε_j = ε²/S·ε_g: far below ε for a small ε
+        assert epsilon_floor(filt, small) < 0.001 / 10
