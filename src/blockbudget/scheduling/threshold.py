@@ -38,7 +38,8 @@ released all the same, so charging at the pass would leave up to ε0 per block u
 therefore charge ε0 when a run *starts*, before its threshold noise is drawn, and nothing for
 the comparisons inside it, pass or fail: every run, finished or not, is paid exactly once, and
 the block's total is (its queries' charges) + ε0 × (runs started), which composes sequentially
-(seed Thm. 1; the pool's filter under BASIC, RDP via ``RdpCurve.from_pure_dp``, or STRONG).
+(seed Thm. 1; the pool's filter under the stream's rule, ε0 priced by the rule's
+:meth:`~blockbudget.accounting.AccountingRule.pure`).
 Compared with the seed's charging this costs at most one extra ε0 per block (its open run);
 compared with charging ε0 per comparison it no longer lets a stream of refused queries drain a
 block (about 1/ε0 refusals used to exhaust it, breaking Thm. 4). A comparison is made only

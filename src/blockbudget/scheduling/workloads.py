@@ -26,6 +26,7 @@ from blockbudget.scheduling.base import BlockSpec, TaskSpec
 
 __all__ = [
     "Workload",
+    "block_capacity",
     "privatekube_micro",
     "seed000_queries",
     "subsampled_gaussian_curve",
