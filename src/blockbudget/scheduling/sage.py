@@ -269,7 +269,7 @@ class SageStrategy(Scheduler):
                 it waits with no run pending.
 
         Example:
-            >>> from blockbudget.accounting import Combine, GaussianDp
+            >>> from blockbudget.accounting import Accounting
             >>> from blockbudget.budget import Budget
             >>> from blockbudget.scheduling import BlockSpec, Pool, TaskSpec
             >>> class Live:  # a live pipeline: every run executes elsewhere

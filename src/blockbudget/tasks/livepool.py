@@ -23,7 +23,7 @@ what the stream holds. The first sync of a pool reads the stream's rows once.
 
 Example:
     >>> from blockbudget import Budget
-    >>> from blockbudget.accounting import Accounting, GaussianDp, get_rule
+    >>> from blockbudget.accounting import Accounting
     >>> from blockbudget.ledger import Ledger
     >>> from blockbudget.scheduling import get_scheduler
     >>> ledger = Ledger("sqlite://")
