@@ -11,22 +11,28 @@ from dataclasses import replace
 
 import numpy as np
 
-from blockbudget.accounting import Accounting, add_vectors, make_filter
-from blockbudget.budget import Budget, Cost, RdpCurve
+from blockbudget.accounting import Accounting, Noise, NoisePart, Release, add_vectors, make_filter
+from blockbudget.budget import Budget, Cost
 from blockbudget.scheduling import BlockSpec, DecisionKind, Pool, TaskShape, TaskSpec, TaskStatus
 from blockbudget.scheduling.base import TERMINAL_KINDS
+from blockbudget.scheduling.workloads import block_capacity
 
 CAPACITY = Budget(epsilon=1.0, delta=1e-6)
 
 
 def demand(rng: np.random.Generator, accounting: Accounting, scale: float) -> Cost:
-    """A random demand of about ``scale`` × ε_g (RDP: Gaussian or Laplace curves)."""
-    if accounting is Accounting.RDP:
+    """A random demand of about ``scale`` × ε_g, as the rule prices it: a Gaussian or a
+    Laplace mechanism under a rule that prices noise (RDP curves, μ-GDP), else (ε, δ) with
+    δ = 0 where the rule guards pure blocks and 1e-9 elsewhere."""
+    rule = accounting.rule
+    if rule.prices_noise:
         if rng.random() < 0.5:
-            sigma = 1.0 / (scale * 4.0)
-            return RdpCurve.gaussian(sigma=sigma)
-        return RdpCurve.laplace(scale=1.0 / (scale * 2.0))
-    return Budget(epsilon=round(scale, 4), delta=0 if accounting is Accounting.BASIC else 1e-9)
+            part = NoisePart(Noise.GAUSSIAN, scale=1.0 / (scale * 4.0), sensitivity=1.0)
+        else:
+            part = NoisePart(Noise.LAPLACE, scale=1.0 / (scale * 2.0), sensitivity=1.0)
+        return rule.price(Release.of(epsilon=round(scale, 4), parts=(part,)))
+    delta = 1e-9 if block_capacity(rule, 1.0).delta > 0 else 0
+    return rule.price(Release.of(epsilon=round(scale, 4), delta=delta))
 
 
 def workload(

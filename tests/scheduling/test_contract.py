@@ -1,13 +1,14 @@
 """The contract every registered scheduler runs: never overspend, irrevocable decisions,
-deterministic under a seed, task rules (named blocks, c_j), on every accounting rule the
-scheduler declares (BASIC, RDP, STRONG); OPEN tasks stay on their eligible blocks; and the
-checks hold with a live driver's CREDIT decisions interleaved."""
+deterministic under a seed, task rules (named blocks, c_j), on every registered accounting
+rule whose fit-test shape the scheduler supports (``Scheduler.serves``: basic, strong, rdp,
+gdp, whitehouse, and any rule registered later); OPEN tasks stay on their eligible blocks; and
+the checks hold with a live driver's CREDIT decisions interleaved."""
 
 from __future__ import annotations
 
 import pytest
 
-from blockbudget.accounting import Accounting, make_filter
+from blockbudget.accounting import Accounting, Combine, make_filter, rule_names
 from blockbudget.budget import Budget
 from blockbudget.mechanisms.noise import SeededNoise
 from blockbudget.scheduling import (
@@ -36,10 +37,10 @@ from .contract import (
 
 CLASSES = scheduler_classes()
 CASES = [
-    pytest.param(name, accounting, shape, id=f"{name}-{accounting.value}-{shape.value}")
+    pytest.param(name, Accounting(rule), shape, id=f"{name}-{rule}-{shape.value}")
     for name, cls in sorted(CLASSES.items())
-    for accounting in (Accounting.BASIC, Accounting.RDP, Accounting.STRONG)
-    if accounting in cls.accountings
+    for rule in rule_names()
+    if cls.serves(rule)
     for shape in sorted(cls.shapes, key=lambda s: s.value)
 ]
 
@@ -51,7 +52,7 @@ def make(name: str, seed: int) -> Scheduler:
 def test_registry_finds_the_schedulers() -> None:
     assert {"fcfs", "round-robin", "random-blocks", "streaming"} <= set(CLASSES)
     for name, cls in CLASSES.items():
-        assert cls.name == name and cls.shapes and cls.accountings
+        assert cls.name == name and cls.shapes and cls.combines
 
 
 @pytest.mark.parametrize(("name", "accounting", "shape"), CASES)
@@ -108,7 +109,7 @@ class CreditingDriver(Scheduler):
 
     name = "crediting-driver"  # not registered: a test wrapper
     shapes = frozenset(TaskShape)
-    accountings = frozenset(Accounting)
+    combines = frozenset(Combine)
 
     def __init__(self, inner: Scheduler, *, unspent: float) -> None:
         super().__init__(seed=0)
@@ -164,9 +165,14 @@ def test_contract_holds_with_credits_interleaved(
     """Credits lower a block's usage (the exact replay subtracts them) and the checks still
     hold with the budget they give back spent again by later tasks."""
     size = 16 if CLASSES[name].exact else 40
-    blocks, tasks = workload(3, accounting, shape, n_tasks=size)
-    plain = simulate(make(name, 3), blocks, tasks, accounting=accounting)
-    driver = CreditingDriver(make(name, 3), unspent=0.5)
+    # the first workload from seed 3 on in which the scheduler serves someone (there is
+    # nothing to credit otherwise; heavy rules such as μ-GDP at (1, 1e-6) may need a second)
+    for seed in range(3, 8):
+        blocks, tasks = workload(seed, accounting, shape, n_tasks=size)
+        plain = simulate(make(name, seed), blocks, tasks, accounting=accounting)
+        if plain.allocated:
+            break
+    driver = CreditingDriver(make(name, seed), unspent=0.5)
     result = simulate(driver, blocks, tasks, accounting=accounting)
     pool = result.pool
     credits = [d for d in pool.decisions if d.kind is DecisionKind.CREDIT]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from blockbudget.accounting import Accounting
-from blockbudget.budget import Budget, Cost, RdpCurve
+from blockbudget.accounting import Accounting, Noise, NoisePart, Release
+from blockbudget.budget import Budget, Cost
 from blockbudget.scheduling import BlockSpec, Pool, TaskSpec
 
 
@@ -16,11 +16,9 @@ def test_a_retired_block_refuses_every_fit(accounting: Accounting) -> None:
     pool = Pool(accounting)
     for b in ("a", "b"):
         pool.add_block(BlockSpec(b, 0.0, Budget(epsilon=10.0, delta=1e-6)))
-    cost: Cost = (
-        RdpCurve.gaussian(sigma=5.0)
-        if accounting is Accounting.RDP
-        else Budget(epsilon=0.1, delta=0 if accounting is Accounting.BASIC else 1e-9)
-    )
+    # a Gaussian of σ = 5 as each rule prices it (ε = 0.1 for the (ε, δ) rules)
+    gaussian = NoisePart(Noise.GAUSSIAN, scale=5.0, sensitivity=1.0)
+    cost: Cost = accounting.rule.price(Release.of(epsilon=0.1, parts=(gaussian,)))
     pool.submit(TaskSpec("t", 0.0, cost, max_blocks=2))
     assert pool.reserve("t", "b", cost)
     pool.retire("b")

@@ -11,11 +11,15 @@ The model (seed ``000_de3e86489c8646aa.txt`` §IV-B, Eq. (5); PrivateKube OSDI'2
 EuroSys'25 §3; Sage seed ``004_2b5d216070ae2ded.txt`` §3.2):
 
 * **Blocks** (:class:`BlockSpec`) arrive over time, each with a global capacity (ε_g, δ_g)
-  guarded by the stream's :class:`~blockbudget.accounting.Accounting` rule (BASIC: Σε ≤ ε_g and
-  Σδ ≤ δ_g; RDP: some order α keeps Σε(α) ≤ ε_g − log(1/δ_g)/(α−1); STRONG: adaptive strong
-  composition, seed 000's "adaptive composition" variant).
-* **Tasks** (:class:`TaskSpec`) arrive over time with a per-block demand (a
-  :class:`~blockbudget.budget.Budget` or an :class:`~blockbudget.budget.RdpCurve`), a profit
+  guarded by the stream's registered accounting rule
+  (:class:`~blockbudget.accounting.AccountingRule`; e.g. basic: Σε ≤ ε_g and Σδ ≤ δ_g; rdp: some
+  order α keeps Σε(α) ≤ ε_g − log(1/δ_g)/(α−1); strong: adaptive strong composition, seed
+  000's "adaptive composition" variant). A scheduler sees only the *shape* of the rule's fit
+  test (:class:`~blockbudget.accounting.Combine`: every feature within capacity, some
+  feature, or the filter's own non-linear test) and each block's capacity per feature.
+* **Tasks** (:class:`TaskSpec`) arrive over time with a per-block demand (a cost of the
+  rule's kind: a :class:`~blockbudget.budget.Budget`, an :class:`~blockbudget.budget.RdpCurve`,
+  a :class:`~blockbudget.accounting.GaussianDp`), a profit
   (weight), optional significance values p_ij per block (seed 000 §IV-B), an optional access
   limit c_j (``max_blocks``), an optional timeout, and optionally a validator (seed 000 Alg. 2's
   *Flag*). A task has one of two shapes (:class:`TaskShape`):
@@ -60,7 +64,9 @@ units when that is set (DPF T-unlocking, DPack batches). Timeouts are expired by
 Writing a scheduler:
 
 1. Subclass :class:`Scheduler`; set ``name`` (unique, lower-case, used by the registry and the
-   CLI), ``shapes`` (the task shapes it serves) and ``accountings`` (the rules it supports).
+   CLI), ``shapes`` (the task shapes it serves) and ``combines`` (the shapes of fit test it
+   supports, :class:`~blockbudget.accounting.Combine`: a scheduler serves every registered
+   rule whose filter has one of them — :meth:`Scheduler.serves`).
 2. Keep your own queue of waiting task ids; check ``pool.is_pending(task_id)`` before acting
    (tasks may have expired in between).
 3. Act only through the pool: ``pool.reserve``, ``pool.release``, ``pool.charge``,
@@ -84,7 +90,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from blockbudget.accounting import Accounting
+from blockbudget.accounting import Combine, get_rule
 from blockbudget.errors import InternalError, InvalidRequestError
 from blockbudget.mechanisms.noise import NoiseSource, resolve_noise
 from blockbudget.scheduling.pool import Pool
@@ -124,7 +130,8 @@ class Scheduler(ABC):
     Class attributes:
         name: unique registry name, e.g. ``"dpf-n"``.
         shapes: the task shapes it serves; the driver rejects the others before calling it.
-        accountings: the accounting rules it supports.
+        combines: the shapes of fit test (:class:`~blockbudget.accounting.Combine`) it
+            supports; it serves every registered rule of one of them (:meth:`serves`).
         tick_interval: when not None, the driver calls :meth:`on_tick` every this many time
             units (instance attribute may override it).
         drain_time: how long after the last arrival the driver keeps ticking by default (e.g.
@@ -152,7 +159,7 @@ class Scheduler(ABC):
 
     name: ClassVar[str] = ""
     shapes: ClassVar[frozenset[TaskShape]] = frozenset({TaskShape.NAMED})
-    accountings: ClassVar[frozenset[Accounting]] = frozenset({Accounting.BASIC, Accounting.RDP})
+    combines: ClassVar[frozenset[Combine]] = frozenset({Combine.ALL, Combine.ANY})
     tick_interval: float | None = None
     drain_time: float = 0.0
     exact: ClassVar[bool] = False
@@ -175,6 +182,39 @@ class Scheduler(ABC):
         if self._noise is None:
             self._noise = resolve_noise(None)
         return self._noise
+
+    @classmethod
+    def serves(cls, accounting: str) -> bool:
+        """Whether this scheduler can schedule blocks under rule ``accounting``: the shape of
+        the rule's fit test is one of :attr:`combines`.
+
+        Raises:
+            InvalidRequestError: no rule has that name.
+
+        Example:
+            >>> from blockbudget.scheduling import get_scheduler
+            >>> [get_scheduler("fcfs").serves(r) for r in ("basic", "strong", "gdp")]
+            [True, False, True]
+        """
+        return get_rule(accounting).combine in cls.combines
+
+    @classmethod
+    def check_serves(cls, accounting: str, *, stream: str | None = None) -> None:
+        """Refuse a rule this scheduler cannot schedule (:meth:`serves`).
+
+        Raises:
+            InvalidRequestError: it cannot (the message names the scheduler, the stream if
+                given, the rule, its shape and the shapes the scheduler supports).
+        """
+        rule = get_rule(accounting)
+        if rule.combine in cls.combines:
+            return
+        where = "" if stream is None else f"stream {stream!r} under "
+        shapes = ", ".join(sorted(c.value for c in cls.combines)) or "none"
+        raise InvalidRequestError(
+            f"scheduler {cls.name!r} cannot schedule {where}{rule.name} accounting: its fit "
+            f"test has shape {rule.combine.value!r}, and the scheduler supports {shapes}"
+        )
 
     def on_block(self, pool: Pool, block: BlockSpec) -> None:  # noqa: B027 - optional hook
         """A block was added to ``pool`` (its budget is all unallocated). Default: nothing."""

@@ -2,17 +2,18 @@
 
 Every scheduling batch (T-unlocking by default, every ``tick``), over the waiting tasks:
 
-1. for every block b and order α (a feature, under BASIC: ε and δ) solve the single-block
+1. for every block b and order α (a feature: under basic ε and δ) solve the single-block
    knapsack of the tasks demanding b with capacity the available unlocked budget at α; with unit
    profits the optimum is greedy by increasing demand, so it is a count. The knapsack is over
    the whole queue, as in the authors' code: tasks that cannot run now — and those that never
    will, which stay queued until they time out — still count, only runnable ones are ranked;
 2. mark per block the order(s) α*_b that pack the most tasks (DPack's "ArgmaxKnapsack");
-   under BASIC accounting every feature must hold, so all of them count (there is no best α);
+   under a rule whose fit test is ALL-shaped (basic, μ-GDP, advanced composition) every
+   feature must hold, so all of them count (there is no best α);
 3. a task's efficiency is profit / Σ_b Σ_{α ∈ α*_b} d_{b,α} / available_{b,α} (the relevance
    normalized by available budget, as in the paper's Alibaba runs);
 4. tasks are allocated greedily by decreasing efficiency, each checked with the true
-   feasibility rule (BASIC: every feature; RDP: some order), skipping those that no longer fit,
+   feasibility rule (ALL: every feature; ANY: some RDP order), skipping those that no longer fit,
    and the efficiencies are recomputed after every ``recompute_every`` allocations (the pass
    walks the whole ranking until that many are granted, as the authors' ``schedule_queue``).
 
@@ -30,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from blockbudget.accounting import Accounting
+from blockbudget.accounting import Combine
 from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.noise import NoiseSource
 from blockbudget.scheduling.base import Scheduler, TaskSpec
@@ -127,8 +128,8 @@ class DPack(UnlockingScheduler):
     def drop_dead(self, pool: Pool, items: list[WaitingTask], ok: npt.NDArray[np.bool_]) -> None:
         """Drop tasks that can never run from the ranking, but keep them in the knapsacks."""
         super().drop_dead(pool, items, ok)
-        if pool.accounting is Accounting.BASIC:
-            return  # no knapsacks under BASIC: nothing to keep them for
+        if pool.combine is Combine.ALL:
+            return  # no knapsacks under an ALL-shaped test: nothing to keep them for
         for k in np.flatnonzero(~ok).tolist():
             if items[k].task.task_id not in self.waiting.tasks:
                 self.blocked.add(items[k])
@@ -167,7 +168,7 @@ class DPack(UnlockingScheduler):
         used = np.unique(rows_block)
         local = np.searchsorted(used, rows_block)
         avail = self.available(pool, used)
-        if pool.accounting is Accounting.BASIC:
+        if pool.combine is Combine.ALL:
             # every feature must hold: all of them are relevant, none is "best"
             best = np.ones_like(avail, dtype=bool)
         else:

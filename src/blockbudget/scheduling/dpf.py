@@ -2,7 +2,7 @@
 
 Budget is unlocked progressively (N- or T-unlocking, :mod:`.unlocking`). Waiting pipelines are
 sorted by their *dominant share* — the largest fraction of a block's capacity they demand, over
-their blocks and, under RDP, over the orders with positive capacity (PrivateKube's RDP DPF;
+their blocks and features with positive capacity (under RDP its orders: PrivateKube's RDP DPF;
 DPack's ``DominantShares`` metric) — smallest first, ties by the next largest share and then by
 arrival; each is tried all-or-nothing against the unlocked budget. A pipeline whose demand is
 within its fair share ε_G/N on every block is served by the same pass as soon as its own arrival

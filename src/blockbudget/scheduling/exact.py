@@ -27,8 +27,9 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from blockbudget.accounting import Accounting, Filter
-from blockbudget.budget import UNIT, units_down
+from blockbudget.accounting import Combine, Filter
+from blockbudget.budget import UNIT
+from blockbudget.errors import InternalError
 
 __all__ = [
     "CAPACITY_MARGIN",
@@ -114,7 +115,7 @@ class ExactUsage:
 
 
 def decide_rows(
-    accounting: Accounting,
+    combine: Combine,
     used: FloatArray,
     caps: FloatArray,
     live: npt.NDArray[np.bool_],
@@ -124,22 +125,29 @@ def decide_rows(
 
     ``caps`` is (rows, 2, dims): the conservative capacity, and the capacity widened by
     :data:`EXACT_WINDOW`. Row k fits when its conservative float ``used`` is within the first
-    on every feature (BASIC) or on some order (RDP) and the block is ``live``. A live row
+    on every feature (:attr:`Combine.ALL`: basic, GDP, advanced composition) or on some
+    feature (:attr:`Combine.ANY`: some RDP order) and the block is ``live``. A live row
     refused but within the second on those deciding features is decided by ``exact(k)`` (the
     filter's integer test; None keeps the float refusal). Vectorised: one comparison for both
     tests; Python runs only for the rows near capacity.
+
+    Raises:
+        InternalError: ``combine`` is :attr:`Combine.FILTER` (no linear test: the filter
+            decides, see :meth:`Pool.fits_many`).
 
     Example:
         >>> cap = 1.0 - 1e-9
         >>> caps = np.array([[[cap], [cap * (1 + EXACT_WINDOW)]]])
         >>> used = np.array([[1.0 + 2e-16]])
         >>> live = np.array([True])
-        >>> decide_rows(Accounting.BASIC, used, caps, live, lambda k: True).tolist()
+        >>> decide_rows(Combine.ALL, used, caps, live, lambda k: True).tolist()
         [True]
-        >>> decide_rows(Accounting.BASIC, used, caps, live, lambda k: None).tolist()
+        >>> decide_rows(Combine.ALL, used, caps, live, lambda k: None).tolist()
         [False]
     """
-    reduce = np.all if accounting is Accounting.BASIC else np.any
+    if combine is Combine.FILTER:
+        raise InternalError("a non-linear filter has no vectorised fit test: ask the filter")
+    reduce = np.all if combine is Combine.ALL else np.any
     within = reduce(used[:, None, :] <= caps, axis=-1)
     ok: npt.NDArray[np.bool_] = within[:, 0] & live
     if ok.all():
@@ -175,20 +183,10 @@ def to_units(vec: Iterable[float]) -> Vector:
     )
 
 
-def _capacity_units(filt: Filter) -> Sequence[int] | None:
-    if filt.accounting is Accounting.BASIC:
-        cap = filt.capacity
-        return (units_down(cap.epsilon), units_down(cap.delta))
-    if filt.accounting is Accounting.RDP:
-        units: Sequence[int] = filt.order_capacity  # type: ignore[attr-defined]
-        return units
-    return None
-
-
 def nominal_vector(filt: Filter) -> FloatArray:
     """The filter's capacity per feature as floats, unshrunk (inf where a non-linear test
     decides): a reference for fairness limits, not a safety bound."""
-    units = _capacity_units(filt)
+    units = filt.capacity_units()
     if units is None:
         return np.full(filt.dims, np.inf)
     return np.array([u / UNIT for u in units], dtype=np.float64)
@@ -197,7 +195,7 @@ def nominal_vector(filt: Filter) -> FloatArray:
 def capacity_vector(filt: Filter) -> FloatArray:
     """Conservative float capacity per feature (inf where a non-linear test decides)."""
     vals = nominal_vector(filt)
-    if _capacity_units(filt) is None:
+    if filt.capacity_units() is None:
         return vals
     out: FloatArray = vals - np.abs(vals) * CAPACITY_MARGIN
     return out

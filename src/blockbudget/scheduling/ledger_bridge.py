@@ -63,7 +63,7 @@ class LedgerBridge:
                 stream=self.stream,
                 capacity=block.capacity,
                 accounting=accounting,
-                slack_delta=pool.slack_delta if accounting is Accounting.STRONG else None,
+                slack_delta=pool.rule.slack(pool.slack_delta),
                 request_id=f"{self.run_id}:block:{block.block_id}",
             )
             self.registered.add(block.block_id)

@@ -19,8 +19,9 @@ Eq. (5):  max Σ_ij p_ij x_ij  s.t.  Σ_j ε_j x_ij ≤ ε_gi (each block i),
 
 :class:`OfflineOptimum` is the scheduler form: it waits for the whole run, then solves one MILP
 over every task — OPEN tasks as Eq. (5) with significance, NAMED tasks all-or-nothing with their
-profit (the privacy knapsack of DPack §3), RDP blocks with one binary per order (the block is
-feasible if *some* order is within capacity).
+profit (the privacy knapsack of DPack §3), one linear constraint per feature of an ALL-shaped
+rule's blocks, and for an ANY-shaped rule (RDP) one binary per order (the block is feasible if
+*some* order is within capacity).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import numpy.typing as npt
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_array
 
-from blockbudget.accounting import Accounting
+from blockbudget.accounting import Combine
 from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.noise import NoiseSource
 from blockbudget.scheduling.base import Scheduler, TaskShape, TaskSpec, check_positive
@@ -309,7 +310,7 @@ class OfflineOptimum(Scheduler):
     name = "offline-optimum"
     exact = True
     shapes = frozenset({TaskShape.NAMED, TaskShape.OPEN})
-    accountings = frozenset({Accounting.BASIC, Accounting.RDP})
+    combines = frozenset({Combine.ALL, Combine.ANY})
 
     def __init__(
         self,
@@ -360,7 +361,7 @@ class OfflineOptimum(Scheduler):
                 obj.append(t.significance_of(pool.blocks[i].block_id) if t.blocks is None else 0.0)
             group.append(k)
         n_x = len(cols)
-        rdp = pool.accounting is Accounting.RDP
+        rdp = pool.combine is Combine.ANY  # some feature within capacity: one binary each
         n_y = nb * dims if rdp else 0
         n_var = n_g + n_x + n_y
         c = np.zeros(n_var)

@@ -53,13 +53,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal, Inexact, InvalidOperation
+from decimal import Decimal, Inexact, InvalidOperation, localcontext
 from enum import Enum
 from typing import ClassVar, Protocol
 
 import numpy as np
 
-from blockbudget.accounting import Accounting
+from blockbudget.accounting import Combine, GaussianDp
 from blockbudget.budget import Budget, Cost, RdpCurve
 from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.noise import NoiseSource
@@ -151,7 +151,7 @@ class SageStrategy(Scheduler):
     usage: ClassVar[Usage] = Usage.CONSERVE
     partitioned: ClassVar[bool] = False
     shapes = frozenset({TaskShape.OPEN})
-    accountings = frozenset({Accounting.BASIC, Accounting.RDP})
+    combines = frozenset({Combine.ALL, Combine.ANY})
 
     def __init__(
         self,
@@ -371,10 +371,11 @@ class SageStrategy(Scheduler):
         return float(2.0 ** (st.level - self.levels))
 
     def _covers(self, pool: Pool, held: np.ndarray, need: np.ndarray) -> bool:
-        """Whether a reservation covers a need: on every feature (BASIC), on some order (RDP:
-        a curve fits a block when some order stays within capacity)."""
+        """Whether a reservation covers a need, by the shape of the rule's fit test: on every
+        feature (ALL), on some feature (ANY: a curve fits a block when some order stays within
+        capacity)."""
         ok = held * (1 + _TOL) + 1e-18 >= need
-        return bool(np.any(ok) if pool.accounting is Accounting.RDP else np.all(ok))
+        return bool(np.any(ok) if pool.combine is Combine.ANY else np.all(ok))
 
     def _usable(self, pool: Pool, task_id: str, fraction: float) -> list[str]:
         """Blocks where the pipeline holds at least ``fraction`` of its demand and may still
@@ -388,7 +389,7 @@ class SageStrategy(Scheduler):
         matrix = np.stack([held[b] for b in ids])
         spent = np.array([st.spent.get(b, 0.0) for b in ids])
         covered = matrix * (1 + _TOL) + 1e-18 >= demand * fraction
-        rows = covered.any(axis=1) if pool.accounting is Accounting.RDP else covered.all(axis=1)
+        rows = covered.any(axis=1) if pool.combine is Combine.ANY else covered.all(axis=1)
         ok = rows & (spent + fraction <= 1.0 + _TOL)
         return sorted((b for b, good in zip(ids, ok.tolist(), strict=True) if good), key=pool.index)
 
@@ -400,7 +401,7 @@ class SageStrategy(Scheduler):
         mask = demand > 0
         for b in blocks:
             ratios = held[b][mask] / demand[mask]
-            ratio = float(np.max(ratios) if pool.accounting is Accounting.RDP else np.min(ratios))
+            ratio = float(np.max(ratios) if pool.combine is Combine.ANY else np.min(ratios))
             best = min(best, ratio * (1 - 1e-6), 1.0 - st.spent.get(b, 0.0))
         return max(best, 0.0)
 
@@ -511,13 +512,13 @@ def _down(x: float) -> float:
 
 
 def _exact_sum(a: Cost, b: Cost) -> Cost | None:
-    """a + b when both are of one kind (None otherwise); exact when the digits allow, else
-    rounded up (a reservation may round up: the pool checks it against the filter)."""
+    """a + b when both are of one kind (None otherwise): the kind's own composition (its
+    features add), exact when the digits allow, else rounded up (a reservation may round up:
+    the pool checks it against the filter)."""
+    if type(a) is not type(b):
+        return None
     try:
-        if isinstance(a, Budget) and isinstance(b, Budget):
-            return a + b
-        if isinstance(a, RdpCurve) and isinstance(b, RdpCurve):
-            return a + b
+        return a + b  # type: ignore[no-any-return]
     except (Inexact, InvalidOperation):
         if isinstance(a, Budget) and isinstance(b, Budget):
             return Budget(
@@ -543,9 +544,27 @@ def _remainder(held: Cost | None, cost: Cost) -> Cost | None:
         rest = RdpCurve(
             _down(float(a) - float(b)) for a, b in zip(held.epsilons, cost.epsilons, strict=True)
         )
+    elif isinstance(held, GaussianDp) and isinstance(cost, GaussianDp):
+        found = _gdp_remainder(held, cost)
+        if found is None:
+            return None
+        rest = found
     else:
         return None
     return None if rest.is_zero else rest
+
+
+def _gdp_remainder(held: GaussianDp, cost: GaussianDp) -> GaussianDp | None:
+    """μ with μ² = μ_held² − μ_cost² (μ² composes additively), rounded down; None when the
+    cost exceeds the hold or nothing worth keeping is left."""
+    with localcontext() as ctx:
+        ctx.prec = 100  # μ has at most 40 digits: the squares and their difference are exact
+        left = held.mu * held.mu - cost.mu * cost.mu
+        if left <= 0:
+            return None
+        ctx.prec = 40
+        root = left.sqrt().next_minus()  # sqrt rounds half-even: one step down is below
+    return GaussianDp(mu=root) if root > Decimal("1e-90") else None
 
 
 class BlockConserve(SageStrategy):

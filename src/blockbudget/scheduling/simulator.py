@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from blockbudget.accounting import Accounting
+from blockbudget.accounting import Accounting, Combine
 from blockbudget.errors import InvalidRequestError
 from blockbudget.scheduling.base import BlockSpec, DecisionKind, Scheduler, TaskSpec, TaskStatus
 from blockbudget.scheduling.pool import Pool
@@ -130,7 +130,7 @@ def simulate(
         fair_share_n: N of the fair-share metric.
         horizon: last tick time (default: the last arrival plus the longer of the longest
             timeout and the scheduler's ``drain_time``).
-        slack_delta: δ̃ for STRONG accounting.
+        slack_delta: the slack of rules that take one (strong, whitehouse; default δ_g/2).
         partial_credit: how the result's significance values partial grants (default FULL,
             the seed's accounting; see the module docstring).
 
@@ -139,10 +139,7 @@ def simulate(
     """
     if not isinstance(partial_credit, PartialCredit):
         raise InvalidRequestError(f"partial_credit must be a PartialCredit, got {partial_credit!r}")
-    if accounting not in scheduler.accountings:
-        raise InvalidRequestError(
-            f"scheduler {scheduler.name!r} does not support {accounting.value} accounting"
-        )
+    scheduler.check_serves(accounting)
     pool = Pool(accounting, slack_delta=slack_delta)
     events: list[tuple[float, int, int]] = []
     for k, b in enumerate(blocks):
@@ -292,8 +289,8 @@ def is_fair_share(pool: Pool, task: TaskSpec, n: int) -> bool:
         return False
     cap = pool.capacity[:1]
     vec = pool.vector(task.demand) * n
-    if pool.accounting is Accounting.BASIC:
+    if pool.combine is Combine.ALL:
         return bool(np.all(vec <= cap[0]))
-    if pool.accounting is Accounting.RDP:
+    if pool.combine is Combine.ANY:
         return bool(np.any(vec <= cap[0]))
-    return False
+    return False  # a non-linear filter: N copies are not N times one

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from blockbudget.budget import Budget, Cost, RdpCurve
+from blockbudget.budget import Budget, Cost
 from blockbudget.errors import InvalidRequestError
 
 __all__ = [
@@ -131,8 +131,8 @@ class TaskSpec:
         task_id: unique id.
         arrival: arrival time.
         demand: the budget it needs on each block it uses (ε_j in seed 000 Eq. (5); a demand
-            vector d_{j} per block in PrivateKube/DPack). Budget or RdpCurve, matching the
-            accounting rule (a pure Budget is accepted under RDP).
+            vector d_{j} per block in PrivateKube/DPack). A cost of a kind the accounting rule
+            accounts (the rule's own kind, or a pure Budget under RDP and μ-GDP).
         blocks: for NAMED tasks, the block ids it needs (non-empty, distinct); None makes it OPEN.
         max_blocks: c_j, the most blocks an OPEN task may use (seed 000 Eq. (5)); None means no
             limit. For NAMED tasks it must be None or ≥ len(blocks).
@@ -167,9 +167,10 @@ class TaskSpec:
         if not isinstance(self.task_id, str) or not self.task_id:
             raise InvalidRequestError(f"task_id must be a non-empty string, got {self.task_id!r}")
         object.__setattr__(self, "arrival", _check_time(self.arrival, name="arrival"))
-        if not isinstance(self.demand, Budget | RdpCurve):
+        if not isinstance(self.demand, Cost):
             raise InvalidRequestError(
-                f"a task's demand must be a Budget or an RdpCurve, got {self.demand!r}"
+                f"a task's demand must be a Cost (Budget, RdpCurve, GaussianDp, ...), got "
+                f"{self.demand!r}"
             )
         if self.demand.is_zero:
             raise InvalidRequestError(f"task {self.task_id!r} demands zero budget")

@@ -38,7 +38,8 @@ released all the same, so charging at the pass would leave up to ε0 per block u
 therefore charge ε0 when a run *starts*, before its threshold noise is drawn, and nothing for
 the comparisons inside it, pass or fail: every run, finished or not, is paid exactly once, and
 the block's total is (its queries' charges) + ε0 × (runs started), which composes sequentially
-(seed Thm. 1; the pool's filter under BASIC, RDP via ``RdpCurve.from_pure_dp``, or STRONG).
+(seed Thm. 1; the pool's filter under the stream's rule, ε0 priced by the rule's
+:meth:`~blockbudget.accounting.AccountingRule.pure`).
 Compared with the seed's charging this costs at most one extra ε0 per block (its open run);
 compared with charging ε0 per comparison it no longer lets a stream of refused queries drain a
 block (about 1/ε0 refusals used to exhaust it, breaking Thm. 4). A comparison is made only
@@ -70,8 +71,12 @@ small against the compared ratios, and at Δ = 1, ε0 = 0.01 the filter is close
 (docs/results.md, competitive ratio).
 
 Units: ε_j of a demand on a block is its ε-equivalent share, the fraction of an empty block's
-capacity it uses (BASIC: the largest of ε/ε_g, δ/δ_g; RDP: the smallest over usable orders)
-times ε_g, so z_i grows by ε_j/ε_gi as in Alg. 1 line 3. The AboveThreshold sensitivity Δ of
+capacity it uses times ε_g, so z_i grows by ε_j/ε_gi as in Alg. 1 line 3. The fraction follows
+the shape of the rule's fit test (:class:`~blockbudget.accounting.Combine`): ALL, the largest
+feature/capacity over the capped features (basic: the larger of ε/ε_g, δ/δ_g; μ-GDP: μ²/μ_g²;
+advanced composition: the larger of Σε² and Σδ over their caps); ANY, the smallest over the
+usable features (RDP orders); FILTER, ε/ε_g (a non-linear filter accounts (ε, δ) budgets, its
+first feature ε). The AboveThreshold sensitivity Δ of
 the compared quantity is a parameter (the seed takes 1).
 
 Randomness. The comparisons read private data (p_ij): their Laplace noise comes from
@@ -82,8 +87,10 @@ then :attr:`~blockbudget.scheduling.base.Scheduler.secure_noise` and the simulat
 unless a ``seed`` is given.
 
 Adaptive composition (seed 000 §VI-B, after Rogers et al. 2016): run either scheduler on a pool
-with :attr:`~blockbudget.accounting.Accounting.STRONG` accounting; the pool's filter is the
-adaptive strong-composition filter, and z_i comes from it.
+under a fully adaptive filter — strong composition (``"strong"``, a non-linear FILTER-shaped
+test), or the advanced-composition filter of Whitehouse et al. 2023 (``"whitehouse"``, linear);
+z_i comes from the pool's filter. The comparisons' ε0 is priced by the rule
+(:meth:`~blockbudget.accounting.AccountingRule.pure`).
 """
 
 from __future__ import annotations
@@ -93,8 +100,8 @@ import weakref
 
 import numpy as np
 
-from blockbudget.accounting import Accounting
-from blockbudget.budget import Budget, Cost, RdpCurve
+from blockbudget.accounting import Accounting, Combine, Filter
+from blockbudget.budget import Budget, Cost
 from blockbudget.errors import InternalError, InvalidRequestError
 from blockbudget.mechanisms.calibration import laplace_scale
 from blockbudget.mechanisms.noise import NoiseSource
@@ -108,6 +115,7 @@ __all__ = [
     "OnlineThreshold",
     "competitive_ratio",
     "demand_share",
+    "epsilon_floor",
     "threshold",
     "z_zero",
 ]
@@ -146,21 +154,55 @@ def _check_bounds(upper: float, lower: float) -> None:
 
 def demand_share(pool: Pool, vec: FloatArray, index: int) -> float:
     """The fraction of block ``index``'s capacity that features ``vec`` use (see Units above)."""
-    cap = pool.capacity[index]
-    if pool.accounting is Accounting.STRONG:
+    if pool.combine is Combine.FILTER:  # no capacity per feature: ε/ε_g
         return float(vec[0] / float(pool.blocks[index].capacity.epsilon))
+    cap = pool.capacity[index]
     usable = cap > 0
     if not np.any(usable):
         return math.inf
     ratios = vec[usable] / cap[usable]
-    if pool.accounting is Accounting.BASIC:
+    if pool.combine is Combine.ALL:
         return float(np.max(ratios))
     return float(np.min(ratios))
 
 
+def epsilon_floor(block_filter: Filter, demand: Cost) -> float:
+    """A lower bound on ε_j (see Units above) of ``demand`` on any block guarded by
+    ``block_filter``: what the comparison sensitivity Δ_p/(ε_j + ε0) of Alg. 1 may assume
+    (:meth:`_ThresholdBase.compared_sensitivity`).
+
+    By the shape of the filter's test: FILTER, the demand's ε (ε_j is ε/ε_g·ε_g, rounded up);
+    ALL, the largest feature/capacity ratio over the capped features times ε_g, raised by a
+    relative 5e-10 — still below what the scheduler computes on the pool's conservative floats
+    (capacities shrunk by a relative 1e-9, demands rounded up) — and never above the demand's
+    ε for an (ε, δ) demand (basic: ε_j ≥ ε; advanced composition: ε_j = ε²/S·ε_g may be
+    smaller); ANY, 0 (the best order's share may be arbitrarily small).
+
+    Example:
+        >>> from blockbudget.accounting import get_rule
+        >>> from blockbudget.budget import Budget
+        >>> f = get_rule("basic").filter(capacity=Budget(epsilon=1))
+        >>> epsilon_floor(f, Budget(epsilon=0.09))
+        0.09
+    """
+    eps = float(demand.epsilon) if isinstance(demand, Budget) else None
+    if block_filter.combine is Combine.FILTER:
+        return 0.0 if eps is None else eps
+    caps = block_filter.capacity_units()
+    if block_filter.combine is not Combine.ALL or caps is None:
+        return 0.0
+    units = block_filter.features(demand)
+    ratios = [u / c for u, c in zip(units, caps, strict=True) if c > 0]
+    if not ratios:
+        return 0.0
+    floor = max(ratios) * float(block_filter.capacity.epsilon) * (1 + 5e-10)
+    return floor if eps is None else min(eps, floor)
+
+
 def _largest_fraction(pool: Pool, vec: FloatArray, index: int) -> float:
-    """The largest f in [0, 1] with f·vec fitting on the block (linear accounting rules)."""
-    if pool.accounting is Accounting.STRONG:
+    """The largest f in [0, 1] with f·vec fitting on the block: per feature for a linear test
+    (ALL: the tightest feature; ANY: the loosest), by bisection on the filter's test else."""
+    if pool.combine is Combine.FILTER:
         lo, hi = 0.0, 1.0
         for _ in range(30):
             mid = (lo + hi) / 2
@@ -173,7 +215,7 @@ def _largest_fraction(pool: Pool, vec: FloatArray, index: int) -> float:
     with np.errstate(divide="ignore", invalid="ignore"):
         per = np.where(vec > 0, left / np.where(vec > 0, vec, 1.0), np.inf)
     per = np.clip(per, 0.0, np.inf)
-    best = float(np.min(per)) if pool.accounting is Accounting.BASIC else float(np.max(per))
+    best = float(np.min(per)) if pool.combine is Combine.ALL else float(np.max(per))
     return min(1.0, best) * (1 - 1e-6)
 
 
@@ -211,7 +253,7 @@ class _ThresholdBase(Scheduler):
     """Shared parameters and the per-block AboveThreshold runs of Alg. 1 and Alg. 3."""
 
     shapes = frozenset({TaskShape.OPEN})
-    accountings = frozenset({Accounting.BASIC, Accounting.RDP, Accounting.STRONG})
+    combines = frozenset({Combine.ALL, Combine.ANY, Combine.FILTER})
 
     def __init__(
         self,
@@ -239,9 +281,9 @@ class _ThresholdBase(Scheduler):
         )
 
     def _overhead(self, pool: Pool, epsilon: float) -> Cost:
-        if pool.accounting is Accounting.RDP:
-            return RdpCurve.from_pure_dp(epsilon)
-        return Budget(epsilon=epsilon)
+        """The price of an ε-DP step (an AboveThreshold run, a Laplace release) under the
+        pool's rule."""
+        return pool.rule.pure(epsilon)
 
     def has_open_run(self, pool: Pool, block_id: str) -> bool:
         """Whether the block has an AboveThreshold run whose ε0 is paid and which has not yet

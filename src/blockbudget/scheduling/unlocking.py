@@ -9,8 +9,10 @@ at once: it *unlocks* it progressively, and tasks may only consume unlocked budg
   is unlocked (PrivateKube unlocks ε_G/N every lifetime/N; the limit N → ∞ is the linear form).
 
 A task (NAMED shape, all-or-nothing) can run when, on every block it names, its demand fits in
-the block's unlocked budget minus what is already charged or reserved there — BASIC: every
-feature; RDP: some order α with positive capacity (PrivateKube's "exists α" rule).
+the block's unlocked budget minus what is already charged or reserved there, by the shape of
+the rule's fit test (:class:`~blockbudget.accounting.Combine`) — ALL: every feature (basic's ε
+and δ, μ-GDP's μ², advanced composition's Σε² and Σδ); ANY: some feature with positive capacity
+(an RDP order α: PrivateKube's "exists α" rule).
 
 The unlock limit is a fairness rule, not a safety bound: a fraction u of the filter's nominal
 capacity (:attr:`Pool.nominal_capacity`), with a relative :data:`UNLOCK_TOLERANCE` so that a
@@ -37,7 +39,7 @@ from enum import Enum
 import numpy as np
 import numpy.typing as npt
 
-from blockbudget.accounting import Accounting
+from blockbudget.accounting import Combine
 from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.noise import NoiseSource
 from blockbudget.scheduling.base import (
@@ -128,7 +130,7 @@ class UnlockingScheduler(Scheduler):
     """
 
     shapes = frozenset({TaskShape.NAMED})
-    accountings = frozenset({Accounting.BASIC, Accounting.RDP})
+    combines = frozenset({Combine.ALL, Combine.ANY})
 
     def __init__(
         self,
@@ -189,8 +191,8 @@ class UnlockingScheduler(Scheduler):
         unlocked = np.minimum(self.unlocked[blocks] * (1 + UNLOCK_TOLERANCE), 1 + CAPACITY_MARGIN)
         share = pool.nominal_capacity[blocks] * unlocked[:, None]  # ≥ 0 where cap > 0
         lim: FloatArray = np.where(cap > 0, share, -np.inf)
-        if pool.accounting is Accounting.BASIC:
-            lim = np.where(cap > 0, lim, cap)  # BASIC: a zero capacity (δ_g = 0) is a real 0
+        if pool.combine is Combine.ALL:
+            lim = np.where(cap > 0, lim, cap)  # ALL: a zero capacity (δ_g = 0) is a real 0
         retired = pool.retired[blocks]
         if retired.any():  # a retired block unlocks nothing more (the pool refuses it)
             lim = np.where(retired[:, None], -np.inf, lim)
@@ -212,7 +214,7 @@ class UnlockingScheduler(Scheduler):
             blocks = np.concatenate([w.blocks for w in items])
             vecs = np.concatenate([w.rows for w in items])
         left = self.available(pool, blocks)
-        if pool.accounting is Accounting.BASIC:
+        if pool.combine is Combine.ALL:
             ok_rows = np.all(vecs <= left, axis=1)
         else:
             ok_rows = np.any(vecs <= left, axis=1)

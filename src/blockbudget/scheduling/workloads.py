@@ -19,13 +19,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from blockbudget.accounting import Accounting
+from blockbudget.accounting import Accounting, AccountingRule, Noise, NoisePart, Release
 from blockbudget.budget import Budget, Cost, RdpCurve
-from blockbudget.errors import InvalidRequestError
+from blockbudget.errors import InvalidBudgetError, InvalidRequestError
 from blockbudget.scheduling.base import BlockSpec, TaskSpec
 
 __all__ = [
     "Workload",
+    "block_capacity",
     "privatekube_micro",
     "seed000_queries",
     "subsampled_gaussian_curve",
@@ -58,6 +59,23 @@ def _positive(name: str, value: float) -> None:
         raise InvalidRequestError(f"{name} must be finite and > 0, got {value!r}")
 
 
+def block_capacity(rule: AccountingRule, epsilon_g: float) -> Budget:
+    """(ε_g, 0) where ``rule`` can guard a block of pure DP (basic), else (ε_g, 1e-6): the rules
+    that trade δ for ε (strong, RDP, μ-GDP, advanced composition) need δ_g > 0.
+
+    Example:
+        >>> from blockbudget.accounting import get_rule
+        >>> [str(block_capacity(get_rule(r), 1.0)) for r in ("basic", "rdp")]
+        ['(ε=1, δ=0)', '(ε=1, δ=1e-06)']
+    """
+    pure = Budget(epsilon=epsilon_g, delta=0)
+    try:
+        rule.filter(capacity=pure)
+    except InvalidBudgetError:
+        return Budget(epsilon=epsilon_g, delta=1e-6)
+    return pure
+
+
 def seed000_queries(
     *,
     n_blocks: int = 8,
@@ -82,7 +100,8 @@ def seed000_queries(
     if not (0 < lower <= upper):
         raise InvalidRequestError(f"need 0 < L <= U, got L={lower}, U={upper}")
     rng = np.random.default_rng(seed)
-    cap = Budget(epsilon=epsilon_g, delta=1e-6 if accounting is not Accounting.BASIC else 0)
+    rule = Accounting(accounting).rule
+    cap = block_capacity(rule, epsilon_g)
     blocks = tuple(BlockSpec(f"d{i}", float(i), cap) for i in range(n_blocks))
     quality = rng.uniform(0.0, 1.0, n_blocks)
     tasks = []
@@ -90,9 +109,7 @@ def seed000_queries(
         large = mixed and rng.random() < 0.3
         share = rng.uniform(0.3, 0.8) if large else rng.uniform(0.01, 0.05)
         eps = round(float(share * epsilon_g), 6)
-        demand: Cost = (
-            RdpCurve.from_pure_dp(eps) if accounting is Accounting.RDP else Budget(epsilon=eps)
-        )
+        demand = rule.pure(eps)  # an ε-DP query as the rule prices it
         affinity = rng.uniform(0.0, 1.0, n_blocks)
         # ratio p/ε in [L, U], increasing with block quality × query affinity
         ratio = lower * (upper / lower) ** (quality * affinity)
@@ -115,8 +132,9 @@ def privatekube_micro(
     accounting: Accounting = Accounting.BASIC,
     timeout: float | None = None,
 ) -> Workload:
-    """PrivateKube's microbenchmark (see the module docstring). Under RDP, a mouse is a Laplace
-    mechanism of pure ε = 0.01·ε_G (its exact RDP curve), an elephant one of 0.1·ε_G.
+    """PrivateKube's microbenchmark (see the module docstring). A mouse is a Laplace mechanism
+    of pure ε = 0.01·ε_G, an elephant one of 0.1·ε_G, each priced by the rule (its ε under an
+    (ε, δ) rule, its exact RDP curve under RDP, its μ under μ-GDP).
 
     Raises:
         InvalidRequestError: non-positive sizes.
@@ -128,10 +146,11 @@ def privatekube_micro(
     blocks = tuple(BlockSpec(f"b{i}", float(i), cap) for i in range(n_blocks))
     mouse_eps, elephant_eps = 0.01 * epsilon_g, 0.1 * epsilon_g
 
+    rule = Accounting(accounting).rule
+
     def cost(eps: float) -> Cost:
-        if accounting is Accounting.RDP:
-            return RdpCurve.laplace(scale=1.0 / eps)
-        return Budget(epsilon=eps)
+        laplace = NoisePart(Noise.LAPLACE, scale=1.0 / eps, sensitivity=1.0)
+        return rule.price(Release.of(epsilon=eps, parts=(laplace,)))
 
     mouse, elephant = cost(mouse_eps), cost(elephant_eps)
     n_tasks = n_blocks * tasks_per_block

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from blockbudget.accounting import GaussianDp
 from blockbudget.budget import Budget, Cost, RdpCurve, sum_costs
 from blockbudget.errors import InvalidBudgetError
 from blockbudget.ledger import Ledger
@@ -80,10 +81,15 @@ def smallest(costs: Sequence[Cost]) -> Cost:
     """The largest cost that is at most each of ``costs`` (componentwise minimum).
 
     Raises:
-        InvalidBudgetError: no costs, or an RDP curve mixed with a Budget of δ > 0.
+        InvalidBudgetError: no costs, or an RDP curve mixed with a Budget of δ > 0, or costs
+            of kinds that do not compare.
     """
     if not costs:
         raise InvalidBudgetError("a grant needs at least one block's cost")
+    if all(c == costs[0] for c in costs[1:]):
+        return costs[0]  # a uniform cost (any kind)
+    if all(isinstance(c, GaussianDp) for c in costs):  # one parameter: the smallest μ
+        return min(costs, key=lambda c: c.mu)  # type: ignore[attr-defined]
     if all(isinstance(c, Budget) for c in costs):
         budgets = [c for c in costs if isinstance(c, Budget)]
         return Budget(epsilon=min(b.epsilon for b in budgets), delta=min(b.delta for b in budgets))
@@ -93,6 +99,8 @@ def smallest(costs: Sequence[Cost]) -> Cost:
             if c.delta != 0:
                 raise InvalidBudgetError(f"cannot compare {c} with an RDP curve")
             c = RdpCurve.from_pure_dp(c.epsilon)
+        if not isinstance(c, RdpCurve):
+            raise InvalidBudgetError(f"cannot compare a cost of kind {c.kind} with an RDP curve")
         curves.append(c)
     return RdpCurve([min(vals) for vals in zip(*(c.epsilons for c in curves), strict=True)])
 

@@ -307,7 +307,7 @@ class Decider:
                 run.live.scheduler,
                 task.significance,
                 demand=task.demand,
-                accounting=run.live.pool.accounting,
+                block_filter=self.platform.filter(task.stream),
             )
             known = known_filter(self.platform, task.stream)  # user streams: Sage §4.4
             resolved = resolved_blocks(task, run.live, in_range, known)

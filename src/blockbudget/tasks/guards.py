@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from blockbudget.accounting import Accounting
+from blockbudget.accounting import Accounting, Combine, get_rule
 from blockbudget.errors import BlockBudgetError, InvalidRequestError
 
 if TYPE_CHECKING:
@@ -48,21 +48,24 @@ def durable_overhead(bridge: GrantBridge, decision: Decision) -> bool:
 
 
 def refuse_strong(stream: str, accounting: Accounting) -> None:
-    """The live queue schedules BASIC and RDP streams only (docs/scheduling.md, "Running").
+    """The live queue schedules streams whose rule has a linear fit test only (ALL or ANY
+    shape: basic, RDP, μ-GDP, advanced composition; docs/scheduling.md, "Running").
 
-    A STRONG block's ledger state is the adaptive strong-composition filter's feature vector
-    (ε, ε², g, δ); the live pool mirrors the ledger through costs, and a cost cannot carry those
-    features back, so the pool would under-count what the ledger has used (the earlier service
-    queue refused STRONG streams for the same reason).
+    A rule with a non-linear test (:attr:`~blockbudget.accounting.Combine.FILTER`, e.g.
+    adaptive strong composition, whose ledger state is (ε, ε², g, δ)) is refused: the live
+    pool decides its fits on float rows and could not decide them as the filter does without
+    the exact sums of every block (the earlier service queue refused STRONG streams for the
+    same reason).
 
     Raises:
-        InvalidRequestError: ``accounting`` is STRONG.
+        InvalidRequestError: the rule's fit test is FILTER-shaped.
     """
-    if accounting is Accounting.STRONG:
+    rule = get_rule(accounting)
+    if rule.combine is Combine.FILTER:
         raise InvalidRequestError(
             f"the task queue does not schedule stream {stream!r}: its accounting is "
-            f"{accounting.value} (adaptive strong composition), which the live scheduler cannot "
-            "mirror; use direct requests naming blocks on it"
+            f"{rule.name} (a non-linear fit test: {rule.title}), which the live scheduler "
+            "cannot mirror; use direct requests naming blocks on it"
         )
 
 

@@ -46,9 +46,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from blockbudget.accounting import Accounting
+from blockbudget.accounting import Accounting, GaussianDp, get_rule
 from blockbudget.budget import UNIT, UNIT_EXPONENT, Budget, Cost, RdpCurve
-from blockbudget.errors import BlockBudgetError, InvalidRequestError, UnknownBlockError
+from blockbudget.errors import BlockBudgetError, UnknownBlockError
 from blockbudget.ledger import BlockState, Ledger
 from blockbudget.ledger.types import EventKind
 from blockbudget.scheduling import BlockSpec, Pool, Scheduler, TaskSpec
@@ -195,11 +195,7 @@ class LivePool:
             accounting = next(iter(states.values())).accounting
         elif accounting is None:
             raise UnknownBlockError(f"stream {stream!r} has no blocks to schedule yet")
-        if accounting not in scheduler.accountings:
-            raise InvalidRequestError(
-                f"scheduler {scheduler.name!r} cannot schedule stream {stream!r} under "
-                f"{accounting.value} accounting"
-            )
+        scheduler.check_serves(accounting, stream=stream)
         self.accounting: Accounting = accounting
         self.pool = Pool(accounting)
         self.pool.now = self.clock()
@@ -298,7 +294,9 @@ class LivePool:
             # charge() is False (nothing changed) only where the pool's block is full to its
             # float margin; the ledger then refuses any grant there, which refuses the task.
             if max(more) > SYNC_SLACK_UNITS and pool.charge(
-                LEDGER_TASK, {st.block: cost_of_units(more, self.accounting)}
+                LEDGER_TASK,
+                {st.block: cost_of_units(more, self.accounting)},
+                units={st.block: tuple(more)},  # the ledger's own units, exactly
             ):
                 charged += 1
             if max(less) > SYNC_SLACK_UNITS:
@@ -309,14 +307,27 @@ class LivePool:
                     cost_of_units(back, self.accounting),
                     task_id=LEDGER_TASK,
                     note="the ledger shows less used",
+                    units=tuple(back),
                 )
                 credited.append(st.block)
         return charged, credited
 
 
 def cost_of_units(units: Sequence[int], accounting: Accounting) -> Cost:
-    """The cost whose filter features are exactly ``units`` (fixed-point integers)."""
+    """A cost of the rule's own kind describing a feature vector ``units`` (fixed-point
+    integers), for the pool's decision log: the pool counts ``units`` themselves
+    (:meth:`Pool.charge` / :meth:`Pool.credit` with ``units``), so the description need not
+    carry every feature. Its exact form by kind: an RDP curve of the values; μ = √Σμ² for
+    μ-GDP; (ε, δ) — the first and last features of every (ε, δ) filter — for a budget.
+
+    Example:
+        >>> print(cost_of_units([3 * 10**17, 0], Accounting.BASIC))
+        (ε=0.3, δ=0)
+    """
     values = [Decimal(u).scaleb(-UNIT_EXPONENT) for u in units]
-    if accounting is Accounting.RDP:
+    kind = get_rule(accounting).cost_kind
+    if kind is RdpCurve:
         return RdpCurve(values)
-    return Budget(epsilon=values[0], delta=values[1])
+    if kind is GaussianDp:
+        return GaussianDp(mu=values[0].sqrt())
+    return Budget(epsilon=values[0], delta=values[-1])

@@ -366,11 +366,7 @@ class TaskQueue(Decider):
             raise UnknownContextError(f"unknown or closed context {context!r}")
         sched = self._spec_for(self._family_of(kind), stream)
         refuse_strong(stream, spec.accounting)
-        if spec.accounting not in sched.cls.accountings:
-            raise InvalidRequestError(
-                f"scheduler {sched.name!r} cannot schedule stream {stream!r} under "
-                f"{spec.accounting.value} accounting"
-            )
+        sched.cls.check_serves(spec.accounting, stream=stream)
         cost = demand()
         f = self.platform.filter(stream)
         if not f.fits_with(f.zero(), f.features(cost)):  # InvalidBudgetError for a bad kind
@@ -392,7 +388,7 @@ class TaskQueue(Decider):
         named = selector.blocks if isinstance(selector, Named) else None
         sig = check_significance(significance, blocks=named)
         check_provider(sig, bounded=not isinstance(selector, AnyBlocks))
-        check_comparison(sched.build(noise=None), sig, demand=cost, accounting=spec.accounting)
+        check_comparison(sched.build(noise=None), sig, demand=cost, block_filter=f)
         return cost, selector, sig
 
     # --- reads --------------------------------------------------------------------------
@@ -513,10 +509,7 @@ class TaskQueue(Decider):
         parsed = parse_spec(spec)
         accounting = self.platform.stream(stream).accounting
         refuse_strong(stream, accounting)
-        if accounting not in parsed.cls.accountings:
-            raise InvalidRequestError(
-                f"scheduler {parsed.name!r} cannot schedule {accounting.value} accounting"
-            )
+        parsed.cls.check_serves(accounting, stream=stream)
         with self._lock:
             self.rows.set_override(stream, spec)
             if self._leading:

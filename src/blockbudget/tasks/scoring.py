@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from blockbudget.errors import InvalidRequestError
 
 if TYPE_CHECKING:
-    from blockbudget.accounting import Accounting
+    from blockbudget.accounting import Filter
     from blockbudget.budget import Cost
     from blockbudget.mechanisms.noise import NoiseSource
     from blockbudget.platform import Platform
@@ -63,7 +63,7 @@ def check_comparison(
     spec: Mapping[str, Any] | None,
     *,
     demand: Cost,
-    accounting: Accounting,
+    block_filter: Filter,
 ) -> None:
     """Refuse a task whose significance is private to a scheduler whose comparison would not
     be DP for it (docs/scheduling.md, "Significance and Δ").
@@ -73,21 +73,24 @@ def check_comparison(
     stated ``sensitivity``) need this: public values and DP releases are compared as
     post-processing. A threshold scheduler's AboveThreshold is ε0-DP only if its configured
     ``sensitivity`` bounds the compared quantity's, ``compared_sensitivity`` (Alg. 1:
-    Δ_p/(ε_j + ε0) with ε_j bounded below by the demand's ε — BASIC and STRONG — or by 0
-    otherwise). Schedulers that never read significance need nothing.
+    Δ_p/(ε_j + ε0) with ε_j bounded below on a block of ``block_filter``, the stream's, by
+    :func:`~blockbudget.scheduling.threshold.epsilon_floor`: the demand's ε under basic and
+    strong composition, its share of the capped features under another linear rule, 0 under
+    RDP). Schedulers that never read significance need nothing.
 
     Raises:
         InvalidRequestError: the scheduler's sensitivity is below what the values need.
 
     Example:
-        >>> from blockbudget.accounting import Accounting
+        >>> from blockbudget.accounting import make_filter
         >>> from blockbudget.budget import Budget
         >>> from blockbudget.scheduling import get_scheduler
         >>> private = {"provider": "user", "values": {"s/1": 3.0}, "sensitivity": 5.0}
+        >>> basic = make_filter("basic", capacity=Budget(epsilon=1))
         >>> check_comparison(get_scheduler("online-threshold", sensitivity=500.0), private,
-        ...                  demand=Budget(epsilon=0.09), accounting=Accounting.BASIC)
+        ...                  demand=Budget(epsilon=0.09), block_filter=basic)
         >>> check_comparison(get_scheduler("online-threshold"), private,
-        ...                  demand=Budget(epsilon=0.09), accounting=Accounting.BASIC)
+        ...                  demand=Budget(epsilon=0.09), block_filter=basic)
         Traceback (most recent call last):
         ...
         blockbudget.errors.InvalidRequestError: ...
@@ -95,15 +98,13 @@ def check_comparison(
     needs = getattr(scheduler, "compared_sensitivity", None)
     if spec is None or "provider" not in spec or needs is None:
         return  # no provider (a table is public: Δ = 0), or a scheduler that compares nothing
-    from blockbudget.accounting import Accounting
-    from blockbudget.budget import Budget
+    from blockbudget.scheduling.threshold import epsilon_floor
     from blockbudget.tasks.significance import Disclosure, provider_from_json
 
     provider = provider_from_json(spec)
     if provider.disclosure is not Disclosure.PRIVATE:
         return
-    linear = accounting in (Accounting.BASIC, Accounting.STRONG)
-    floor = float(demand.epsilon) if linear and isinstance(demand, Budget) else 0.0
+    floor = epsilon_floor(block_filter, demand)
     needed = float(needs(provider.comparison_sensitivity, demand_epsilon=floor))
     have = float(getattr(scheduler, "sensitivity", 0.0))
     if have < needed:
