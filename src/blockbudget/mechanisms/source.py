@@ -117,7 +117,7 @@ def price(
     Example:
         >>> part = Perturbation("v", NoiseKind.GAUSSIAN, 2.0, 1.0, 1, None)
         >>> price("gdp", epsilon=Decimal(0), parts=[part])
-        GaussianDp(mu='0.5')
+        GaussianDp(mu=Decimal('0.5'))
     """
     return get_rule(accounting).price(release_of(epsilon=epsilon, delta=delta, parts=parts))
 
