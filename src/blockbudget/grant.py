@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from blockbudget.accounting import Accounting, Filter, get_rule, make_filter
 from blockbudget.accounting.filters import exact_text, vector_json
-from blockbudget.budget import Budget, Cost, RdpCurve
+from blockbudget.budget import Budget, Cost
 from blockbudget.engine.base import Engine
 from blockbudget.errors import (
     BlockBudgetError,
@@ -379,11 +379,11 @@ class Grant:
     @property
     def spent(self) -> Cost:
         """The exact sum of what was drawn (zero of the reservation's kind if nothing)."""
-        reserved = self.reservation.cost
-        total: Cost = RdpCurve.zero() if isinstance(reserved, RdpCurve) else Budget.zero()
+        rule = self._accounting.rule
+        total: Cost = Budget.zero() if isinstance(self.reservation.cost, Budget) else rule.pure(0)
         for _, cost in self._draws:
-            if isinstance(total, RdpCurve) and isinstance(cost, Budget):
-                cost = RdpCurve.from_pure_dp(cost.epsilon)
+            if isinstance(cost, Budget) and not isinstance(total, Budget):
+                cost = rule.pure(cost.epsilon)  # a pure budget counts as the rule's kind
             total = total + cost
         return total
 
@@ -512,9 +512,14 @@ def shortfall_of(
 
 
 def refuse_short(
-    reservation_id: str, what: str, short: Sequence[tuple[str, Vector, Vector]]
+    reservation_id: str,
+    what: str,
+    short: Sequence[tuple[str, Vector, Vector]],
+    *,
+    accounting: str,
 ) -> None:
-    """Raise the refusal of a draw ``what`` that a reservation cannot pay (nothing done).
+    """Raise the refusal of a draw ``what`` that a reservation on a stream of rule
+    ``accounting`` cannot pay (nothing done).
 
     Raises:
         ReservationError: when ``short`` names any block.
@@ -524,9 +529,10 @@ def refuse_short(
         over = tuple(max(0, n - h) for n, h in zip(needs, holds, strict=True))
         raise ReservationError(
             f"a draw spends at most what its reservation still holds: {what} needs "
-            f"{exact_text(vector_json(needs))} but reservation {reservation_id!r} holds "
-            f"{exact_text(vector_json(holds))} on {block!r}, short by "
-            f"{exact_text(vector_json(over))} ({len(short)} block(s) short); nothing was read "
+            f"{exact_text(vector_json(accounting, needs))} but reservation {reservation_id!r} "
+            f"holds {exact_text(vector_json(accounting, holds))} on {block!r}, short by "
+            f"{exact_text(vector_json(accounting, over))} ({len(short)} block(s) short); "
+            "nothing was read "
             "or charged"
         )
 

@@ -586,8 +586,10 @@ class Platform:
             )
         wanted, schema = self._projection(of, columns)
         if covers is not None:  # before anything is sealed
-            need = self.filter(of).features(group_cost(covers, self._group(of)))
-            refuse_short(res.id, f"a draw of {covers}", shortfall_of(res.remaining, need))
+            f = self.filter(of)
+            need = f.features(group_cost(covers, self._group(of)))
+            short = shortfall_of(res.remaining, need)
+            refuse_short(res.id, f"a draw of {covers}", short, accounting=f.accounting)
         return self._hand_over(of, res, res.blocks, wanted, schema)
 
     def _group(self, stream: str) -> int:

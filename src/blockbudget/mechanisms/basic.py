@@ -44,6 +44,7 @@ from blockbudget.mechanisms.source import (
     source_accounting,
 )
 
+
 class _Calibration(Protocol):
     def __call__(self, *, epsilon: Decimal, delta: Decimal, sensitivity: float) -> float: ...
 

@@ -397,7 +397,8 @@ def run_iteration(
     check_probability(eta, name="eta")
     check_int(iteration, name="iteration")
     what = f"iteration {iteration} of pipeline {pipeline.name!r} ((ε={eps}, δ={dlt}))"
-    refuse_short(grant.reservation.id, what, grant.shortfall(Budget(epsilon=eps, delta=dlt)))
+    short = grant.shortfall(Budget(epsilon=eps, delta=dlt))
+    refuse_short(grant.reservation.id, what, short, accounting=grant.accounting)
     job = PipelineJob(
         pipeline=pipeline, epsilon=eps, delta=dlt, eta=eta, seed=seed, iteration=iteration
     )
