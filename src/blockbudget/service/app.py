@@ -381,7 +381,12 @@ def create_app(
             expires_at=r.expires_at,
             usage=[
                 {**u, "block": naming.show(u["block"])}
-                for u in usage_json(r.cost, r.remaining, is_open=r.is_open)
+                for u in usage_json(
+                    r.cost,
+                    r.remaining,
+                    is_open=r.is_open,
+                    filter_=platform.filter(parse_block_id(r.blocks[0])[0]),
+                )
             ],
         )
 
