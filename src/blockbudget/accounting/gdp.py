@@ -416,16 +416,19 @@ class GdpRule(AccountingRule):
                     f"δ={release.delta} > 0 without its noise: no GDP bound follows from (ε, δ)"
                 )
             return GaussianDp.from_pure_dp(release.epsilon)
-        total = GaussianDp(mu=0)
+        costs = []
         for part in release.parts:
             if part.noise is Noise.GAUSSIAN:
-                total = total + GaussianDp.gaussian(sigma=part.scale, sensitivity=part.sensitivity)
+                costs.append(GaussianDp.gaussian(sigma=part.scale, sensitivity=part.sensitivity))
             else:
                 with localcontext() as ctx:  # ε = Δ/b, rounded up
                     ctx.prec = 40
                     ctx.rounding = ROUND_CEILING
                     eps = Decimal(repr(part.sensitivity)) / Decimal(repr(part.scale))
-                total = total + GaussianDp.from_pure_dp(eps)
+                costs.append(GaussianDp.from_pure_dp(eps))
+        total = costs[0]
+        for cost in costs[1:]:
+            total = total + cost
         return total
 
     def group_cost(self, cost: Cost, k: int) -> Cost:

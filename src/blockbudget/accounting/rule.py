@@ -295,7 +295,7 @@ def get_rule(name: str) -> AccountingRule:
     found = _loaded().get(str(name)) if isinstance(name, str) else None
     if found is None:
         raise InvalidRequestError(
-            f"unknown accounting rule {shown(name)}; registered: {', '.join(_RULES)}"
+            f"unknown accounting rule {shown(name)}; registered: {', '.join(_loaded())}"
         )
     return found
 
