@@ -9,6 +9,8 @@ exceed its cap, exactly as a grant refuses one beyond its reservation. It guards
 
 from __future__ import annotations
 
+from typing import Any
+
 from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget, Cost
 from blockbudget.errors import InvalidRequestError, ReservationError
@@ -39,7 +41,7 @@ class MeteredSource:
             )
         if cap is not None:
             try:
-                cap <= cap  # noqa: B015 - probes that the kind is ordered
+                _within(cap, cap)  # probes that the kind is ordered
             except TypeError:
                 raise InvalidRequestError(
                     f"a {accounting.value} source cannot be capped: {want.__name__} costs "
@@ -73,10 +75,16 @@ class MeteredSource:
                 f"got {type(cost).__name__}"
             )
         total: Cost = self.spent + cost
-        if self.cap is not None and not total <= self.cap:
+        if self.cap is not None and not _within(total, self.cap):
             raise ReservationError(
                 f"draw {label!r} of {cost} exceeds the source's cap {self.cap}: "
                 f"already spent {self.spent}"
             )
         self.spent = total
         self.draws.append((label, cost))
+
+
+def _within(total: Cost, cap: Cost) -> bool:
+    """``total <= cap`` per component (TypeError for a kind without an order)."""
+    ordered: Any = total
+    return bool(ordered <= cap)
