@@ -165,7 +165,7 @@ class Grant:
             ReservationError: the grant is closed, or the draw exceeds what is left reserved.
             InvalidBudgetError: the cost kind does not suit the stream's accounting.
         """
-        charged = group_cost(cost, self.group_size)
+        charged = group_cost(cost, self.group_size, accounting=self._accounting)
         with self._lock:  # one draw at a time: a refusal must be seen before the next try
             if self._closed:
                 raise ReservationError(
@@ -214,7 +214,8 @@ class Grant:
         if f is None:  # a grant rebuilt without its filter: the blocks' own, from the ledger
             state = self._ledger.state(self.blocks[0], self.context)
             f = make_filter(state.accounting, capacity=state.capacity)
-        return shortfall_of(self.remaining(), f.features(group_cost(cost, self.group_size)))
+        need = f.features(group_cost(cost, self.group_size, accounting=self._accounting))
+        return shortfall_of(self.remaining(), need)
 
     # --- data ----------------------------------------------------------------------------------
 

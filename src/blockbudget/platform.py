@@ -591,7 +591,7 @@ class Platform:
         wanted, schema = self._projection(of, columns)
         if covers is not None:  # before anything is sealed
             f = self.filter(of)
-            need = f.features(group_cost(covers, self._group(of)))
+            need = f.features(group_cost(covers, self._group(of), accounting=f.accounting))
             short = shortfall_of(res.remaining, need)
             refuse_short(res.id, f"a draw of {covers}", short, accounting=f.accounting)
         return self._hand_over(of, res, res.blocks, wanted, schema)

@@ -202,11 +202,11 @@ def _priced(
     typed = check_schema(query, schema, stream)
     parts = perturbations(query)
     eps, dl = exact_epsilon(query.epsilon), query_delta(query)
-    # BASIC/STRONG: (ε, δ) as asked; RDP: the parts' Laplace or Gaussian curves at their scales.
+    # the stream's rule prices the release: (ε, δ) as asked, or (RDP, GDP) the parts' noise.
     cost = price_parts(accounting, epsilon=eps, parts=parts, delta=dl)
-    charged = group_cost(cost, k)
+    charged = group_cost(cost, k, accounting=accounting)
     if query.mechanism is NoiseKind.GAUSSIAN:
         reserve = charged
     else:
-        reserve = group_cost(Budget(epsilon=query.epsilon), k)
+        reserve = group_cost(Budget(epsilon=query.epsilon), k, accounting=accounting)
     return Pricing(parts=parts, cost=cost, charged=charged, reserve=reserve, typed=typed)

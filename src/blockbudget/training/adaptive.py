@@ -34,7 +34,7 @@ from decimal import Decimal
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from blockbudget.budget import Budget, Number
+from blockbudget.budget import Budget, Cost, Number
 from blockbudget.errors import BudgetExceededError, InternalError, InvalidRequestError
 from blockbudget.grant import group_cost
 from blockbudget.mechanisms.calibration import exact_delta, exact_epsilon
@@ -287,13 +287,16 @@ class AdaptiveTrainer:
             page = min(2 * page, 4096)
         return tuple(chosen[:want])
 
-    def _group(self) -> int:
-        """The group size the stream's draws are charged for (group privacy)."""
-        blocking = self.platform.stream(self.stream).blocking
-        return (blocking.rows_per_user or 1) if blocking.unit is Unit.USER else 1
+    def _group_cost(self, cost: Budget) -> Cost:
+        """What a draw of ``cost`` is charged on the stream: group privacy for its rows per
+        user, under its rule."""
+        spec = self.platform.stream(self.stream)
+        blocking = spec.blocking
+        k = (blocking.rows_per_user or 1) if blocking.unit is Unit.USER else 1
+        return group_cost(cost, k, accounting=spec.accounting)
 
     def _affordable(self, blocks: tuple[str, ...], epsilon: Decimal) -> bool:
-        cost = group_cost(Budget(epsilon=epsilon, delta=self.search.delta), self._group())
+        cost = self._group_cost(Budget(epsilon=epsilon, delta=self.search.delta))
         ok = self.platform.can_afford(blocks, cost, context=self.context, stream=self.stream)
         return all(ok)
 
@@ -312,7 +315,7 @@ class AdaptiveTrainer:
                 grant = self.platform.request(
                     self.stream,
                     blocks=list(blocks),
-                    budget=group_cost(cost, self._group()),  # what its draws are charged
+                    budget=self._group_cost(cost),  # what its draws are charged
                     context=self.context,
                     holder=self.pipeline.name,
                     columns=list(self.columns) if self.columns else None,
