@@ -201,3 +201,27 @@ def test_the_cli_works_without_the_service_extra(tmp_path: Path) -> None:
     assert "serve needs the service extra" in flat
     assert flat.count("pip install 'blockbudget[service]'") == 2
     assert "Traceback" not in stdout
+
+
+def test_any_registered_rule_is_a_stream_accounting_and_gdp_costs_print(tmp_path: Path) -> None:
+    home = ["--home", str(tmp_path / "h")]
+    r = runner.invoke(
+        app, ["stream", "create", "x", "--epsilon", "1", "--accounting", "nope", *home]
+    )
+    text = " ".join(r.output.replace("│", " ").split())  # the error box, unwrapped
+    assert r.exit_code == 2 and "not a registered accounting rule" in text
+    assert "basic, strong, rdp, gdp, whitehouse" in text
+    for args in (
+        ["stream", "create", "s", "--epsilon", "1", "--column", "time", "--accounting", "gdp"],
+        ["context", "add", "a"],
+        ["ingest", "s", str(_csv(tmp_path / "one.csv", range(0, 6)))],
+    ):
+        r = runner.invoke(app, [*args, *home])
+        assert r.exit_code == 0, r.output
+    platform = Platform(tmp_path / "h")
+    assert platform.stream("s").accounting == "gdp"
+    platform.close()
+    gaussian = ["--mechanism", "gaussian", "--delta", "1e-7"]
+    r = runner.invoke(app, [*_query(home, "count", "delay"), *gaussian])
+    assert r.exit_code == 0, r.output
+    assert "-GDP" in r.output and "μ=" in r.output

@@ -387,13 +387,16 @@ def test_user_level_streams_bound_contributions_and_charge_the_group(
 
 
 def test_group_cost_follows_group_privacy() -> None:
-    assert group_cost(Budget(epsilon=0.1, delta=1e-8), 1) == Budget(epsilon=0.1, delta=1e-8)
-    cost = group_cost(Budget(epsilon=0.1, delta=1e-8), 3)
+    b = "basic"
+    assert group_cost(Budget(epsilon=0.1, delta=1e-8), 1, accounting=b) == Budget(
+        epsilon=0.1, delta=1e-8
+    )
+    cost = group_cost(Budget(epsilon=0.1, delta=1e-8), 3, accounting=b)
     assert isinstance(cost, Budget)
     assert cost.epsilon == Budget(epsilon=0.3).epsilon
     assert float(cost.delta) >= 3 * math.exp(0.2) * 1e-8
     with pytest.raises(InvalidBudgetError):
-        group_cost(RdpCurve.gaussian(sigma=1.0), 2)
+        group_cost(RdpCurve.gaussian(sigma=1.0), 2, accounting="rdp")
 
 
 def test_a_failed_replay_leaves_the_original_grant_working(

@@ -50,7 +50,7 @@ def test_request_reserves_k_times_the_per_row_cost(users: Platform) -> None:
     f = users.filter("visits")
     with users.request("visits", blocks=Last(1), budget=per_row, context="a") as g:
         held = g.reservation.cost
-        assert held == group_cost(per_row, 3) and isinstance(held, Budget)
+        assert held == group_cost(per_row, 3, accounting="basic") and isinstance(held, Budget)
         assert held.epsilon == Decimal("0.75")  # 3 × 0.25, exact
         assert math.isclose(float(held.delta), 3 * math.exp(2 * 0.25) * 1e-8, rel_tol=1e-9)
         assert users.ledger.state(BLOCK, "a").reserved == f.features(held)

@@ -18,8 +18,9 @@ from decimal import Decimal
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from blockbudget.accounting import Accounting, Filter, add_vectors
+from blockbudget.accounting import Accounting, Filter, add_vectors, rules
 from blockbudget.accounting.afford import (
+    gaussian_release,
     largest_epsilon,
     largest_float_at_most,
     smallest_noise_multiplier,
@@ -41,22 +42,15 @@ if TYPE_CHECKING:
 
 __all__ = ["AffordFor", "Affordance", "afford", "last_refusal"]
 
-#: The rules :func:`afford` searches, per accounting (see :mod:`blockbudget.accounting.afford`).
-RULES = {
-    Accounting.BASIC: "basic composition (Sage §4.3, Thm 4.3): Σε ≤ ε_g and Σδ ≤ δ_g per block",
-    Accounting.STRONG: "strong composition (Sage §A.3, Thm A.2; Rogers et al. 2016, Thm 5.1)",
-    Accounting.RDP: "Rényi filter (PrivateKube §4): some order α keeps Σε(α) ≤ "
-    "ε_g − log(1/δ_g)/(α−1)",
-}
-
 
 class AffordFor(Enum):
     """What :func:`afford` sizes.
 
     ``BUDGET``: the largest ε of an (ε, δ) budget, as a reservation, a budget task or a query's
     ε asks for it (on an RDP stream a pure (ε, 0) budget, priced min(ε, α·ε²/2) per order).
-    ``GAUSSIAN``: on an RDP stream, the smallest Gaussian noise multiplier σ/Δ (its RDP curve
-    α/(2(σ/Δ)²), Mironov 2017, Prop. 7).
+    ``GAUSSIAN``: on a stream whose rule prices the noise, the smallest Gaussian noise
+    multiplier σ/Δ (on RDP its curve α/(2(σ/Δ)²), Mironov 2017, Prop. 7; on GDP μ = Δ/σ,
+    Dong, Roth & Su 2022, Thm 2.7).
     """
 
     BUDGET = "budget"
@@ -137,7 +131,8 @@ def afford(
     Raises:
         UnknownContextError: the context is not registered, or is closed.
         RetiredBlockError: a named block is retired (it can afford nothing, ever).
-        InvalidRequestError: ``GAUSSIAN`` on a stream that is not RDP, or δ > 0 on one that is.
+        InvalidRequestError: ``GAUSSIAN`` on a stream whose rule does not price the noise, or
+            δ > 0 on one whose rule cannot price it.
     """
     from blockbudget.platform import Last
 
@@ -147,10 +142,12 @@ def afford(
         raise unknown_context(context)
     d = to_decimal(delta, name="delta")
     f = platform.filter(stream)
-    if kind is AffordFor.GAUSSIAN and f.accounting is not Accounting.RDP:
+    if kind is AffordFor.GAUSSIAN and not f.rule.prices_noise:
+        noisy = ", ".join(r.name for r in rules() if r.prices_noise)
         raise InvalidRequestError(
-            f"a Gaussian noise multiplier is sized on RDP streams only; stream {stream!r} uses "
-            f"{f.accounting.value} composition (ask for the largest ε instead)"
+            "a Gaussian noise multiplier is sized only on streams whose rule prices the noise "
+            f"({noisy}); stream {stream!r} uses {f.accounting.value} composition (ask for the "
+            "largest ε instead)"
         )
     sel = Last(selection.n, affordable=False) if isinstance(selection, Last) else selection
     blocks = platform.select(stream, sel, context=context, cost=Budget.zero())
@@ -181,7 +178,7 @@ def afford(
         epsilon=eps,
         noise_multiplier=sigma,
         binding=_binding(f, used, kind=kind, epsilon=eps, sigma=sigma, delta=d),
-        rule=RULES[f.accounting],
+        rule=f.rule.title,
     )
 
 
@@ -195,15 +192,13 @@ def _binding(
     delta: Decimal,
 ) -> tuple[str, ...]:
     """The blocks on which a request just above the answer does not fit."""
-    from blockbudget.budget import RdpCurve
-
     more: Cost
     if kind is AffordFor.GAUSSIAN:
         if sigma is None:
             return tuple(used)
         import math
 
-        more = RdpCurve.gaussian(sigma=math.nextafter(sigma, 0.0))
+        more = f.rule.price(gaussian_release(math.nextafter(sigma, 0.0)))
     elif epsilon is None:
         more = Budget(epsilon=0, delta=delta)
     else:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from blockbudget.accounting import Accounting, Filter, get_rule, make_filter
 from blockbudget.accounting.filters import exact_text, vector_json
-from blockbudget.budget import Budget, Cost, RdpCurve
+from blockbudget.budget import Budget, Cost
 from blockbudget.engine.base import Engine
 from blockbudget.errors import (
     BlockBudgetError,
@@ -165,7 +165,7 @@ class Grant:
             ReservationError: the grant is closed, or the draw exceeds what is left reserved.
             InvalidBudgetError: the cost kind does not suit the stream's accounting.
         """
-        charged = group_cost(cost, self.group_size)
+        charged = group_cost(cost, self.group_size, accounting=self._accounting)
         with self._lock:  # one draw at a time: a refusal must be seen before the next try
             if self._closed:
                 raise ReservationError(
@@ -214,7 +214,8 @@ class Grant:
         if f is None:  # a grant rebuilt without its filter: the blocks' own, from the ledger
             state = self._ledger.state(self.blocks[0], self.context)
             f = make_filter(state.accounting, capacity=state.capacity)
-        return shortfall_of(self.remaining(), f.features(group_cost(cost, self.group_size)))
+        need = f.features(group_cost(cost, self.group_size, accounting=self._accounting))
+        return shortfall_of(self.remaining(), need)
 
     # --- data ----------------------------------------------------------------------------------
 
@@ -379,11 +380,11 @@ class Grant:
     @property
     def spent(self) -> Cost:
         """The exact sum of what was drawn (zero of the reservation's kind if nothing)."""
-        reserved = self.reservation.cost
-        total: Cost = RdpCurve.zero() if isinstance(reserved, RdpCurve) else Budget.zero()
+        rule = self._accounting.rule
+        total: Cost = Budget.zero() if isinstance(self.reservation.cost, Budget) else rule.pure(0)
         for _, cost in self._draws:
-            if isinstance(total, RdpCurve) and isinstance(cost, Budget):
-                cost = RdpCurve.from_pure_dp(cost.epsilon)
+            if isinstance(cost, Budget) and not isinstance(total, Budget):
+                cost = rule.pure(cost.epsilon)  # a pure budget counts as the rule's kind
             total = total + cost
         return total
 
@@ -512,9 +513,14 @@ def shortfall_of(
 
 
 def refuse_short(
-    reservation_id: str, what: str, short: Sequence[tuple[str, Vector, Vector]]
+    reservation_id: str,
+    what: str,
+    short: Sequence[tuple[str, Vector, Vector]],
+    *,
+    accounting: str,
 ) -> None:
-    """Raise the refusal of a draw ``what`` that a reservation cannot pay (nothing done).
+    """Raise the refusal of a draw ``what`` that a reservation on a stream of rule
+    ``accounting`` cannot pay (nothing done).
 
     Raises:
         ReservationError: when ``short`` names any block.
@@ -524,30 +530,26 @@ def refuse_short(
         over = tuple(max(0, n - h) for n, h in zip(needs, holds, strict=True))
         raise ReservationError(
             f"a draw spends at most what its reservation still holds: {what} needs "
-            f"{exact_text(vector_json(needs))} but reservation {reservation_id!r} holds "
-            f"{exact_text(vector_json(holds))} on {block!r}, short by "
-            f"{exact_text(vector_json(over))} ({len(short)} block(s) short); nothing was read "
+            f"{exact_text(vector_json(accounting, needs))} but reservation {reservation_id!r} "
+            f"holds {exact_text(vector_json(accounting, holds))} on {block!r}, short by "
+            f"{exact_text(vector_json(accounting, over))} ({len(short)} block(s) short); "
+            "nothing was read "
             "or charged"
         )
 
 
-def group_cost(cost: Cost, k: int, *, accounting: str | None = None) -> Cost:
-    """The cost of a mechanism for a group of ``k`` rows (group privacy), under the stream's
-    rule (:meth:`~blockbudget.accounting.rule.AccountingRule.group_cost`).
-
-    Without ``accounting``, an (ε, δ) budget is multiplied as every (ε, δ) rule does
-    ((kε, k·e^{(k−1)ε}·δ), Dwork & Roth 2014, Thm 2.2) and any other kind is refused for k > 1.
+def group_cost(cost: Cost, k: int, *, accounting: str) -> Cost:
+    """The cost of a mechanism for a group of ``k`` rows (group privacy) under the stream's
+    rule ``accounting`` (:meth:`~blockbudget.accounting.rule.AccountingRule.group_cost`):
+    (kε, k·e^{(k−1)ε}·δ) for (ε, δ) rules (Dwork & Roth 2014, Thm 2.2), kμ for μ-GDP.
 
     Raises:
         InvalidBudgetError: the rule does not support group privacy for k > 1, or a group
             cost that leaves δ < 1 unreachable.
+
+    Example:
+        >>> from blockbudget.budget import Budget
+        >>> group_cost(Budget(epsilon="0.1"), 3, accounting="basic")
+        Budget(epsilon='0.3', delta='0')
     """
-    if accounting is not None:
-        return get_rule(accounting).group_cost(cost, k)
-    if isinstance(cost, Budget) or k == 1:
-        return get_rule("basic").group_cost(cost, k) if isinstance(cost, Budget) else cost
-    raise InvalidBudgetError(
-        "user-level streams with rows_per_user > 1 account (ε, δ) budgets only: group "
-        f"privacy for costs of kind {cost.kind} is not supported; use rows_per_user=1 or basic "
-        "accounting"
-    )
+    return get_rule(accounting).group_cost(cost, k)

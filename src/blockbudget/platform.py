@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from blockbudget.accounting import Accounting, Filter, add_vectors, make_filter
 from blockbudget.affordance import Affordance, AffordFor, afford, last_refusal
 from blockbudget.budget import Budget, Cost
-from blockbudget.errors import InvalidRequestError, UnknownBlockError
+from blockbudget.errors import InvalidBudgetError, InvalidRequestError, UnknownBlockError
 from blockbudget.ledger import ContextInfo, Ledger, validate_context_name
 from blockbudget.lowbudget import is_retiring, is_retiring_in
 from blockbudget.platform_budget import DEFAULT_MIN_EPSILON as DEFAULT_MIN_EPSILON
@@ -163,16 +163,19 @@ class Platform(PlatformBudget):
 
         Raises:
             StreamExistsError: the name is taken by another spec (or at all, ``exclusive``).
-            InvalidRequestError: RDP accounting on a user-level stream with
-                ``rows_per_user > 1`` — group privacy for RDP curves is not supported, so no
-                query could ever run on it.
+            InvalidRequestError: a rule without group privacy (RDP) on a user-level stream
+                with ``rows_per_user > 1`` — no query could ever run on it.
         """
-        if accounting is Accounting.RDP and (blocking.rows_per_user or 1) > 1:
+        rule = Accounting(accounting).rule
+        try:  # the rule says whether it prices a group of k rows at all
+            rule.group_cost(rule.pure(1), blocking.rows_per_user or 1)
+        except InvalidBudgetError:
             raise InvalidRequestError(
-                "RDP accounting needs rows_per_user=1 on a user-level stream: group privacy "
-                f"for RDP curves is not supported (got rows_per_user={blocking.rows_per_user}); "
-                "use basic or strong accounting for k > 1"
-            )
+                f"{rule.name.upper()} accounting needs rows_per_user=1 on a user-level stream: "
+                f"group privacy for {rule.name.upper()} costs is not supported (got "
+                f"rows_per_user={blocking.rows_per_user}); use basic or strong accounting for "
+                "k > 1"
+            ) from None
         spec = StreamSpec(
             name=name,
             policy=policy,

@@ -158,7 +158,9 @@ class PlatformBudget:
         """
         validate_context_name(context)
         wanted, schema = self._projection(stream, columns)
-        reserve = group_cost(budget, self.group_size(stream))
+        reserve = group_cost(
+            budget, self.group_size(stream), accounting=self.stream(stream).accounting
+        )
         chosen = self.select(stream, blocks, context=context, cost=reserve)
         if not chosen:
             raise InvalidRequestError("a request needs at least one block")
@@ -257,8 +259,10 @@ class PlatformBudget:
             )
         wanted, schema = self._projection(of, columns)
         if covers is not None:  # before anything is sealed
-            need = self.filter(of).features(group_cost(covers, self.group_size(of)))
-            refuse_short(res.id, f"a draw of {covers}", shortfall_of(res.remaining, need))
+            f = self.filter(of)
+            need = f.features(group_cost(covers, self.group_size(of), accounting=f.accounting))
+            short = shortfall_of(res.remaining, need)
+            refuse_short(res.id, f"a draw of {covers}", short, accounting=f.accounting)
         return self._hand_over(of, res, res.blocks, wanted, schema)
 
     def group_size(self, stream: str) -> int:

@@ -338,7 +338,7 @@ def release_max_id(
     # keeps receiving new users (a sealed range would drop them as late rows).
     reservation = platform.ledger.reserve(
         read,
-        group_cost(Budget(epsilon=eps), k),
+        group_cost(Budget(epsilon=eps), k, accounting=spec.accounting),
         context=context,
         request_id=f"max-id-{uuid.uuid4().hex}",
         holder=holder,
@@ -414,7 +414,7 @@ class _ReservationSource:
         res = self._reservation
         self._ledger.charge(
             list(res.blocks),
-            group_cost(cost, self._k),
+            group_cost(cost, self._k, accounting=self._accounting),
             context=res.context,
             request_id=f"{res.id}/{label}",
             reservation_id=res.id,

@@ -95,7 +95,7 @@ def test_refusals(tmp_path: Path) -> None:
     b = ids(p, "b")
     with pytest.raises(UnknownContextError, match="blockbudget context add NAME"):
         p.afford("b", b, context="nobody")
-    with pytest.raises(Exception, match="RDP streams only"):
+    with pytest.raises(Exception, match="streams whose rule prices the noise"):
         p.afford("b", b, context="a", kind=AffordFor.GAUSSIAN)
     p.ledger.retire([b[0]], reason="test")
     with pytest.raises(RetiredBlockError):

@@ -1,4 +1,5 @@
-"""Property tests (hypothesis) over BASIC, STRONG and RDP filters.
+"""Property tests (hypothesis) over every registered rule's filter (basic, strong, RDP, GDP and
+advanced composition).
 
 A random sequence of reserve / direct charge / draw / release / expire / clock steps runs
 against a real ledger (SQLite file) and against a small in-memory model of the rules. Reserves
@@ -23,6 +24,7 @@ from hypothesis import strategies as st
 from ledger_support import FakeClock
 
 from blockbudget.accounting import Accounting, Filter, add_vectors, make_filter, sub_vectors
+from blockbudget.accounting.gdp import GaussianDp
 from blockbudget.budget import Budget, Cost, RdpCurve
 from blockbudget.errors import BudgetExceededError, ReservationError, UnknownContextError
 from blockbudget.ledger import Ledger, ReservationState
@@ -61,6 +63,26 @@ CASES: dict[Accounting, tuple[Budget, list[Cost]]] = {
             RdpCurve.gaussian(sigma=8.0),
             Budget(epsilon=0.1),
             Budget(epsilon=0.3),
+        ],
+    ),
+    Accounting("gdp"): (  # μ_g ≈ 0.2367: σ/Δ = 8 is a sixth of Σμ² ≤ μ_g², σ/Δ = 5 about 2/3
+        Budget(epsilon=1.0, delta=1e-6),
+        [
+            GaussianDp.gaussian(sigma=8.0),
+            GaussianDp.gaussian(sigma=5.0),
+            GaussianDp.gaussian(sigma=16.0),
+            Budget(epsilon=0.05),
+            GaussianDp.gaussian(sigma=12.0),
+        ],
+    ),
+    Accounting("whitehouse"): (  # a first pure charge fits up to ε ≈ 0.18
+        Budget(epsilon=1.0, delta=1e-6),
+        [
+            Budget(epsilon=0.02),
+            Budget(epsilon=0.05, delta=1e-7),
+            Budget(epsilon=0.1),
+            Budget(epsilon=0.15),
+            Budget(epsilon=0.08, delta=2e-7),
         ],
     ),
 }

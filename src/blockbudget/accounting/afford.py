@@ -36,9 +36,15 @@ from collections.abc import Sequence
 from decimal import Decimal
 
 from blockbudget.accounting.filters import Filter, add_vectors
-from blockbudget.budget import UNIT, Budget, RdpCurve, from_units, normalize_exactly, to_decimal
+from blockbudget.accounting.rule import Noise, NoisePart, Release
+from blockbudget.budget import UNIT, Budget, from_units, normalize_exactly, to_decimal
 
-__all__ = ["largest_epsilon", "largest_float_at_most", "smallest_noise_multiplier"]
+__all__ = [
+    "gaussian_release",
+    "largest_epsilon",
+    "largest_float_at_most",
+    "smallest_noise_multiplier",
+]
 
 #: Upper limit of the search for a largest ε, in units (1e30 ε: the largest magnitude a budget
 #: may have).
@@ -106,18 +112,31 @@ def largest_float_at_most(value: Decimal) -> Decimal:
     return Decimal(repr(x))
 
 
+def gaussian_release(z: float) -> Release:
+    """One Gaussian release of noise multiplier z = σ/Δ (σ = z, Δ = 1), as rules price it.
+
+    Example:
+        >>> gaussian_release(2.0).parts[0].scale
+        2.0
+    """
+    return Release(epsilon=Decimal(0), parts=(NoisePart(Noise.GAUSSIAN, z, 1.0),))
+
+
 def smallest_noise_multiplier(f: Filter, used: Sequence[Sequence[int]]) -> float | None:
     """The smallest noise multiplier z = σ/Δ (to double precision) such that one more
-    Gaussian charge, priced as :meth:`RdpCurve.gaussian` prices it, fits on every block of an
-    RDP stream; None when none does (every order of some block is spent).
+    Gaussian charge, priced by the filter's rule (:func:`gaussian_release`; on RDP as
+    :meth:`RdpCurve.gaussian` prices it), fits on every block of a stream whose rule prices the
+    noise; None when none does (e.g. every order of some block is spent).
 
     Args:
-        f: an RDP filter.
+        f: the filter of a rule that prices the noise (RDP, GDP).
         used: per block, charged plus reserved features.
     """
 
+    rule = f.rule
+
     def fits(z: float) -> bool:
-        return _fits_all(f, used, f.features(RdpCurve.gaussian(sigma=z)))
+        return _fits_all(f, used, f.features(rule.price(gaussian_release(z))))
 
     hi = 1.0
     while not fits(hi):

@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from blockbudget.accounting import Accounting
+from blockbudget.accounting import Accounting, rule_names
 from blockbudget.budget import Budget
 from blockbudget.cli.common import (
     DEFAULT_HOME,
@@ -39,6 +39,19 @@ if TYPE_CHECKING:
 
 # --- streams -------------------------------------------------------------------------------------
 
+#: The registered accounting rules, as click shows choices (``blockbudget.accounting`` has
+#: imported every rule module already, so listing them costs nothing at ``--help``).
+_RULES_METAVAR = "[" + "|".join(rule_names()) + "]"
+
+
+def _rule_option(value: str) -> str:
+    """The ``--accounting`` value, checked against the registry."""
+    if value not in rule_names():
+        raise typer.BadParameter(
+            f"{value[:40]!r} is not a registered accounting rule: {', '.join(rule_names())}"
+        )
+    return value
+
 
 @stream_app.command("create")
 @handle_errors
@@ -46,7 +59,14 @@ def stream_create(
     name: str,
     epsilon: Annotated[float, typer.Option(help="Global ε_g per block.")],
     delta: Annotated[float, typer.Option(help="Global δ_g per block.")] = 1e-6,
-    accounting: Annotated[Accounting, typer.Option(help="Composition rule.")] = Accounting.BASIC,
+    accounting: Annotated[
+        str,
+        typer.Option(
+            help="Composition rule (a registered rule).",
+            metavar=_RULES_METAVAR,
+            callback=_rule_option,
+        ),
+    ] = Accounting.BASIC,
     by: Annotated[Unit, typer.Option(help="Unit of protection.")] = Unit.TIME,
     column: Annotated[str, typer.Option(help="Column that decides the block.")] = "time",
     window: Annotated[str, typer.Option(help="Time window per block (by time).")] = "1d",
@@ -73,7 +93,7 @@ def stream_create(
                 "name": name,
                 "epsilon": epsilon,
                 "delta": delta,
-                "accounting": accounting.value,
+                "accounting": accounting,
                 "by": by.value,
                 "column": column,
                 "window_seconds": int(parse_window(window).total_seconds()),
@@ -104,7 +124,7 @@ def stream_create(
         name,
         policy=Budget(epsilon=epsilon, delta=delta),
         blocking=blocking,
-        accounting=accounting,
+        accounting=Accounting(accounting),
         late_policy=late_policy
         if late_policy is not None
         else (LatePolicy.DROP if by is Unit.USER else LatePolicy.NEW_BLOCK),

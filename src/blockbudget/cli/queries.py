@@ -206,8 +206,12 @@ def print_answer(out: dict[str, Any], *, as_json: bool, dry_run: bool) -> None:
     cost = out["cost"]
     if "epsilon" in cost:
         cost_text = f"ε={cost['epsilon']}, δ={cost['delta']}"
-    else:
+    elif "rdp" in cost:
         cost_text = "RDP ε(α) = " + ", ".join(cost["rdp"])
+    else:  # another registered kind (e.g. μ-GDP): its own text
+        from blockbudget.budget import cost_from_json
+
+        cost_text = str(cost_from_json(cost)).strip("()")
     moved = out.get("last") or {}
     if dry_run:
         ok = "every block can afford it" if out["ok"] else "NOT every block can afford it"

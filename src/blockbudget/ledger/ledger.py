@@ -34,7 +34,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
-from blockbudget.accounting import Accounting, make_filter
+from blockbudget.accounting import Accounting, make_filter, rules
 from blockbudget.budget import Budget, Cost
 from blockbudget.errors import (
     AuditError,
@@ -290,9 +290,11 @@ class Ledger(RetireWrites):
         if not isinstance(capacity, Budget):
             raise InvalidBudgetError(f"capacity must be a Budget (ε_g, δ_g), got {capacity!r}")
         if slack_delta is not None:
-            if accounting is not Accounting.STRONG:
+            if not accounting.rule.takes_slack:
+                slackers = "/".join(r.name.upper() for r in rules() if r.takes_slack)
                 raise InvalidRequestError(
-                    f"slack_delta applies to STRONG accounting only, got it with {accounting.value}"
+                    f"slack_delta applies to {slackers} accounting only (the rules that take a "
+                    f"slack), got it with {accounting.value}"
                 )
             slack_delta = float(slack_delta)
         make_filter(accounting, capacity=capacity, slack_delta=slack_delta)  # validates

@@ -279,11 +279,12 @@ def charge(
         if over:
             b = over[0]
             short = tuple(max(0, n - h) for n, h in zip(feats[b], left[b], strict=True))
+            rule = tx.filter(b).accounting
             raise ReservationError(
                 f"a draw cannot exceed what its reservation still holds: drawing {cost} "
                 f"on {len(over)} block(s) of reservation {reservation_id!r}, first {b!r}, "
-                f"which holds {exact_text(vector_json(left[b]))}, short by "
-                f"{exact_text(vector_json(short))}; nothing was charged"
+                f"which holds {exact_text(vector_json(rule, left[b]))}, short by "
+                f"{exact_text(vector_json(rule, short))}; nothing was charged"
             )
         tx.expire_stale(block_ids, ctx)
         new_left = {b: vsub(left[b], feats[b]) for b in block_ids}

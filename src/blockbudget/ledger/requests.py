@@ -62,9 +62,10 @@ def block_ids(blocks: Iterable[str], *, sort: bool = True) -> tuple[str, ...]:
 
 
 def check_cost(cost: object) -> None:
-    if not isinstance(cost, (Budget, RdpCurve)):
+    if not isinstance(cost, Cost):
         raise InvalidBudgetError(
-            f"a cost must be a Budget or an RdpCurve, got {type(cost).__name__}"
+            f"a cost must be a Budget or an RdpCurve (or another registered Cost kind), got "
+            f"{type(cost).__name__}"
         )
 
 
@@ -81,13 +82,19 @@ _COST_KEYS: dict[Cost, list[str]] = {}
 
 
 def cost_key(cost: Cost) -> list[str]:
-    """Canonical text of a cost's value for fingerprints (equal values, equal text)."""
+    """Canonical text of a cost's value for fingerprints (equal values, equal text).
+
+    Budgets and RDP curves keep the text they always had (a request retried across versions
+    keeps its fingerprint); any other kind is its ``kind`` and canonical JSON.
+    """
     key = _COST_KEYS.get(cost)
     if key is None:
         if isinstance(cost, Budget):
             key = ["budget", decimal_text(cost.epsilon), decimal_text(cost.delta)]
-        else:
+        elif isinstance(cost, RdpCurve):
             key = ["rdp", *(decimal_text(v) if v.is_finite() else "inf" for v in cost.epsilons)]
+        else:
+            key = [cost.kind, canonical_json(cost.to_json())]
         if len(_COST_KEYS) >= 1024:
             _COST_KEYS.clear()
         _COST_KEYS[cost] = key

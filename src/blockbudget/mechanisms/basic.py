@@ -8,7 +8,8 @@ accounting rule (:mod:`blockbudget.mechanisms.source`), draws the cost, and only
 * Laplace mechanism — Dwork, McSherry, Nissim & Smith 2006; Dwork & Roth 2014, Def. 3.3 and
   Thm 3.6: value + Lap(Δ₁/ε) per coordinate is ε-DP.
 * Gaussian mechanism — for (ε, δ) the analytic calibration of Balle & Wang 2018 (ICML, Thm 8);
-  on RDP streams N(0, σ²) with RDP α·Δ₂²/(2σ²) (Mironov 2017, Prop. 7).
+  on RDP streams N(0, σ²) with RDP α·Δ₂²/(2σ²) (Mironov 2017, Prop. 7); on GDP streams
+  (Δ₂/σ)-GDP (Dong, Roth & Su 2022, Thm 2.7).
 """
 
 from __future__ import annotations
@@ -16,14 +17,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from decimal import Decimal
-from typing import Any, TypeAlias, overload
+from typing import Any, Protocol, TypeAlias, overload
 
 import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from blockbudget.accounting import Accounting
-from blockbudget.budget import Number
+from blockbudget.accounting import get_rule
+from blockbudget.budget import Cost, Number, RdpCurve
 from blockbudget.errors import DataError, InvalidRequestError
 from blockbudget.mechanisms.calibration import (
     analytic_gaussian_sigma,
@@ -42,6 +43,17 @@ from blockbudget.mechanisms.source import (
     price,
     source_accounting,
 )
+
+
+class _Calibration(Protocol):
+    def __call__(self, *, epsilon: Decimal, delta: Decimal, sensitivity: float) -> float: ...
+
+
+#: The σ a target (ε, δ) gives, by the cost kind the stream's rule charges: an RDP curve is
+#: converted to (ε, δ) with a loss, so its σ comes from the RDP accountant; every other kind
+#: takes the analytic calibration (exact for the Gaussian mechanism, Balle & Wang 2018, Thm 8;
+#: under GDP, μ = Δ₂/σ is then exactly the μ whose GDP implies (ε, δ)).
+_GAUSSIAN_CALIBRATION: dict[type[Cost], _Calibration] = {RdpCurve: rdp_gaussian_sigma}
 
 #: A vector of query answers: numpy array, pandas Series, pyarrow Array or a sequence of floats.
 VectorLike: TypeAlias = NDArray[Any] | pd.Series | Sequence[float]
@@ -113,7 +125,8 @@ def laplace_mechanism(
 
     Returns:
         A float for a scalar input, a tuple of floats for a vector. Cost: ``Budget(ε)`` on
-        BASIC/STRONG streams, ``RdpCurve.laplace(scale=b, sensitivity=Δ₁)`` on RDP streams.
+        (ε, δ) streams, otherwise the rule's price of Laplace(b) (RDP:
+        ``RdpCurve.laplace(scale=b, sensitivity=Δ₁)``).
 
     Raises:
         InvalidBudgetError: for a bad ε or sensitivity.
@@ -184,12 +197,14 @@ def gaussian_mechanism(
 
     Parametrization, by the source's accounting rule:
 
-    * BASIC / STRONG: ``epsilon`` and ``delta`` (0 < δ < 1) are required and ``sigma`` is not
-      allowed; σ is the analytic Gaussian calibration (Balle & Wang 2018, Thm 8) rounded up,
-      and the cost is ``Budget(ε, δ)``.
-    * RDP: either ``sigma`` directly, or a target ``epsilon`` and ``delta`` translated to σ
-      through dp-accounting (:func:`~blockbudget.mechanisms.calibration.rdp_gaussian_sigma`).
-      The cost is ``RdpCurve.gaussian(sigma=σ, sensitivity=Δ₂)`` (Mironov 2017, Prop. 7).
+    * (ε, δ) rules (basic, strong, advanced composition): ``epsilon`` and ``delta``
+      (0 < δ < 1) are required and ``sigma`` is not allowed; σ is the analytic Gaussian
+      calibration (Balle & Wang 2018, Thm 8) rounded up, and the cost is ``Budget(ε, δ)``.
+    * rules that price the noise (``prices_noise``): either ``sigma`` directly, or a target
+      ``epsilon`` and ``delta`` translated to σ. RDP: through dp-accounting
+      (:func:`~blockbudget.mechanisms.calibration.rdp_gaussian_sigma`), cost
+      ``RdpCurve.gaussian(sigma=σ, sensitivity=Δ₂)`` (Mironov 2017, Prop. 7). GDP: the
+      analytic calibration, cost μ = Δ₂/σ (Dong, Roth & Su 2022, Thm 2.7).
 
     Args:
         source: where the cost is drawn from.
@@ -197,7 +212,7 @@ def gaussian_mechanism(
         sensitivity: L2 sensitivity Δ₂ > 0.
         epsilon: target ε > 0.
         delta: target δ in (0, 1).
-        sigma: noise standard deviation (RDP streams only).
+        sigma: noise standard deviation (streams whose rule prices the noise only).
         noise: the noise source; None means SecureNoise.
         label: the label of the charge (default "gaussian").
 
@@ -208,14 +223,16 @@ def gaussian_mechanism(
         BudgetExceededError, ReservationError: from the source; nothing is released.
     """
     accounting = source_accounting(source)
+    rule = get_rule(accounting)
     delta_2 = check_sensitivity(sensitivity)
     eps: Decimal | None = None
     dl = Decimal(0)
     if sigma is not None:
-        if accounting is not Accounting.RDP:
+        if not rule.prices_noise:
             raise InvalidRequestError(
-                f"sigma= is for RDP streams; a {accounting.value} stream needs epsilon= and "
-                "delta= (the analytic Gaussian calibration picks σ)"
+                f"sigma= is for streams whose rule prices the noise (RDP, GDP); a "
+                f"{accounting.value} stream needs epsilon= and delta= (the analytic Gaussian "
+                "calibration picks σ)"
             )
         if epsilon is not None or delta is not None:
             raise InvalidRequestError("pass either sigma= or epsilon= and delta=, not both")
@@ -227,16 +244,14 @@ def gaussian_mechanism(
             )
         eps = exact_epsilon(epsilon)
         dl = exact_delta(delta, positive=True)
-        if accounting is Accounting.RDP:
-            std = rdp_gaussian_sigma(epsilon=eps, delta=dl, sensitivity=delta_2)
-        else:
-            std = analytic_gaussian_sigma(epsilon=eps, delta=dl, sensitivity=delta_2)
+        calibrate = _GAUSSIAN_CALIBRATION.get(rule.cost_kind, analytic_gaussian_sigma)
+        std = calibrate(epsilon=eps, delta=dl, sensitivity=delta_2)
     if not math.isfinite(std):
         raise InvalidRequestError(f"the Gaussian σ is not finite: {std}")
     vec, scalar = _as_vector(value)
     sampler = resolve_noise(noise)
     part = Perturbation("value", NoiseKind.GAUSSIAN, std, delta_2, int(vec.size), eps)
-    # RDP: RdpCurve.gaussian(sigma=σ, sensitivity=Δ₂); BASIC/STRONG: Budget(ε, δ).
+    # RDP: RdpCurve.gaussian(sigma=σ, sensitivity=Δ₂); GDP: μ = Δ₂/σ; (ε, δ) rules: Budget(ε, δ).
     cost = price(accounting, epsilon=eps if eps is not None else Decimal(0), delta=dl, parts=[part])
     name = label or "gaussian"
     (out,) = draw_then_perturb(source, cost=cost, label=name, noise=sampler, jobs=[(part, vec)])

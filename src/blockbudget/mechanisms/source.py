@@ -8,14 +8,20 @@ with :class:`~blockbudget.errors.BudgetExceededError` /
 parameters, prices itself for the source's rule, calls :meth:`BudgetSource.draw` and only then
 samples noise: a refusal releases nothing.
 
-Pricing (the cost handed to ``draw``):
+Pricing (the cost handed to ``draw``): a release is described as data — a
+:class:`~blockbudget.accounting.rule.Release` holding the requested (ε, δ) and its
+perturbations at their actual scales — and the stream's registered rule prices it
+(:meth:`~blockbudget.accounting.rule.AccountingRule.price`). For the rules shipped:
 
-* BASIC and STRONG streams (Sage seed 004 §4.3 Thm 4.3, §A.3 Thm A.2) account (ε, δ)
-  :class:`~blockbudget.budget.Budget` values: the requested ε (and δ), exactly as given.
+* basic, strong and advanced composition (Sage seed 004 §4.3 Thm 4.3, §A.3 Thm A.2; Whitehouse
+  et al. 2023) account (ε, δ) :class:`~blockbudget.budget.Budget` values: the requested ε (and
+  δ), exactly as given.
 * RDP streams account an :class:`~blockbudget.budget.RdpCurve`: the mechanism's own curve at
   the noise scale actually used — ``RdpCurve.laplace`` for Laplace (Mironov 2017, Prop. 6),
   ``RdpCurve.gaussian`` for Gaussian (Prop. 7) — summed over the parts of a composite
   statistic (RDP composes additively per order, Mironov 2017 Prop. 1).
+* GDP streams account μ: Δ/σ per Gaussian part (Dong, Roth & Su 2022, Thm 2.7), composed in
+  quadrature.
 
 The Laplace curve is valid for a *vector* of L1 sensitivity Δ, not only a scalar: the curve
 f_α(t) of one coordinate whose mean moves by t·b is a log-sum-exp of affine functions of t, hence
@@ -30,7 +36,8 @@ from decimal import Decimal
 from typing import Protocol, runtime_checkable
 
 from blockbudget.accounting import Accounting
-from blockbudget.budget import Budget, Cost, RdpCurve
+from blockbudget.accounting.rule import Noise, NoisePart, Release, get_rule
+from blockbudget.budget import Cost
 from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.noise import FloatArray, NoiseKind, NoiseSource
 from blockbudget.mechanisms.results import Perturbation
@@ -42,7 +49,7 @@ class BudgetSource(Protocol):
 
     @property
     def accounting(self) -> Accounting:
-        """The stream's rule: BASIC/STRONG take Budget costs; RDP takes RdpCurve (or pure)."""
+        """The name of the stream's registered rule (whose ``cost_kind`` it takes)."""
         ...
 
     def draw(self, cost: Cost, *, label: str) -> None:
@@ -66,38 +73,53 @@ def source_accounting(source: BudgetSource) -> Accounting:
     return accounting
 
 
-def rdp_curve_of(parts: Sequence[Perturbation]) -> RdpCurve:
-    """The summed RDP curve of independent perturbations at their actual scales."""
-    total = RdpCurve.zero()
-    for part in parts:
-        if part.kind is NoiseKind.LAPLACE:
-            total = total + RdpCurve.laplace(scale=part.scale, sensitivity=part.sensitivity)
-        else:
-            total = total + RdpCurve.gaussian(sigma=part.scale, sensitivity=part.sensitivity)
-    return total
+_NOISE = {NoiseKind.LAPLACE: Noise.LAPLACE, NoiseKind.GAUSSIAN: Noise.GAUSSIAN}
+
+
+def release_of(
+    *, epsilon: Decimal, parts: Sequence[Perturbation], delta: Decimal = Decimal(0)
+) -> Release:
+    """A release described as data for a rule to price: the requested (ε, δ) and each
+    perturbation's distribution, scale and sensitivity.
+
+    Example:
+        >>> part = Perturbation("v", NoiseKind.GAUSSIAN, 2.0, 1.0, 1, None)
+        >>> release_of(epsilon=Decimal(0), parts=[part]).parts[0].noise
+        <Noise.GAUSSIAN: 'gaussian'>
+    """
+    return Release(
+        epsilon=epsilon,
+        delta=delta,
+        parts=tuple(NoisePart(_NOISE[p.kind], p.scale, p.sensitivity) for p in parts),
+    )
 
 
 def price(
-    accounting: Accounting,
+    accounting: str,
     *,
     epsilon: Decimal,
     parts: Sequence[Perturbation],
     delta: Decimal = Decimal(0),
 ) -> Cost:
-    """The cost of a release made of ``parts`` under ``accounting``.
+    """The cost of a release made of ``parts`` under the rule ``accounting``
+    (:meth:`~blockbudget.accounting.rule.AccountingRule.price` of :func:`release_of`).
 
     Args:
-        accounting: the source's rule.
-        epsilon: the exact total ε the caller asked for (BASIC/STRONG charge it as is).
+        accounting: the source's rule (a registered name).
+        epsilon: the exact total ε the caller asked for ((ε, δ) rules charge it as is).
         parts: the perturbations the release will make, with their actual noise scales.
-        delta: the exact total δ (BASIC/STRONG only).
+        delta: the exact total δ.
 
     Returns:
-        ``Budget(epsilon, delta)`` for BASIC/STRONG; the summed curve of ``parts`` for RDP.
+        ``Budget(epsilon, delta)`` under an (ε, δ) rule; under a rule that prices noise
+        (``prices_noise``: RDP, GDP), the composition of ``parts`` at their scales.
+
+    Example:
+        >>> part = Perturbation("v", NoiseKind.GAUSSIAN, 2.0, 1.0, 1, None)
+        >>> price("gdp", epsilon=Decimal(0), parts=[part])
+        GaussianDp(mu=Decimal('0.5'))
     """
-    if accounting is Accounting.RDP:
-        return rdp_curve_of(parts)
-    return Budget(epsilon=epsilon, delta=delta)
+    return get_rule(accounting).price(release_of(epsilon=epsilon, delta=delta, parts=parts))
 
 
 def draw_then_perturb(

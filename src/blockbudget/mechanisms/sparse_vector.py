@@ -22,8 +22,8 @@ from typing import NoReturn
 
 import numpy as np
 
-from blockbudget.accounting import Accounting
-from blockbudget.budget import Budget, Cost, Number, RdpCurve
+from blockbudget.accounting import get_rule
+from blockbudget.budget import Cost, Number
 from blockbudget.errors import DataError, InvalidRequestError
 from blockbudget.mechanisms.calibration import (
     check_sensitivity,
@@ -48,9 +48,10 @@ class AboveThreshold:
         label: the label of the charge (default "above_threshold").
 
     Attributes:
-        cost: what was drawn: ``Budget(ε)`` on BASIC/STRONG; on RDP the generic curve of a pure
-            ε-DP mechanism, ``RdpCurve.from_pure_dp(ε)`` (AboveThreshold is not a plain
-            Laplace release, so the Laplace curve does not apply).
+        cost: what was drawn: the rule's price of a pure ε-DP mechanism
+            (:meth:`~blockbudget.accounting.rule.AccountingRule.pure`): ``Budget(ε)`` under an
+            (ε, δ) rule, on RDP the generic curve ``RdpCurve.from_pure_dp(ε)`` (AboveThreshold
+            is not a plain Laplace release, so the Laplace curve does not apply).
         perturbations: the threshold noise Lap(2Δ/ε) and the per-query noise Lap(4Δ/ε), each
             scale rounded up from the exact ε.
         secure_noise: whether the noise source is floating-point safe.
@@ -93,9 +94,7 @@ class AboveThreshold:
             # the query noise is calibrated to 2Δ at ε/2 (Lyu et al. 2017, Alg. 1, c = 1)
             Perturbation("query", NoiseKind.LAPLACE, query_scale, 2.0 * delta_q, 1, half),
         )
-        self.cost: Cost = (
-            RdpCurve.from_pure_dp(eps) if accounting is Accounting.RDP else Budget(epsilon=eps)
-        )
+        self.cost: Cost = get_rule(accounting).pure(eps)
         self.secure_noise = self._noise.secure
         self.label = label or "above_threshold"
         self.threshold = float(threshold)

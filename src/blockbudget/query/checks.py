@@ -206,12 +206,12 @@ def _priced(
     typed = check_schema(query, schema, stream)
     parts = perturbations(query)
     eps, dl = exact_epsilon(query.epsilon), query_delta(query)
-    # BASIC/STRONG: (ε, δ) as asked; RDP: the parts' Laplace or Gaussian curves at their scales.
+    # the stream's rule prices the release: (ε, δ) as asked, or (RDP, GDP) the parts' noise.
     cost = price_parts(accounting, epsilon=eps, parts=parts, delta=dl)
-    charged = group_cost(cost, k)
+    charged = group_cost(cost, k, accounting=accounting)
     gaussian = query.mechanism is NoiseKind.GAUSSIAN
     row_reserve = cost if gaussian else Budget(epsilon=query.epsilon)
-    reserve = charged if gaussian else group_cost(row_reserve, k)
+    reserve = charged if gaussian else group_cost(row_reserve, k, accounting=accounting)
     return Pricing(
         parts=parts,
         cost=cost,

@@ -229,7 +229,8 @@ def covered(grant: Grant, query: Query, pricing: Pricing) -> None:
             some block (nothing is read or charged).
     """
     short = grant.shortfall(pricing.cost)
-    refuse_short(grant.reservation.id, f"the {query.statistic.value} ({pricing.charged})", short)
+    what = f"the {query.statistic.value} ({pricing.charged})"
+    refuse_short(grant.reservation.id, what, short, accounting=grant.accounting)
 
 
 def run_on(grant: Grant, query: Query, *, noise: NoiseSource | None = None) -> QueryResult:

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from blockbudget.accounting import BasicFilter, Filter, add_vectors
-from blockbudget.accounting.filters import Vector
-from blockbudget.budget import canonical_decimal, cost_from_json
+from blockbudget.accounting import Combine, Filter, add_vectors
+from blockbudget.accounting.filters import Vector, exact_text
+from blockbudget.budget import cost_from_json
 from blockbudget.ledger import AuditEvent, EventKind
 from blockbudget.lowbudget import check_threshold, is_low
 
@@ -158,9 +158,11 @@ def heatmap(
 
 
 def exact_remaining(filter_: Filter, used: Vector) -> str:
-    """What a block whose summed features are ``used`` has left: exact decimal ε and δ under
-    basic composition, the filter's own statement otherwise (under strong composition and RDP
-    what is left is not one (ε, δ) pair).
+    """What a block whose summed features are ``used`` has left: exact decimal ε and δ when the
+    filter's test is linear in every feature and what remains is one (ε, δ) pair (basic,
+    advanced composition: :meth:`~blockbudget.accounting.filters.Filter.remaining_json`), the
+    filter's own statement otherwise (under strong composition, RDP and GDP what is left is not
+    one (ε, δ) pair).
 
     Example:
         >>> from blockbudget.accounting import Accounting, make_filter
@@ -169,9 +171,10 @@ def exact_remaining(filter_: Filter, used: Vector) -> str:
         >>> exact_remaining(f, f.features(Budget(epsilon="0.95")))
         'ε=0.05, δ=0.000001'
     """
-    if isinstance(filter_, BasicFilter):
-        left = filter_.remaining_budget(used)
-        return f"ε={canonical_decimal(left.epsilon)}, δ={canonical_decimal(left.delta)}"
+    if filter_.combine is Combine.ALL:
+        form = filter_.remaining_json(used)
+        if set(form) == {"epsilon", "delta"}:
+            return exact_text(form)
     return filter_.describe_remaining(used)
 
 

@@ -40,7 +40,6 @@ Example:
 
 from __future__ import annotations
 
-import functools
 import json
 import threading
 from collections import Counter
@@ -51,8 +50,8 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, func, inspect, select
 
-from blockbudget.accounting import Accounting, BasicFilter, Filter, StrongFilter, make_filter
-from blockbudget.budget import UNIT, Budget, units_down
+from blockbudget.accounting import Accounting, Filter, make_filter
+from blockbudget.budget import Budget
 from blockbudget.ledger.db import run_transaction
 from blockbudget.ledger.fastsql import chunks
 from blockbudget.ledger.schema import audit, blocks, budgets, contexts, reservations
@@ -80,7 +79,7 @@ class _Left:
     """What one live block has left in one context."""
 
     fraction: float
-    epsilon: float | None  # the ε one more charge may take (basic, strong); None for RDP
+    epsilon: float | None  # the ε one more charge may take (basic, strong, …); None for RDP, GDP
 
 
 @dataclass(frozen=True)
@@ -349,17 +348,13 @@ def _vectors(charged: str, reserved: str) -> tuple[Vector, Vector]:
 
 
 def _left_of(f: Filter, used: Vector) -> _Left:
-    eps: float | None = None
-    if isinstance(f, BasicFilter):  # ε_g − Σε in the filter's own fixed point
-        eps = max(0, _epsilon_units(f.capacity.epsilon) - used[0]) / UNIT
-    elif isinstance(f, StrongFilter):
-        eps = f.max_next_epsilon(used)
+    """What is left: the fraction, and the ε one more pure charge may take where the rule
+    states one (:meth:`~blockbudget.accounting.filters.Filter.remaining_json`: ε_g − Σε under
+    basic composition, the largest next ε under strong and advanced composition; None under RDP
+    and GDP, whose remainder is not one ε)."""
+    left = f.remaining_json(used).get("epsilon")
+    eps = float(left) if isinstance(left, str) else None
     return _Left(fraction=float(f.remaining_fraction(used)), epsilon=eps)
-
-
-@functools.lru_cache(maxsize=1024)
-def _epsilon_units(epsilon: Decimal) -> int:
-    return units_down(epsilon)
 
 
 def _count_low(

@@ -35,7 +35,7 @@ from blockbudget.store.model import parse_block_id
 __all__ = ["register_reservation_routes", "reservation_out"]
 
 
-def reservation_out(r: Reservation, naming: Naming) -> sc.ReservationOut:
+def reservation_out(r: Reservation, naming: Naming, platform: Platform) -> sc.ReservationOut:
     """A reservation, its blocks named as ``naming`` says, with its per-block usage."""
     return sc.ReservationOut(
         id=r.id,
@@ -47,7 +47,12 @@ def reservation_out(r: Reservation, naming: Naming) -> sc.ReservationOut:
         expires_at=r.expires_at,
         usage=[
             {**u, "block": naming.show(u["block"])}
-            for u in usage_json(r.cost, r.remaining, is_open=r.is_open)
+            for u in usage_json(
+                r.cost,
+                r.remaining,
+                is_open=r.is_open,
+                filter_=platform.filter(parse_block_id(r.blocks[0])[0]),
+            )
         ],
     )
 
@@ -89,12 +94,12 @@ def register_reservation_routes(
             ttl_seconds=body.ttl_seconds,
             request_id=scoped(me, body.request_id),
         )
-        return reservation_out(res, naming).model_copy(update={"replayed": res.replayed})
+        return reservation_out(res, naming, platform).model_copy(update={"replayed": res.replayed})
 
     @app.get("/v1/reservations/{rid}", tags=["budget"])
     def get_reservation(me: Auth, rid: str) -> sc.ReservationOut:
         res = owned_reservation(me, rid)
-        return reservation_out(res, naming_of(me, res))
+        return reservation_out(res, naming_of(me, res), platform)
 
     @app.post("/v1/reservations/{rid}/charges", tags=["budget"])
     def draw(me: Auth, rid: str, body: sc.DrawIn) -> sc.ChargeOut:
@@ -117,4 +122,4 @@ def register_reservation_routes(
     @app.post("/v1/reservations/{rid}/release", tags=["budget"])
     def release(me: Auth, rid: str) -> sc.ReservationOut:
         naming = naming_of(me, owned_reservation(me, rid))
-        return reservation_out(platform.release(rid, request_id=f"{rid}/release"), naming)
+        return reservation_out(platform.release(rid, request_id=f"{rid}/release"), naming, platform)

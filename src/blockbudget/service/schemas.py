@@ -43,6 +43,32 @@ def _decimal_text(value: object) -> object:
     return value
 
 
+def _rule_name(value: str) -> str:
+    """An accounting rule's name, checked against the registry (the message lists the
+    registered rules)."""
+    from blockbudget.accounting import rule_names
+
+    names = rule_names()
+    if value not in names:
+        raise ValueError(f"unknown accounting rule {value[:40]!r}; registered: {', '.join(names)}")
+    return value
+
+
+def _rule_enum(schema: dict[str, Any]) -> None:
+    """The OpenAPI ``enum`` of an accounting field: the registered rules, read when the schema
+    is built (so a rule registered at import time is listed)."""
+    from blockbudget.accounting import rule_names
+
+    schema["enum"] = list(rule_names())
+
+
+#: The name of a registered accounting rule (``basic``, ``strong``, ``rdp``, ``gdp``, …).
+RuleName = Annotated[
+    str,
+    AfterValidator(_rule_name),
+    Field(max_length=64, json_schema_extra=_rule_enum, description="accounting rule"),
+]
+
 #: ε or δ as a float: a JSON number, or ASCII decimal text.
 BudgetFloat = Annotated[float, BeforeValidator(_decimal_text)]
 #: ε or δ read exactly: a JSON number, or ASCII decimal text.
@@ -124,7 +150,7 @@ class StreamIn(Strict):
     name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
     epsilon: BudgetFloat = Field(gt=0, le=1e6, allow_inf_nan=False, description="ε_g per block")
     delta: BudgetFloat = Field(default=1e-6, ge=0, lt=1, allow_inf_nan=False, description="δ_g")
-    accounting: Literal["basic", "strong", "rdp"] = "basic"
+    accounting: RuleName = "basic"
     by: Literal["time", "user", "attribute"] = "time"
     column: str = Field(default="time", min_length=1, max_length=200)
     window_seconds: int = Field(default=86_400, ge=1, le=10 * 366 * 86_400)

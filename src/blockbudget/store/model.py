@@ -28,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any
 
-from blockbudget.accounting import Accounting, make_filter
+from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget
 from blockbudget.errors import InvalidRequestError, UnknownBlockError
 
@@ -252,7 +252,8 @@ class StreamSpec:
             raise InvalidRequestError(f"late_policy must be a LatePolicy, got {self.late_policy!r}")
         if not isinstance(self.description, str):
             raise InvalidRequestError("description must be a string")
-        make_filter(self.accounting, capacity=self.policy, slack_delta=self.slack_delta)
+        # the rule checks it can guard the policy (the store builds no filter class itself)
+        self.accounting.rule.filter(capacity=self.policy, slack_delta=self.slack_delta)
         if self.close_after is not None:
             n = self.close_after
             if not isinstance(n, int) or isinstance(n, bool) or n < 1:

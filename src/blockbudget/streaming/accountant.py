@@ -18,11 +18,8 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from blockbudget.accounting import Accounting
 from blockbudget.budget import (
-    Budget,
     Cost,
-    RdpCurve,
     from_units,
     to_decimal,
     units_down,
@@ -150,14 +147,14 @@ def charge_stream_total(grant: Grant, *, epsilon: float, stream: str) -> StreamA
 
     The whole ε is drawn up front (conservative: it is the bound on the stream's loss over all its
     slots, and charging it first means no slot can ever run on budget the ledger did not record).
-    On an RDP stream the charge is the RDP curve of an ε-DP mechanism (ε at every order).
+    The charge is the stream's rule's price of an ε-DP mechanism
+    (:meth:`~blockbudget.accounting.rule.AccountingRule.pure`): ``Budget(ε)`` under an (ε, δ)
+    rule, on an RDP stream the curve of an ε-DP mechanism (min(ε, αε²/2) at every order).
 
     Raises:
         ReservationError / BudgetExceededError: the grant cannot pay ε (nothing is charged).
     """
     accountant = StreamAccountant(epsilon=epsilon, name=stream)
-    cost: Cost = Budget(epsilon=accountant.target)
-    if grant.accounting is Accounting.RDP:
-        cost = RdpCurve.from_pure_dp(accountant.target)  # ε-DP is (α, ε)-RDP at every order
+    cost: Cost = grant.accounting.rule.pure(accountant.target)
     grant.draw(cost, label=f"dpi stream {stream!r}: total user-level epsilon")
     return accountant

@@ -40,7 +40,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -48,8 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from blockbudget.accounting import Accounting
-from blockbudget.budget import Budget, Cost, RdpCurve
+from blockbudget.budget import Cost, RdpCurve
 from blockbudget.errors import BudgetExceededError, InvalidRequestError, RetiredBlockError
 from blockbudget.grant import Grant
 from blockbudget.mechanisms.noise import NoiseKind, NoiseSource
@@ -74,6 +73,18 @@ __all__ = [
 ]
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
+
+
+def _rdp_of_zcdp(rho: float) -> Cost:
+    return RdpCurve.from_function(lambda alpha: alpha * rho)  # ρ-zCDP ⇒ (α, αρ)-RDP
+
+
+#: The cost of a ρ-zCDP window release, by the cost kind of the stream's rule. A ρ-zCDP
+#: guarantee is exactly the RDP curve α·ρ (Bun & Steinke 2016, Def. 1.1); the (ε, δ) kinds and
+#: μ-GDP have no exact image of it (zCDP implies no μ-GDP, and the discrete Gaussian's privacy
+#: profile is not exactly the continuous one's), so a Gaussian release on their streams is
+#: refused. A new kind that has one adds it here.
+ZCDP_COSTS: dict[type[Cost], Callable[[float], Cost]] = {RdpCurve: _rdp_of_zcdp}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,7 +209,7 @@ class PlatformStreamRelease:
                 f"a stream release reads time slots: stream {stream!r} is blocked by "
                 f"{spec.blocking.unit.value}, not by time"
             )
-        if config.noise is NoiseKind.GAUSSIAN and spec.accounting is not Accounting.RDP:
+        if config.noise is NoiseKind.GAUSSIAN and spec.accounting.rule.cost_kind not in ZCDP_COSTS:
             raise InvalidRequestError(
                 "a Gaussian (zCDP) release is charged as an RDP curve: stream "
                 f"{stream!r} uses {spec.accounting.value} accounting; use Laplace or an RDP stream"
@@ -449,12 +460,10 @@ class PlatformStreamRelease:
 
     def _cost(self, budget: float) -> Cost:
         """The ledger cost of one window's release for one block."""
+        rule = self._spec.accounting.rule
         if self.config.noise is NoiseKind.GAUSSIAN:
-            rho = budget
-            return RdpCurve.from_function(lambda alpha: alpha * rho)  # ρ-zCDP ⇒ (α, αρ)-RDP
-        if self._spec.accounting is Accounting.RDP:
-            return RdpCurve.from_pure_dp(budget)
-        return Budget(epsilon=repr(budget))
+            return ZCDP_COSTS[rule.cost_kind](budget)  # kinds without one refused at __init__
+        return rule.pure(budget)  # ε-DP: the rule's price of a pure ε (its float read exactly)
 
     def _release_window(self, chunk: Sequence[StreamSlot]) -> list[ReleasedSlot]:
         before = self._hist.state()

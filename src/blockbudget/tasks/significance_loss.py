@@ -202,7 +202,7 @@ class LossReduction(SignificanceProvider):
             )
         check_blocks(platform, stream, ids)
         cost = self.block_cost(spec.accounting)
-        return cost, group_cost(cost, platform.group_size(stream))
+        return cost, group_cost(cost, platform.group_size(stream), accounting=spec.accounting)
 
     def score(
         self,

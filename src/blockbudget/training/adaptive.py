@@ -34,7 +34,7 @@ from decimal import Decimal
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from blockbudget.budget import Budget, Number
+from blockbudget.budget import Budget, Cost, Number
 from blockbudget.errors import BudgetExceededError, InternalError, InvalidRequestError
 from blockbudget.grant import group_cost
 from blockbudget.mechanisms.calibration import exact_delta, exact_epsilon
@@ -286,12 +286,14 @@ class AdaptiveTrainer:
             page = min(2 * page, 4096)
         return tuple(chosen[:want])
 
-    def _group(self) -> int:
-        """The group size the stream's draws are charged for (group privacy)."""
-        return self.platform.group_size(self.stream)
+    def _group_cost(self, cost: Budget) -> Cost:
+        """What a draw of ``cost`` is charged on the stream: group privacy for its rows per
+        user, under its rule."""
+        k = self.platform.group_size(self.stream)
+        return group_cost(cost, k, accounting=self.platform.stream(self.stream).accounting)
 
     def _affordable(self, blocks: tuple[str, ...], epsilon: Decimal) -> bool:
-        cost = group_cost(Budget(epsilon=epsilon, delta=self.search.delta), self._group())
+        cost = self._group_cost(Budget(epsilon=epsilon, delta=self.search.delta))
         ok = self.platform.can_afford(blocks, cost, context=self.context, stream=self.stream)
         return all(ok)
 
@@ -394,7 +396,8 @@ def run_iteration(
     check_probability(eta, name="eta")
     check_int(iteration, name="iteration")
     what = f"iteration {iteration} of pipeline {pipeline.name!r} ((ε={eps}, δ={dlt}))"
-    refuse_short(grant.reservation.id, what, grant.shortfall(Budget(epsilon=eps, delta=dlt)))
+    short = grant.shortfall(Budget(epsilon=eps, delta=dlt))
+    refuse_short(grant.reservation.id, what, short, accounting=grant.accounting)
     job = PipelineJob(
         pipeline=pipeline, epsilon=eps, delta=dlt, eta=eta, seed=seed, iteration=iteration
     )

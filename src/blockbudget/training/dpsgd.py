@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import Enum
@@ -41,8 +42,9 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from blockbudget.accounting import Accounting
-from blockbudget.budget import Budget, Cost, Number, RdpCurve
+from blockbudget.accounting import get_rule
+from blockbudget.accounting.rule import Release
+from blockbudget.budget import Cost, Number, RdpCurve
 from blockbudget.errors import DataError, InternalError, InvalidBudgetError, InvalidRequestError
 from blockbudget.mechanisms.calibration import exact_delta, exact_epsilon
 from blockbudget.mechanisms.noise import NoiseSource, SeededNoise, resolve_noise
@@ -143,11 +145,33 @@ class SizedPlan:
     batch_size: int
 
     def cost(self, source: BudgetSource, *, delta: Decimal) -> Cost:
-        """What training charges ``source``: the plan's RDP curve on an RDP source, else the
-        (ε, δ) the plan was calibrated to."""
-        if source_accounting(source) is Accounting.RDP:
-            return self.plan.rdp_curve()
-        return Budget(epsilon=self.size.epsilon, delta=delta)
+        """What training charges ``source``: the plan's own cost where the rule's cost kind
+        has one (the subsampled-Gaussian curve under RDP), else the rule's price of the
+        (ε, δ) the plan was calibrated to (:func:`plan_cost`)."""
+        return plan_cost(source, self.plan, epsilon=self.size.epsilon, delta=delta)
+
+
+#: A DP-SGD plan priced by its noise, by the cost kind of the stream's rule: an RDP curve is
+#: the plan's subsampled-Gaussian curve (Mironov, Talwar & Zhang 2019). A kind not listed is
+#: charged the rule's price of the (ε, δ) the plan was calibrated to — which a rule that
+#: prices only noise (GDP: subsampling has no exact μ) refuses before anything is drawn.
+PLAN_COSTS: dict[type[Cost], Callable[[SgdPlan], Cost]] = {RdpCurve: SgdPlan.rdp_curve}
+
+
+def plan_cost(
+    source: BudgetSource, plan: SgdPlan | None, *, epsilon: Decimal, delta: Decimal
+) -> Cost:
+    """The cost of ``plan`` (calibrated to (``epsilon``, ``delta``)) under the source's rule;
+    with ``plan=None``, only checks that the rule can price a plan (raises as it would).
+
+    Raises:
+        InvalidBudgetError: the rule cannot price a DP-SGD plan (e.g. GDP, with δ > 0).
+    """
+    rule = get_rule(source_accounting(source))
+    by_plan = PLAN_COSTS.get(rule.cost_kind)
+    if by_plan is None:
+        return rule.price(Release.of(epsilon=epsilon, delta=delta))
+    return rule.pure(0) if plan is None else by_plan(plan)
 
 
 def size_and_plan(
@@ -247,6 +271,7 @@ def pay_for_training(
     Raises:
         As :func:`size_and_plan`.
     """
+    plan_cost(source, None, epsilon=epsilon, delta=delta)  # a rule that cannot price it: refused
     noise = resolve_noise(None if model.seed is None else SeededNoise(model.seed))
     sized = size_and_plan(
         source,

@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass
 from decimal import ROUND_FLOOR, Context, Decimal, localcontext
 
-from blockbudget.budget import Budget, Cost, RdpCurve
+from blockbudget.budget import Cost
 from blockbudget.errors import InternalError, InvalidBudgetError, InvalidRequestError
 from blockbudget.mechanisms.basic import laplace_mechanism
 from blockbudget.mechanisms.noise import NoiseSource
@@ -145,8 +145,7 @@ def add_costs(first: Cost, second: Cost) -> Cost:
     Raises:
         InternalError: costs of different kinds.
     """
-    if isinstance(first, Budget) and isinstance(second, Budget):
-        return first + second
-    if isinstance(first, RdpCurve) and isinstance(second, RdpCurve):
-        return first + second
+    if type(first) is type(second):
+        total: Cost = first + second
+        return total
     raise InternalError(f"cannot add costs of different kinds: {first!r} and {second!r}")

@@ -9,8 +9,10 @@ exceed its cap, exactly as a grant refuses one beyond its reservation. It guards
 
 from __future__ import annotations
 
+from typing import Any
+
 from blockbudget.accounting import Accounting
-from blockbudget.budget import Budget, Cost, RdpCurve
+from blockbudget.budget import Budget, Cost
 from blockbudget.errors import InvalidRequestError, ReservationError
 
 
@@ -18,26 +20,37 @@ class MeteredSource:
     """A BudgetSource that meters draws in memory, optionally up to a cap.
 
     Args:
-        accounting: the rule whose cost kind it takes (BASIC/STRONG: Budget; RDP: RdpCurve).
-        cap: the most it lets be drawn in total (None: unlimited); a Budget for BASIC/STRONG,
-            an RdpCurve for RDP.
+        accounting: the rule whose cost kind it takes (its ``cost_kind``: a Budget under the
+            (ε, δ) rules, an RdpCurve under RDP, ...).
+        cap: the most it lets be drawn in total (None: unlimited), of the rule's cost kind
+            (compared per component: ε and δ, or per order).
 
     Raises:
-        InvalidRequestError: a cap of the wrong kind for the accounting rule.
+        InvalidRequestError: a cap of the wrong kind for the accounting rule, or a cap on a
+            rule whose costs have no order.
     """
 
     def __init__(self, accounting: Accounting = Accounting.BASIC, *, cap: Cost | None = None):
         if not isinstance(accounting, Accounting):
             raise InvalidRequestError(f"accounting must be an Accounting, got {accounting!r}")
-        want = RdpCurve if accounting is Accounting.RDP else Budget
+        rule = accounting.rule
+        want = rule.cost_kind
         if cap is not None and not isinstance(cap, want):
             raise InvalidRequestError(
                 f"a {accounting.value} source needs a {want.__name__} cap, got {cap!r}"
             )
+        if cap is not None:
+            try:
+                _within(cap, cap)  # probes that the kind is ordered
+            except TypeError:
+                raise InvalidRequestError(
+                    f"a {accounting.value} source cannot be capped: {want.__name__} costs "
+                    "have no order"
+                ) from None
         self._accounting = accounting
         self.cap = cap
         self.draws: list[tuple[str, Cost]] = []
-        self.spent: Cost = want.zero()
+        self.spent: Cost = rule.pure(0)
 
     @property
     def accounting(self) -> Accounting:
@@ -47,31 +60,31 @@ class MeteredSource:
     def draw(self, cost: Cost, *, label: str) -> None:
         """Record ``cost``; refuse (nothing recorded) when it would pass the cap.
 
+        A pure budget drawn from a source whose rule charges another kind counts as that
+        rule's price of a pure ε-DP mechanism (e.g. its RDP curve).
+
         Raises:
             InvalidRequestError: a cost of the wrong kind.
             ReservationError: the draw would exceed the cap.
         """
-        if isinstance(self.spent, RdpCurve) and isinstance(cost, Budget):
-            cost = RdpCurve.from_pure_dp(cost.epsilon)
+        if isinstance(cost, Budget) and not isinstance(self.spent, Budget):
+            cost = self._accounting.rule.pure(cost.epsilon)
         if type(cost) is not type(self.spent):
             raise InvalidRequestError(
                 f"a {self._accounting.value} source takes {type(self.spent).__name__} costs, "
                 f"got {type(cost).__name__}"
             )
-        total: Cost
-        over: bool
-        if isinstance(self.spent, RdpCurve) and isinstance(cost, RdpCurve):
-            total = self.spent + cost
-            over = isinstance(self.cap, RdpCurve) and not total <= self.cap
-        elif isinstance(self.spent, Budget) and isinstance(cost, Budget):
-            total = self.spent + cost
-            over = isinstance(self.cap, Budget) and not total <= self.cap
-        else:  # pragma: no cover - excluded by the kind check above
-            raise InvalidRequestError("mixed cost kinds")
-        if over:
+        total: Cost = self.spent + cost
+        if self.cap is not None and not _within(total, self.cap):
             raise ReservationError(
                 f"draw {label!r} of {cost} exceeds the source's cap {self.cap}: "
                 f"already spent {self.spent}"
             )
         self.spent = total
         self.draws.append((label, cost))
+
+
+def _within(total: Cost, cap: Cost) -> bool:
+    """``total <= cap`` per component (TypeError for a kind without an order)."""
+    ordered: Any = total
+    return bool(ordered <= cap)
