@@ -148,7 +148,7 @@ class Platform(PlatformBudget):
         *,
         policy: Budget,
         blocking: Blocking,
-        accounting: Accounting = Accounting.BASIC,
+        accounting: str = Accounting.BASIC,
         late_policy: LatePolicy = LatePolicy.NEW_BLOCK,
         slack_delta: float | None = None,
         close_after: int | None = None,
@@ -166,7 +166,8 @@ class Platform(PlatformBudget):
             InvalidRequestError: a rule without group privacy (RDP) on a user-level stream
                 with ``rows_per_user > 1`` — no query could ever run on it.
         """
-        rule = Accounting(accounting).rule
+        rule_name = Accounting(accounting)
+        rule = rule_name.rule
         try:  # the rule says whether it prices a group of k rows at all
             rule.group_cost(rule.pure(1), blocking.rows_per_user or 1)
         except InvalidBudgetError:
@@ -179,7 +180,7 @@ class Platform(PlatformBudget):
         spec = StreamSpec(
             name=name,
             policy=policy,
-            accounting=accounting,
+            accounting=rule_name,
             blocking=blocking,
             late_policy=late_policy,
             slack_delta=slack_delta,

@@ -15,9 +15,9 @@ An :class:`AccountingRule` is a stateless object that owns, for one composition 
 
 Rules are found by name through a registry, as schedulers are: :func:`get_rule`,
 :func:`rule_names`, :func:`rules`. A rule module defines its filter, its rule, and registers
-the rule (:func:`register_rule`); ``blockbudget.accounting`` imports every rule module, so a
-new rule is one new module plus one line there. No module outside ``accounting/`` asks which
-rule it holds: it asks the rule.
+the rule (:func:`register_rule`), and :data:`RULE_MODULES` lists the modules the registry
+imports, so a new rule is one new module plus its name there. No module outside
+``accounting/`` asks which rule it holds: it asks the rule.
 
 :class:`Accounting` is the *name* of a registered rule — a ``str`` that is interned (``is``
 compares), validated against the registry, and iterable over the registered rules, so stored

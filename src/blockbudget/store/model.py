@@ -242,10 +242,12 @@ class StreamSpec:
         check_stream_name(self.name)
         if not isinstance(self.policy, Budget):
             raise InvalidRequestError(f"a stream policy must be a Budget, got {self.policy!r}")
-        if not isinstance(self.accounting, Accounting):
+        if not isinstance(self.accounting, str):
             raise InvalidRequestError(
-                f"accounting must be an Accounting rule, got {self.accounting!r}"
+                f"accounting must be the name of a registered rule, got {self.accounting!r}"
             )
+        # a registered rule's name (a plain str is read through the registry; unknown: refused)
+        object.__setattr__(self, "accounting", Accounting(self.accounting))
         if not isinstance(self.blocking, Blocking):
             raise InvalidRequestError(f"blocking must be a Blocking, got {self.blocking!r}")
         if not isinstance(self.late_policy, LatePolicy):
