@@ -220,3 +220,18 @@ def test_every_cost_kind_is_a_cost() -> None:
     for cost in (Budget(epsilon=1), RdpCurve.zero(), GaussianDp(mu=1)):
         assert isinstance(cost, Cost)
         assert (cost + cost).is_zero is False or cost.is_zero
+
+
+def test_the_cost_of_a_feature_vector_never_understates_it(rule: AccountingRule) -> None:
+    """What the live task pool logs for a vector copied from the ledger: a cost of the rule's
+    kind whose features cover the vector."""
+    f = rule.filter(capacity=CAPACITY)
+    for cost in (rule.pure("0.05"), rule.pure("0.3"), f.share(0.2)):
+        feats = f.features(cost)
+        back = rule.cost_of_features(feats)
+        assert isinstance(back, rule.cost_kind)
+        again = f.features(back)
+        if rule.combine is Combine.FILTER:  # strong: (ε, δ) are the features it keeps
+            assert (again[0], again[-1]) == (feats[0], feats[-1])
+        else:
+            assert all(a >= b for a, b in zip(again, feats, strict=True)), (again, feats)

@@ -444,6 +444,18 @@ class GdpRule(AccountingRule):
             return cost
         return GaussianDp(mu=_storable_up(mu.mu * k))
 
+    def cost_of_features(self, features: Sequence[int]) -> Cost:
+        """μ = √(μ² units), rounded up (so its μ² is never below the features)."""
+        with localcontext() as ctx:
+            ctx.prec = 40
+            ctx.rounding = ROUND_CEILING
+            root = from_units(features[0]).sqrt()
+            ctx.prec = 100  # root has ≤ 40 digits: root² is exact
+            if root * root < from_units(features[0]):
+                ctx.prec = 40
+                root = root.next_plus()
+        return GaussianDp(mu=_storable_up(root))
+
     def features_json(self, features: Sequence[int]) -> dict[str, str | list[str]]:
         return {"gdp_mu2": _exact(features[0])}
 

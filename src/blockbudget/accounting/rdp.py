@@ -194,6 +194,10 @@ class RdpRule(AccountingRule):
             "privacy for RDP curves is not supported; use rows_per_user=1 or basic accounting"
         )
 
+    def cost_of_features(self, features: Sequence[int]) -> Cost:
+        """The curve whose per-order values are ``features`` (INF_UNITS and beyond: inf)."""
+        return RdpCurve(Decimal("inf") if u >= INF_UNITS else from_units(u) for u in features)
+
     def features_json(self, features: Sequence[int]) -> dict[str, str | list[str]]:
         return rdp_json(features)
 

@@ -186,6 +186,21 @@ class AccountingRule(ABC):
             "rows_per_user=1 or basic accounting"
         )
 
+    def cost_of_features(self, features: Sequence[int]) -> Cost:
+        """A cost of this rule's kind whose features are at least ``features`` (fixed-point
+        units): how the live task pool describes, in its decision log, a feature vector it
+        copied from the ledger. The default serves (ε, δ) rules, whose first feature is ε and
+        last δ; a rule with its own cost kind overrides it.
+
+        Raises:
+            NotImplementedError: a rule with its own cost kind that does not override it.
+        """
+        if self.cost_kind is not Budget:
+            raise NotImplementedError(f"{self.name} accounting must define cost_of_features")
+        from blockbudget.budget import from_units
+
+        return Budget(epsilon=from_units(features[0]), delta=from_units(features[-1]))
+
     def features_json(self, features: Sequence[int]) -> dict[str, str | list[str]]:
         """A feature vector of this rule as exact decimal strings (independent of capacity).
 

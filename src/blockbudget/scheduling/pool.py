@@ -271,15 +271,15 @@ class Pool(BlockBudgets):
             raise InternalError(f"task {task_id!r}: a block appears twice in one charge")
         values = list(costs.values())
         first = values[0] if values else None
-        if first is not None and all(c is first for c in values):  # one cost on every block
+        if units is not None:  # the ledger's own units: the costs only label the log
+            exact = [tuple(units[b]) for b in costs]
+            vecs = np.array([up_vector(u) for u in exact]).reshape(len(idx), self.dims)
+        elif first is not None and all(c is first for c in values):  # one cost on every block
             vecs = np.broadcast_to(self.vector(first), (len(idx), self.dims))
             exact = [self.units(first)] * len(idx)
         else:
             vecs = np.array([self.vector(c) for c in values]).reshape(len(idx), self.dims)
             exact = [self.units(c) for c in values]
-        if units is not None:
-            exact = [tuple(units[b]) for b in costs]
-            vecs = np.array([up_vector(u) for u in exact]).reshape(len(idx), self.dims)
         arr = np.asarray(idx, dtype=np.int64)
         used = self._charged[arr] + self._reserved[arr] + vecs
         holds = self._holds.get(task_id)

@@ -46,8 +46,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from blockbudget.accounting import Accounting, GaussianDp, get_rule
-from blockbudget.budget import UNIT, UNIT_EXPONENT, Budget, Cost, RdpCurve
+from blockbudget.accounting import Accounting, get_rule
+from blockbudget.budget import UNIT, Budget, Cost
 from blockbudget.errors import BlockBudgetError, UnknownBlockError
 from blockbudget.ledger import BlockState, Ledger
 from blockbudget.ledger.types import EventKind
@@ -317,17 +317,10 @@ def cost_of_units(units: Sequence[int], accounting: Accounting) -> Cost:
     """A cost of the rule's own kind describing a feature vector ``units`` (fixed-point
     integers), for the pool's decision log: the pool counts ``units`` themselves
     (:meth:`Pool.charge` / :meth:`Pool.credit` with ``units``), so the description need not
-    carry every feature. Its exact form by kind: an RDP curve of the values; μ = √Σμ² for
-    μ-GDP; (ε, δ) — the first and last features of every (ε, δ) filter — for a budget.
+    carry every feature (:meth:`~blockbudget.accounting.rule.AccountingRule.cost_of_features`).
 
     Example:
         >>> print(cost_of_units([3 * 10**17, 0], Accounting.BASIC))
         (ε=0.3, δ=0)
     """
-    values = [Decimal(u).scaleb(-UNIT_EXPONENT) for u in units]
-    kind = get_rule(accounting).cost_kind
-    if kind is RdpCurve:
-        return RdpCurve(values)
-    if kind is GaussianDp:
-        return GaussianDp(mu=values[0].sqrt())
-    return Budget(epsilon=values[0], delta=values[-1])
+    return get_rule(accounting).cost_of_features(units)
