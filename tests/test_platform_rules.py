@@ -17,7 +17,11 @@ from blockbudget.accounting import Accounting, make_filter
 from blockbudget.accounting.gdp import GaussianDp
 from blockbudget.affordance import AffordFor
 from blockbudget.budget import Budget
-from blockbudget.errors import BudgetExceededError, InvalidBudgetError, InvalidRequestError
+from blockbudget.errors import (
+    BudgetExceededError,
+    InvalidBudgetError,
+    ReservationError,
+)
 from blockbudget.mechanisms import SeededNoise, gaussian_mechanism, laplace_mechanism
 from blockbudget.mechanisms.calibration import analytic_gaussian_sigma
 from blockbudget.platform import Last, Platform
@@ -116,8 +120,11 @@ def test_rules_without_a_price_refuse_before_anything_is_drawn() -> None:
     with pytest.raises(InvalidBudgetError, match="GDP"):  # DP-SGD's subsampling has no exact μ
         plan_cost(source, None, epsilon=Decimal(1), delta=Decimal("1e-6"))
     assert source.draws == [] and source.spent == GaussianDp(mu=0)
-    with pytest.raises(InvalidRequestError, match="no order"):
-        MeteredSource(Accounting("gdp"), cap=GaussianDp(mu=1))
+    capped = MeteredSource(Accounting("gdp"), cap=GaussianDp(mu=1))  # μ ≤ μ': GDP is ordered
+    capped.draw(GaussianDp(mu="0.6"), label="fits")
+    with pytest.raises(ReservationError, match="exceeds the source's cap"):
+        capped.draw(GaussianDp(mu="0.9"), label="√(0.36 + 0.81) > 1")
+    assert capped.spent == GaussianDp(mu="0.6")
     basic = MeteredSource(Accounting.BASIC)
     assert plan_cost(basic, None, epsilon=Decimal(1), delta=Decimal("1e-6")) == Budget(
         epsilon=1, delta="1e-6"

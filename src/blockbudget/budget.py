@@ -202,6 +202,42 @@ def bump_up(x: float) -> float:
     return math.nextafter(x + abs(x) * FLOAT_SAFETY, math.inf)
 
 
+def _sum_up(a: Decimal, b: Decimal) -> Decimal:
+    """a + b for two non-negative values whose exact sum needs more than 200 digits: the next
+    double above the float sum (0 kept, tiny values lifted to 1e-90), raised until it is at
+    least the exact sum."""
+    if a.is_infinite() or b.is_infinite():
+        return Decimal("Infinity")
+    x = float(a) + float(b)
+    if x <= 0:
+        return Decimal(0)
+    up = max(math.nextafter(x, math.inf), 1e-90)
+    with localcontext(_CEIL):
+        exact = a + b
+    if Decimal(repr(up)) < exact:  # the stored value is the shortest round-trip decimal
+        up = float(exact)
+        while Decimal(repr(up)) < exact:
+            up = math.nextafter(up, math.inf)
+    return Decimal(repr(up))
+
+
+def _diff_down(a: Decimal, b: Decimal) -> Decimal:
+    """max(a − b, 0), as the double just below the float difference and never above the exact
+    difference; 0 when less than 1e-90 is left."""
+    if a.is_infinite():
+        return a if b.is_finite() else Decimal(0)
+    y = math.nextafter(float(a) - float(b), -math.inf)
+    if not y > 1e-90:
+        return Decimal(0)
+    with localcontext(_FLOOR):
+        exact = a - b
+    if Decimal(repr(y)) > exact:
+        y = float(exact)
+        while Decimal(repr(y)) > exact:
+            y = math.nextafter(y, -math.inf)
+    return Decimal(repr(y)) if y > 1e-90 else Decimal(0)
+
+
 def _fmt(d: Decimal) -> str:
     if d.is_infinite():
         return "inf"
@@ -253,6 +289,54 @@ class Cost(ABC):
     def scaled(self, factor: Number) -> Cost:
         """This cost times a non-negative exact factor in its own currency, never above the
         exact product (e.g. a share of a split)."""
+
+    @classmethod
+    @abstractmethod
+    def zero(cls) -> Cost:
+        """The cost of this kind that spends nothing."""
+
+    @abstractmethod
+    def __le__(self, other: Any) -> bool:
+        """Whether this cost spends at most ``other`` in every feature of its kind."""
+
+    @abstractmethod
+    def meet(self, other: Cost) -> Cost:
+        """The largest cost at most both ``self`` and ``other`` (of one kind).
+
+        Raises:
+            InvalidBudgetError: ``other`` is of another kind.
+        """
+
+    @abstractmethod
+    def minus(self, other: Cost) -> Cost | None:
+        """What is left of ``self`` after spending ``other`` from it, rounded down so that it
+        never overstates what is left; None when ``other`` exceeds ``self``.
+
+        Raises:
+            InvalidBudgetError: ``other`` is of another kind.
+        """
+
+    @abstractmethod
+    def add_up(self, other: Cost) -> Cost:
+        """``self + other``, exact when the digits allow, else rounded up (never below the
+        exact sum).
+
+        Raises:
+            InvalidBudgetError: ``other`` is of another kind, or the sum is no valid cost.
+        """
+
+    def same_kind(self, other: Cost) -> Any:
+        """``other`` if it is of this cost's kind (for the binary operations above).
+
+        Raises:
+            InvalidBudgetError: it is not (the message names both kinds).
+        """
+        if type(other) is not type(self):
+            raise InvalidBudgetError(
+                f"cannot combine a cost of kind {self.kind} with one of kind "
+                f"{getattr(other, 'kind', type(other).__name__)}"
+            )
+        return other
 
     @abstractmethod
     def to_json(self) -> dict[str, Any]:
@@ -346,6 +430,44 @@ class Budget(Cost):
 
     def __ge__(self, other: Budget) -> bool:
         return other <= self
+
+    def meet(self, other: Cost) -> Budget:
+        """Componentwise minimum.
+
+        Example:
+            >>> Budget(epsilon="0.5", delta="1e-6").meet(Budget(epsilon="0.2", delta="1e-5"))
+            Budget(epsilon='0.2', delta='0.000001')
+        """
+        o: Budget = self.same_kind(other)
+        return Budget(epsilon=min(self.epsilon, o.epsilon), delta=min(self.delta, o.delta))
+
+    def minus(self, other: Cost) -> Budget | None:
+        """The exact difference; None unless ``other <= self``.
+
+        Example:
+            >>> Budget(epsilon=1, delta="1e-6").minus(Budget(epsilon="0.25"))
+            Budget(epsilon='0.75', delta='0.000001')
+        """
+        o: Budget = self.same_kind(other)
+        return self - o if o <= self else None
+
+    def add_up(self, other: Cost) -> Budget:
+        """The exact sum; when it needs more than 200 digits, each value as the next double
+        above the float sum (0 kept, tiny values lifted to 1e-90), raised further until it is
+        at least the exact sum.
+
+        Example:
+            >>> long = Budget(epsilon="0." + "1" * 200)  # + 1 needs 201 digits
+            >>> long.add_up(Budget(epsilon=1)).epsilon
+            Decimal('1.1111111111111114')
+        """
+        o: Budget = self.same_kind(other)
+        try:
+            return self + o
+        except (Inexact, InvalidOperation):
+            return Budget(
+                epsilon=_sum_up(self.epsilon, o.epsilon), delta=_sum_up(self.delta, o.delta)
+            )
 
     def scaled(self, factor: Number) -> Budget:
         """This budget multiplied by a non-negative exact factor (e.g. a fraction of a split)."""
@@ -518,6 +640,39 @@ class RdpCurve(Cost):
     def __le__(self, other: RdpCurve) -> bool:
         """Every order at most the other's."""
         return all(a <= b for a, b in zip(self.epsilons, other.epsilons, strict=True))
+
+    def meet(self, other: Cost) -> RdpCurve:
+        """The minimum at every order.
+
+        Example:
+            >>> RdpCurve([1] * 6 + [3] * 6).meet(RdpCurve([2] * 12)).epsilons[::6]
+            (Decimal('1'), Decimal('2'))
+        """
+        o: RdpCurve = self.same_kind(other)
+        return RdpCurve(min(a, b) for a, b in zip(self.epsilons, o.epsilons, strict=True))
+
+    def minus(self, other: Cost) -> RdpCurve | None:
+        """The difference at every order, as the double just below the float difference and
+        never above the exact one; an order where ``other`` exceeds ``self`` (or where less
+        than 1e-90 is left) keeps 0, since RDP's fit test needs only some order; None when
+        ``other`` exceeds ``self`` at every order.
+
+        Example:
+            >>> RdpCurve([1] * 12).minus(RdpCurve([2] * 12)) is None
+            True
+        """
+        o: RdpCurve = self.same_kind(other)
+        if all(b > a for a, b in zip(self.epsilons, o.epsilons, strict=True)):
+            return None
+        return RdpCurve(_diff_down(a, b) for a, b in zip(self.epsilons, o.epsilons, strict=True))
+
+    def add_up(self, other: Cost) -> RdpCurve:
+        """The exact sum at every order; past 200 digits, rounded up as :meth:`Budget.add_up`."""
+        o: RdpCurve = self.same_kind(other)
+        try:
+            return self + o
+        except (Inexact, InvalidOperation):
+            return RdpCurve(_sum_up(a, b) for a, b in zip(self.epsilons, o.epsilons, strict=True))
 
     def scaled(self, factor: Number) -> RdpCurve:
         f = to_decimal(factor, name="factor")

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from blockbudget.accounting import Accounting, Filter, get_rule, make_filter
 from blockbudget.accounting.filters import exact_text, vector_json
-from blockbudget.budget import Budget, Cost
+from blockbudget.budget import Cost
 from blockbudget.engine.base import Engine
 from blockbudget.errors import (
     BlockBudgetError,
@@ -381,10 +381,10 @@ class Grant:
     def spent(self) -> Cost:
         """The exact sum of what was drawn (zero of the reservation's kind if nothing)."""
         rule = self._accounting.rule
-        total: Cost = Budget.zero() if isinstance(self.reservation.cost, Budget) else rule.pure(0)
+        total: Cost = type(self.reservation.cost).zero()
         for _, cost in self._draws:
-            if isinstance(cost, Budget) and not isinstance(total, Budget):
-                cost = rule.pure(cost.epsilon)  # a pure budget counts as the rule's kind
+            if type(cost) is not type(total):
+                cost = rule.own_kind(cost)  # a pure budget counts as the rule's kind
             total = total + cost
         return total
 

@@ -151,3 +151,17 @@ def test_named_strategy_split(platform: Platform) -> None:
 def test_bad_arguments() -> None:
     with pytest.raises(InvalidRequestError, match="BudgetSource"):
         SplitSource(object(), parse_strategy("AVG").build(2, epsilon=1))  # type: ignore[arg-type]
+
+
+def test_a_draw_of_exactly_a_huge_epsilon_i_fits() -> None:
+    # ε_i = 2e12/3 on the 1e-18 grid has 30 digits: summed in Decimal's default 28-digit
+    # context it rounds up past ε_i and an exact draw was refused.
+    from blockbudget.training.sources import MeteredSource
+
+    split = SplitSource(MeteredSource(), parse_strategy("AVG").build(3, epsilon="2e12"))
+    eps_1 = split.next_iteration()
+    assert eps_1 == Decimal("666666666666.666666666666666666")
+    split.draw(Budget(epsilon=eps_1), label="exact fit")
+    assert split.remaining == 0
+    with pytest.raises(ReservationError, match="exceeds the iteration's budget"):
+        split.draw(Budget(epsilon="1e-18"), label="one unit more")

@@ -92,6 +92,11 @@ class GaussianDp(Cost):
         object.__setattr__(self, "mu", value)
 
     @classmethod
+    def zero(cls) -> GaussianDp:
+        """μ = 0: the cost of releasing nothing."""
+        return cls(mu=0)
+
+    @classmethod
     def gaussian(cls, *, sigma: Number, sensitivity: Number = 1) -> GaussianDp:
         """The Gaussian mechanism N(0, σ²) on an L2 sensitivity Δ: exactly (Δ/σ)-GDP (Dong,
         Roth & Su 2022, Thm 2.7); Δ/σ is rounded up at 40 digits."""
@@ -147,6 +152,48 @@ class GaussianDp(Cost):
         if isinstance(other, GaussianDp):
             return other + self
         return NotImplemented
+
+    def __le__(self, other: GaussianDp) -> bool:
+        """μ ≤ μ': a μ-GDP mechanism is also μ'-GDP."""
+        return self.mu <= other.mu
+
+    def __ge__(self, other: GaussianDp) -> bool:
+        return other <= self
+
+    def meet(self, other: Cost) -> GaussianDp:
+        """The smaller μ.
+
+        Example:
+            >>> GaussianDp(mu="0.3").meet(GaussianDp(mu="0.2")).mu
+            Decimal('0.2')
+        """
+        o: GaussianDp = self.same_kind(other)
+        return self if self.mu <= o.mu else o
+
+    def minus(self, other: Cost) -> GaussianDp | None:
+        """μ with μ² = μ_self² − μ_other² (μ² composes additively), rounded down at 40 digits;
+        0 when less than 1e-90 is left; None when ``other`` exceeds ``self``.
+
+        Example:
+            >>> GaussianDp(mu="0.5").minus(GaussianDp(mu="0.3")).mu  # 0.4, rounded down
+            Decimal('0.3999999999999999999999999999999999999999')
+        """
+        o: GaussianDp = self.same_kind(other)
+        with localcontext() as ctx:
+            ctx.prec = 100  # μ has at most 40 digits: the squares and their difference are exact
+            left = self.mu * self.mu - o.mu * o.mu
+            if left < 0:
+                return None
+            if left == 0:
+                return GaussianDp(mu=0)
+            ctx.prec = 40
+            root = left.sqrt().next_minus()  # sqrt rounds half-even: one step down is below
+        return GaussianDp(mu=root if root > Decimal("1e-90") else 0)
+
+    def add_up(self, other: Cost) -> GaussianDp:
+        """√(μ² + μ'²), rounded up (the composition of :meth:`__add__`)."""
+        o: GaussianDp = self.same_kind(other)
+        return self + o
 
     @property
     def is_zero(self) -> bool:

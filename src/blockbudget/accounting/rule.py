@@ -235,6 +235,31 @@ class AccountingRule(ABC):
             )
         return cost
 
+    def own_kind(self, cost: Cost) -> Cost:
+        """``cost`` in this rule's own kind: itself if already of it, a pure (ε, 0) budget as
+        :meth:`pure` prices it.
+
+        Raises:
+            InvalidBudgetError: any other cost (the message names the rule and both kinds).
+
+        Example:
+            >>> get_rule("rdp").own_kind(Budget(epsilon=1)) == get_rule("rdp").pure(1)
+            True
+        """
+        if isinstance(cost, self.cost_kind):
+            return cost
+        if isinstance(cost, Budget) and cost.is_pure:
+            return self.pure(cost.epsilon)
+        shown_cost = (
+            f"an (ε, δ) budget with δ > 0 ({cost})"
+            if isinstance(cost, Budget)
+            else (f"a cost of kind {cost.kind}")
+        )
+        raise InvalidBudgetError(
+            f"{self.name} accounting cannot read {shown_cost} as a cost of its kind "
+            f"{self.cost_kind.kind}"
+        )
+
     @property
     def accepts(self) -> tuple[type[Cost], ...]:
         """The cost kinds this rule's filter accounts (its own kind and pure budgets)."""

@@ -50,17 +50,16 @@ block, and so is a released reservation's reallocation.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal, Inexact, InvalidOperation, localcontext
+from decimal import Decimal
 from enum import Enum
 from typing import ClassVar, Protocol
 
 import numpy as np
 
-from blockbudget.accounting import Combine, GaussianDp
-from blockbudget.budget import Budget, Cost, RdpCurve
+from blockbudget.accounting import Combine
+from blockbudget.budget import Cost
 from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.noise import NoiseSource
 from blockbudget.outcome import Outcome
@@ -311,15 +310,15 @@ class SageStrategy(Scheduler):
         existing one is released and re-reserved with the exact sum), never above its demand."""
         demand = pool.tasks[task_id].demand
         held = pool.held_cost(task_id, block_id)
-        total = cost if held is None else _exact_sum(held, cost)
-        if total is None:
+        if held is not None and type(held) is not type(cost):
             return
-        if isinstance(total, Budget) and isinstance(demand, Budget):
+        # the kind's own composition (its features add), exact when the digits allow, else
+        # rounded up (a reservation may round up: the pool checks it against the filter)
+        total = cost if held is None else held.add_up(cost)
+        if type(total) is type(demand):
             # never hold more than the pipeline may spend on a block, feature by feature (a
             # share a hair below the demand's δ must not keep a whole block's ε)
-            total = Budget(
-                epsilon=min(total.epsilon, demand.epsilon), delta=min(total.delta, demand.delta)
-            )
+            total = total.meet(demand)
         elif np.all(pool.vector(total) >= pool.vector(demand)):
             total = demand  # never hold more than the pipeline may spend on a block
         if held is not None:
@@ -497,74 +496,12 @@ class SageStrategy(Scheduler):
         return True
 
 
-def _up(x: float) -> float:
-    """x rounded up to the next double, 0 kept, tiny values lifted to 1e-90 (the budget types'
-    smallest magnitude is 1e-100)."""
-    if x <= 0:
-        return 0.0
-    return max(math.nextafter(x, math.inf), 1e-90)
-
-
-def _down(x: float) -> float:
-    """x rounded down, and 0 when below 1e-90 (a remainder too small to matter)."""
-    y = math.nextafter(x, -math.inf)
-    return y if y > 1e-90 else 0.0
-
-
-def _exact_sum(a: Cost, b: Cost) -> Cost | None:
-    """a + b when both are of one kind (None otherwise): the kind's own composition (its
-    features add), exact when the digits allow, else rounded up (a reservation may round up:
-    the pool checks it against the filter)."""
-    if type(a) is not type(b):
-        return None
-    try:
-        return a + b  # type: ignore[no-any-return]
-    except (Inexact, InvalidOperation):
-        if isinstance(a, Budget) and isinstance(b, Budget):
-            return Budget(
-                epsilon=_up(float(a.epsilon) + float(b.epsilon)),
-                delta=min(_up(float(a.delta) + float(b.delta)), 0.999999),
-            )
-        if isinstance(a, RdpCurve) and isinstance(b, RdpCurve):
-            return RdpCurve(
-                _up(float(x) + float(y)) for x, y in zip(a.epsilons, b.epsilons, strict=True)
-            )
-    return None
-
-
 def _remainder(held: Cost | None, cost: Cost) -> Cost | None:
     """What is left of a reservation after spending ``cost`` from it (None if nothing)."""
-    if held is None:
+    if held is None or type(held) is not type(cost):
         return None
-    if isinstance(held, Budget) and isinstance(cost, Budget):
-        if not cost <= held:
-            return None
-        rest: Cost = held - cost
-    elif isinstance(held, RdpCurve) and isinstance(cost, RdpCurve):
-        rest = RdpCurve(
-            _down(float(a) - float(b)) for a, b in zip(held.epsilons, cost.epsilons, strict=True)
-        )
-    elif isinstance(held, GaussianDp) and isinstance(cost, GaussianDp):
-        found = _gdp_remainder(held, cost)
-        if found is None:
-            return None
-        rest = found
-    else:
-        return None
-    return None if rest.is_zero else rest
-
-
-def _gdp_remainder(held: GaussianDp, cost: GaussianDp) -> GaussianDp | None:
-    """μ with μ² = μ_held² − μ_cost² (μ² composes additively), rounded down; None when the
-    cost exceeds the hold or nothing worth keeping is left."""
-    with localcontext() as ctx:
-        ctx.prec = 100  # μ has at most 40 digits: the squares and their difference are exact
-        left = held.mu * held.mu - cost.mu * cost.mu
-        if left <= 0:
-            return None
-        ctx.prec = 40
-        root = left.sqrt().next_minus()  # sqrt rounds half-even: one step down is below
-    return GaussianDp(mu=root) if root > Decimal("1e-90") else None
+    rest = held.minus(cost)
+    return None if rest is None or rest.is_zero else rest
 
 
 class BlockConserve(SageStrategy):

@@ -15,23 +15,24 @@ most Σ ε_i ≤ ε, so reserving ε on the grant covers the whole run; the gran
 this wrapper, enforce the privacy guarantee — the wrapper enforces the *allocation*.
 
 Per-iteration cap: for BASIC/STRONG streams the draws' ε within iteration i must total at most
-ε_i (exact decimals; δ is not split and passes through). For RDP streams the drawn curves of an
-iteration must stay below the curve of a generic ε_i-DP mechanism,
-:meth:`~blockbudget.budget.RdpCurve.from_pure_dp` (ε_i), up to a relative 1e-9 that absorbs the
-upward rounding of computed curves (the ledger still charges the exact curves). Budget left
+ε_i (exact decimals; δ is not split and passes through). Under a rule with another cost kind
+(RDP, GDP, ...) the drawn costs of an iteration must stay below the rule's cost of a generic
+ε_i-DP mechanism (:meth:`~blockbudget.accounting.AccountingRule.pure`, e.g.
+:meth:`~blockbudget.budget.RdpCurve.from_pure_dp` (ε_i)), up to a relative 1e-9 that absorbs
+the upward rounding of computed costs (the ledger still charges the exact costs). Budget left
 unspent in an iteration is not carried forward.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from decimal import Decimal
+from decimal import Decimal, localcontext
 
 from blockbudget.accounting import Accounting
-from blockbudget.budget import Budget, Cost, Number, RdpCurve
-from blockbudget.errors import InvalidRequestError, ReservationError
+from blockbudget.budget import Budget, Cost, Number
+from blockbudget.errors import InvalidBudgetError, InvalidRequestError, ReservationError
 from blockbudget.mechanisms.source import BudgetSource, source_accounting
-from blockbudget.series._exact import FLOOR, grid_floor
+from blockbudget.series._exact import CEIL, FLOOR, grid_floor
 from blockbudget.series.plan import Strategy, parse_strategy
 from blockbudget.series.sequence import BudgetSequence
 
@@ -74,7 +75,7 @@ class SplitSource:
         self._index = 0
         self._epsilon = Decimal(0)
         self._spent_eps = Decimal(0)
-        self._spent_curve = RdpCurve.zero()
+        self._spent_cost: Cost | None = None
         self.history: list[tuple[int, Decimal, str, Cost]] = []
 
     @classmethod
@@ -121,7 +122,8 @@ class SplitSource:
     @property
     def remaining(self) -> Decimal:
         """What the current iteration may still draw (ε; BASIC/STRONG bookkeeping)."""
-        return self._epsilon - self._spent_eps
+        with localcontext(FLOOR):
+            return self._epsilon - self._spent_eps
 
     def shares(self, parts: int) -> tuple[Decimal, ...]:
         """The current ε_i cut into ``parts`` equal shares on the 10**-18 grid (rounded down).
@@ -158,7 +160,7 @@ class SplitSource:
         self._index += 1
         self._epsilon = self.sequence.term(self._index)
         self._spent_eps = Decimal(0)
-        self._spent_curve = RdpCurve.zero()
+        self._spent_cost = None
         return self._epsilon
 
     def iterations(self, limit: int | None = None) -> Iterator[Decimal]:
@@ -189,7 +191,9 @@ class SplitSource:
         if self.sequence.length is not None:
             where += f"/{self.sequence.length}"
         if isinstance(cost, Budget):
-            after_eps = self._spent_eps + cost.epsilon
+            # (ε, δ) semantics, not a kind switch: ε_i caps the draws' ε and δ is not split
+            with localcontext(CEIL):  # a sum rounded up never lets a draw pass ε_i
+                after_eps = self._spent_eps + cost.epsilon
             if after_eps > self._epsilon:
                 raise ReservationError(
                     f"{where}: draw {label!r} of epsilon {cost.epsilon} exceeds the iteration's "
@@ -197,16 +201,21 @@ class SplitSource:
                 )
             self.source.draw(cost, label=f"{where}: {label}")
             self._spent_eps = after_eps
-        elif isinstance(cost, RdpCurve):
-            after = self._spent_curve + cost
-            cap = RdpCurve.from_pure_dp(self._epsilon).scaled(1 + RDP_CAP_TOLERANCE)
+        else:
+            rule = self._accounting.rule
+            try:
+                mine = rule.own_kind(cost)
+                after = mine if self._spent_cost is None else self._spent_cost.add_up(mine)
+            except InvalidBudgetError as exc:
+                raise InvalidRequestError(
+                    f"cost must be a Budget or a cost of kind {rule.cost_kind.kind}, got {cost!r}"
+                ) from exc
+            cap = rule.pure(self._epsilon).scaled(1 + RDP_CAP_TOLERANCE)
             if not after <= cap:
                 raise ReservationError(
-                    f"{where}: draw {label!r} exceeds the RDP curve of an "
+                    f"{where}: draw {label!r} exceeds the {rule.name.upper()} curve of an "
                     f"epsilon_i = {self._epsilon} mechanism"
                 )
             self.source.draw(cost, label=f"{where}: {label}")
-            self._spent_curve = after
-        else:
-            raise InvalidRequestError(f"cost must be a Budget or RdpCurve, got {cost!r}")
+            self._spent_cost = after
         self.history.append((self._index, self._epsilon, label, cost))

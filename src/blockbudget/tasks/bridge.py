@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from blockbudget.accounting import GaussianDp
-from blockbudget.budget import Budget, Cost, RdpCurve, sum_costs
+from blockbudget.accounting import AccountingRule
+from blockbudget.budget import Cost, sum_costs
 from blockbudget.errors import InvalidBudgetError
 from blockbudget.ledger import Ledger
 from blockbudget.scheduling import Decision, DecisionKind
@@ -77,32 +77,26 @@ def run_task_of(request_id: str | None) -> tuple[str, str] | None:
     return None
 
 
-def smallest(costs: Sequence[Cost]) -> Cost:
-    """The largest cost that is at most each of ``costs`` (componentwise minimum).
+def smallest(costs: Sequence[Cost], *, rule: AccountingRule | None = None) -> Cost:
+    """The largest cost that is at most each of ``costs`` (their :meth:`~Cost.meet`).
+
+    Costs of mixed kinds (a pure budget beside RDP curves, say) are first read in ``rule``'s
+    own kind (:meth:`AccountingRule.own_kind`).
 
     Raises:
-        InvalidBudgetError: no costs, or an RDP curve mixed with a Budget of δ > 0, or costs
-            of kinds that do not compare.
+        InvalidBudgetError: no costs, or costs of mixed kinds that ``rule`` (or, without one,
+            the kinds themselves) cannot compare.
     """
     if not costs:
         raise InvalidBudgetError("a grant needs at least one block's cost")
     if all(c == costs[0] for c in costs[1:]):
         return costs[0]  # a uniform cost (any kind)
-    if all(isinstance(c, GaussianDp) for c in costs):  # one parameter: the smallest μ
-        return min(costs, key=lambda c: c.mu)  # type: ignore[attr-defined]
-    if all(isinstance(c, Budget) for c in costs):
-        budgets = [c for c in costs if isinstance(c, Budget)]
-        return Budget(epsilon=min(b.epsilon for b in budgets), delta=min(b.delta for b in budgets))
-    curves: list[RdpCurve] = []
-    for c in costs:
-        if isinstance(c, Budget):
-            if c.delta != 0:
-                raise InvalidBudgetError(f"cannot compare {c} with an RDP curve")
-            c = RdpCurve.from_pure_dp(c.epsilon)
-        if not isinstance(c, RdpCurve):
-            raise InvalidBudgetError(f"cannot compare a cost of kind {c.kind} with an RDP curve")
-        curves.append(c)
-    return RdpCurve([min(vals) for vals in zip(*(c.epsilons for c in curves), strict=True)])
+    if rule is not None and any(type(c) is not type(costs[0]) for c in costs):
+        costs = [rule.own_kind(c) for c in costs]
+    found = costs[0]
+    for c in costs[1:]:
+        found = found.meet(c)
+    return found
 
 
 class GrantBridge(LedgerBridge):
@@ -113,6 +107,8 @@ class GrantBridge(LedgerBridge):
         run_id: unique per pool and leader term; hold request ids are ``<run_id>:<seq>``.
         holder_of: task id → (principal, grant request id).
         grant_ttl_seconds: how long a grant's reservation stays open.
+        rule: the stream's accounting rule, which reads the per-block costs of a grant in its
+            own kind when they are of mixed kinds (see :func:`smallest`).
 
     Attributes:
         granted: task id → (reservation id, blocks, the uniform cost), for grants applied and
@@ -128,10 +124,12 @@ class GrantBridge(LedgerBridge):
         run_id: str,
         holder_of: Callable[[str], tuple[str, str]],
         grant_ttl_seconds: float,
+        rule: AccountingRule | None = None,
     ) -> None:
         super().__init__(ledger, stream=stream, run_id=run_id, context=context)
         self.holder_of = holder_of
         self.grant_ttl_seconds = grant_ttl_seconds
+        self.rule = rule
         self.charged: dict[str, dict[str, list[Cost]]] = {}
         self.granted: dict[str, tuple[str, tuple[str, ...], Cost]] = {}
 
@@ -151,7 +149,7 @@ class GrantBridge(LedgerBridge):
         elif d.kind is DecisionKind.GRANT:
             per_block = self.charged.get(d.task_id, {})
             blocks = sorted(per_block)
-            cost = smallest([sum_costs(per_block[b]) for b in blocks])
+            cost = smallest([sum_costs(per_block[b]) for b in blocks], rule=self.rule)
             principal, request_id = self.holder_of(d.task_id)
             res = self.ledger.reserve(
                 blocks,

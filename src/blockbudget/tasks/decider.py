@@ -275,6 +275,7 @@ class Decider:
             run_id=f"{HOLD_PREFIX}{self._term}:{secrets.token_hex(6)}:{family}:{stream}:{context}",
             holder_of=holder_of,
             grant_ttl_seconds=self.grant_ttl_seconds,
+            rule=live.pool.rule,
         )
         live.pool.overhead_sink = functools.partial(durable_overhead, bridge)
         run = _Run(family, spec, live, bridge, last_tick=self.clock())

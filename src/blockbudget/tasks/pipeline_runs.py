@@ -160,12 +160,10 @@ def make_strategy(spec: str) -> SageStrategy:
 
 
 def capped(share: Cost, demand: Cost, pool: Pool) -> Cost:
-    """``share`` but never above ``demand`` (feature by feature for (ε, δ) budgets; an RDP
-    share above the demand at every order becomes the demand)."""
-    if isinstance(share, Budget) and isinstance(demand, Budget):
-        return Budget(
-            epsilon=min(share.epsilon, demand.epsilon), delta=min(share.delta, demand.delta)
-        )
+    """``share`` but never above ``demand``: feature by feature (:meth:`~Cost.meet`) when both
+    are of one kind; a share whose features all reach the demand's becomes the demand."""
+    if type(share) is type(demand):
+        return share.meet(demand)
     if bool(np.all(pool.vector(share) >= pool.vector(demand))):
         return demand
     return share

@@ -9,11 +9,9 @@ exceed its cap, exactly as a grant refuses one beyond its reservation. It guards
 
 from __future__ import annotations
 
-from typing import Any
-
 from blockbudget.accounting import Accounting
-from blockbudget.budget import Budget, Cost
-from blockbudget.errors import InvalidRequestError, ReservationError
+from blockbudget.budget import Cost
+from blockbudget.errors import InvalidBudgetError, InvalidRequestError, ReservationError
 
 
 class MeteredSource:
@@ -26,8 +24,7 @@ class MeteredSource:
             (compared per component: ε and δ, or per order).
 
     Raises:
-        InvalidRequestError: a cap of the wrong kind for the accounting rule, or a cap on a
-            rule whose costs have no order.
+        InvalidRequestError: a cap of the wrong kind for the accounting rule.
     """
 
     def __init__(self, accounting: Accounting = Accounting.BASIC, *, cap: Cost | None = None):
@@ -39,14 +36,6 @@ class MeteredSource:
             raise InvalidRequestError(
                 f"a {accounting.value} source needs a {want.__name__} cap, got {cap!r}"
             )
-        if cap is not None:
-            try:
-                _within(cap, cap)  # probes that the kind is ordered
-            except TypeError:
-                raise InvalidRequestError(
-                    f"a {accounting.value} source cannot be capped: {want.__name__} costs "
-                    "have no order"
-                ) from None
         self._accounting = accounting
         self.cap = cap
         self.draws: list[tuple[str, Cost]] = []
@@ -67,24 +56,19 @@ class MeteredSource:
             InvalidRequestError: a cost of the wrong kind.
             ReservationError: the draw would exceed the cap.
         """
-        if isinstance(cost, Budget) and not isinstance(self.spent, Budget):
-            cost = self._accounting.rule.pure(cost.epsilon)
         if type(cost) is not type(self.spent):
-            raise InvalidRequestError(
-                f"a {self._accounting.value} source takes {type(self.spent).__name__} costs, "
-                f"got {type(cost).__name__}"
-            )
+            try:
+                cost = self._accounting.rule.own_kind(cost)
+            except InvalidBudgetError:
+                raise InvalidRequestError(
+                    f"a {self._accounting.value} source takes {type(self.spent).__name__} "
+                    f"costs, got {type(cost).__name__}"
+                ) from None
         total: Cost = self.spent + cost
-        if self.cap is not None and not _within(total, self.cap):
+        if self.cap is not None and not total <= self.cap:
             raise ReservationError(
                 f"draw {label!r} of {cost} exceeds the source's cap {self.cap}: "
                 f"already spent {self.spent}"
             )
         self.spent = total
         self.draws.append((label, cost))
-
-
-def _within(total: Cost, cap: Cost) -> bool:
-    """``total <= cap`` per component (TypeError for a kind without an order)."""
-    ordered: Any = total
-    return bool(ordered <= cap)
