@@ -272,7 +272,10 @@ class Cost(ABC):
         if kind is None:
             return
         known = Cost._kinds.get(kind)
-        if known is not None and known.__qualname__ != cls.__qualname__:
+        if known is not None and (known.__module__, known.__qualname__) != (
+            cls.__module__,
+            cls.__qualname__,
+        ):
             raise TypeError(f"cost kind {kind!r} is already {known.__qualname__}")
         Cost._kinds[kind] = cls
 

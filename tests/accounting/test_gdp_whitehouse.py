@@ -206,3 +206,18 @@ def test_gdp_pure_budget_features_are_superadditive(a: str, b: str) -> None:
     whole = f.features(Budget(epsilon=a) + Budget(epsilon=b))
     parts = add_vectors(f.features(Budget(epsilon=a)), f.features(Budget(epsilon=b)))
     assert parts[0] <= whole[0] + 2
+
+
+def test_huge_epsilons_are_priced_by_a_closed_form_bound_and_refused_as_capacities() -> None:
+    """Exact GDP conversions need e^ε exactly: above MAX_EXACT_EPSILON a pure ε is priced by
+    μ ≤ 2√(2ε + 2) (a valid upper bound, checked against the exact value at the threshold) and
+    a block's ε_g is refused — in bounded time either way."""
+    from blockbudget.accounting.gdp import MAX_EXACT_EPSILON, gdp_capacity_units
+
+    at = GaussianDp.from_pure_dp(MAX_EXACT_EPSILON).mu  # exact search
+    bound = 2 * (2 * MAX_EXACT_EPSILON + 2).sqrt()
+    assert at <= bound < at * Decimal("1.01")
+    huge = GaussianDp.from_pure_dp("1e30").mu
+    assert huge >= 2 * Decimal("2e30").sqrt()
+    with pytest.raises(InvalidBudgetError, match="ε_g is at most 1000"):
+        gdp_capacity_units(Decimal("1e5"), Decimal("1e-6"))

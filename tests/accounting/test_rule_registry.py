@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pickle
 import random
-from decimal import Decimal
+from decimal import Decimal, localcontext
 
 import pytest
 
@@ -235,3 +235,37 @@ def test_the_cost_of_a_feature_vector_never_understates_it(rule: AccountingRule)
             assert (again[0], again[-1]) == (feats[0], feats[-1])
         else:
             assert all(a >= b for a, b in zip(again, feats, strict=True)), (again, feats)
+
+
+def test_a_same_named_class_from_another_module_cannot_replace_a_rule() -> None:
+    impostor = type("BasicRule", (BasicRule,), {"__module__": "somewhere.else"})
+    with pytest.raises(TypeError, match="already BasicRule"):
+        register_rule(impostor())
+    assert type(get_rule("basic")).__module__ == "blockbudget.accounting.basic"
+
+
+def test_a_declared_name_is_no_rule_until_registered() -> None:
+    Accounting.declare("declared-only")
+    with pytest.raises(InvalidRequestError, match="unknown accounting rule"):
+        Accounting("declared-only")
+
+
+def test_gdp_group_privacy_refuses_an_approximate_budget_for_every_group_size() -> None:
+    """(ε, δ>0) implies no GDP bound: refused at k = 1 by the filter, and at k > 1 by the rule
+    (it must never be read as a pure ε and lose its δ)."""
+    gdp = get_rule("gdp")
+    for k in (1, 2, 3):
+        with pytest.raises(InvalidBudgetError, match="δ > 0"):
+            f = gdp.filter(capacity=CAPACITY)
+            f.features(gdp.group_cost(Budget(epsilon="0.01", delta="0.5"), k))
+    one = GaussianDp.from_pure_dp("0.5").mu
+    two = gdp.group_cost(Budget(epsilon="0.5"), 2)
+    with localcontext() as ctx:
+        ctx.prec = 100
+        assert isinstance(two, GaussianDp) and two.mu == one + one  # exact: ≤ 41 digits
+
+
+def test_gdp_group_cost_rounds_k_mu_up() -> None:
+    mu = Decimal("0.1851851835185185178425925865092592032757")
+    g = get_rule("gdp").group_cost(GaussianDp(mu=mu), 2)
+    assert isinstance(g, GaussianDp) and g.mu >= 2 * mu

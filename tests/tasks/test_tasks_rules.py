@@ -10,7 +10,7 @@ import pytest
 
 from blockbudget.accounting import Accounting, Combine, GaussianDp, get_rule, rule_names
 from blockbudget.budget import Budget
-from blockbudget.errors import InvalidBudgetError, InvalidRequestError
+from blockbudget.errors import BudgetExceededError, InvalidBudgetError, InvalidRequestError
 from blockbudget.ledger import Ledger
 from blockbudget.scheduling import get_scheduler
 from blockbudget.tasks.bridge import smallest
@@ -33,11 +33,7 @@ def test_a_live_pool_counts_exactly_what_the_ledger_counts(rule: str) -> None:
         ledger.add_blocks(["s/0"], stream="s", capacity=CAPACITY, accounting=accounting)
         live = LivePool(ledger, stream="s", context="team", scheduler=get_scheduler("fcfs"))
         for eps in ("0.05", "0.02", "0.03"):
-            cost = accounting.rule.pure(Decimal(eps))
-            try:
-                ledger.charge(["s/0"], cost, context="team")
-            except InvalidBudgetError as exc:  # this checkout's ledger lacks the cost kind
-                pytest.skip(f"the ledger does not account {cost.kind} costs here: {exc}")
+            ledger.charge(["s/0"], accounting.rule.pure(Decimal(eps)), context="team")
         assert live.sync().charged == 1
         (state,) = ledger.states("s", "team")
         assert live.pool.exact_used("s/0") == tuple(state.used)
@@ -79,3 +75,21 @@ def test_a_uniform_grant_cost_compares_every_kind() -> None:
     )
     with pytest.raises(InvalidBudgetError, match="gdp"):
         smallest([a, Budget(epsilon="0.1")])
+
+
+def test_the_live_pool_takes_the_slack_the_ledger_stores() -> None:
+    """A whitehouse block with δ' = 1e-9 (not the default δ_g/2): the pool's filter is the
+    ledger's, so it never grants what the ledger would refuse (ε = 0.175 fits only at δ_g/2)."""
+    acc = Accounting("whitehouse")
+    ledger = Ledger("sqlite://")
+    try:
+        ledger.add_context("team")
+        ledger.add_blocks(["s/0"], stream="s", capacity=CAPACITY, accounting=acc, slack_delta=1e-9)
+        live = LivePool(ledger, stream="s", context="team", scheduler=get_scheduler("fcfs"))
+        assert live.pool.filters[0].slack_delta == Decimal("1e-9")  # type: ignore[attr-defined]
+        big = Budget(epsilon="0.175")
+        assert not live.pool.filters[0].fits(live.pool.filters[0].features(big))
+        with pytest.raises(BudgetExceededError):
+            ledger.reserve(["s/0"], big, context="team")
+    finally:
+        ledger.dispose()

@@ -57,6 +57,10 @@ from blockbudget.budget import (
 )
 from blockbudget.errors import InvalidBudgetError
 
+#: The largest ε the exact GDP conversions take (0.5 s at most here): a block's ε_g above it is
+#: refused, and a pure ε above it is priced by a closed-form upper bound on μ(ε).
+MAX_EXACT_EPSILON = Decimal(1000)
+
 #: Decimal digits of the mpmath evaluations below.
 _DPS = 80
 #: Relative error allowed for one mpmath evaluation of Φ or exp at :data:`_DPS` digits (1e-76,
@@ -130,6 +134,20 @@ class GaussianDp(Cost):
             raise InvalidBudgetError(f"epsilon must be finite and >= 0, got {epsilon!r}")
         if eps == 0:
             return cls(mu=0)
+        if eps > MAX_EXACT_EPSILON:
+            # μ(ε) = −2Φ⁻¹(p), p = 1/(1+e^ε) ≤ ½. The Chernoff tail Φ(−x) ≤ e^{−x²/2} at
+            # x = √(2 ln(1/p)) gives Φ(−x) ≤ p, so −Φ⁻¹(p) ≤ √(2 ln(1+e^ε)) ≤ √(2ε + 2): an
+            # upper bound in closed form, where the exact search would need e^ε in exact
+            # arithmetic (unbounded time and memory).
+            with localcontext() as ctx:
+                ctx.prec = 40
+                ctx.rounding = ROUND_CEILING
+                root = (2 * eps + 2).sqrt()
+                ctx.prec = 100
+                if root * root < 2 * eps + 2:
+                    ctx.prec = 40
+                    root = root.next_plus()
+                return cls(mu=_storable_up(2 * root))
         return cls(mu=_pure_dp_mu_up(eps))
 
     def __add__(self, other: GaussianDp) -> GaussianDp:
@@ -363,12 +381,18 @@ def gdp_capacity_units(epsilon: Decimal, delta: Decimal) -> int:
         delta: 0 < δ_g < 1.
 
     Raises:
-        InvalidBudgetError: when ε_g ≤ 0 or δ_g ≤ 0 (no μ > 0 gives δ = 0).
+        InvalidBudgetError: when ε_g ≤ 0 or δ_g ≤ 0 (no μ > 0 gives δ = 0), or ε_g above
+            :data:`MAX_EXACT_EPSILON` (the exact search would need e^{ε_g} exactly).
 
     Example:
         >>> gdp_capacity_units(Decimal(1), Decimal("1e-6"))  # μ_g = 0.2367043806634357…
         56028963825260677
     """
+    if epsilon > MAX_EXACT_EPSILON:
+        raise InvalidBudgetError(
+            f"a GDP block's ε_g is at most {MAX_EXACT_EPSILON} (its capacity is computed "
+            f"exactly, which needs e^ε_g); got {epsilon}"
+        )
     if epsilon <= 0 or delta <= 0:
         raise InvalidBudgetError(
             f"a GDP filter needs ε_g > 0 and δ_g > 0 (μ-GDP never gives δ = 0); got "
@@ -485,11 +509,15 @@ class GdpRule(AccountingRule):
             InvalidBudgetError: k < 1, or a cost this rule does not account.
         """
         check_group(k)
-        cost = self.check_cost(cost)
-        mu = cost if isinstance(cost, GaussianDp) else GaussianDp.from_pure_dp(cost.epsilon)  # type: ignore[attr-defined]
+        own = self.own_kind(cost)  # an (ε, δ>0) budget implies no GDP bound: refused, any k
         if k == 1:
             return cost
-        return GaussianDp(mu=_storable_up(mu.mu * k))
+        assert isinstance(own, GaussianDp)
+        with localcontext() as ctx:  # kμ, rounded up (μ has ≤ 40 digits: exact at 100)
+            ctx.prec = 100
+            ctx.rounding = ROUND_CEILING
+            group = own.mu * k
+        return GaussianDp(mu=_storable_up(group))
 
     def cost_of_features(self, features: Sequence[int]) -> Cost:
         """μ = √(μ² units), rounded up (so its μ² is never below the features)."""

@@ -293,11 +293,15 @@ def register_rule(rule: AccountingRule) -> AccountingRule:
         TypeError: another rule class already holds the name.
     """
     known = _RULES.get(rule.name)
-    if known is not None and type(known).__qualname__ != type(rule).__qualname__:
+    if known is not None and _full_name(type(known)) != _full_name(type(rule)):
         raise TypeError(f"accounting rule {rule.name!r} is already {type(known).__qualname__}")
     _RULES[rule.name] = rule
     _ORDERED.clear()
     return rule
+
+
+def _full_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _loaded() -> dict[str, AccountingRule]:
@@ -375,7 +379,7 @@ class Accounting(str, metaclass=_AccountingType):
         if isinstance(value, Accounting):
             return value
         found = cls._interned.get(value) if isinstance(value, str) else None
-        if found is not None:
+        if found is not None and found in _loaded():  # declared names count once registered
             return found
         return cls._intern(get_rule(value).name)  # type: ignore[arg-type]
 

@@ -48,7 +48,7 @@ from decimal import Decimal
 
 from blockbudget.accounting import Accounting, get_rule
 from blockbudget.budget import UNIT, Budget, Cost
-from blockbudget.errors import BlockBudgetError, UnknownBlockError
+from blockbudget.errors import BlockBudgetError, InternalError, UnknownBlockError
 from blockbudget.ledger import BlockState, Ledger
 from blockbudget.ledger.types import EventKind
 from blockbudget.scheduling import BlockSpec, Pool, Scheduler, TaskSpec
@@ -197,7 +197,7 @@ class LivePool:
             raise UnknownBlockError(f"stream {stream!r} has no blocks to schedule yet")
         scheduler.check_serves(accounting, stream=stream)
         self.accounting: Accounting = accounting
-        self.pool = Pool(accounting)
+        self.pool = Pool(accounting, slack_delta=stream_slack(ledger, stream, accounting))
         self.pool.now = self.clock()
         self.pool.submit(
             TaskSpec(LEDGER_TASK, arrival=self.pool.now, demand=Budget(epsilon="1e-12"))
@@ -311,6 +311,21 @@ class LivePool:
                 )
                 credited.append(st.block)
         return charged, credited
+
+
+def stream_slack(ledger: Ledger, stream: str, accounting: Accounting) -> float | None:
+    """The slack δ̃ the ledger stores for the stream's blocks (None for rules without one), so
+    that the pool's filters are the ledger's exactly.
+
+    Raises:
+        InternalError: the stream's blocks disagree (one stream has one spec, so one slack).
+    """
+    if not get_rule(accounting).takes_slack:
+        return None
+    slacks = {info.slack_delta for info in ledger.blocks(stream)}
+    if len(slacks) > 1:
+        raise InternalError(f"the blocks of stream {stream!r} have different slacks: {slacks}")
+    return next(iter(slacks), None)
 
 
 def cost_of_units(units: Sequence[int], accounting: Accounting) -> Cost:
