@@ -489,12 +489,12 @@ def test_retire_keeps_a_block_while_any_grant_holds_budget_on_it(platform: Platf
 
 
 def test_group_cost_edges() -> None:
-    big = group_cost(Budget(epsilon=10), 100)  # pure DP: no e^{(k-1)ε} overflow
+    big = group_cost(Budget(epsilon=10), 100, accounting="basic")  # pure DP: no e^{(k-1)ε} overflow
     assert big == Budget(epsilon=1000)
     with pytest.raises(InvalidBudgetError, match="δ ≥ 1"):
-        group_cost(Budget(epsilon=10, delta=1e-6), 100)
+        group_cost(Budget(epsilon=10, delta=1e-6), 100, accounting="basic")
     with pytest.raises(InvalidBudgetError):
-        group_cost(Budget(epsilon=0.1), 0)
-    exact = group_cost(Budget(epsilon="0.5000000000000000000000000001"), 3)
+        group_cost(Budget(epsilon=0.1), 0, accounting="basic")
+    exact = group_cost(Budget(epsilon="0.5000000000000000000000000001"), 3, accounting="basic")
     assert isinstance(exact, Budget)
     assert exact.epsilon == Budget(epsilon="1.5000000000000000000000000003").epsilon
