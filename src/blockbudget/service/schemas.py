@@ -15,120 +15,44 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from blockbudget.service.auth import Permission, Role
-from blockbudget.service.query_schemas import (
-    DryRunOut as DryRunOut,
-)
-from blockbudget.service.query_schemas import (
-    GroupOut as GroupOut,
-)
-from blockbudget.service.query_schemas import (
-    PartOut as PartOut,
-)
-from blockbudget.service.query_schemas import (
-    QueryIn as QueryIn,
-)
-from blockbudget.service.query_schemas import (
-    QueryKind as QueryKind,
-)
-from blockbudget.service.query_schemas import (
-    QueryOut as QueryOut,
-)
-from blockbudget.service.query_schemas import (
-    QueryResultOut as QueryResultOut,
-)
-from blockbudget.service.query_schemas import (
-    QueryRunIn as QueryRunIn,
-)
-from blockbudget.service.schema_fields import (
-    BudgetDecimal as BudgetDecimal,
-)
-from blockbudget.service.schema_fields import (
-    BudgetFloat as BudgetFloat,
-)
-from blockbudget.service.schema_fields import (
-    ContextName as ContextName,
-)
-from blockbudget.service.schema_fields import (
-    Delta as Delta,
-)
-from blockbudget.service.schema_fields import (
-    Epsilon as Epsilon,
-)
-from blockbudget.service.schema_fields import (
-    ErrorOut as ErrorOut,
-)
-from blockbudget.service.schema_fields import (
-    Name as Name,
-)
-from blockbudget.service.schema_fields import (
-    RequestId as RequestId,
-)
-from blockbudget.service.schema_fields import (
-    RuleName as RuleName,
-)
-from blockbudget.service.schema_fields import (
-    Selection as Selection,
-)
-from blockbudget.service.schema_fields import (
-    Strict as Strict,
-)
-from blockbudget.service.task_schemas import (
-    AnyIn as AnyIn,
-)
-from blockbudget.service.task_schemas import (
-    AttemptOut as AttemptOut,
-)
-from blockbudget.service.task_schemas import (
-    FailureOut as FailureOut,
-)
-from blockbudget.service.task_schemas import (
-    JobOut as JobOut,
-)
-from blockbudget.service.task_schemas import (
-    PipelineIn as PipelineIn,
-)
-from blockbudget.service.task_schemas import (
-    PipelineKind as PipelineKind,
-)
-from blockbudget.service.task_schemas import (
-    PipelineWorkIn as PipelineWorkIn,
-)
-from blockbudget.service.task_schemas import (
-    ProviderIn as ProviderIn,
-)
-from blockbudget.service.task_schemas import (
-    QueueOut as QueueOut,
-)
-from blockbudget.service.task_schemas import (
-    RangeIn as RangeIn,
-)
-from blockbudget.service.task_schemas import (
-    SchedulerIn as SchedulerIn,
-)
-from blockbudget.service.task_schemas import (
-    SchedulerOut as SchedulerOut,
-)
-from blockbudget.service.task_schemas import (
-    SelectorIn as SelectorIn,
-)
-from blockbudget.service.task_schemas import (
-    ShortfallOut as ShortfallOut,
-)
-from blockbudget.service.task_schemas import (
-    Significance as Significance,
-)
-from blockbudget.service.task_schemas import (
-    TaskIn as TaskIn,
-)
-from blockbudget.service.task_schemas import (
-    TaskKind as TaskKind,
-)
-from blockbudget.service.task_schemas import (
-    TaskOut as TaskOut,
-)
-from blockbudget.service.task_schemas import (
-    WaitingOut as WaitingOut,
-)
+from blockbudget.service.query_schemas import DryRunOut as DryRunOut
+from blockbudget.service.query_schemas import GroupOut as GroupOut
+from blockbudget.service.query_schemas import PartOut as PartOut
+from blockbudget.service.query_schemas import QueryIn as QueryIn
+from blockbudget.service.query_schemas import QueryKind as QueryKind
+from blockbudget.service.query_schemas import QueryOut as QueryOut
+from blockbudget.service.query_schemas import QueryResultOut as QueryResultOut
+from blockbudget.service.query_schemas import QueryRunIn as QueryRunIn
+from blockbudget.service.schema_fields import BudgetDecimal as BudgetDecimal
+from blockbudget.service.schema_fields import BudgetFloat as BudgetFloat
+from blockbudget.service.schema_fields import ContextName as ContextName
+from blockbudget.service.schema_fields import Delta as Delta
+from blockbudget.service.schema_fields import Epsilon as Epsilon
+from blockbudget.service.schema_fields import ErrorOut as ErrorOut
+from blockbudget.service.schema_fields import Name as Name
+from blockbudget.service.schema_fields import RequestId as RequestId
+from blockbudget.service.schema_fields import RuleName as RuleName
+from blockbudget.service.schema_fields import Selection as Selection
+from blockbudget.service.schema_fields import Strict as Strict
+from blockbudget.service.task_schemas import AnyIn as AnyIn
+from blockbudget.service.task_schemas import AttemptOut as AttemptOut
+from blockbudget.service.task_schemas import FailureOut as FailureOut
+from blockbudget.service.task_schemas import JobOut as JobOut
+from blockbudget.service.task_schemas import PipelineIn as PipelineIn
+from blockbudget.service.task_schemas import PipelineKind as PipelineKind
+from blockbudget.service.task_schemas import PipelineWorkIn as PipelineWorkIn
+from blockbudget.service.task_schemas import ProviderIn as ProviderIn
+from blockbudget.service.task_schemas import QueueOut as QueueOut
+from blockbudget.service.task_schemas import RangeIn as RangeIn
+from blockbudget.service.task_schemas import SchedulerIn as SchedulerIn
+from blockbudget.service.task_schemas import SchedulerOut as SchedulerOut
+from blockbudget.service.task_schemas import SelectorIn as SelectorIn
+from blockbudget.service.task_schemas import ShortfallOut as ShortfallOut
+from blockbudget.service.task_schemas import Significance as Significance
+from blockbudget.service.task_schemas import TaskIn as TaskIn
+from blockbudget.service.task_schemas import TaskKind as TaskKind
+from blockbudget.service.task_schemas import TaskOut as TaskOut
+from blockbudget.service.task_schemas import WaitingOut as WaitingOut
 from blockbudget.store.model import OnOverlap
 
 
