@@ -144,24 +144,10 @@ def _live(rp: _Replay, block_ids: list[str], what: str) -> None:
 
 def _apply(rp: _Replay, seq: int, ts: float, kind: EventKind, ctx: str | None, p: Any) -> None:
     if kind is EventKind.CONTEXT_ADDED:
-        name, description = p["name"], p["description"]
-        if not isinstance(name, str) or not isinstance(description, str):
-            raise _Bad("a context_added event needs a string name and description")
-        if ctx != name:
-            raise _Bad(f"a context_added event for {name!r} carries context {ctx!r}")
-        if name in rp.added:
-            raise _Bad(f"context {name!r} is added twice")
-        rp.added[name] = (description, ts)
+        _context_added(rp, ts, ctx, p)
         return
     if kind is EventKind.CONTEXT_CLOSED:
-        name = p["name"]
-        if ctx != name or name not in rp.added:
-            raise _Bad(f"a context_closed event for {name!r} (context {ctx!r}), never added")
-        if name in rp.closed:
-            raise _Bad(f"context {name!r} is closed twice")
-        if any(r.state is ReservationState.OPEN and r.context == name for r in rp.res.values()):
-            rp.problem(seq, f"context {name!r} is closed while it holds an open reservation")
-        rp.closed[name] = ts
+        _context_closed(rp, seq, ts, ctx, p)
         return
     if kind in (EventKind.RESERVED, EventKind.CHARGED) and ctx in rp.closed:
         rp.problem(seq, f"a {kind.value} event in context {ctx!r}, which was closed before")
@@ -189,41 +175,75 @@ def _apply(rp: _Replay, seq: int, ts: float, kind: EventKind, ctx: str | None, p
     if ctx is None:
         raise _Bad(f"a {kind.value} event needs a context")
     if kind is EventKind.RESERVED:
-        rid, block_ids = p["reservation_id"], list(p["blocks"])
-        if rid in rp.res:
-            raise _Bad(f"reservation {rid!r} is created twice")
-        _live(rp, block_ids, "a reservation")
-        feats = {b: rp.features(b, p["cost"]) for b in block_ids}
-        rp.res[rid] = _Res(ctx, tuple(block_ids), float(p["expires_at"]), dict(feats))
-        for b in block_ids:
-            charged, reserved = rp.vectors(b, ctx)
-            rp.put(seq, b, ctx, charged, add_vectors(reserved, feats[b]))
+        _reserved(rp, seq, ctx, p)
         return
     if kind is EventKind.CHARGED:
-        block_ids, rid = list(p["blocks"]), p["reservation_id"]
-        _live(rp, block_ids, "a charge")
-        feats = {b: rp.features(b, p["cost"]) for b in block_ids}
-        if rid is None:
-            for b in block_ids:
-                charged, reserved = rp.vectors(b, ctx)
-                rp.put(seq, b, ctx, add_vectors(charged, feats[b]), reserved)
-            return
-        res = rp.res.get(rid)
-        if res is None or res.state is not ReservationState.OPEN or res.context != ctx:
-            raise _Bad(f"a draw on reservation {rid!r}, which is not open in context {ctx!r}")
-        if ts >= res.expires_at:
-            rp.problem(seq, f"a draw on reservation {rid!r} after it expired")
-        for b in block_ids:
-            if b not in res.remaining:
-                raise _Bad(f"a draw on block {b!r}, which reservation {rid!r} does not hold")
-            left = sub_vectors(res.remaining[b], feats[b])
-            if any(v < 0 for v in left):
-                rp.problem(seq, f"a draw exceeds reservation {rid!r} on block {b!r}")
-            res.remaining[b] = left
-            charged, reserved = rp.vectors(b, ctx)
-            rp.put(seq, b, ctx, add_vectors(charged, feats[b]), sub_vectors(reserved, feats[b]))
+        _charged(rp, seq, ts, ctx, p)
         return
-    # RELEASED or EXPIRED
+    _reservation_closed(rp, seq, kind, ctx, p)  # RELEASED or EXPIRED
+
+
+def _context_added(rp: _Replay, ts: float, ctx: str | None, p: Any) -> None:
+    name, description = p["name"], p["description"]
+    if not isinstance(name, str) or not isinstance(description, str):
+        raise _Bad("a context_added event needs a string name and description")
+    if ctx != name:
+        raise _Bad(f"a context_added event for {name!r} carries context {ctx!r}")
+    if name in rp.added:
+        raise _Bad(f"context {name!r} is added twice")
+    rp.added[name] = (description, ts)
+
+
+def _context_closed(rp: _Replay, seq: int, ts: float, ctx: str | None, p: Any) -> None:
+    name = p["name"]
+    if ctx != name or name not in rp.added:
+        raise _Bad(f"a context_closed event for {name!r} (context {ctx!r}), never added")
+    if name in rp.closed:
+        raise _Bad(f"context {name!r} is closed twice")
+    if any(r.state is ReservationState.OPEN and r.context == name for r in rp.res.values()):
+        rp.problem(seq, f"context {name!r} is closed while it holds an open reservation")
+    rp.closed[name] = ts
+
+
+def _reserved(rp: _Replay, seq: int, ctx: str, p: Any) -> None:
+    rid, block_ids = p["reservation_id"], list(p["blocks"])
+    if rid in rp.res:
+        raise _Bad(f"reservation {rid!r} is created twice")
+    _live(rp, block_ids, "a reservation")
+    feats = {b: rp.features(b, p["cost"]) for b in block_ids}
+    rp.res[rid] = _Res(ctx, tuple(block_ids), float(p["expires_at"]), dict(feats))
+    for b in block_ids:
+        charged, reserved = rp.vectors(b, ctx)
+        rp.put(seq, b, ctx, charged, add_vectors(reserved, feats[b]))
+
+
+def _charged(rp: _Replay, seq: int, ts: float, ctx: str, p: Any) -> None:
+    block_ids, rid = list(p["blocks"]), p["reservation_id"]
+    _live(rp, block_ids, "a charge")
+    feats = {b: rp.features(b, p["cost"]) for b in block_ids}
+    if rid is None:
+        for b in block_ids:
+            charged, reserved = rp.vectors(b, ctx)
+            rp.put(seq, b, ctx, add_vectors(charged, feats[b]), reserved)
+        return
+    res = rp.res.get(rid)
+    if res is None or res.state is not ReservationState.OPEN or res.context != ctx:
+        raise _Bad(f"a draw on reservation {rid!r}, which is not open in context {ctx!r}")
+    if ts >= res.expires_at:
+        rp.problem(seq, f"a draw on reservation {rid!r} after it expired")
+    for b in block_ids:
+        if b not in res.remaining:
+            raise _Bad(f"a draw on block {b!r}, which reservation {rid!r} does not hold")
+        left = sub_vectors(res.remaining[b], feats[b])
+        if any(v < 0 for v in left):
+            rp.problem(seq, f"a draw exceeds reservation {rid!r} on block {b!r}")
+        res.remaining[b] = left
+        charged, reserved = rp.vectors(b, ctx)
+        rp.put(seq, b, ctx, add_vectors(charged, feats[b]), sub_vectors(reserved, feats[b]))
+
+
+def _reservation_closed(rp: _Replay, seq: int, kind: EventKind, ctx: str, p: Any) -> None:
+    """A RELEASED or EXPIRED event: the reservation's remaining features go back."""
     rid = p["reservation_id"]
     res = rp.res.get(rid)
     if res is None or res.state is not ReservationState.OPEN or res.context != ctx:

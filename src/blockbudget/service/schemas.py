@@ -10,91 +10,50 @@ model carries a data row: DP answers, budgets, block keys and audit events only.
 from __future__ import annotations
 
 from datetime import datetime
-from decimal import Decimal
-from enum import Enum
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from blockbudget.budget import check_decimal_text
-from blockbudget.errors import InvalidBudgetError
 from blockbudget.service.auth import Permission, Role
+from blockbudget.service.query_schemas import DryRunOut as DryRunOut
+from blockbudget.service.query_schemas import GroupOut as GroupOut
+from blockbudget.service.query_schemas import PartOut as PartOut
+from blockbudget.service.query_schemas import QueryIn as QueryIn
+from blockbudget.service.query_schemas import QueryKind as QueryKind
+from blockbudget.service.query_schemas import QueryOut as QueryOut
+from blockbudget.service.query_schemas import QueryResultOut as QueryResultOut
+from blockbudget.service.query_schemas import QueryRunIn as QueryRunIn
+from blockbudget.service.schema_fields import BudgetDecimal as BudgetDecimal
+from blockbudget.service.schema_fields import BudgetFloat as BudgetFloat
+from blockbudget.service.schema_fields import ContextName as ContextName
+from blockbudget.service.schema_fields import Delta as Delta
+from blockbudget.service.schema_fields import Epsilon as Epsilon
+from blockbudget.service.schema_fields import ErrorOut as ErrorOut
+from blockbudget.service.schema_fields import Name as Name
+from blockbudget.service.schema_fields import RequestId as RequestId
+from blockbudget.service.schema_fields import RuleName as RuleName
+from blockbudget.service.schema_fields import Selection as Selection
+from blockbudget.service.schema_fields import Strict as Strict
+from blockbudget.service.task_schemas import AnyIn as AnyIn
+from blockbudget.service.task_schemas import AttemptOut as AttemptOut
+from blockbudget.service.task_schemas import FailureOut as FailureOut
+from blockbudget.service.task_schemas import JobOut as JobOut
+from blockbudget.service.task_schemas import PipelineIn as PipelineIn
+from blockbudget.service.task_schemas import PipelineKind as PipelineKind
+from blockbudget.service.task_schemas import PipelineWorkIn as PipelineWorkIn
+from blockbudget.service.task_schemas import ProviderIn as ProviderIn
+from blockbudget.service.task_schemas import QueueOut as QueueOut
+from blockbudget.service.task_schemas import RangeIn as RangeIn
+from blockbudget.service.task_schemas import SchedulerIn as SchedulerIn
+from blockbudget.service.task_schemas import SchedulerOut as SchedulerOut
+from blockbudget.service.task_schemas import SelectorIn as SelectorIn
+from blockbudget.service.task_schemas import ShortfallOut as ShortfallOut
+from blockbudget.service.task_schemas import Significance as Significance
+from blockbudget.service.task_schemas import TaskIn as TaskIn
+from blockbudget.service.task_schemas import TaskKind as TaskKind
+from blockbudget.service.task_schemas import TaskOut as TaskOut
+from blockbudget.service.task_schemas import WaitingOut as WaitingOut
 from blockbudget.store.model import OnOverlap
-from blockbudget.tasks.pipeline_kinds import pipeline_kinds
-
-Name = Field(min_length=1, max_length=256)
-#: A request's context; omitted (None), it is the principal's only bound context (else 422).
-ContextName = Field(
-    default=None,
-    min_length=1,
-    max_length=64,
-    description="context that pays (default: the caller's only bound context)",
-)
-
-
-def _decimal_text(value: object) -> object:
-    """A budget sent as text must be exact ASCII decimal text (pydantic alone would read
-    ``" 1"`` or ``"1_0"``); numbers pass unchanged."""
-    if isinstance(value, str):
-        try:
-            check_decimal_text(value, name="a budget")
-        except InvalidBudgetError as exc:
-            raise ValueError(str(exc)) from None
-    return value
-
-
-def _rule_name(value: str) -> str:
-    """An accounting rule's name, checked against the registry (the message lists the
-    registered rules)."""
-    from blockbudget.accounting import rule_names
-
-    names = rule_names()
-    if value not in names:
-        raise ValueError(f"unknown accounting rule {value[:40]!r}; registered: {', '.join(names)}")
-    return value
-
-
-def _rule_enum(schema: dict[str, Any]) -> None:
-    """The OpenAPI ``enum`` of an accounting field: the registered rules, read when the schema
-    is built (so a rule registered at import time is listed)."""
-    from blockbudget.accounting import rule_names
-
-    schema["enum"] = list(rule_names())
-
-
-#: The name of a registered accounting rule (``basic``, ``strong``, ``rdp``, ``gdp``, …).
-RuleName = Annotated[
-    str,
-    AfterValidator(_rule_name),
-    Field(max_length=64, json_schema_extra=_rule_enum, description="accounting rule"),
-]
-
-#: ε or δ as a float: a JSON number, or ASCII decimal text.
-BudgetFloat = Annotated[float, BeforeValidator(_decimal_text)]
-#: ε or δ read exactly: a JSON number, or ASCII decimal text.
-BudgetDecimal = Annotated[Decimal, BeforeValidator(_decimal_text)]
-Epsilon = Field(gt=0, le=1e6, allow_inf_nan=False, description="ε per block")
-Delta = Field(default=0.0, ge=0, lt=1, allow_inf_nan=False, description="δ per block")
-RequestId = Field(default=None, min_length=1, max_length=200, description="idempotency key")
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class ErrorOut(BaseModel):
-    """Every refusal: the error class and a message stating the rule and the bad value."""
-
-    error: str
-    detail: str
-    code: str | None = Field(
-        default=None, description="a stable code where the cause is only in the server log"
-    )
-    refusal: dict[str, Any] | None = Field(
-        default=None,
-        description="a budget refusal (409 BudgetExceededError): the context and, per refusing "
-        "block, the exact remaining budget and shortfall as decimal strings",
-    )
 
 
 class PrincipalIn(Strict):
@@ -242,13 +201,6 @@ class BlockOut(BaseModel):
     )
 
 
-class Selection(Strict):
-    """Which blocks: explicit ids/keys, or the newest ``last`` affordable ones."""
-
-    blocks: list[str] | None = Field(default=None, min_length=1, max_length=10_000)
-    last: int | None = Field(default=None, ge=1, le=100_000)
-
-
 class ReserveIn(Selection):
     epsilon: BudgetFloat = Epsilon
     delta: BudgetFloat = Delta
@@ -295,114 +247,6 @@ class ChargeOut(BaseModel):
     cost: dict[str, Any]
     reservation_id: str | None
     seq: int
-
-
-class QueryKind(Enum):
-    """The statistics of the legacy flat-body query route."""
-
-    COUNT = "count"
-    SUM = "sum"
-    MEAN = "mean"
-    HISTOGRAM = "histogram"
-
-
-class QueryIn(Selection):
-    """The legacy flat body of ``POST /v1/streams/{s}/queries/{kind}`` (translated to the
-    query's JSON form and run by the same code as ``POST /v1/streams/{s}/query``)."""
-
-    epsilon: BudgetFloat = Epsilon
-    context: str | None = ContextName
-    column: str | None = Field(default=None, min_length=1, max_length=200)
-    lower: float | None = Field(default=None, allow_inf_nan=False)
-    upper: float | None = Field(default=None, allow_inf_nan=False)
-    categories: list[str] | None = Field(default=None, min_length=1, max_length=10_000)
-
-
-class QueryOut(BaseModel):
-    """A legacy DP answer with its public metadata: never a row, never an exact count."""
-
-    kind: str
-    value: float | list[float] | dict[str, float]
-    cost: dict[str, Any]
-    blocks: list[str]
-    context: str
-    noise: str
-    secure_noise: bool
-
-
-class QueryRunIn(Selection):
-    """A query in its JSON form (docs/queries.md; validated by ``blockbudget.query.from_dict``)
-    and where to run it."""
-
-    query: dict[str, Any] = Field(
-        description="the query's JSON form: statistic, epsilon, column, lower, upper, "
-        "categories, other, quantiles, bins, where, group_by; version 2 adds mechanism "
-        "(laplace | gaussian) and delta (docs/queries.md)"
-    )
-    context: str | None = ContextName
-    reservation_id: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=200,
-        description="run on this open reservation of the caller's (e.g. a scheduler's grant) "
-        "instead of reserving: its blocks are read and the draw comes out of it (no "
-        "'blocks' or 'last' then)",
-    )
-
-
-class PartOut(BaseModel):
-    """One noisy part: its Laplace scale, sensitivity, ε share, coordinates and the half-width
-    of each coordinate's 95% interval."""
-
-    name: str
-    noise: str
-    scale: float
-    sensitivity: float
-    epsilon: str | None
-    size: int
-    half_width: float
-
-
-class GroupOut(BaseModel):
-    """One declared group's answer (``key`` is empty without group-by)."""
-
-    key: list[Any]
-    value: Any
-    interval: list[float] | None
-
-
-class QueryResultOut(BaseModel):
-    """A DP answer and its public metadata (never a row, never an exact count)."""
-
-    query: dict[str, Any]
-    stream: str
-    context: str
-    blocks: list[str]
-    cost: dict[str, Any]
-    parts: list[PartOut]
-    noise: str
-    secure_noise: bool
-    resolution: float | None
-    confidence: float
-    groups: list[GroupOut]
-    value: Any = None
-    interval: list[float] | None = None
-
-
-class DryRunOut(BaseModel):
-    """A query's price: nothing was reserved, sealed or charged."""
-
-    query: dict[str, Any]
-    stream: str
-    context: str
-    blocks: list[str]
-    cost: dict[str, Any]
-    reserve: dict[str, Any]
-    parts: list[PartOut]
-    noise: str
-    affordable: list[bool]
-    ok: bool
-    resolution: float | None
 
 
 class RetireOut(BaseModel):
@@ -474,227 +318,6 @@ class DashboardOut(BaseModel):
     alert_below: float = 0.1
     alerts: list[AlertOut] = Field(default_factory=list)
     extras: dict[str, Any]
-
-
-def _registered_kind(value: str) -> str:
-    kinds = pipeline_kinds()
-    if value not in kinds:
-        raise ValueError(f"unknown pipeline kind; one of {sorted(kinds)}")
-    return value
-
-
-#: A pipeline kind registered with the task queue (:mod:`blockbudget.tasks.pipeline_kinds`; the
-#: application's modules that ``blockbudget serve`` loads): another name is refused as invalid.
-PipelineKind = Annotated[
-    str,
-    Field(min_length=1, max_length=100, description="a registered pipeline kind"),
-    AfterValidator(_registered_kind),
-]
-
-
-class PipelineIn(Strict):
-    kind: PipelineKind
-    target: float = Field(gt=0, le=1e6, allow_inf_nan=False, description="the SLA's τ")
-    context: str | None = ContextName
-    epsilon0: BudgetFloat = Field(default=0.0625, gt=0, le=10, allow_inf_nan=False)
-    max_epsilon: BudgetFloat = Field(default=1.0, gt=0, le=10, allow_inf_nan=False)
-    min_window: int = Field(default=1, ge=1, le=10_000)
-
-
-class AttemptOut(BaseModel):
-    iteration: int
-    epsilon: str
-    delta: str
-    blocks: int
-    outcome: str
-
-
-class FailureOut(BaseModel):
-    """Why a job failed: a stable code and a message written by the service (the cause, which
-    may quote data, is only in the server log)."""
-
-    code: str
-    message: str
-
-
-class JobOut(BaseModel):
-    """A pipeline job: its state and each attempt's ACCEPT / REJECT / RETRY."""
-
-    id: str
-    owner: str
-    stream: str
-    context: str
-    kind: str
-    target: float
-    state: str
-    error: FailureOut | None
-    attempts: list[AttemptOut]
-    model: str | None
-    submitted_at: float
-
-
-class TaskKind(Enum):
-    """What a task's grant pays for (:class:`blockbudget.tasks.WorkKind`)."""
-
-    QUERY = "query"
-    BUDGET = "budget"
-    PIPELINE = "pipeline"
-
-
-class RangeIn(Strict):
-    """Any ``k`` blocks whose time window starts in [start, end)."""
-
-    k: int = Field(ge=1, le=100_000)
-    start: datetime
-    end: datetime
-
-
-class AnyIn(Strict):
-    """Any blocks of the stream: at most ``k`` (None: no cap), at least ``min_k``."""
-
-    k: int | None = Field(default=None, ge=1, le=100_000)
-    min_k: int = Field(default=1, ge=1, le=100_000)
-
-
-class SelectorIn(Strict):
-    """Which blocks a task may use: exactly one of ``named`` (ids or keys; opaque ids on user
-    and attribute streams), ``newest`` (the n newest live blocks, bound when the task enters the
-    scheduler), ``range`` and ``any`` (the scheduler chooses)."""
-
-    named: list[str] | None = Field(default=None, min_length=1, max_length=10_000)
-    newest: int | None = Field(default=None, ge=1, le=100_000)
-    range: RangeIn | None = None
-    any: AnyIn | None = None
-
-
-class PipelineWorkIn(Strict):
-    """A privacy-adaptive training pipeline run as a task (see ``PipelineIn``)."""
-
-    kind: PipelineKind
-    target: float = Field(gt=0, le=1e6, allow_inf_nan=False, description="the SLA's τ")
-    epsilon0: BudgetFloat = Field(default=0.0625, gt=0, le=10, allow_inf_nan=False)
-    max_epsilon: BudgetFloat = Field(default=1.0, gt=0, le=10, allow_inf_nan=False)
-    min_window: int = Field(default=1, ge=1, le=10_000)
-
-
-class ProviderIn(BaseModel):
-    """A live significance provider: ``{"provider": name, ...its parameters}``."""
-
-    model_config = ConfigDict(extra="allow")
-    provider: str = Field(min_length=1, max_length=64)
-
-
-Significance = Annotated[float, Field(ge=0, le=1e12, allow_inf_nan=False)]
-
-
-class TaskIn(Selection):
-    """A task for the stream's scheduler (docs/service.md, "Tasks").
-
-    ``kind`` ``query`` carries ``query`` (its JSON form; the demand is its priced reservation),
-    ``budget`` carries ``epsilon``/``delta`` or ``rdp`` (a curve at the stream's RDP orders),
-    ``pipeline`` carries ``pipeline``. The blocks come from ``selector``; the older body
-    (``epsilon``/``delta`` with ``blocks`` or ``last``) is still taken as a budget task.
-    """
-
-    kind: TaskKind = TaskKind.BUDGET
-    selector: SelectorIn | None = None
-    query: dict[str, Any] | None = Field(
-        default=None, description="kind query: the query's JSON form (docs/queries.md)"
-    )
-    epsilon: BudgetDecimal | None = Field(
-        default=None,
-        gt=0,
-        le=1e6,
-        allow_inf_nan=False,
-        description="kind budget: ε per block (a number, or an exact decimal string)",
-    )
-    delta: BudgetDecimal = Field(
-        default=Decimal(0),
-        ge=0,
-        lt=1,
-        allow_inf_nan=False,
-        description="δ per block (a number, or an exact decimal string)",
-    )
-    rdp: list[Annotated[float, Field(ge=0, allow_inf_nan=False)]] | None = Field(
-        default=None, min_length=1, max_length=64, description="kind budget: RDP ε(α) per block"
-    )
-    pipeline: PipelineWorkIn | None = None
-    context: str | None = ContextName
-    significance: dict[str, Significance] | ProviderIn | None = Field(
-        default=None,
-        description="p_ij per block ({block: p}) or a live provider ({'provider': name, ...})",
-    )
-    timeout_seconds: float | None = Field(
-        default=None, gt=0, le=30 * 86_400, allow_inf_nan=False, description="deadline"
-    )
-    request_id: str | None = RequestId
-
-
-class ShortfallOut(BaseModel):
-    """One block a waiting task could use that cannot afford its demand now: what the task
-    needs there and what the block has left in the task's context."""
-
-    block: str
-    needs: dict[str, Any] = Field(
-        description="the demand on the block, exact: {epsilon, delta} or {rdp: [...]}"
-    )
-    has: dict[str, Any] | None = Field(
-        description="what the block has left for one more charge, same form (null: retired)"
-    )
-    retired: bool = False
-
-
-class WaitingOut(BaseModel):
-    """Why a task waits: the scheduler and what it waits for; how many of the blocks it could
-    use can afford it now; the others."""
-
-    reason: str
-    affordable: int
-    shortfall: list[ShortfallOut]
-
-
-class TaskOut(BaseModel):
-    """A task as its principal (or an admin) sees it."""
-
-    id: str
-    principal: str
-    stream: str
-    context: str
-    kind: str
-    selector: dict[str, Any]
-    demand: dict[str, Any]
-    epsilon: str | None = Field(description="the demand's ε ((ε, δ) demands only)")
-    delta: str | None
-    query: dict[str, Any] | None = None
-    pipeline: dict[str, Any] | None = None
-    blocks: list[str]
-    significance: dict[str, Any] | None
-    submitted_at: float
-    deadline: float | None
-    state: str
-    reservation_id: str | None
-    decided_at: float | None
-    note: str
-    request_id: str | None = None
-    why: WaitingOut | None = None
-    result: dict[str, Any] | None = None
-
-
-class QueueOut(BaseModel):
-    scheduler: str
-    tasks: list[TaskOut]
-
-
-class SchedulerIn(Strict):
-    spec: str = Field(
-        min_length=1, max_length=200, description="name[:key=value,...], e.g. dpf-n:n=10"
-    )
-
-
-class SchedulerOut(BaseModel):
-    stream: str
-    scheduler: str
-    pipeline_scheduler: str
 
 
 class ChargeBatchIn(Strict):

@@ -494,6 +494,31 @@ class DPIStream:
             # P_Q: a query the release already answers well (per the measurement) loses weight.
             agree = float(clipped_score(np.array([m - release_c[pos]]), lam=cfg.lam, mu=cfg.mu)[0])
             self._log_pq[j] -= alpha * agree
+        self._boost(chosen, measurements, answers_of_pool, base_a, alpha)
+        self._log_pq = _normalise_log(self._log_pq)
+        self._release = self._mixture()
+        return self._slot(
+            t,
+            allocation.epsilon,
+            allocation.index,
+            refused=False,
+            queries=tuple(chosen),
+            measurements=tuple(measurements),
+            eta=eta_from_alpha(alpha),
+        )
+
+    def _boost(
+        self,
+        chosen: list[int],
+        measurements: list[float],
+        answers_of_pool: list[FloatArray],
+        base_a: FloatArray,
+        alpha: float,
+    ) -> None:
+        """After a slot's draws: tilt P_A and the release towards each measurement, then replay
+        earlier ones (post-processing of the released draws only)."""
+        cfg = self.config
+        k_s = cfg.queries_per_slot
         # Public boosting of P_A and P_Q from the released draws only (post-processing): P_A is
         # tilted multiplicatively, P_A ∝ P_A·exp(β·q(a)), with β chosen so that the release moves
         # a fraction γ_t = 2η_t of the way from q(R) to the measurement (the I-projection onto
@@ -517,17 +542,6 @@ class DPIStream:
         for j, lo, hi in window:
             self._tilt_release(j, lo, hi)
         del self._history[: max(0, len(self._history) - 4 * self.config.replay - k_s)]
-        self._log_pq = _normalise_log(self._log_pq)
-        self._release = self._mixture()
-        return self._slot(
-            t,
-            allocation.epsilon,
-            allocation.index,
-            refused=False,
-            queries=tuple(chosen),
-            measurements=tuple(measurements),
-            eta=eta_from_alpha(alpha),
-        )
 
     def _slot(
         self,

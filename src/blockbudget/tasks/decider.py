@@ -38,7 +38,6 @@ task is due.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import heapq
 import logging
@@ -46,26 +45,28 @@ import secrets
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from blockbudget.errors import BlockBudgetError, InvalidRequestError, ReservationError
+from blockbudget.errors import BlockBudgetError, InvalidRequestError
 from blockbudget.failures import LEDGER_REFUSALS, failure_of, new_reference
 from blockbudget.ledger import Reservation, ReservationState
-from blockbudget.scheduling import Decision, DecisionKind, TaskShape
+from blockbudget.scheduling import TaskShape
 from blockbudget.tasks.binding import blocks_in_range, resolved_blocks, task_spec
 from blockbudget.tasks.bridge import HOLD_PREFIX, GrantBridge, grant_request_id, run_task_of
-from blockbudget.tasks.guards import INSECURE, TRANSIENT, durable_overhead
-from blockbudget.tasks.livepool import LEDGER_TASK, FeedBatch, LedgerFeed, LivePool
+from blockbudget.tasks.families import DrivenFamily as DrivenFamily
+from blockbudget.tasks.families import WorkFamily as WorkFamily
+from blockbudget.tasks.families import _driven
+from blockbudget.tasks.granting import _WAITING, GrantPhase, _Run
+from blockbudget.tasks.guards import INSECURE, durable_overhead
+from blockbudget.tasks.livepool import LedgerFeed, LivePool
 from blockbudget.tasks.model import Task, TaskState, WorkKind
 from blockbudget.tasks.rows import TaskRows
 from blockbudget.tasks.schedspec import SchedulerSpec
 from blockbudget.tasks.scoring import Significance, check_comparison, significance_of
-from blockbudget.tasks.selectors import InRange, Selector
+from blockbudget.tasks.selectors import InRange
 from blockbudget.userids import known_filter
 
 if TYPE_CHECKING:
-    from blockbudget.budget import Cost
     from blockbudget.mechanisms.noise import NoiseSource
     from blockbudget.platform import Platform
     from blockbudget.tasks.leader import Leadership
@@ -76,71 +77,9 @@ log = logging.getLogger("blockbudget.tasks")
 
 #: Clock skew tolerated between processes when looking for their submissions and cancels.
 SKEW_SECONDS = 120.0
-_WAITING = (TaskState.WAITING,)
 
 
-class WorkFamily(Protocol):
-    """A kind of work with its own scheduler (the hook for the pipeline family).
-
-    Attributes:
-        kind: the work kind it runs.
-        family: the name its pools are keyed by (``"pipelines"``).
-    """
-
-    kind: WorkKind
-    family: str
-
-    def demand(self, platform: Platform, stream: str, work: Mapping[str, Any]) -> Cost:
-        """Validate the work's config and price it (raises to refuse the submission)."""
-
-    def selector(self, work: Mapping[str, Any]) -> Selector:
-        """Which blocks the work may use."""
-
-    def run(self, queue: Any, task: Task) -> Mapping[str, Any]:
-        """Run the work on its grant (``task.reservation_id``); the result JSON."""
-
-    def recover(self, queue: Any, task: Task) -> None:
-        """A task left ``running`` by a dead leader (default: fail it, release its grant)."""
-
-
-class DrivenFamily(WorkFamily, Protocol):
-    """A family that decides its tasks itself, in pools of its own, on the queue's lock and
-    rows (the pipelines: many runs while a task waits, each its own grant;
-    :mod:`blockbudget.tasks.pipelines`). The leader calls these under its lock."""
-
-    def enter(self, task: Task) -> None:
-        """A waiting task (idempotent)."""
-
-    def pump(self, batch: FeedBatch) -> None:
-        """After the leader's own pools: sync with the feed's batch, decide, start work."""
-
-    def cancel(self, task_id: str, *, note: str) -> bool:
-        """Stop a task whose row was cancelled (its holds released at once)."""
-
-    def step_down(self) -> None:
-        """The leadership is lost: forget the pools."""
-
-    def close(self) -> None:
-        """Finish running work."""
-
-
-def _driven(family: WorkFamily | None) -> DrivenFamily | None:
-    return family if family is not None and hasattr(family, "pump") else None  # type: ignore[return-value]
-
-
-@dataclass
-class _Run:
-    family: str
-    spec: SchedulerSpec
-    live: LivePool
-    bridge: GrantBridge
-    last_tick: float
-    tasks: dict[str, Task] = field(default_factory=dict)
-    deadlines: list[tuple[float, str]] = field(default_factory=list)
-    closing: bool = False
-
-
-class Decider:
+class Decider(GrantPhase):
     """The leader's machinery (see the module docstring); :class:`TaskQueue` is its face."""
 
     platform: Platform
@@ -371,183 +310,6 @@ class Decider:
             pool = run.live.pool
             if task_id is not None and pool.is_pending(task_id):
                 pool.reject(task_id, note=f"the scheduler could not serve it: {exc}")
-
-    # --- decisions ----------------------------------------------------------------------
-
-    def _apply(self, run: _Run) -> None:
-        start = run.bridge.applied
-        for done, d in enumerate(run.live.pool.decisions[start:], start=start + 1):
-            try:
-                self._apply_one(run, d)
-            except TRANSIENT:
-                raise  # the database is unreachable: the same decision is retried next pump
-            except Exception as exc:  # a bug applying one decision must not jam the stream
-                self._failed_decision(run, d, exc)
-            run.bridge.applied = done
-
-    def _failed_decision(self, run: _Run, d: Decision, exc: Exception) -> None:
-        """Applying decision ``d`` raised something other than a ledger refusal: its task is
-        refused with our words only (a reference to the log), and the stream goes on."""
-        ref = new_reference()
-        log.error(
-            "applying decision %s of task %s failed (reference %s)",
-            d.seq,
-            d.task_id,
-            ref,
-            exc_info=exc,
-        )
-        run.bridge.charged.pop(d.task_id, None)
-        if run.live.pool.is_pending(d.task_id):
-            run.live.pool.reject(d.task_id, note=f"internal error (reference {ref})")
-        self._forget(run, d.task_id)
-        self._refuse(d.task_id, d.time, f"internal error applying its grant (reference {ref})")
-
-    def _apply_one(self, run: _Run, d: Decision) -> None:
-        if d.task_id == LEDGER_TASK or d.kind is DecisionKind.CREDIT:
-            return
-        if d.kind is DecisionKind.GRANT and d.task_id not in run.tasks:
-            run.bridge.charged.pop(d.task_id, None)  # refused or cancelled meanwhile: no grant
-            return
-        if d.kind is DecisionKind.GRANT and self._lost(run.tasks[d.task_id], d.time, _WAITING):
-            run.bridge.charged.pop(d.task_id, None)  # nothing reserved, nothing charged
-            self._forget(run, d.task_id)
-            return
-        try:
-            run.bridge.apply(d)
-        except BlockBudgetError as exc:  # a refusal of the ledger (not a lost connection)
-            run.bridge.charged.pop(d.task_id, None)
-            pool = run.live.pool
-            if d.kind is DecisionKind.GRANT or not pool.is_pending(d.task_id):
-                note = f"the ledger refused the grant: {type(exc).__name__}: {exc}"
-                self._forget(run, d.task_id)
-                self._refuse(d.task_id, d.time, note)
-            else:
-                pool.reject(d.task_id, note=f"the ledger refused a hold: {exc}")
-            return
-        if d.kind is DecisionKind.GRANT:
-            rid, blocks, cost = run.bridge.granted.pop(d.task_id)
-            task = self._forget(run, d.task_id)
-            if task is not None:
-                self._granted(task, rid, blocks, d.time, d.note, cost=cost)
-        elif d.kind in (DecisionKind.REJECT, DecisionKind.EXPIRE):
-            self._forget(run, d.task_id)
-            if run.closing:
-                return
-            if d.kind is DecisionKind.REJECT:
-                self._refuse(d.task_id, d.time, d.note or "rejected by the scheduler")
-            else:
-                self.rows.move(
-                    d.task_id, frm=_WAITING, to=TaskState.EXPIRED, when=d.time, note="deadline"
-                )
-
-    def _lost(self, task: Task, when: float, frm: tuple[TaskState, ...]) -> bool:
-        """Cancel ``task`` (from ``frm``) if its principal lost access to it since it was
-        submitted (:attr:`access_check`); whether it did."""
-        reason = None if self.access_check is None else self.access_check(task)
-        if reason is None:
-            return False
-        note = f"cancelled: {reason}; nothing was charged"
-        self.rows.move(task.id, frm=frm, to=TaskState.CANCELLED, when=when, note=note)
-        return True
-
-    def _forget(self, run: _Run, task_id: str) -> Task | None:
-        self._where.pop(task_id, None)
-        return run.tasks.pop(task_id, None)
-
-    def _refuse(self, task_id: str, when: float, note: str) -> None:
-        self.rows.move(task_id, frm=_WAITING, to=TaskState.REFUSED, when=when, note=note)
-
-    def _granted(
-        self,
-        task: Task,
-        rid: str,
-        blocks: tuple[str, ...],
-        when: float,
-        note: str,
-        *,
-        cost: Cost | None = None,
-    ) -> None:
-        """Record a grant; a budget task's result says what it was granted on each block (a
-        partial grant of seed 000's Alg. 3 holds less than the demand)."""
-        to = TaskState.GRANTED if task.kind is WorkKind.BUDGET else TaskState.RUNNING
-        granted = None
-        if task.kind is WorkKind.BUDGET and cost is not None:
-            row = self.rows.get(task.id)  # the row, not the pool's (older) copy of the task
-            granted = {
-                **((row.result if row is not None else None) or {}),
-                "granted": cost.to_json(),
-            }
-        moved = self.rows.move(
-            task.id,
-            frm=_WAITING,
-            to=to,
-            when=when,
-            note=note or "granted",
-            reservation_id=rid,
-            blocks=blocks,
-            result=granted,
-        )
-        if not moved:  # cancelled while the leader was granting: give the grant back
-            self._release(rid)
-            return
-        if to is TaskState.RUNNING:
-            self._start(task.id)
-
-    def _release(self, rid: str) -> None:
-        with contextlib.suppress(ReservationError):  # closed or expired: nothing to return
-            self.ledger.release(rid)
-
-    # --- work ---------------------------------------------------------------------------
-
-    def _start(self, task_id: str) -> None:
-        self._executor.submit(self._work, task_id)
-
-    def _work(self, task_id: str) -> None:
-        """Run a granted task's work (a worker thread, outside the scheduler lock)."""
-        task = self.rows.get(task_id)
-        if task is None or task.state is not TaskState.RUNNING or task.reservation_id is None:
-            return
-        try:
-            if self._lost(task, self.clock(), (TaskState.RUNNING,)):
-                return  # its grant is released below, undrawn
-            family = self._families.get(task.kind)
-            if task.kind is WorkKind.QUERY:
-                result = self._run_query(task)
-            elif family is not None:
-                result = family.run(self, task)
-            else:
-                raise BlockBudgetError(f"no family runs {task.kind.value} work")
-            if task.result is not None and INSECURE.items() <= task.result.items():
-                result = {**result, **INSECURE}  # its significance was measured with a seed
-            self.rows.move(
-                task.id,
-                frm=(TaskState.RUNNING,),
-                to=TaskState.DONE,
-                when=self.clock(),
-                note="done",
-                result=result,
-            )
-        except Exception as exc:  # its text may quote data: only our code and words go out
-            ref = new_reference()
-            log.error("task %s failed (reference %s)", task.id, ref, exc_info=exc)
-            failure = failure_of(exc, what=task.kind.value, ref=ref)
-            self.rows.move(
-                task.id,
-                frm=(TaskState.RUNNING,),
-                to=TaskState.FAILED,
-                when=self.clock(),
-                note=f"{failure.code}: {failure.message}",
-                result=failure.to_json(),
-            )
-        finally:
-            self._release_if_open(task.reservation_id)
-
-    def _release_if_open(self, rid: str) -> None:
-        try:
-            if self.ledger.reservation(rid).state is ReservationState.OPEN:
-                self._release(rid)
-        except BlockBudgetError:
-            log.exception("could not release reservation %s", rid)
 
     # --- other processes ----------------------------------------------------------------
 

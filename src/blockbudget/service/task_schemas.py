@@ -1,0 +1,242 @@
+"""Request and response bodies of the pipeline-job and task-queue routes (re-exported by
+:mod:`blockbudget.service.schemas`)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from enum import Enum
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from blockbudget.service.schema_fields import (
+    BudgetDecimal,
+    BudgetFloat,
+    ContextName,
+    RequestId,
+    Selection,
+    Strict,
+)
+from blockbudget.tasks.pipeline_kinds import pipeline_kinds
+
+
+def _registered_kind(value: str) -> str:
+    kinds = pipeline_kinds()
+    if value not in kinds:
+        raise ValueError(f"unknown pipeline kind; one of {sorted(kinds)}")
+    return value
+
+
+#: A pipeline kind registered with the task queue (:mod:`blockbudget.tasks.pipeline_kinds`; the
+#: application's modules that ``blockbudget serve`` loads): another name is refused as invalid.
+PipelineKind = Annotated[
+    str,
+    Field(min_length=1, max_length=100, description="a registered pipeline kind"),
+    AfterValidator(_registered_kind),
+]
+
+
+class PipelineIn(Strict):
+    kind: PipelineKind
+    target: float = Field(gt=0, le=1e6, allow_inf_nan=False, description="the SLA's τ")
+    context: str | None = ContextName
+    epsilon0: BudgetFloat = Field(default=0.0625, gt=0, le=10, allow_inf_nan=False)
+    max_epsilon: BudgetFloat = Field(default=1.0, gt=0, le=10, allow_inf_nan=False)
+    min_window: int = Field(default=1, ge=1, le=10_000)
+
+
+class AttemptOut(BaseModel):
+    iteration: int
+    epsilon: str
+    delta: str
+    blocks: int
+    outcome: str
+
+
+class FailureOut(BaseModel):
+    """Why a job failed: a stable code and a message written by the service (the cause, which
+    may quote data, is only in the server log)."""
+
+    code: str
+    message: str
+
+
+class JobOut(BaseModel):
+    """A pipeline job: its state and each attempt's ACCEPT / REJECT / RETRY."""
+
+    id: str
+    owner: str
+    stream: str
+    context: str
+    kind: str
+    target: float
+    state: str
+    error: FailureOut | None
+    attempts: list[AttemptOut]
+    model: str | None
+    submitted_at: float
+
+
+class TaskKind(Enum):
+    """What a task's grant pays for (:class:`blockbudget.tasks.WorkKind`)."""
+
+    QUERY = "query"
+    BUDGET = "budget"
+    PIPELINE = "pipeline"
+
+
+class RangeIn(Strict):
+    """Any ``k`` blocks whose time window starts in [start, end)."""
+
+    k: int = Field(ge=1, le=100_000)
+    start: datetime
+    end: datetime
+
+
+class AnyIn(Strict):
+    """Any blocks of the stream: at most ``k`` (None: no cap), at least ``min_k``."""
+
+    k: int | None = Field(default=None, ge=1, le=100_000)
+    min_k: int = Field(default=1, ge=1, le=100_000)
+
+
+class SelectorIn(Strict):
+    """Which blocks a task may use: exactly one of ``named`` (ids or keys; opaque ids on user
+    and attribute streams), ``newest`` (the n newest live blocks, bound when the task enters the
+    scheduler), ``range`` and ``any`` (the scheduler chooses)."""
+
+    named: list[str] | None = Field(default=None, min_length=1, max_length=10_000)
+    newest: int | None = Field(default=None, ge=1, le=100_000)
+    range: RangeIn | None = None
+    any: AnyIn | None = None
+
+
+class PipelineWorkIn(Strict):
+    """A privacy-adaptive training pipeline run as a task (see ``PipelineIn``)."""
+
+    kind: PipelineKind
+    target: float = Field(gt=0, le=1e6, allow_inf_nan=False, description="the SLA's τ")
+    epsilon0: BudgetFloat = Field(default=0.0625, gt=0, le=10, allow_inf_nan=False)
+    max_epsilon: BudgetFloat = Field(default=1.0, gt=0, le=10, allow_inf_nan=False)
+    min_window: int = Field(default=1, ge=1, le=10_000)
+
+
+class ProviderIn(BaseModel):
+    """A live significance provider: ``{"provider": name, ...its parameters}``."""
+
+    model_config = ConfigDict(extra="allow")
+    provider: str = Field(min_length=1, max_length=64)
+
+
+Significance = Annotated[float, Field(ge=0, le=1e12, allow_inf_nan=False)]
+
+
+class TaskIn(Selection):
+    """A task for the stream's scheduler (docs/service.md, "Tasks").
+
+    ``kind`` ``query`` carries ``query`` (its JSON form; the demand is its priced reservation),
+    ``budget`` carries ``epsilon``/``delta`` or ``rdp`` (a curve at the stream's RDP orders),
+    ``pipeline`` carries ``pipeline``. The blocks come from ``selector``; the older body
+    (``epsilon``/``delta`` with ``blocks`` or ``last``) is still taken as a budget task.
+    """
+
+    kind: TaskKind = TaskKind.BUDGET
+    selector: SelectorIn | None = None
+    query: dict[str, Any] | None = Field(
+        default=None, description="kind query: the query's JSON form (docs/queries.md)"
+    )
+    epsilon: BudgetDecimal | None = Field(
+        default=None,
+        gt=0,
+        le=1e6,
+        allow_inf_nan=False,
+        description="kind budget: ε per block (a number, or an exact decimal string)",
+    )
+    delta: BudgetDecimal = Field(
+        default=Decimal(0),
+        ge=0,
+        lt=1,
+        allow_inf_nan=False,
+        description="δ per block (a number, or an exact decimal string)",
+    )
+    rdp: list[Annotated[float, Field(ge=0, allow_inf_nan=False)]] | None = Field(
+        default=None, min_length=1, max_length=64, description="kind budget: RDP ε(α) per block"
+    )
+    pipeline: PipelineWorkIn | None = None
+    context: str | None = ContextName
+    significance: dict[str, Significance] | ProviderIn | None = Field(
+        default=None,
+        description="p_ij per block ({block: p}) or a live provider ({'provider': name, ...})",
+    )
+    timeout_seconds: float | None = Field(
+        default=None, gt=0, le=30 * 86_400, allow_inf_nan=False, description="deadline"
+    )
+    request_id: str | None = RequestId
+
+
+class ShortfallOut(BaseModel):
+    """One block a waiting task could use that cannot afford its demand now: what the task
+    needs there and what the block has left in the task's context."""
+
+    block: str
+    needs: dict[str, Any] = Field(
+        description="the demand on the block, exact: {epsilon, delta} or {rdp: [...]}"
+    )
+    has: dict[str, Any] | None = Field(
+        description="what the block has left for one more charge, same form (null: retired)"
+    )
+    retired: bool = False
+
+
+class WaitingOut(BaseModel):
+    """Why a task waits: the scheduler and what it waits for; how many of the blocks it could
+    use can afford it now; the others."""
+
+    reason: str
+    affordable: int
+    shortfall: list[ShortfallOut]
+
+
+class TaskOut(BaseModel):
+    """A task as its principal (or an admin) sees it."""
+
+    id: str
+    principal: str
+    stream: str
+    context: str
+    kind: str
+    selector: dict[str, Any]
+    demand: dict[str, Any]
+    epsilon: str | None = Field(description="the demand's ε ((ε, δ) demands only)")
+    delta: str | None
+    query: dict[str, Any] | None = None
+    pipeline: dict[str, Any] | None = None
+    blocks: list[str]
+    significance: dict[str, Any] | None
+    submitted_at: float
+    deadline: float | None
+    state: str
+    reservation_id: str | None
+    decided_at: float | None
+    note: str
+    request_id: str | None = None
+    why: WaitingOut | None = None
+    result: dict[str, Any] | None = None
+
+
+class QueueOut(BaseModel):
+    scheduler: str
+    tasks: list[TaskOut]
+
+
+class SchedulerIn(Strict):
+    spec: str = Field(
+        min_length=1, max_length=200, description="name[:key=value,...], e.g. dpf-n:n=10"
+    )
+
+
+class SchedulerOut(BaseModel):
+    stream: str
+    scheduler: str
+    pipeline_scheduler: str
