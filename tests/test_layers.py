@@ -34,7 +34,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         {"engine"},
         {"ledger"},
         {"accounting"},
-        {"budget", "outcome", "dbrevision"},
+        {"budget", "outcome", "dbrevision", "decimals"},
         {"data"},
         {"errors", "failures"},
     )
