@@ -2,28 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
-import sys
-from pathlib import Path
+
+from bench_support import run_quick
 
 from blockbudget.accounting import RdpFilter
 from blockbudget.budget import ALPHAS, Budget
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def test_filter_capacity_benchmark_quick() -> None:
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "filter_capacity.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-        cwd=ROOT,
-    )
-    rows = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
+    rows = run_quick("filter_capacity.py")
     got = {(r["sigma"], r["rule"]): r["charges"] for r in rows if r["bench"] == "filter_capacity"}
     assert set(got) == {(s, r) for s in (10, 100) for r in ("gdp", "rdp", "basic", "strong",
                                                             "whitehouse")}  # fmt: skip
