@@ -381,11 +381,9 @@ class Grant:
     def spent(self) -> Cost:
         """The exact sum of what was drawn (zero of the reservation's kind if nothing)."""
         rule = self._accounting.rule
-        total: Cost = type(self.reservation.cost).zero()
+        total: Cost = rule.own_kind(type(self.reservation.cost).zero())
         for _, cost in self._draws:
-            if type(cost) is not type(total):
-                cost = rule.own_kind(cost)  # a pure budget counts as the rule's kind
-            total = total + cost
+            total = total.add_up(rule.own_kind(cost))  # a pure budget counts as its price
         return total
 
     @property

@@ -165,3 +165,34 @@ def test_a_draw_of_exactly_a_huge_epsilon_i_fits() -> None:
     assert split.remaining == 0
     with pytest.raises(ReservationError, match="exceeds the iteration's budget"):
         split.draw(Budget(epsilon="1e-18"), label="one unit more")
+
+
+def test_a_pure_budget_and_a_curve_share_one_iteration_total(platform: Platform) -> None:
+    """On an RDP grant, a pure (ε_i, 0) budget drawn after the iteration's whole curve is
+    refused: both count in one running total of the rule's kind (they used to be counted apart,
+    letting one iteration spend twice its term)."""
+    plan = parse_strategy("AVG").build(2, epsilon="0.4")
+    with platform.request(
+        "events_rdp", blocks=Last(1), budget=RdpCurve.from_pure_dp("0.4"), context="analytics"
+    ) as grant:
+        split = SplitSource(grant, plan)
+        split.next_iteration()
+        eps_i = split.epsilon
+        split.draw(grant.accounting.rule.pure(eps_i), label="curve")
+        with pytest.raises(ReservationError, match="RDP curve"):
+            split.draw(Budget(epsilon=eps_i), label="budget")
+        assert len(grant.draws) == 1
+        # the grant's own sum reads the pure draw in the rule's kind, and never fails on mixing
+        assert grant.spent == RdpCurve.from_pure_dp(eps_i)
+
+
+def test_a_grant_reserved_as_a_pure_budget_sums_draws_of_the_rules_kind(
+    platform: Platform,
+) -> None:
+    with platform.request(
+        "events_rdp", blocks=Last(1), budget=Budget(epsilon="0.5"), context="analytics"
+    ) as grant:
+        curve = RdpCurve.laplace(scale=10.0)
+        grant.draw(curve, label="one")
+        grant.draw(Budget(epsilon="0.01"), label="two")
+        assert grant.spent == curve.add_up(RdpCurve.from_pure_dp("0.01"))

@@ -38,7 +38,7 @@ import numpy.typing as npt
 
 from blockbudget.accounting import Accounting, AccountingRule, Combine, Filter, get_rule
 from blockbudget.budget import Budget, Cost, sum_costs
-from blockbudget.errors import InvalidRequestError, UnknownBlockError
+from blockbudget.errors import InvalidBudgetError, InvalidRequestError, UnknownBlockError
 from blockbudget.scheduling.exact import (
     CAPACITY_MARGIN,
     EXACT_WINDOW,
@@ -410,3 +410,26 @@ class BlockBudgets:
             (False, [1.0])
         """
         self._retired[self.index(block_id)] = True
+
+
+def capped_cost(share: Cost, demand: Cost, budgets: BlockBudgets) -> Cost:
+    """``share`` but never above ``demand``, feature by feature: both read in the rule's own
+    kind (:meth:`~blockbudget.accounting.rule.AccountingRule.own_kind`: a pure budget as its
+    price), then their :meth:`~blockbudget.budget.Cost.meet`. Costs the rule cannot read in its
+    kind (an (ε, δ>0) demand on an RDP pool) fall back to the float features: a share whose
+    features all reach the demand's becomes the demand.
+
+    Example:
+        >>> from blockbudget.accounting import Accounting
+        >>> from blockbudget.budget import Budget
+        >>> pool = BlockBudgets(Accounting.BASIC)
+        >>> capped_cost(Budget(epsilon=0.5, delta=1e-9), Budget(epsilon=0.2), pool)
+        Budget(epsilon='0.2', delta='0')
+    """
+    rule = budgets.rule
+    try:
+        return rule.own_kind(share).meet(rule.own_kind(demand))
+    except InvalidBudgetError:
+        if bool(np.all(budgets.vector(share) >= budgets.vector(demand))):
+            return demand
+        return share

@@ -64,6 +64,7 @@ from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.noise import NoiseSource
 from blockbudget.outcome import Outcome
 from blockbudget.scheduling.base import BlockSpec, Scheduler, TaskShape, TaskSpec
+from blockbudget.scheduling.budgets import capped_cost
 from blockbudget.scheduling.pool import Pool
 
 #: Relative tolerance when comparing a cost with a reservation (the pool keeps a 1e-9 capacity
@@ -315,12 +316,10 @@ class SageStrategy(Scheduler):
         # the kind's own composition (its features add), exact when the digits allow, else
         # rounded up (a reservation may round up: the pool checks it against the filter)
         total = cost if held is None else held.add_up(cost)
-        if type(total) is type(demand):
-            # never hold more than the pipeline may spend on a block, feature by feature (a
-            # share a hair below the demand's δ must not keep a whole block's ε)
-            total = total.meet(demand)
-        elif np.all(pool.vector(total) >= pool.vector(demand)):
-            total = demand  # never hold more than the pipeline may spend on a block
+        # never hold more than the pipeline may spend on a block, feature by feature (a share a
+        # hair below the demand's δ must not keep a whole block's ε): both read in the rule's
+        # kind (a pure budget as its price), then their meet
+        total = capped_cost(total, demand, pool)
         if held is not None:
             pool.release(task_id, block_id, note="merged into a larger reservation")
         if not pool.reserve(task_id, block_id, total, note="sage even split") and held is not None:

@@ -190,7 +190,8 @@ class SplitSource:
         where = f"{self.label} {self._index}"
         if self.sequence.length is not None:
             where += f"/{self.sequence.length}"
-        if isinstance(cost, Budget):
+        rule = self._accounting.rule
+        if isinstance(cost, Budget) and rule.cost_kind is Budget:
             # (ε, δ) semantics, not a kind switch: ε_i caps the draws' ε and δ is not split
             with localcontext(CEIL):  # a sum rounded up never lets a draw pass ε_i
                 after_eps = self._spent_eps + cost.epsilon
@@ -201,8 +202,7 @@ class SplitSource:
                 )
             self.source.draw(cost, label=f"{where}: {label}")
             self._spent_eps = after_eps
-        else:
-            rule = self._accounting.rule
+        else:  # one running total in the rule's own kind: a pure budget counts as its price
             try:
                 mine = rule.own_kind(cost)
                 after = mine if self._spent_cost is None else self._spent_cost.add_up(mine)

@@ -62,8 +62,23 @@ RuleName = Annotated[
 BudgetFloat = Annotated[float, BeforeValidator(_decimal_text)]
 #: ε or δ read exactly: a JSON number, or ASCII decimal text.
 BudgetDecimal = Annotated[Decimal, BeforeValidator(_decimal_text)]
-Epsilon = Field(gt=0, le=1e6, allow_inf_nan=False, description="ε per block")
-Delta = Field(default=0.0, ge=0, lt=1, allow_inf_nan=False, description="δ per block")
+Epsilon = Field(
+    gt=0,
+    le=1e6,
+    allow_inf_nan=False,
+    description=(
+        "ε per block, as the ledger charges it: on a user-level stream with rows_per_user = k, "
+        "reservations and direct charges take the group cost (queries and tasks take the "
+        "per-row ε and apply group privacy themselves)"
+    ),
+)
+Delta = Field(
+    default=0.0,
+    ge=0,
+    lt=1,
+    allow_inf_nan=False,
+    description="δ per block, as the ledger charges it (see ε)",
+)
 RequestId = Field(default=None, min_length=1, max_length=200, description="idempotency key")
 
 

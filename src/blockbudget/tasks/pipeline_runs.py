@@ -13,14 +13,13 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol
 
-import numpy as np
-
 from blockbudget.budget import Budget, Cost
 from blockbudget.errors import BlockBudgetError, InvalidRequestError
 from blockbudget.failures import failure_of, new_reference
 from blockbudget.outcome import Outcome
 from blockbudget.scheduling import Decision, DecisionKind, Pool
 from blockbudget.scheduling.base import scheduler_classes
+from blockbudget.scheduling.budgets import capped_cost
 from blockbudget.scheduling.ledger_bridge import LedgerBridge
 from blockbudget.scheduling.sage import SageStrategy, Usage
 from blockbudget.tasks.livepool import LEDGER_TASK
@@ -160,13 +159,8 @@ def make_strategy(spec: str) -> SageStrategy:
 
 
 def capped(share: Cost, demand: Cost, pool: Pool) -> Cost:
-    """``share`` but never above ``demand``: feature by feature (:meth:`~Cost.meet`) when both
-    are of one kind; a share whose features all reach the demand's becomes the demand."""
-    if type(share) is type(demand):
-        return share.meet(demand)
-    if bool(np.all(pool.vector(share) >= pool.vector(demand))):
-        return demand
-    return share
+    """``share``, never above ``demand`` (:func:`blockbudget.scheduling.budgets.capped_cost`)."""
+    return capped_cost(share, demand, pool)
 
 
 def configure(strategy: SageStrategy, task_id: str, work: PipelineWork) -> None:
