@@ -24,9 +24,13 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# The suite runs on every core (pytest-xdist; PYTEST_WORKERS=0 runs it in one process): each
+# test has its own temporary folder, PostgreSQL database and ports.
+PYTEST_WORKERS ?= auto
+
 pytest: $(STAMP)
 	./scripts/ensure-chromium.sh
-	./scripts/with-postgres.sh $(BIN)/pytest
+	./scripts/with-postgres.sh $(BIN)/pytest -n $(PYTEST_WORKERS)
 
 test: lint typecheck pytest
 

@@ -78,9 +78,11 @@ def check_views(
 def cli_count(args: list[str]) -> tuple[dict[str, int], int | None]:
     r = CliRunner().invoke(cli_app, ["blocks", "flights", *args], env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())  # the line may wrap at the console's width
     found = re.search(
-        r"retiring block\(s\), live and under 10% left: ([^;\n]*)(; in every open context (\d+))?",
-        r.output,
+        r"retiring block\(s\), live and under 10% left: ([\w-]+ \d+(?:, [\w-]+ \d+)*)"
+        r"(; in every open context (\d+))?",
+        text,
     )
     assert found, r.output
     per = {c: int(n) for c, n in (part.split() for part in found.group(1).split(", "))}
