@@ -12,7 +12,12 @@ import pyarrow as pa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 
-from blockbudget.errors import IngestIdConflictError, StoreConflictError, UnknownBlockError
+from blockbudget.errors import (
+    DuplicateRowsError,
+    IngestIdConflictError,
+    StoreConflictError,
+    UnknownBlockError,
+)
 from blockbudget.store import catalog
 from blockbudget.store.commit import AlreadyIngested, IngestIdentity, PlanConflict, record_ingest
 from blockbudget.store.content import ContentHasher, hash_ingest_id
@@ -101,6 +106,14 @@ class IngestRun:
             return self._commit(spec, staged, limits, identity, OverlapCheck(policy))
         except AlreadyIngested as exc:  # a concurrent ingest of this id committed first
             return self._repeat(stream, identity.ingest_id, content, exc.row)
+        except DuplicateRowsError:
+            # The overlap check runs before the id is recorded: a concurrent ingest of this very
+            # id that committed in between shows up as duplicate rows. Nothing was written, so
+            # answer as the repeat it is; any other duplicate stays refused.
+            done = self._ingested(stream, identity.ingest_id)
+            if done is None:
+                raise
+            return self._repeat(stream, identity.ingest_id, content, done)
 
     def _ingested(self, stream: str, ingest_id: str) -> catalog.IngestRow | None:
         with self.engine.connect() as conn:
