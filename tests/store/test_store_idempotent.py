@@ -285,3 +285,35 @@ def test_concurrent_ingests_of_one_file_commit_once(
     finally:
         for s in stores:
             s.dispose()
+
+
+def test_an_ingest_whose_id_commits_while_it_runs_is_a_repeat_not_a_duplicate(
+    db_url: str, root: Path, three_days: pd.DataFrame, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race the parallel suite met on PostgreSQL, made deterministic: a concurrent ingest
+    of the same content commits after this one checked the id and before it commits, so its
+    overlap check finds every row stored. The answer is the first ingest's report, marked a
+    repeat — not a DuplicateRowsError — and nothing is written twice."""
+    from blockbudget.store.ingesting import IngestRun
+
+    store = BlockStore(db_url, root)
+    try:
+        store.create_stream(time_spec())
+        first = store.ingest("flights", three_days)
+        real = IngestRun._ingested
+        calls = {"n": 0}
+
+        def blind_once(self: IngestRun, stream: str, ingest_id: str) -> object:
+            calls["n"] += 1
+            return None if calls["n"] == 1 else real(self, stream, ingest_id)
+
+        monkeypatch.setattr(IngestRun, "_ingested", blind_once)
+        again = store.ingest("flights", three_days)
+        assert calls["n"] == 2 and again.repeat and again.ingest_id == first.ingest_id
+        assert [b.rows for b in store.blocks("flights")] == [842, 943, 914]
+        # a different ingest of the same rows is still refused as duplicates
+        monkeypatch.setattr(IngestRun, "_ingested", real)
+        with pytest.raises(DuplicateRowsError):
+            store.ingest("flights", three_days, ingest_id="another-id")
+    finally:
+        store.close()
