@@ -142,12 +142,7 @@ class GaussianDp(Cost):
             with localcontext() as ctx:
                 ctx.prec = 40
                 ctx.rounding = ROUND_CEILING
-                root = (2 * eps + 2).sqrt()
-                ctx.prec = 100
-                if root * root < 2 * eps + 2:
-                    ctx.prec = 40
-                    root = root.next_plus()
-                return cls(mu=_storable_up(2 * root))
+                return cls(mu=_storable_up(2 * _sqrt_up(2 * eps + 2)))
         return cls(mu=_pure_dp_mu_up(eps))
 
     def __add__(self, other: GaussianDp) -> GaussianDp:
@@ -157,12 +152,7 @@ class GaussianDp(Cost):
             ctx.prec = 40
             ctx.rounding = ROUND_CEILING
             total = self.mu * self.mu + other.mu * other.mu
-            root = total.sqrt()  # correctly rounded half-even: bumped where it fell below
-            ctx.prec = 100  # root has ≤ 40 digits: root² is exact
-            if root * root < total:
-                ctx.prec = 40
-                root = root.next_plus()
-            return GaussianDp(mu=_storable_up(root))
+        return GaussianDp(mu=_storable_up(_sqrt_up(total)))
 
     def __radd__(self, other: object) -> GaussianDp:
         if other == 0:
@@ -312,6 +302,21 @@ class GdpFilter(Filter):
             ctx.rounding = ROUND_FLOOR
             mu = (from_units(self._cap) * Decimal(repr(fraction))).sqrt()
         return GaussianDp(mu=mu.next_minus() if mu > 0 else mu)
+
+
+def _sqrt_up(value: Decimal) -> Decimal:
+    """√value at 40 digits, never below the exact root: Decimal's sqrt rounds half-even, so a
+    root whose square falls below ``value`` is bumped one step (the square of a 40-digit root is
+    exact at 100 digits)."""
+    with localcontext() as ctx:
+        ctx.prec = 40
+        ctx.rounding = ROUND_CEILING
+        root = value.sqrt()
+        ctx.prec = 100
+        if root * root < value:
+            ctx.prec = 40
+            root = root.next_plus()
+        return root
 
 
 def _ratio(mu: Decimal) -> str:
@@ -521,15 +526,7 @@ class GdpRule(AccountingRule):
 
     def cost_of_features(self, features: Sequence[int]) -> Cost:
         """μ = √(μ² units), rounded up (so its μ² is never below the features)."""
-        with localcontext() as ctx:
-            ctx.prec = 40
-            ctx.rounding = ROUND_CEILING
-            root = from_units(features[0]).sqrt()
-            ctx.prec = 100  # root has ≤ 40 digits: root² is exact
-            if root * root < from_units(features[0]):
-                ctx.prec = 40
-                root = root.next_plus()
-        return GaussianDp(mu=_storable_up(root))
+        return GaussianDp(mu=_storable_up(_sqrt_up(from_units(features[0]))))
 
     def features_json(self, features: Sequence[int]) -> dict[str, str | list[str]]:
         return {"gdp_mu2": _exact(features[0])}
