@@ -11,11 +11,30 @@ its domain up front instead.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+import numpy.typing as npt
 
 from blockbudget.streaming.streams import CategoricalStream
 
+if TYPE_CHECKING:
+    import pandas as pd
+
+IntArray = npt.NDArray[np.int64]
+
 __all__ = ["flights_by_carrier", "flights_stream"]
+
+
+def _encoded(df: pd.DataFrame) -> tuple[tuple[str, ...], IntArray, IntArray, IntArray]:
+    """(destinations in order, day as MMDD, destination index, aircraft index) per row."""
+    dests = tuple(sorted(df["dest"].unique().tolist()))
+    dest_id = {d: i for i, d in enumerate(dests)}
+    planes = {p: i for i, p in enumerate(sorted(df["tailnum"].unique().tolist()))}
+    day = (df["month"].to_numpy() * 100 + df["day"].to_numpy()).astype(np.int64)
+    items = df["dest"].map(dest_id).to_numpy().astype(np.int64)
+    users = df["tailnum"].map(planes).to_numpy().astype(np.int64)
+    return dests, day, items, users
 
 
 def flights_stream() -> CategoricalStream:
@@ -24,12 +43,7 @@ def flights_stream() -> CategoricalStream:
 
     df = load_flights(columns=["year", "month", "day", "dest", "tailnum", "distance"])
     df = df[df["tailnum"].notna()]
-    dests = tuple(sorted(df["dest"].unique().tolist()))
-    dest_id = {d: i for i, d in enumerate(dests)}
-    planes = {p: i for i, p in enumerate(sorted(df["tailnum"].unique().tolist()))}
-    day = (df["month"].to_numpy() * 100 + df["day"].to_numpy()).astype(np.int64)
-    items = df["dest"].map(dest_id).to_numpy().astype(np.int64)
-    users = df["tailnum"].map(planes).to_numpy().astype(np.int64)
+    dests, day, items, users = _encoded(df)
     slots = []
     for d in np.unique(day):
         mask = day == d
@@ -45,12 +59,7 @@ def flights_by_carrier() -> dict[str, CategoricalStream]:
 
     df = load_flights(columns=["month", "day", "dest", "tailnum", "carrier"])
     df = df[df["tailnum"].notna()]
-    dests = tuple(sorted(df["dest"].unique().tolist()))
-    dest_id = {d: i for i, d in enumerate(dests)}
-    planes = {p: i for i, p in enumerate(sorted(df["tailnum"].unique().tolist()))}
-    day = (df["month"].to_numpy() * 100 + df["day"].to_numpy()).astype(np.int64)
-    items = df["dest"].map(dest_id).to_numpy().astype(np.int64)
-    users = df["tailnum"].map(planes).to_numpy().astype(np.int64)
+    dests, day, items, users = _encoded(df)
     carriers = df["carrier"].to_numpy()
     days = np.unique(day)
     out: dict[str, CategoricalStream] = {}
