@@ -129,6 +129,8 @@ def print_verify(report: Any, *, console: Console) -> None:
             f"{report.blocks} blocks and {report.contexts} contexts; ledger matches the log and "
             "every filter accepts every block's history"
         )
+        for note in getattr(report, "notes", ())[:20]:
+            console.print(f"  [yellow]note[/]: {escape(str(note))}")
     else:
         console.print(f"[bold red]audit verify: FAILED[/] — {len(report.problems)} problem(s)")
         for p in report.problems[:20]:

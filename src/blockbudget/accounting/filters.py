@@ -104,6 +104,13 @@ class Filter(ABC):
     def shortfall(self, used: Sequence[int], candidate: Sequence[int]) -> str:
         """By how much ``candidate`` exceeds what remains after ``used`` (human-readable)."""
 
+    def fits_before_proof(self, used: Sequence[int]) -> bool:
+        """Whether ``used`` fits the test this rule applied before it was capped at its proved
+        bound — history the audit replay reports as a note, not as an overspend. False for
+        every rule that was proved from its first charge (all but ``rdp``, see
+        :class:`~blockbudget.accounting.rdp.RdpFilter`)."""
+        return False
+
     def total(self, history: Sequence[Cost]) -> Vector:
         """Summed features of a history of charges."""
         acc = self.zero()

@@ -1,15 +1,27 @@
-"""The Rényi-DP block filter (PrivateKube, OSDI'21 §4; DPack, EuroSys'25 §3).
+"""The Rényi-DP block filters: ``rdp2`` (proved) and ``rdp`` (version 1, kept for its streams).
 
-Capacity per order α of :data:`~blockbudget.budget.ALPHAS`: ε_g − log(1/δ_g)/(α−1); a charge
-fits while *some* order stays within its capacity (validity of the "exists α" rule: Lécuyer
-2021, "Practical privacy filters and odometers with Rényi DP"). Mechanisms are priced by their
-own curves at the noise actually used: Laplace (Mironov 2017, Prop. 6), Gaussian (Prop. 7),
-summed per order (Prop. 1); a pure ε-DP mechanism by its pure-DP curve.
+Both keep one running sum per order α of :data:`~blockbudget.budget.ALPHAS` and admit a charge
+while *some* order stays within its capacity; they differ only in the capacities
+(:mod:`blockbudget.accounting.renyi_capacity` holds the proof and the arithmetic):
+
+* ``rdp2`` — the proved filter: δ_g split over the usable orders Λ (a union bound, since which
+  order survives depends on the outputs), each order's budget from Feldman & Zrnic (NeurIPS
+  2021, Thm 3.1) converted by Canonne, Kamath & Steinke (NeurIPS 2020, Prop. 12).
+* ``rdp`` — PrivateKube's rule (OSDI'21 §5.2, Alg. 3), ε_g − ln(1/δ_g)/(α−1) at every order
+  with the whole δ_g, for which no proof was found. Its blocks keep working, but no capacity
+  grows: each order admits at most min(the version-1 capacity, the proved one), so whatever
+  it admits from now on is covered by the theorem; a block whose history already exceeds the
+  proved capacities at every order admits nothing more, is reported by ``audit verify`` and
+  retires at the next sweep.
+
+Mechanisms are priced by their own curves at the noise actually used: Laplace (Mironov 2017,
+Prop. 6), Gaussian (Prop. 7), summed per order (Prop. 1); a pure ε-DP mechanism by its pure-DP
+curve.
 
 Example:
     >>> from decimal import Decimal
     >>> from blockbudget.accounting.rule import NoisePart, Noise, Release, get_rule
-    >>> cost = get_rule("rdp").price(
+    >>> cost = get_rule("rdp2").price(
     ...     Release(epsilon=Decimal(1), parts=(NoisePart(Noise.GAUSSIAN, 2.0, 1.0),)))
     >>> round(float(cost.epsilons[2]), 9)  # α = 2: α·Δ²/(2σ²) = 0.25, bumped up by 1e-12
     0.25
@@ -19,9 +31,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
+from decimal import Decimal
 
 from blockbudget.accounting.filters import Filter, Vector, rdp_json
+from blockbudget.accounting.renyi_capacity import mironov_capacities, proved_capacities
 from blockbudget.accounting.rule import (
     Accounting,
     AccountingRule,
@@ -39,19 +52,23 @@ from blockbudget.budget import (
     Cost,
     RdpCurve,
     from_units,
-    units_down,
     units_up,
 )
 from blockbudget.errors import InvalidBudgetError
 
 
 class RdpFilter(Filter):
-    """Rényi-DP block filter over :data:`ALPHAS` (PrivateKube OSDI'21 §4, DPack EuroSys'25 §3).
+    """The version-1 Rényi filter (``rdp``) over :data:`ALPHAS`, capped at the proved capacities.
 
-    Capacity per order: ε_g − log(1/δ_g)/(α−1) (rounded down; negative orders are unusable).
-    A block stays valid while *some* order's summed RDP is within its capacity; by the RDP
-    conversion this keeps the block (ε_g, δ_g)-DP. Features: per-order RDP, rounded up. A pure
+    Capacity per order: min(ε_g − ln(1/δ_g)/(α−1), the ``rdp2`` capacity) in units, rounded
+    down; an order whose capacity is negative admits nothing. A block stays valid while *some*
+    order's summed RDP is within its capacity. Features: per-order RDP, rounded up. A pure
     (ε, 0) budget is converted with :meth:`RdpCurve.from_pure_dp`; (ε, δ>0) budgets are refused.
+
+    Attributes:
+        order_capacity: the capacity per order, in units.
+        legacy_capacity: the version-1 capacities, which the audit replay reads history by
+            (:meth:`fits_before_proof`).
     """
 
     accounting = Accounting.RDP
@@ -59,9 +76,17 @@ class RdpFilter(Filter):
 
     def __init__(self, *, capacity: Budget) -> None:
         super().__init__(capacity=capacity)
-        if capacity.delta <= 0:
-            raise InvalidBudgetError(f"an RDP filter needs δ_g > 0, got {capacity}")
-        self.order_capacity: Vector = rdp_order_capacities(capacity)
+        self.legacy_capacity: Vector = mironov_capacities(capacity)
+        proved = proved_capacities(capacity)
+        self.order_capacity: Vector = tuple(
+            min(a, b) for a, b in zip(self.legacy_capacity, proved, strict=True)
+        )
+
+    def fits_before_proof(self, used: Sequence[int]) -> bool:
+        """Whether ``used`` fits the version-1 capacities (what this rule admitted before it
+        was capped at the proved ones): the audit replay reports such history as over the
+        proved bound rather than as an overspend."""
+        return any(u <= c for u, c in zip(used, self.legacy_capacity, strict=True))
 
     def features(self, cost: Cost) -> Vector:
         if isinstance(cost, Budget):
@@ -116,39 +141,14 @@ class RdpFilter(Filter):
         )
 
 
-def rdp_order_capacities(capacity: Budget) -> Vector:
-    """Per-order RDP capacity ε_g − ln(1/δ_g)/(α−1) in fixed-point units, never above the exact.
-
-    Computed in decimal with directed rounding: ln(1/δ_g) is evaluated at 60 digits (correctly
-    rounded to nearest, so within half an ulp) and raised by a relative 1e-58, divided by α−1
-    rounding up, and subtracted from the exact ε_g rounding down; the result is floored to a
-    unit. A float formula here could round *up* by an ulp of ε_g when the subtraction cancels.
-
-    Args:
-        capacity: the block's global budget (ε_g, δ_g) with δ_g > 0.
-
-    Raises:
-        InvalidBudgetError: when δ_g is not positive.
-    """
-    if capacity.delta <= 0:
-        raise InvalidBudgetError(f"an RDP filter needs δ_g > 0, got {capacity}")
-    with localcontext() as ctx:
-        ctx.prec = 60
-        log_inv = -capacity.delta.ln()  # > 0, since 0 < δ_g < 1; half an ulp off at most
-        ctx.rounding = ROUND_CEILING
-        log_inv += log_inv.scaleb(-58)
-        terms = [log_inv / (Decimal(repr(alpha)) - 1) for alpha in ALPHAS]
-        ctx.prec = 400  # ε_g and the terms have < 200 significant digits: the difference is exact
-        ctx.rounding = ROUND_FLOOR
-        return tuple(units_down(capacity.epsilon - term) for term in terms)
-
-
 class RdpRule(AccountingRule):
-    """Rényi-DP accounting over the order grid (PrivateKube §4)."""
+    """Rényi-DP accounting over the order grid, version 1 (PrivateKube OSDI'21 §5.2), capped
+    at the proved capacities of ``rdp2``; kept so that its streams keep their meaning."""
 
     name = "rdp"
     title = (
-        "Rényi filter (PrivateKube §4): some order α keeps Σε(α) ≤ ε_g − log(1/δ_g)/(α−1) per block"
+        "Rényi filter, version 1 (PrivateKube §5.2; superseded by rdp2): some order α keeps "
+        "Σε(α) ≤ min(ε_g − log(1/δ_g)/(α−1), the rdp2 capacity) per block"
     )
     cost_kind = RdpCurve
     combine = Combine.ANY

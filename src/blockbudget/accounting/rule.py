@@ -279,7 +279,7 @@ def check_group(k: int) -> None:
 
 #: The modules of ``blockbudget.accounting`` that define and register a rule, in the order the
 #: registry lists them. Registering a new rule: its module, and its name here.
-RULE_MODULES: tuple[str, ...] = ("basic", "strong", "rdp", "gdp", "whitehouse")
+RULE_MODULES: tuple[str, ...] = ("basic", "strong", "rdp", "gdp", "whitehouse", "rdp2")
 
 _RULES: dict[str, AccountingRule] = {}
 _ORDERED: list[dict[str, AccountingRule]] = []

@@ -166,7 +166,10 @@ class StrongRule(BudgetRule):
     """Strong composition with slack δ̃ (seed 004, §A.3, Theorem A.2)."""
 
     name = "strong"
-    title = "strong composition (Sage §A.3, Thm A.2; Rogers et al. 2016, Thm 5.1)"
+    title = (
+        "strong composition (Sage §A.3, Thm A.2; Rogers et al. 2016, Thm 5.1); superseded by "
+        "whitehouse, which admits more in every measured case (docs/accounting.md)"
+    )
     combine = Combine.FILTER
     takes_slack = True
 

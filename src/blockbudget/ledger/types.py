@@ -478,6 +478,9 @@ class VerifyReport:
             checkpoint had verified).
         checkpoint_seq: the seq of the verified checkpoint the replay started after (0: a
             full replay from the first event).
+        notes: findings that are not problems, one sentence each: blocks whose history a
+            rule admitted before it was capped at its proved bound (``rdp`` version 1) and
+            that exceed that bound (docs/accounting.md, "The Rényi filters").
     """
 
     ok: bool
@@ -487,6 +490,7 @@ class VerifyReport:
     problems: tuple[str, ...]
     replayed: int = 0
     checkpoint_seq: int = 0
+    notes: tuple[str, ...] = ()
 
 
 def decimal_text(value: Decimal) -> str:

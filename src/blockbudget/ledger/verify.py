@@ -124,7 +124,7 @@ class _Replay:
         self.reserved[(block, ctx)] = reserved
         f = self.reg(block).filter
         used = add_vectors(charged, reserved)
-        if not f.fits(used):
+        if not f.fits(used) and not f.fits_before_proof(used):
             self.problem(
                 seq,
                 f"overspend: block {block!r} in context {ctx!r} no longer fits its "
@@ -181,6 +181,29 @@ def _apply(rp: _Replay, seq: int, ts: float, kind: EventKind, ctx: str | None, p
         _charged(rp, seq, ts, ctx, p)
         return
     _reservation_closed(rp, seq, kind, ctx, p)  # RELEASED or EXPIRED
+
+
+def _over_proved_bound(rp: _Replay) -> tuple[str, ...]:
+    """One note per block and context whose history a rule admitted before it was capped at
+    its proved bound and that exceeds that bound (``rdp`` version 1; see
+    :meth:`~blockbudget.accounting.filters.Filter.fits_before_proof`)."""
+    notes = []
+    for (block, ctx), charged in sorted(rp.charged.items()):
+        reg = rp.reg(block)
+        used = add_vectors(charged, rp.reserved.get((block, ctx), reg.filter.zero()))
+        if reg.filter.fits(used):
+            continue
+        state = (
+            "it is retired"
+            if reg.retired
+            else "it admits nothing more in this context, and retires once every context is "
+            "spent (Platform.retire_exhausted, POST /v1/streams/{stream}/retire)"
+        )
+        notes.append(
+            f"block {block!r} in context {ctx!r} was spent under {reg.accounting.value} "
+            f"version 1 beyond the proved capacity of its {reg.capacity}; {state}"
+        )
+    return tuple(notes)
 
 
 def _context_added(rp: _Replay, ts: float, ctx: str | None, p: Any) -> None:
@@ -473,6 +496,7 @@ def verify_ledger(
         problems=tuple(rp.problems),
         replayed=count,
         checkpoint_seq=after,
+        notes=_over_proved_bound(rp),
     )
     if not report.ok or tip == 0 or (tip == after and not full):
         return report, None

@@ -52,4 +52,5 @@ def register_audit_routes(app: FastAPI, *, platform: Platform, authenticate: Aut
             blocks=r.blocks,
             contexts=r.contexts,
             problems=list(r.problems),
+            notes=list(r.notes),
         )

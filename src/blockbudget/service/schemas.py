@@ -269,6 +269,11 @@ class VerifyOut(BaseModel):
     blocks: int
     contexts: int
     problems: list[str]
+    notes: list[str] = Field(
+        default_factory=list,
+        description="findings that are not problems: blocks spent under a rule version "
+        "beyond the bound it was later capped at (docs/accounting.md)",
+    )
 
 
 class HeatmapOut(BaseModel):
