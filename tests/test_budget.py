@@ -175,10 +175,11 @@ def test_laplace_curve_never_undercounts_against_a_high_precision_reference() ->
                 exact = min(exact, t)
                 relative = (mpmath.mpf(str(value)) - exact) / exact
                 assert 0 <= relative < 1e-9, (ratio, alpha, relative)
-    # Below 1e-40 the pure-DP bound min(ε, αε²/2) is used, at the exact binary value of Δ/b
-    # (the double the mechanism uses): still an upper bound.
+    # Below 1e-40 the pure-DP bound min(ε, αε²/2) is used, at the larger of the exact binary
+    # value of Δ/b (the double the mechanism uses) and its decimal reading: an upper bound both
+    # ways (tests/test_laplace_curve_rounding.py).
     tiny = RdpCurve.laplace(scale=1.0, sensitivity=1e-45)
-    bound = RdpCurve.from_pure_dp(Decimal.from_float(1e-45))
+    bound = RdpCurve.from_pure_dp(max(Decimal.from_float(1e-45), Decimal("1e-45")))
     for ours, pure in zip(tiny.epsilons, bound.epsilons, strict=True):
         assert pure <= ours and ours - pure <= pure * Decimal("1e-30")  # Δ/b rounded up
 

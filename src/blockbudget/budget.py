@@ -416,6 +416,11 @@ class RdpCurve(Cost):
         t = Δ/b, so no exponential overflows however large t is; each order is capped at the
         pure-DP bound t (RDP of an ε-DP mechanism is at most ε at every order).
 
+        Never below the exact curve at any scale: t is the larger of the quotients of the
+        doubles' binary values and of their shortest decimals, rounded up; float values are
+        bumped up (:meth:`from_function`); below t = 1e-40 the pure-DP bound min(t, α·t²/2)
+        is priced in decimal, rounded up (the exact curve is α·t²/2·(1 − t/3 + O(t²))).
+
         Raises:
             InvalidBudgetError: for a non-positive or non-finite scale, a negative or non-finite
                 sensitivity, or a price that cannot be computed.
@@ -427,10 +432,18 @@ class RdpCurve(Cost):
         if sensitivity == 0:
             return cls.zero()
         try:
-            # 1/λ, the pure-DP ε, from the exact binary values of the doubles the mechanism
-            # uses (a shortest round-trip decimal can be below them), rounded up.
+            # 1/λ, the pure-DP ε, rounded up: the larger of Δ/b read from the exact binary
+            # values of the doubles (what the mechanism draws with; a shortest decimal can be
+            # below them) and from their shortest decimals (what the caller wrote: the binary
+            # quotient can be half an ulp below it, and the tiny-t branch's α·t²/2, which has
+            # no float margin, was then up to an ulp below the exact curve, e.g. 6e-17
+            # relative at scale=1e40). The curve increases with t, so it is never below the
+            # exact one under either reading.
             with localcontext(_PRICE):
-                t = Decimal(float(sensitivity)) / Decimal(float(scale))
+                t = max(
+                    Decimal(float(sensitivity)) / Decimal(float(scale)),
+                    Decimal(repr(float(sensitivity))) / Decimal(repr(float(scale))),
+                )
             if t.adjusted() < -40:
                 # Below ~1e-40 the exact curve needs hundreds of digits; pure DP's bound
                 # min(ε, α·ε²/2) (Bun & Steinke 2016, Prop. 1.4) is an upper bound on it. An ε
