@@ -144,16 +144,21 @@ def test_gaussian_with_sigma_draws_the_gaussian_curve_on_rdp_streams() -> None:
     assert source.draws[0][0] == RdpCurve.gaussian(sigma=2.5, sensitivity=1.5)
 
 
-def test_gaussian_with_a_target_on_rdp_streams_uses_the_rdp_calibration() -> None:
-    source = FakeSource(Accounting.RDP)
+@pytest.mark.parametrize("rule", ["rdp", "rdp2"])
+def test_gaussian_with_a_target_on_rdp_streams_uses_the_rules_calibration(rule: str) -> None:
+    source = FakeSource(Accounting(rule))
     result = gaussian_mechanism(
         source, 0.0, epsilon=1.0, delta=1e-5, sensitivity=1.0, noise=NoNoise()
     )
-    sigma = rdp_gaussian_sigma(epsilon=1.0, delta=1e-5, sensitivity=1.0)
+    sigma = rdp_gaussian_sigma(epsilon=1.0, delta=1e-5, sensitivity=1.0, accounting=rule)
     assert result.noise_scale == sigma
     cost = source.draws[0][0]
     assert cost == RdpCurve.gaussian(sigma=sigma, sensitivity=1.0)
     assert isinstance(cost, RdpCurve)
+    # the curve fits an empty (1, 1e-5) block of the rule: one conversion for both
+    f = Accounting(rule).rule.filter(capacity=Budget(epsilon=1, delta="1e-5"))
+    assert f.fits(f.features(cost))
+    # and dp-accounting's conversion (no union bound over orders) agrees it is (1, 1e-5)-DP
     assert cost.to_dp(delta=1e-5).epsilon <= 1
 
 

@@ -13,7 +13,8 @@ from dp_accounting.rdp import rdp_privacy_accountant as rdp
 from hypothesis import given
 from hypothesis import strategies as st
 
-from blockbudget.budget import ALPHAS, RdpCurve
+from blockbudget.accounting import get_rule
+from blockbudget.budget import ALPHAS, Budget, RdpCurve
 from blockbudget.errors import InvalidBudgetError
 from blockbudget.mechanisms.calibration import (
     analytic_gaussian_delta,
@@ -186,8 +187,11 @@ def test_rdp_gaussian_sigma_converts_to_at_most_the_target(
     acc = rdp.RdpAccountant(list(ALPHAS))
     acc.compose(GaussianDpEvent(sigma / sensitivity))
     assert acc.get_epsilon(delta) <= epsilon
-    # tight to 1e-6: a little less noise breaks the target
-    less = RdpCurve.gaussian(sigma=sigma * (1 - 1e-6), sensitivity=sensitivity)
-    assert less.to_dp(delta=delta).epsilon > Decimal(repr(epsilon))
+    # it is the rdp2 filter's conversion: the curve fits an empty (ε, δ) block, and a little
+    # less noise does not
+    f = get_rule("rdp2").filter(capacity=Budget(epsilon=repr(epsilon), delta=repr(delta)))
+    assert f.fits(f.features(curve))
+    less = RdpCurve.gaussian(sigma=sigma * (1 - 1e-9), sensitivity=sensitivity)
+    assert not f.fits(f.features(less))
     # RDP on a 12-order grid needs more noise than the exact analytic calibration
     assert sigma > analytic_gaussian_sigma(epsilon=epsilon, delta=delta, sensitivity=sensitivity)

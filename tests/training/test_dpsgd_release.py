@@ -225,7 +225,12 @@ def test_without_a_public_size_the_plan_follows_a_dp_count_paid_from_the_budget(
     count_eps, sgd_eps = Decimal("0.1"), Decimal("0.9")  # COUNT_FRACTION = 0.1
     assert model.rows_ is not None and model.rows_ != 500  # a noisy count, not n
     assert model.plan_ == plan_dpsgd(
-        n=model.rows_, batch_size=100, epochs=1, epsilon=sgd_eps, delta=1e-5
+        n=model.rows_,
+        batch_size=100,
+        epochs=1,
+        epsilon=sgd_eps,
+        delta=1e-5,
+        accounting=accounting,
     )
     assert model.cost_ == src.spent
     if accounting is Accounting.BASIC:

@@ -15,7 +15,7 @@ from blockbudget.apps.flights.features import year_frame
 from blockbudget.apps.flights.pipelines import classification_pipeline
 from blockbudget.errors import InvalidBudgetError, InvalidRequestError
 from blockbudget.mechanisms import SeededNoise
-from blockbudget.training import DPSGDModel, LogisticDPSGD, MeteredSource
+from blockbudget.training import DPSGDModel, LogisticDPSGD, MeteredSource, dpsgd
 from blockbudget.training.sizing import COUNT_FRACTION, training_size
 
 
@@ -28,15 +28,27 @@ def _data(n: int = 500) -> tuple[Any, Any]:
 def test_a_target_no_schedule_meets_is_refused_before_the_count(cls: Any) -> None:
     x, y = _data()
     src = MeteredSource()
-    with pytest.raises(InvalidBudgetError):
-        cls(batch_size=50, seed=1).fit(src, x, y, epsilon=0.0004, delta=1e-6)
+    with pytest.raises(InvalidBudgetError):  # σ beyond 1e7: no schedule meets ε = 1e-9
+        cls(batch_size=50, seed=1).fit(src, x, y, epsilon=1e-9, delta=1e-6)
     assert src.draws == []
 
 
 @pytest.mark.parametrize("cls", [DPSGDModel, LogisticDPSGD], ids=lambda c: c.__name__)
-def test_a_target_met_only_at_full_batch_never_fails_after_the_count(cls: Any) -> None:
-    """ε = 0.001 at δ = 1e-6 is reachable with q = 1 but not with a subsampled schedule under
-    Opacus' accountant: the fit falls back to full batch instead of failing after its count."""
+def test_a_target_met_only_at_full_batch_never_fails_after_the_count(
+    cls: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A target the subsampled schedule of the counted size cannot meet but full batch can (so
+    it was under Opacus' RDP accountant at ε = 0.001, δ = 1e-6; the PLD meets both, so the
+    subsampled plan is made to refuse here): the fit falls back to full batch instead of
+    failing after its count."""
+    real = dpsgd.plan_dpsgd
+
+    def subsampled_refused(**kwargs: Any) -> dpsgd.SgdPlan:
+        if kwargs["n"] > kwargs["batch_size"]:
+            raise InvalidBudgetError("no subsampled schedule meets it")
+        return real(**kwargs)
+
+    monkeypatch.setattr(dpsgd, "plan_dpsgd", subsampled_refused)
     x, y = _data()
     for seed in range(3):
         src = MeteredSource()

@@ -13,6 +13,7 @@ from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget, RdpCurve
 from blockbudget.errors import DataError, InvalidRequestError, ReservationError
 from blockbudget.mechanisms import SeededNoise, analytic_gaussian_sigma
+from blockbudget.mechanisms.calibration import fitted_gaussian_scales
 from blockbudget.training import AdaSSPRegressor, DPSGDModel, LogisticDPSGD, MeteredSource, Task
 from blockbudget.training.adassp import ols
 from blockbudget.training.dpsgd import plan_dpsgd
@@ -57,16 +58,23 @@ def test_adassp_rdp_cost_is_the_three_gaussian_curves() -> None:
     model = AdaSSPRegressor(x_bound=2.0, y_bound=0.5).fit(
         src, x, y, epsilon=0.9, delta=3e-6, noise=SeededNoise(5)
     )
-    # each release is calibrated for (ε/3, δ/3) with its own L2 sensitivity (Wang 2018 Alg. 2):
     # λ_min(XᵀX) and XᵀX move by at most B_X² = 4 when a row is added, Xᵀy by B_X·B_Y = 1
-    sig_xx = analytic_gaussian_sigma(epsilon=0.3, delta=1e-6, sensitivity=4.0)
-    sig_xy = analytic_gaussian_sigma(epsilon=0.3, delta=1e-6, sensitivity=1.0)
-    assert sig_xx == pytest.approx(4 * sig_xy)
+    # (Wang 2018 Alg. 2); on a stream whose rule prices the noise the three releases share one
+    # multiplier, the smallest whose summed curve fits an empty (ε, δ) block of the rule
+    sig_min, sig_xx, sig_xy = fitted_gaussian_scales(  # type: ignore[misc]
+        accounting="rdp", epsilon=0.9, delta=3e-6, sensitivities=[4.0, 4.0, 1.0]
+    )
+    assert sig_min == sig_xx == pytest.approx(4 * sig_xy)
     expected = (
         RdpCurve.gaussian(sigma=sig_xx, sensitivity=4.0)
         + RdpCurve.gaussian(sigma=sig_xx, sensitivity=4.0)
         + RdpCurve.gaussian(sigma=sig_xy)
     )
+    block = Accounting.RDP.rule.filter(capacity=Budget(epsilon="0.9", delta="3e-6"))
+    assert block.fits(block.features(src.spent))  # type: ignore[arg-type]
+    # calibrated together, the three releases need less noise than a three-way split of
+    # (ε, δ) with each by the analytic Gaussian (what an (ε, δ) stream does)
+    assert sig_xy < analytic_gaussian_sigma(epsilon=0.3, delta=1e-6, sensitivity=1.0)
     assert model.cost_ == src.spent
     assert isinstance(src.spent, RdpCurve)
     for got, want in zip(src.spent.as_floats(), expected.as_floats(), strict=True):
@@ -109,23 +117,28 @@ def test_dpsgd_charges_its_plan_before_training_and_opacus_agrees() -> None:
     assert accuracy > 0.85  # the logistic model learned the separable rule
     probs = model.predict_proba(x)
     assert probs.shape == (3000, 2) and np.allclose(probs.sum(axis=1), 1.0)
-    # an RDP source is charged the plan's subsampled-Gaussian curve, which converts to ≈ (ε, δ)
-    rdp = MeteredSource(Accounting.RDP)
+    # the plan on a basic stream is priced by its PLD: tight at (2, 1e-5)
+    from blockbudget.training.dpsgd import pld_epsilon
+
+    assert pld_epsilon(plan.noise_multiplier, plan.sample_rate, plan.steps, 1e-5) <= 2.0
+    assert pld_epsilon(plan.noise_multiplier * 0.99, plan.sample_rate, plan.steps, 1e-5) > 2.0
+    # an RDP source is charged the plan's subsampled-Gaussian curve, calibrated so that it
+    # fits an empty (2, 1e-5) block of the stream's rule
+    rdp_plan = plan_dpsgd(
+        n=3000, batch_size=300, epochs=2, epsilon=2.0, delta=1e-5, accounting="rdp2"
+    )
+    assert rdp_plan.noise_multiplier > plan.noise_multiplier  # RDP's conversion is looser
+    rdp = MeteredSource(Accounting("rdp2"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         DPSGDModel(epochs=2, batch_size=300, seed=1).fit(
             rdp, x, y, epsilon=2.0, delta=1e-5, public_rows=3000
         )
-    assert isinstance(rdp.spent, RdpCurve) and rdp.spent == plan.rdp_curve()
-    from opacus.accountants import RDPAccountant
-
-    from blockbudget.training.dpsgd import PLAN_ALPHAS
-
-    opacus = RDPAccountant()
-    opacus.history = [(plan.noise_multiplier, plan.sample_rate, plan.steps)]
-    assert 1.98 <= opacus.get_epsilon(delta=1e-5, alphas=PLAN_ALPHAS) <= 2.0
+    assert isinstance(rdp.spent, RdpCurve) and rdp.spent == rdp_plan.rdp_curve()
+    block = Accounting("rdp2").rule.filter(capacity=Budget(epsilon=2, delta="1e-5"))
+    assert block.fits(block.features(rdp.spent))
     eps = float(rdp.spent.to_dp(delta=1e-5).epsilon)
-    assert 1.9 <= eps < 3.0  # our order grid (≤ 64) and conversion land near the target
+    assert 1.5 <= eps <= 2.0  # dp-accounting's conversion (no union bound) agrees, with room
 
 
 def test_dpsgd_refusal_trains_nothing() -> None:

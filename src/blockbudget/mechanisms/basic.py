@@ -17,22 +17,22 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from decimal import Decimal
-from typing import Any, Protocol, TypeAlias, overload
+from typing import Any, TypeAlias, overload
 
 import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
 from blockbudget.accounting import get_rule
-from blockbudget.budget import Cost, Number, RdpCurve
+from blockbudget.budget import Number
 from blockbudget.errors import DataError, InvalidRequestError
 from blockbudget.mechanisms.calibration import (
     analytic_gaussian_sigma,
     check_sensitivity,
     exact_delta,
     exact_epsilon,
+    fitted_gaussian_scales,
     laplace_scale,
-    rdp_gaussian_sigma,
 )
 from blockbudget.mechanisms.inputs import to_float_array
 from blockbudget.mechanisms.noise import FloatArray, NoiseKind, NoiseSource, resolve_noise
@@ -43,17 +43,6 @@ from blockbudget.mechanisms.source import (
     price,
     source_accounting,
 )
-
-
-class _Calibration(Protocol):
-    def __call__(self, *, epsilon: Decimal, delta: Decimal, sensitivity: float) -> float: ...
-
-
-#: The σ a target (ε, δ) gives, by the cost kind the stream's rule charges: an RDP curve is
-#: converted to (ε, δ) with a loss, so its σ comes from the RDP accountant; every other kind
-#: takes the analytic calibration (exact for the Gaussian mechanism, Balle & Wang 2018, Thm 8;
-#: under GDP, μ = Δ₂/σ is then exactly the μ whose GDP implies (ε, δ)).
-_GAUSSIAN_CALIBRATION: dict[type[Cost], _Calibration] = {RdpCurve: rdp_gaussian_sigma}
 
 #: A vector of query answers: numpy array, pandas Series, pyarrow Array or a sequence of floats.
 VectorLike: TypeAlias = NDArray[Any] | pd.Series | Sequence[float]
@@ -201,10 +190,11 @@ def gaussian_mechanism(
       (0 < δ < 1) are required and ``sigma`` is not allowed; σ is the analytic Gaussian
       calibration (Balle & Wang 2018, Thm 8) rounded up, and the cost is ``Budget(ε, δ)``.
     * rules that price the noise (``prices_noise``): either ``sigma`` directly, or a target
-      ``epsilon`` and ``delta`` translated to σ. RDP: through dp-accounting
-      (:func:`~blockbudget.mechanisms.calibration.rdp_gaussian_sigma`), cost
-      ``RdpCurve.gaussian(sigma=σ, sensitivity=Δ₂)`` (Mironov 2017, Prop. 7). GDP: the
-      analytic calibration, cost μ = Δ₂/σ (Dong, Roth & Su 2022, Thm 2.7).
+      ``epsilon`` and ``delta`` translated to σ by the rule's own filter — the smallest σ whose
+      price fits an empty (ε, δ) block
+      (:func:`~blockbudget.mechanisms.calibration.fitted_gaussian_scales`). RDP: cost
+      ``RdpCurve.gaussian(sigma=σ, sensitivity=Δ₂)`` (Mironov 2017, Prop. 7). GDP: cost
+      μ = Δ₂/σ (Dong, Roth & Su 2022, Thm 2.7).
 
     Args:
         source: where the cost is drawn from.
@@ -244,8 +234,17 @@ def gaussian_mechanism(
             )
         eps = exact_epsilon(epsilon)
         dl = exact_delta(delta, positive=True)
-        calibrate = _GAUSSIAN_CALIBRATION.get(rule.cost_kind, analytic_gaussian_sigma)
-        std = calibrate(epsilon=eps, delta=dl, sensitivity=delta_2)
+        # A rule that prices the noise calibrates by its own filter (the σ whose price fits an
+        # empty (ε, δ) block); an (ε, δ) rule takes the analytic Gaussian (Balle & Wang 2018,
+        # Thm 8), which is exact.
+        fitted = fitted_gaussian_scales(
+            accounting=accounting, epsilon=eps, delta=dl, sensitivities=[delta_2]
+        )
+        std = (
+            analytic_gaussian_sigma(epsilon=eps, delta=dl, sensitivity=delta_2)
+            if fitted is None
+            else fitted[0]
+        )
     if not math.isfinite(std):
         raise InvalidRequestError(f"the Gaussian σ is not finite: {std}")
     vec, scalar = _as_vector(value)

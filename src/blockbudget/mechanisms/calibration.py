@@ -15,18 +15,22 @@ above the one the ledger *accounts*:
   The left side decreases in σ; :func:`analytic_gaussian_sigma` finds its root with SciPy's
   Brent solver in log σ, then moves up by a relative 1e-9 until the (float) test passes. It is
   never larger than the classical σ = Δ·√(2 ln(1.25/δ))/ε (Dwork & Roth 2014, Thm A.1, ε < 1).
-* Gaussian on RDP streams: σ directly (cost α·Δ²/(2σ²), Mironov 2017 Prop. 7), or a target
-  (ε, δ) translated through dp-accounting's ``calibrate_dp_mechanism`` with an RDP accountant
-  on the platform's order grid :data:`blockbudget.budget.ALPHAS`
-  (:func:`rdp_gaussian_sigma`).
+* Gaussian on streams whose rule prices the noise (RDP, GDP): σ directly, or a target (ε, δ)
+  translated by *the rule's own filter* (:func:`fitted_gaussian_multiplier`): the smallest
+  noise whose price fits an empty block of capacity (ε, δ) under the stream's rule. One
+  conversion serves the filter and the calibration, so anything calibrated to a block's whole
+  budget fits that block when it is empty.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from decimal import ROUND_FLOOR, Context, Decimal, localcontext
+from functools import lru_cache
 
-from blockbudget.budget import ALPHAS, Number, RdpCurve, to_decimal
+from blockbudget.accounting import Filter, get_rule
+from blockbudget.budget import Budget, Number, to_decimal
 from blockbudget.errors import InvalidBudgetError
 
 _EXACT = Context(prec=200)
@@ -239,71 +243,155 @@ def analytic_gaussian_sigma(*, epsilon: Number, delta: Number, sensitivity: floa
     raise InvalidBudgetError(f"could not calibrate the analytic Gaussian at ε={eps}, δ={dl}")
 
 
-def rdp_gaussian_sigma(*, epsilon: Number, delta: Number, sensitivity: float = 1.0) -> float:
-    """σ for a Gaussian release on an RDP stream whose curve converts to at most (ε, δ).
+def fitted_gaussian_multiplier(
+    *, accounting: str, epsilon: Number, delta: Number, parts: int = 1
+) -> float:
+    """The smallest noise multiplier z (to a relative 1e-12, from above) such that ``parts``
+    Gaussian perturbations, each of noise σ_j = z·Δ_j for its L2 sensitivity Δ_j, priced by rule
+    ``accounting``, fit an empty block of capacity (ε, δ) under that rule.
 
-    dp-accounting's ``calibrate_dp_mechanism`` searches the noise multiplier z with an
-    ``RdpAccountant`` on the order grid :data:`~blockbudget.budget.ALPHAS` and a
-    ``GaussianDpEvent(z)``; σ = z·Δ. The answer is then checked through the exact path the
-    platform uses — ``RdpCurve.gaussian(sigma=σ, sensitivity=Δ).to_dp(delta=δ).epsilon ≤ ε`` —
-    refined by bisection to a relative 1e-12 and returned from the side where that holds.
+    This is how a rule that prices the noise (``prices_noise``: RDP, GDP) turns a target (ε, δ)
+    into noise: by its own filter, so the calibration and the admission test are one conversion
+    (``rdp2``: Canonne, Kamath & Steinke 2020, Prop. 12 with δ split over the usable orders;
+    ``gdp``: Dong, Roth & Su 2022, Cor. 2.13). A Gaussian's privacy depends only on σ/Δ, so the
+    answer depends on the number of parts alone (cached); k equal parts cost what one part of
+    multiplier z/√k costs under both rules. The search starts just below the analytic Gaussian's
+    multiplier for one part of the whole (ε, δ) (Balle & Wang 2018, Thm 8), under which no valid
+    accounting can go.
 
-    Note:
-        On the grid (largest order 64) the conversion of a Gaussian curve never goes below
-        about log(1/δ)/63 − 0.02 until σ is so large that the curve is below δ² and
-        dp-accounting's KL bound returns ε = 0. A smaller target ε is therefore met only by an
-        enormous σ (ε=0.05, δ=1e-8 gives σ ≈ 8.7e7 where the analytic Gaussian needs ≈ 100);
-        for small ε on RDP streams pass ``sigma=`` or use a pure-DP mechanism.
+    Example:
+        >>> from blockbudget.budget import RdpCurve
+        >>> z = fitted_gaussian_multiplier(accounting="rdp2", epsilon=1, delta="1e-6")
+        >>> f = get_rule("rdp2").filter(capacity=Budget(epsilon=1, delta="1e-6"))
+        >>> f.fits(f.features(RdpCurve.gaussian(sigma=z))), round(z, 2)
+        (True, 4.88)
+        >>> f.fits(f.features(RdpCurve.gaussian(sigma=z * (1 - 1e-9))))
+        False
 
     Raises:
-        InvalidBudgetError: for bad parameters, or if dp-accounting finds no σ.
+        InvalidBudgetError: bad ε, δ or number of parts, or no finite noise fits (an (ε, δ)
+            at which the rule's filter admits nothing).
     """
-    import dp_accounting
-    from dp_accounting.rdp import rdp_privacy_accountant as rdp
+    if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
+        raise InvalidBudgetError(f"a Gaussian release has at least one part, got {parts!r}")
+    return _fitted(
+        get_rule(accounting).name, exact_epsilon(epsilon), exact_delta(delta, positive=True), parts
+    )
 
-    eps_dec = exact_epsilon(epsilon)
-    dl_dec = exact_delta(delta, positive=True)
-    eps = float_down(eps_dec)
-    dl = float_down(dl_dec)
-    d = check_sensitivity(sensitivity)
+
+@lru_cache(maxsize=1024)
+def _fitted(accounting: str, eps: Decimal, dl: Decimal, k: int) -> float:
+    from blockbudget.accounting import Noise, NoisePart, Release
+
+    rule = get_rule(accounting)
+    filt = empty_block_filter(accounting, eps, dl, what="Gaussian noise")
+
+    def fits(z: float) -> bool:
+        noise = tuple(NoisePart(Noise.GAUSSIAN, z, 1.0) for _ in range(k))
+        return filt.fits(filt.features(rule.price(Release(epsilon=eps, delta=dl, parts=noise))))
+
+    start = analytic_gaussian_sigma(epsilon=eps, delta=dl) * (1 - 1e-6)
     try:
-        z = float(
-            dp_accounting.calibrate_dp_mechanism(
-                lambda: rdp.RdpAccountant(list(ALPHAS)),
-                dp_accounting.GaussianDpEvent,
-                eps,
-                dl,
-                bracket_interval=dp_accounting.LowerEndpointAndGuess(1e-12, 1.0),
-            )
-        )
-    except Exception as exc:  # dp-accounting raises its own bracket / value errors
+        return smallest_noise(fits, start=start, precision=1e-12, limit=1e150)
+    except InvalidBudgetError:
         raise InvalidBudgetError(
-            f"no Gaussian noise converts to (ε={eps_dec}, δ={dl_dec}) on the RDP order grid "
-            f"{ALPHAS}: {exc}; pass sigma= directly"
-        ) from exc
+            f"no Gaussian noise fits an empty ({eps}, {dl}) block under {accounting} "
+            "accounting; pass sigma= or use another rule"
+        ) from None
 
-    def fits(sigma: float) -> bool:
-        curve = RdpCurve.gaussian(sigma=sigma, sensitivity=d)
-        return curve.to_dp(delta=dl).epsilon <= eps_dec
 
-    # Bracket dp-accounting's answer, then bisect on the platform's own conversion so that the
-    # returned σ is on the safe side of it (relative precision 1e-12).
-    hi = max(z * d, 1e-300)
-    for _ in range(200):
-        if fits(hi):
-            break
+def empty_block_filter(accounting: str, epsilon: Decimal, delta: Decimal, *, what: str) -> Filter:
+    """The filter of an empty block of capacity (ε, δ) under rule ``accounting`` — what a
+    calibration to (ε, δ) must fit.
+
+    Raises:
+        InvalidBudgetError: the rule's filter admits nothing at that capacity (the message
+            names ``what`` could not be calibrated).
+    """
+    filt = get_rule(accounting).filter(capacity=Budget(epsilon=epsilon, delta=delta))
+    if not filt.fits(filt.zero()):
+        raise InvalidBudgetError(
+            f"an empty ({epsilon}, {delta}) block admits nothing under {accounting} accounting, "
+            f"so no {what} fits it"
+        )
+    return filt
+
+
+def smallest_noise(
+    passes: Callable[[float], bool], *, start: float, precision: float, limit: float
+) -> float:
+    """The smallest noise scale (to ``precision`` relative, from above) at which ``passes``,
+    for a test monotone in the scale: doubling from ``start``, then bisection. Whatever it
+    returns passes.
+
+    Example:
+        >>> round(smallest_noise(lambda s: s >= 3.0, start=1.0, precision=1e-9, limit=1e9), 6)
+        3.0
+
+    Raises:
+        InvalidBudgetError: nothing up to ``limit`` passes.
+    """
+    hi = start
+    while not passes(hi):
         hi *= 2.0
-    else:
-        raise InvalidBudgetError(f"could not calibrate a Gaussian to (ε={eps_dec}, δ={dl_dec})")
+        if hi > limit:
+            raise InvalidBudgetError(f"no noise scale up to {limit:g} meets the target")
     lo = hi / 2.0
-    for _ in range(200):
-        if not fits(lo):
-            break
-        lo /= 2.0
-    while hi - lo > hi * 1e-12:
+    if passes(lo):
+        lo = 0.0
+    while hi - lo > hi * precision:
         mid = (lo + hi) / 2.0
-        if fits(mid):
+        if passes(mid):
             hi = mid
         else:
             lo = mid
     return hi
+
+
+def fitted_gaussian_scales(
+    *, accounting: str, epsilon: Number, delta: Number, sensitivities: Sequence[float]
+) -> tuple[float, ...] | None:
+    """The noise σ_j = z·Δ_j of a Gaussian release of several parts calibrated to (ε, δ) by
+    the stream's rule (:func:`fitted_gaussian_multiplier`, each rounded up to the next double),
+    or None under a rule that does not price the noise ((ε, δ) rules split (ε, δ) over the
+    parts and calibrate each by the analytic Gaussian instead).
+
+    Example:
+        >>> fitted_gaussian_scales(accounting="basic", epsilon=1, delta="1e-6",
+        ...                        sensitivities=[1.0]) is None
+        True
+        >>> a, b = fitted_gaussian_scales(accounting="gdp", epsilon=1, delta="1e-6",
+        ...                               sensitivities=[1.0, 3.0])
+        >>> round(b / a, 9)
+        3.0
+
+    Raises:
+        InvalidBudgetError: as :func:`fitted_gaussian_multiplier`, or a bad sensitivity.
+    """
+    if not get_rule(accounting).prices_noise:
+        return None
+    sens = [check_sensitivity(d) for d in sensitivities]
+    z = fitted_gaussian_multiplier(
+        accounting=accounting, epsilon=epsilon, delta=delta, parts=len(sens)
+    )
+    return tuple(math.nextafter(z * d, math.inf) for d in sens)
+
+
+def rdp_gaussian_sigma(
+    *, epsilon: Number, delta: Number, sensitivity: float = 1.0, accounting: str = "rdp2"
+) -> float:
+    """σ for one Gaussian release that fits an empty (ε, δ) block of an RDP rule
+    (:func:`fitted_gaussian_multiplier` times Δ): the ``rdp2`` rule by default.
+
+    Example:
+        >>> sigma = rdp_gaussian_sigma(epsilon=1, delta="1e-6", sensitivity=2.0)
+        >>> round(sigma / fitted_gaussian_multiplier(accounting="rdp2", epsilon=1,
+        ...                                          delta="1e-6"), 9)
+        2.0
+
+    Raises:
+        InvalidBudgetError: for bad parameters, or when no σ fits.
+    """
+    d = check_sensitivity(sensitivity)
+    z = fitted_gaussian_multiplier(accounting=accounting, epsilon=epsilon, delta=delta)
+    return math.nextafter(z * d, math.inf)

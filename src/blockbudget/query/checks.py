@@ -204,7 +204,7 @@ def _priced(
     query: Query, schema: pa.Schema | None, stream: str, accounting: Accounting, k: int
 ) -> Pricing:
     typed = check_schema(query, schema, stream)
-    parts = perturbations(query)
+    parts = perturbations(query, accounting)
     eps, dl = exact_epsilon(query.epsilon), query_delta(query)
     # the stream's rule prices the release: (ε, δ) as asked, or (RDP, GDP) the parts' noise.
     cost = price_parts(accounting, epsilon=eps, parts=parts, delta=dl)

@@ -43,12 +43,15 @@ exactly one coordinate of each part's vector (its group's count or sum; its cate
 cell; over all groups together), so each part's L2 sensitivity Δ₂ equals the L1 sensitivity
 above: 1 for counts, histograms and quantile bins (√2 would be the replace-one relation, which
 the platform does not use), ``max_units·q`` and ``max_units²·q²`` (with the slack) for the sums.
-(ε, δ) is split over the parts like ε (ε/k and δ/k each, basic composition), and each part's σ is
-the analytic Gaussian mechanism's for its share (Balle & Wang, "Improving the Gaussian Mechanism
-for Differential Privacy: Analytical Calibration and Optimal Denoising", ICML 2018, Thm 8 /
-Alg. 1; :func:`~blockbudget.mechanisms.calibration.analytic_gaussian_sigma`). BASIC and STRONG
-streams charge (ε, δ); RDP streams charge the sum of the parts' curves ε(α) = α·Δ₂²/(2σ²)
-(Mironov 2017, Prop. 7) at the σ actually used.
+On streams whose rule charges (ε, δ), (ε, δ) is split over the parts like ε (ε/k and δ/k each,
+basic composition), and each part's σ is the analytic Gaussian mechanism's for its share (Balle &
+Wang, "Improving the Gaussian Mechanism for Differential Privacy: Analytical Calibration and
+Optimal Denoising", ICML 2018, Thm 8 / Alg. 1;
+:func:`~blockbudget.mechanisms.calibration.analytic_gaussian_sigma`); the stream is charged
+(ε, δ). On streams whose rule prices the noise (RDP, GDP) every part gets σ_j = z·Δ₂ⱼ with the
+smallest z at which the parts' summed price fits an empty (ε, δ) block of the rule — one
+conversion for the calibration and the filter — and the stream is charged that price: the sum
+of the parts' curves ε(α) = α·Δ₂²/(2σ²) (Mironov 2017, Prop. 7), or μ = √Σ(Δ₂ⱼ/σⱼ)².
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ from blockbudget.mechanisms.calibration import (
     analytic_gaussian_sigma,
     exact_delta,
     exact_epsilon,
+    fitted_gaussian_scales,
     laplace_scale,
     split_epsilon,
 )
@@ -172,10 +176,14 @@ def part_delta(query: Query) -> Decimal:
     return dl if split == 1 or dl == 0 else split_epsilon(dl, split, name="delta")
 
 
-def perturbations(query: Query) -> tuple[Perturbation, ...]:
-    """The perturbations the query's release makes, from its public parameters alone: Laplace
-    b = Δ₁/ε rounded up, or the analytic Gaussian σ of each part's (ε, δ) share (Balle & Wang
-    2018, Thm 8 / Alg. 1).
+def perturbations(query: Query, accounting: str | None = None) -> tuple[Perturbation, ...]:
+    """The perturbations the query's release makes, from its public parameters and the
+    stream's rule alone: Laplace b = Δ₁/ε rounded up; Gaussian under an (ε, δ) rule (or with
+    no rule given), the analytic σ of each part's (ε, δ) share (Balle & Wang 2018, Thm 8 /
+    Alg. 1); Gaussian under a rule that prices the noise (RDP, GDP), σ_j = z·Δ_j with the
+    smallest z at which all the parts together fit an empty (ε, δ) block of that rule
+    (:func:`~blockbudget.mechanisms.calibration.fitted_gaussian_scales`) — so a query asking
+    for a block's whole budget fits it.
 
     Raises:
         InvalidBudgetError: a noise scale that does not fit in a double.
@@ -185,10 +193,23 @@ def perturbations(query: Query) -> tuple[Perturbation, ...]:
     dl = part_delta(query)
     sens = sensitivities(query)
     kind = query.mechanism
+    aggs = aggregates(query)
+    fitted = (
+        fitted_gaussian_scales(
+            accounting=accounting,
+            epsilon=exact_epsilon(query.epsilon),
+            delta=query_delta(query),
+            sensitivities=[sens[agg.name] for agg in aggs],
+        )
+        if kind is NoiseKind.GAUSSIAN and accounting is not None
+        else None
+    )
     out = []
-    for agg in aggregates(query):
+    for i, agg in enumerate(aggs):
         delta = sens[agg.name]
-        if kind is NoiseKind.GAUSSIAN:
+        if fitted is not None:
+            scale = fitted[i]
+        elif kind is NoiseKind.GAUSSIAN:
             # Balle & Wang 2018 (ICML), Thm 8 / Alg. 1: the smallest σ with
             # Φ(Δ/2σ − εσ/Δ) − e^ε·Φ(−Δ/2σ − εσ/Δ) ≤ δ, rounded up.
             scale = analytic_gaussian_sigma(epsilon=eps, delta=dl, sensitivity=delta)

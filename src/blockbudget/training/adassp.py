@@ -39,6 +39,7 @@ from blockbudget.mechanisms.calibration import (
     analytic_gaussian_sigma,
     exact_delta,
     exact_epsilon,
+    fitted_gaussian_scales,
     split_epsilon,
 )
 from blockbudget.mechanisms.noise import NoiseKind, NoiseSource, resolve_noise
@@ -137,10 +138,19 @@ class AdaSSPRegressor:
         third_eps = split_epsilon(eps, 3)  # rounded down: 3 parts never exceed the charge
         third_delta = split_epsilon(dl, 3)
         bx2 = self.x_bound**2
-        sig_min = analytic_gaussian_sigma(epsilon=third_eps, delta=third_delta, sensitivity=bx2)
-        sig_xx = analytic_gaussian_sigma(epsilon=third_eps, delta=third_delta, sensitivity=bx2)
-        sig_xy = analytic_gaussian_sigma(
-            epsilon=third_eps, delta=third_delta, sensitivity=self.x_bound * self.y_bound
+        bxy = self.x_bound * self.y_bound
+        # A rule that prices the noise calibrates the three parts together by its own filter;
+        # an (ε, δ) rule splits (ε, δ) in three, each part by the analytic Gaussian.
+        fitted = fitted_gaussian_scales(
+            accounting=source_accounting(source),
+            epsilon=eps,
+            delta=dl,
+            sensitivities=[bx2, bx2, bxy],
+        )
+        sig_min, sig_xx, sig_xy = fitted or (
+            analytic_gaussian_sigma(epsilon=third_eps, delta=third_delta, sensitivity=bx2),
+            analytic_gaussian_sigma(epsilon=third_eps, delta=third_delta, sensitivity=bx2),
+            analytic_gaussian_sigma(epsilon=third_eps, delta=third_delta, sensitivity=bxy),
         )
         xtx = design.T @ design
         xty = design.T @ labels
