@@ -45,6 +45,7 @@ from numpy.typing import NDArray
 from blockbudget.accounting import get_rule
 from blockbudget.accounting.rule import Release
 from blockbudget.budget import Cost, Number, RdpCurve
+from blockbudget.decimals import plain_number
 from blockbudget.errors import DataError, InternalError, InvalidBudgetError, InvalidRequestError
 from blockbudget.mechanisms.calibration import exact_delta, exact_epsilon
 from blockbudget.mechanisms.noise import NoiseSource, SeededNoise, resolve_noise
@@ -115,6 +116,7 @@ def plan_dpsgd(*, n: int, batch_size: int, epochs: int, epsilon: Number, delta: 
         InvalidBudgetError: bad ε or δ, or a target no σ meets.
     """
     for name, value in (("n", n), ("batch_size", batch_size), ("epochs", epochs)):
+        value = plain_number(value)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InvalidRequestError(f"{name} must be an int >= 1, got {value!r}")
     return _plan(n, batch_size, epochs, exact_epsilon(epsilon), exact_delta(delta, positive=True))
