@@ -52,6 +52,7 @@ from blockbudget.decimals import diff_down as _diff_down
 from blockbudget.decimals import fmt_decimal as _fmt
 from blockbudget.decimals import from_units as from_units
 from blockbudget.decimals import normalize_exactly as normalize_exactly
+from blockbudget.decimals import plain_number, shortest_decimal
 from blockbudget.decimals import shown as shown
 from blockbudget.decimals import sum_up as _sum_up
 from blockbudget.decimals import to_decimal as to_decimal
@@ -391,6 +392,7 @@ class RdpCurve(Cost):
     def gaussian(cls, *, sigma: float, sensitivity: float = 1.0) -> RdpCurve:
         """Gaussian mechanism with noise std ``sigma`` and L2 sensitivity: alpha·Δ²/(2σ²)
         (Mironov 2017, Prop. 7)."""
+        sigma, sensitivity = plain_number(sigma), plain_number(sensitivity)  # float32: float64
         if not (sigma > 0 and math.isfinite(sigma)):
             raise InvalidBudgetError(f"sigma must be finite and > 0, got {sigma!r}")
         if not (sensitivity >= 0 and math.isfinite(sensitivity)):
@@ -403,7 +405,7 @@ class RdpCurve(Cost):
             # underflow to 0 (σ/Δ > ~1e162) and make the charge free. Price it exactly, rounded
             # up, and clamp up to MIN_MAGNITUDE.
             with localcontext(_PRICE):
-                r = Decimal(repr(sensitivity)) / Decimal(repr(sigma))
+                r = shortest_decimal(sensitivity) / shortest_decimal(sigma)
                 return cls(_clamp_decimal_up(Decimal(repr(a)) * r * r / 2) for a in ALPHAS)
         return cls.from_function(lambda a: a * ratio * ratio / 2.0)
 
@@ -425,6 +427,7 @@ class RdpCurve(Cost):
             InvalidBudgetError: for a non-positive or non-finite scale, a negative or non-finite
                 sensitivity, or a price that cannot be computed.
         """
+        scale, sensitivity = plain_number(scale), plain_number(sensitivity)
         if not (scale > 0 and math.isfinite(scale)):
             raise InvalidBudgetError(f"scale must be finite and > 0, got {scale!r}")
         if not (sensitivity >= 0 and math.isfinite(sensitivity)):
@@ -597,7 +600,7 @@ def _laplace_rdp(alpha: float, t: Decimal) -> float:
     """
     # An explicit context: the caller's (which may trap Inexact, say) must not matter.
     with localcontext(Context(prec=60 + 2 * max(0, -t.adjusted()), traps=[InvalidOperation])):
-        al = Decimal(repr(alpha))
+        al = shortest_decimal(alpha)
         # e^{−(2α−1)t} may underflow to 0 for a huge t; the term it drops is far below the
         # relative bump the caller applies.
         tail = (al - 1) / (2 * al - 1) * (-(2 * al - 1) * t).exp()

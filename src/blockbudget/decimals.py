@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from decimal import (
     ROUND_CEILING,
     ROUND_FLOOR,
@@ -22,7 +23,7 @@ from decimal import (
     Underflow,
     localcontext,
 )
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from blockbudget.errors import InvalidBudgetError
 
@@ -89,13 +90,73 @@ def check_decimal_text(text: str, *, name: str) -> str:
     return text
 
 
+def plain_number(value: Any) -> Any:
+    """A NumPy scalar as the Python number it holds (``numpy.bool_`` → bool, an integer → int,
+    a floating-point scalar → float, exactly: a float32 as its exact binary value); anything
+    else unchanged.
+
+    Every numeric parameter goes through this before it is checked or parsed, so that a NumPy
+    scalar means what the same Python number means: ``numpy.float64`` is a ``float`` whose
+    ``repr`` (``np.float64(2.0)``) is no decimal, and ``numpy.float32`` and ``numpy.int64`` are
+    neither ``float`` nor ``int``. A NumPy boolean becomes a bool, which numbers refuse. NumPy
+    is looked up, never imported: a value cannot be a NumPy scalar unless NumPy is loaded.
+
+    Example:
+        >>> import numpy as np
+        >>> plain_number(np.float64(2.0)), plain_number(np.int64(3)), plain_number(np.True_)
+        (2.0, 3, True)
+        >>> plain_number(np.float32(0.5)), plain_number("0.5")
+        (0.5, '0.5')
+    """
+    np = sys.modules.get("numpy")
+    if np is None or not isinstance(value, np.generic):
+        return value
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    return value
+
+
+def shortest_decimal(value: float) -> Decimal:
+    """A float as its shortest round-trip decimal (what ``repr`` shows of a Python float), an
+    int exactly; a NumPy scalar as the Python number it holds (``repr`` of ``numpy.float64(2)``
+    is ``np.float64(2.0)``, no decimal: parse numbers with this, never ``Decimal(repr(x))``).
+
+    Example:
+        >>> import numpy as np
+        >>> shortest_decimal(0.1), shortest_decimal(np.float64(2.0)), shortest_decimal(np.int64(3))
+        (Decimal('0.1'), Decimal('2.0'), Decimal('3'))
+    """
+    value = plain_number(value)
+    return Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+
+
+def plain_fields(obj: Any) -> None:
+    """Replace each field of the dataclass ``obj`` that holds a NumPy scalar by the Python
+    number (:func:`plain_number`), frozen dataclasses too: the first line of a
+    ``__post_init__``, so that the checks after it and every later use (``repr``, JSON) see
+    what the same Python number would give."""
+    import dataclasses
+
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        plain = plain_number(value)
+        if plain is not value:
+            object.__setattr__(obj, f.name, plain)
+
+
 def to_decimal(value: Number, *, name: str) -> Decimal:
     """Read a number exactly; floats as their shortest round-trip decimal, text only in the
-    ASCII form :data:`DECIMAL_TEXT`.
+    ASCII form :data:`DECIMAL_TEXT`; a NumPy scalar as the Python number it holds
+    (:func:`plain_number`).
 
     Raises:
         InvalidBudgetError: for booleans, NaN, or text that is not a number.
     """
+    value = plain_number(value)
     if isinstance(value, bool):
         raise InvalidBudgetError(f"{name} must be a number, got the boolean {value!r}")
     try:

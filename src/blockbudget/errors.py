@@ -239,6 +239,12 @@ class TaskStateError(BlockBudgetError):
     (done, failed, refused, expired or cancelled)."""
 
 
+class LastAdminKeyError(BlockBudgetError):
+    """Revoking this API key would leave no administrator able to sign in: it is the last key
+    of an active admin that is valid and does not expire (HTTP 409). Nothing was changed;
+    issue another admin key first, then revoke this one."""
+
+
 class DataError(BlockBudgetError, ValueError):
     """Input data is malformed: an unreadable file, a missing or mistyped column, a record whose
     block cannot be determined, or a late record refused by the stream's policy."""

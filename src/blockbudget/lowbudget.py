@@ -39,6 +39,7 @@ import math
 import os
 from collections.abc import Mapping
 
+from blockbudget.decimals import plain_number
 from blockbudget.errors import InvalidRequestError
 
 #: A live block is retiring when less than this fraction is left in every open context.
@@ -61,6 +62,7 @@ def check_threshold(value: float) -> float:
         >>> check_threshold(0.25)
         0.25
     """
+    value = plain_number(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidRequestError(f"an alert threshold must be a number in [0, 1], got {value!r}")
     if not math.isfinite(value) or not 0.0 <= value <= 1.0:

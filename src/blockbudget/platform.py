@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,7 @@ from blockbudget.store import (
     Blocking,
     BlockMeta,
     BlockStore,
+    FileCheck,
     IngestReport,
     LatePolicy,
     OnOverlap,
@@ -290,6 +292,21 @@ class Platform(PlatformBudget):
             slack_delta=spec.slack_delta,
             request_id=request_id,
         )
+
+    def check_files(self, stream: str | None = None) -> FileCheck:
+        """The data root's part files compared with the catalog (one stream's, or all):
+        orphans no catalog entry lists (killed ingests) and listed parts whose file is missing
+        (a restored or damaged store). Reads only (:meth:`BlockStore.check_files`)."""
+        return self.store.check_files(stream)
+
+    def remove_orphans(
+        self, stream: str | None = None, *, older_than: timedelta = timedelta(hours=1)
+    ) -> list[str]:
+        """Delete the part files no catalog entry lists that are older than ``older_than``
+        (one stream's, or all), under each stream's lock: a file committed meanwhile is kept,
+        and an ingest still running whose staged file this removes fails rather than commit
+        it (:meth:`BlockStore.vacuum`). Returns the paths removed, sorted."""
+        return self.store.vacuum(stream, older_than=older_than)
 
     def reconcile(self, stream: str) -> list[str]:
         """Give a budget to every stored block the ledger does not know (after a crash between

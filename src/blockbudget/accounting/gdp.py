@@ -55,6 +55,7 @@ from blockbudget.budget import (
     to_decimal,
     units_up,
 )
+from blockbudget.decimals import shortest_decimal
 from blockbudget.errors import InvalidBudgetError
 
 #: The largest ε the exact GDP conversions take (0.5 s at most here): a block's ε_g above it is
@@ -300,7 +301,7 @@ class GdpFilter(Filter):
         with localcontext() as ctx:
             ctx.prec = 40
             ctx.rounding = ROUND_FLOOR
-            mu = (from_units(self._cap) * Decimal(repr(fraction))).sqrt()
+            mu = (from_units(self._cap) * shortest_decimal(fraction)).sqrt()
         return GaussianDp(mu=mu.next_minus() if mu > 0 else mu)
 
 
@@ -500,7 +501,7 @@ class GdpRule(AccountingRule):
                 with localcontext() as ctx:  # ε = Δ/b, rounded up
                     ctx.prec = 40
                     ctx.rounding = ROUND_CEILING
-                    eps = Decimal(repr(part.sensitivity)) / Decimal(repr(part.scale))
+                    eps = shortest_decimal(part.sensitivity) / shortest_decimal(part.scale)
                 costs.append(GaussianDp.from_pure_dp(eps))
         total = costs[0]
         for cost in costs[1:]:

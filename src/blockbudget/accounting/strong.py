@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
+from decimal import ROUND_CEILING, ROUND_FLOOR, localcontext
 
 from blockbudget.accounting.basic import BudgetRule
 from blockbudget.accounting.filters import FLOAT_MARGIN, Filter, Vector, add_vectors, exact_units
 from blockbudget.accounting.rule import Accounting, Combine, register_rule
 from blockbudget.budget import INF_UNITS, UNIT, Budget, Cost, from_units, units_down, units_up
+from blockbudget.decimals import shortest_decimal
 from blockbudget.errors import InvalidBudgetError
 
 
@@ -58,7 +59,7 @@ class StrongFilter(Filter):
         with localcontext() as ctx:  # exact difference, rounded down if it ever needed rounding
             ctx.prec = 200
             ctx.rounding = ROUND_FLOOR
-            self._delta_cap = units_down(capacity.delta - Decimal(repr(slack)))
+            self._delta_cap = units_down(capacity.delta - shortest_decimal(slack))
         delta_c = 2 * slack
         if delta_c >= math.exp(-1):
             raise InvalidBudgetError(

@@ -20,6 +20,9 @@ releases), :mod:`.afford` and :mod:`.dry_run`, :mod:`.db` (the database's schema
 (the console entry is :func:`main`).
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import typer
 
 from blockbudget.cli import admin, afford, data, db, experiments, queries, releases, server, tasks
@@ -61,16 +64,55 @@ def main(argv: list[str] | None = None) -> None:
     from blockbudget.cli.common import emit_json
 
     args = sys.argv[1:] if argv is None else list(argv)
-    if "--json" not in args:
-        app(args=args, prog_name="blockbudget")  # exits, as Typer does
+    with help_width():
+        if "--json" not in args:
+            app(args=args, prog_name="blockbudget")  # exits, as Typer does
+            return
+        try:
+            code = app(args=args, prog_name="blockbudget", standalone_mode=False)
+        except typer.Abort:
+            emit_json({"error": {"type": "Aborted", "message": "aborted"}})
+            sys.exit(1)
+        except TyperException as exc:  # click's UsageError and the other ClickExceptions
+            message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+            emit_json({"error": {"type": "UsageError", "message": message}})
+            sys.exit(2)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+#: The width ``--help`` is laid out at without a terminal (piped into a file, a pager, grep).
+HELP_WIDTH = 120
+#: Typer's variable for the width of its help.
+WIDTH_VAR = "TERMINAL_WIDTH"
+
+
+@contextmanager
+def help_width() -> Iterator[None]:
+    """Lay Typer's help out :data:`HELP_WIDTH` columns wide while the command runs when stdout is
+    not a terminal and neither ``$COLUMNS`` nor ``$TERMINAL_WIDTH`` says a width.
+
+    Without a terminal rich assumes 80 columns, and a command with many options (``serve``)
+    then clips its help mid-word (``[env var: BLOCKBUDGET_DATA…``). Typer reads
+    ``$TERMINAL_WIDTH`` when it first formats help (its ``rich_utils``, imported only then, so
+    that a command that prints no help never pays for it); both the variable and Typer's width
+    are put back afterwards. A terminal's own width is left alone.
+    """
+    import os
+    import sys
+
+    tty = getattr(sys.stdout, "isatty", None)
+    if (tty is not None and tty()) or os.environ.get("COLUMNS") or os.environ.get(WIDTH_VAR):
+        yield
         return
+    loaded = sys.modules.get("typer.rich_utils")
+    before = getattr(loaded, "MAX_WIDTH", None)
+    os.environ[WIDTH_VAR] = str(HELP_WIDTH)
+    if loaded is not None:
+        setattr(loaded, "MAX_WIDTH", HELP_WIDTH)  # noqa: B010 (a module found at run time)
     try:
-        code = app(args=args, prog_name="blockbudget", standalone_mode=False)
-    except typer.Abort:
-        emit_json({"error": {"type": "Aborted", "message": "aborted"}})
-        sys.exit(1)
-    except TyperException as exc:  # click's UsageError and the other ClickExceptions
-        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        emit_json({"error": {"type": "UsageError", "message": message}})
-        sys.exit(2)
-    sys.exit(code if isinstance(code, int) else 0)
+        yield
+    finally:
+        os.environ.pop(WIDTH_VAR, None)
+        now = sys.modules.get("typer.rich_utils")
+        if now is not None:
+            setattr(now, "MAX_WIDTH", before)  # noqa: B010

@@ -349,7 +349,8 @@ def key_revoke(
     api_key: KeyOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Revoke a key at once; the principal's active tasks are cancelled."""
+    """Revoke a key at once; the principal's active tasks are cancelled. The last usable admin
+    key is refused (exit 2): issue another admin key first."""
     doc = backend(home, database, server, api_key).key_revoke(name, key_id)
     _out(as_json, doc, f"key {escape(key_id)} of [bold]{escape(name)}[/] revoked")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -31,11 +32,13 @@ from blockbudget.cli.common import (
     stream_app,
     utc,
 )
+from blockbudget.errors import InvalidRequestError
 from blockbudget.render import render_blocks, render_remote_blocks
 from blockbudget.store import Blocking, LatePolicy, OnOverlap, Unit
 
 if TYPE_CHECKING:
     from blockbudget.platform import Platform
+    from blockbudget.store import FileCheck
 
 # --- streams -------------------------------------------------------------------------------------
 
@@ -431,17 +434,59 @@ def ingest_text(out: dict[str, Any]) -> str:
 @app.command()
 @handle_errors
 def blocks(
-    stream: str,
+    stream: Annotated[
+        str | None,
+        typer.Argument(help="The stream (with --check-files: default, the whole data root)."),
+    ] = None,
     context: Annotated[
         list[str] | None, typer.Option(help="Context(s) to show (default: every open one).")
     ] = None,
     last: Annotated[int, typer.Option(help="Show only the newest N blocks (0: all).")] = 0,
+    check_files: Annotated[
+        bool,
+        typer.Option(
+            "--check-files",
+            help="Compare the block files under the data root with the catalog instead: "
+            "orphans (files no catalog entry lists, left by killed ingests) and missing files "
+            "(listed parts whose file is gone, e.g. after a restore). Exit 1 if any missing "
+            "file or any orphan older than --grace is left.",
+        ),
+    ] = False,
+    remove_orphans: Annotated[
+        bool,
+        typer.Option(
+            "--remove-orphans",
+            help="With --check-files: delete the orphans older than --grace (never a file the "
+            "catalog lists).",
+        ),
+    ] = False,
+    grace: Annotated[
+        str,
+        typer.Option(
+            help="With --check-files: orphans younger than this may belong to an ingest still "
+            "running and are kept (1d, 6h, 15m, 30s).",
+        ),
+    ] = "1h",
     as_json: JsonOpt = False,
     home: HomeOpt = DEFAULT_HOME,
     server: ServerOpt = None,
     api_key: KeyOpt = None,
 ) -> None:
-    """Show each block's remaining budget, per context, as a bar (exact with --json)."""
+    """Show each block's remaining budget, per context, as a bar (exact with --json); or, with
+    --check-files, compare the block files with the catalog."""
+    if check_files or remove_orphans:
+        _check_files(
+            stream,
+            remove=remove_orphans,
+            checking=check_files,
+            grace=grace,
+            as_json=as_json,
+            home=home,
+            server=server,
+        )
+        return
+    if stream is None:
+        raise typer.BadParameter("give a stream (or --check-files)", param_hint="STREAM")
     client = remote(server, api_key)
     if client is not None:
         views = client.blocks(stream, context)
@@ -455,6 +500,86 @@ def blocks(
         emit_json({"stream": stream, "blocks": _blocks_json(platform, stream, context, last)})
         return
     render_blocks(platform, stream, console=console, contexts=context, last=last)
+
+
+def _check_files(
+    stream: str | None,
+    *,
+    remove: bool,
+    checking: bool,
+    grace: str,
+    as_json: bool,
+    home: Path,
+    server: str | None,
+) -> None:
+    """``blocks --check-files [--remove-orphans]``: see :func:`blocks`."""
+    if not checking:
+        raise InvalidRequestError("--remove-orphans goes with --check-files")
+    if server:
+        raise InvalidRequestError(
+            "--check-files reads the data root itself: run it where the store is (its --home, "
+            "or BLOCKBUDGET_DATABASE and BLOCKBUDGET_DATA_ROOT), not against --server"
+        )
+    age = parse_window(grace, name="--grace")
+    platform = open_platform(home)
+    try:
+        removed = platform.remove_orphans(stream, older_than=age) if remove else []
+        check = platform.check_files(stream)
+    finally:
+        platform.close()
+    old = check.orphans_older_than(age)
+    failed = bool(check.missing or old)
+    if as_json:
+        emit_json(
+            {
+                "stream": stream,
+                "ok": not failed,
+                "files": check.files,
+                "parts": check.parts,
+                "orphans": [{"path": p, "modified": iso(_ts(m))} for p, m in check.orphans],
+                "missing": list(check.missing),
+                "removed": removed,
+                "grace_seconds": age.total_seconds(),
+            }
+        )
+    else:
+        _print_file_check(check, stream, removed=removed, old=old, grace=grace)
+    if failed:
+        raise typer.Exit(code=1)
+
+
+def _ts(moment: datetime | None) -> float | None:
+    return None if moment is None else moment.timestamp()
+
+
+def _print_file_check(
+    check: FileCheck, stream: str | None, *, removed: list[str], old: list[str], grace: str
+) -> None:
+    where = f"stream {escape(stream)}" if stream is not None else "the data root"
+    console.print(
+        f"{where}: {check.files} part file(s) found, {check.parts} listed in the catalog",
+        soft_wrap=True,
+    )
+    for path in removed:
+        console.print(f"removed orphan {escape(path)}", soft_wrap=True)
+    stale = set(old)
+    for path, modified in check.orphans:
+        why = (
+            "older than --grace: remove with --remove-orphans"
+            if path in stale
+            else f"younger than {escape(grace)}: an ingest may still commit it; kept"
+        )
+        when = utc(_ts(modified)) or "at an unknown time"
+        console.print(f"[yellow]orphan[/] {escape(path)} (modified {when}; {why})", soft_wrap=True)
+    for path in check.missing:
+        console.print(
+            f"[bold red]missing[/] {escape(path)}: the catalog lists it but the file is gone "
+            "(a store restored from an older backup, or files removed by hand); reading its "
+            "block fails",
+            soft_wrap=True,
+        )
+    if not check.orphans and not check.missing:
+        console.print("[green]ok[/]: every listed part has its file and no file is unlisted")
 
 
 def _blocks_json(

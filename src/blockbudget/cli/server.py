@@ -38,8 +38,8 @@ def serve(
         typer.Option(
             envvar="BLOCKBUDGET_DATA_ROOT",
             help="Where block files live: a directory or a filesystem URI, e.g. "
-            "s3://bucket/prefix?endpoint_override=host:9000&scheme=http (credentials from the "
-            "environment; default: blocks/ in --home).",
+            "s3://bucket/prefix (a MinIO adds ?endpoint_override=host:9000&scheme=http; "
+            "credentials from the environment; default: blocks/ in --home).",
         ),
     ] = None,
     host: Annotated[

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from blockbudget.budget import Budget, Cost, RdpCurve
+from blockbudget.decimals import plain_number
 from blockbudget.errors import InvalidBudgetError, InvalidRequestError, RequestIdConflictError
 from blockbudget.ledger.audit import canonical_json
 from blockbudget.ledger.types import (
@@ -70,6 +71,7 @@ def check_cost(cost: object) -> None:
 
 
 def ttl_of(ttl_seconds: float) -> float:
+    ttl_seconds = plain_number(ttl_seconds)
     if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, (int, float)):
         raise InvalidRequestError(f"ttl_seconds must be a number, got {ttl_seconds!r}")
     ttl = float(ttl_seconds)

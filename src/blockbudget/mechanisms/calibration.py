@@ -31,6 +31,7 @@ from functools import lru_cache
 
 from blockbudget.accounting import Filter, get_rule
 from blockbudget.budget import Budget, Number, to_decimal
+from blockbudget.decimals import plain_number
 from blockbudget.errors import InvalidBudgetError
 
 _EXACT = Context(prec=200)
@@ -71,6 +72,7 @@ def check_sensitivity(sensitivity: float, *, name: str = "sensitivity") -> float
     Raises:
         InvalidBudgetError: otherwise.
     """
+    sensitivity = plain_number(sensitivity)
     if isinstance(sensitivity, bool) or not isinstance(sensitivity, (int, float)):
         raise InvalidBudgetError(f"{name} must be a number, got {type(sensitivity).__name__}")
     value = float(sensitivity)
@@ -183,6 +185,7 @@ def classical_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float
     """
     eps = check_sensitivity(epsilon, name="epsilon")
     d = check_sensitivity(sensitivity)
+    delta = plain_number(delta)
     if not 0 < delta < 1:
         raise InvalidBudgetError(f"delta must satisfy 0 < delta < 1, got {delta!r}")
     return d * math.sqrt(2.0 * math.log(1.25 / delta)) / eps

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
+from blockbudget.decimals import plain_number
 from blockbudget.errors import DataError, InvalidRequestError
 from blockbudget.mechanisms.noise import FloatArray
 
@@ -144,7 +145,8 @@ def check_bounds(lower: float, upper: float, *, limit: float = MAX_BOUND) -> tup
         InvalidRequestError: otherwise.
     """
     out = []
-    for label, bound in (("lower", lower), ("upper", upper)):
+    for label, given in (("lower", lower), ("upper", upper)):
+        bound = plain_number(given)
         if isinstance(bound, bool) or not isinstance(bound, (int, float)):
             raise InvalidRequestError(f"{label} must be a number, got {type(bound).__name__}")
         if not math.isfinite(bound):

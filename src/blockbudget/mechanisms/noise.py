@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from blockbudget.decimals import plain_number
 from blockbudget.errors import DataError, InvalidBudgetError, InvalidRequestError
 
 FloatArray = NDArray[np.float64]
@@ -42,6 +43,7 @@ class NoiseKind(Enum):
 
 
 def _check_scale(scale: float, *, name: str) -> float:
+    scale = plain_number(scale)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         raise InvalidBudgetError(f"{name} must be a float, got {type(scale).__name__}")
     value = float(scale)

@@ -24,6 +24,7 @@ import numpy as np
 
 from blockbudget.accounting import get_rule
 from blockbudget.budget import Cost, Number
+from blockbudget.decimals import plain_number
 from blockbudget.errors import DataError, InvalidRequestError
 from blockbudget.mechanisms.calibration import (
     check_sensitivity,
@@ -80,6 +81,7 @@ class AboveThreshold:
         accounting = source_accounting(source)
         eps = exact_epsilon(epsilon)
         delta_q = check_sensitivity(sensitivity)
+        threshold = plain_number(threshold)
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
             raise InvalidRequestError(f"threshold must be a number, got {threshold!r}")
         if not math.isfinite(threshold):

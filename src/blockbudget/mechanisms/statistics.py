@@ -44,6 +44,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from blockbudget.budget import Number
+from blockbudget.decimals import plain_number
 from blockbudget.errors import DataError, InvalidRequestError
 from blockbudget.mechanisms.calibration import exact_epsilon, laplace_scale, split_epsilon
 from blockbudget.mechanisms.inputs import (
@@ -428,6 +429,7 @@ def dp_group_by_mean(
     eps = exact_epsilon(epsilon)
     if (nkeys is None) == (categories is None):
         raise InvalidRequestError("pass exactly one of nkeys= or categories=")
+    nkeys, value_range = plain_number(nkeys), plain_number(value_range)
     if nkeys is not None:
         if isinstance(nkeys, bool) or not isinstance(nkeys, int) or nkeys < 1:
             raise InvalidRequestError(f"nkeys must be a positive int, got {nkeys!r}")

@@ -49,6 +49,7 @@ from datetime import date, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from blockbudget.decimals import plain_number
 from blockbudget.engine.plan import GroupKey, Op, Predicate, Scalar, check_scalar
 from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.noise import NoiseKind
@@ -182,7 +183,7 @@ def _list(body: Mapping[str, Any], name: str) -> list[Any]:
 
 
 def _number(body: Mapping[str, Any], name: str) -> float | None:
-    value = body.get(name)
+    value = plain_number(body.get(name))  # a dict built in Python may hold NumPy scalars
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):

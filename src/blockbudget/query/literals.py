@@ -36,6 +36,7 @@ from datetime import UTC, date, datetime
 from decimal import Context, Decimal, Inexact, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
+from blockbudget.decimals import shortest_decimal
 from blockbudget.errors import InvalidRequestError
 
 if TYPE_CHECKING:
@@ -160,7 +161,7 @@ def _number(value: Any, type_: pa.DataType) -> Scalar:
     if isinstance(value, float):
         if not math.isfinite(value):
             raise _Refused("not finite")
-        value = Decimal(repr(value))
+        value = shortest_decimal(value)
     strict = Context(prec=2 * _MAX_DIGITS, traps=[Inexact, InvalidOperation])
     try:
         number = strict.plus(strict.quantize(Decimal(value), Decimal(1).scaleb(-type_.scale)))

@@ -34,6 +34,7 @@ from enum import Enum
 from typing import Any
 
 from blockbudget.budget import Budget
+from blockbudget.decimals import plain_fields, plain_number
 from blockbudget.engine.plan import Bins, GroupKey, Op, Predicate, Scalar, check_scalar
 from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.inputs import check_bounds
@@ -181,6 +182,10 @@ class Query:
     def __post_init__(self) -> None:
         if not isinstance(self.statistic, Statistic):
             raise InvalidRequestError(f"statistic must be a Statistic, got {self.statistic!r}")
+        plain_fields(self)  # NumPy scalars as Python numbers
+        if isinstance(self.probabilities, tuple):
+            probabilities = tuple(plain_number(p) for p in self.probabilities)
+            object.__setattr__(self, "probabilities", probabilities)
         eps = self.epsilon
         if isinstance(eps, bool) or not isinstance(eps, int | float | Decimal):
             raise InvalidRequestError(f"epsilon must be a number, got {eps!r}")

@@ -91,6 +91,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from blockbudget.accounting import Combine, get_rule
+from blockbudget.decimals import plain_number
 from blockbudget.errors import InternalError, InvalidRequestError
 from blockbudget.mechanisms.noise import NoiseSource, resolve_noise
 from blockbudget.scheduling.pool import Pool
@@ -165,6 +166,7 @@ class Scheduler(ABC):
     exact: ClassVar[bool] = False
 
     def __init__(self, *, seed: int | None = None, noise: NoiseSource | None = None) -> None:
+        seed = plain_number(seed)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise InvalidRequestError(f"seed must be an int or None, got {seed!r}")
         self.seed = seed

@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from blockbudget.accounting import Combine
+from blockbudget.decimals import plain_number
 from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.noise import NoiseSource
 from blockbudget.scheduling.base import Scheduler, TaskSpec
@@ -96,6 +97,7 @@ class DPack(UnlockingScheduler):
     ) -> None:
         super().__init__(seed=seed, noise=noise, n=n, unlock=unlock, lifetime=lifetime, tick=tick)
         self.tick_interval = float(tick)  # validated by the base class
+        recompute_every = plain_number(recompute_every)
         if (
             isinstance(recompute_every, bool)
             or not isinstance(recompute_every, int)

@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from blockbudget.budget import ALPHAS, RdpCurve
+from blockbudget.decimals import plain_number
 
 __all__ = [
     "best_normalized_demand",
@@ -74,7 +75,7 @@ def subsampled_gaussian_rdp(*, sample_rate: float, sigma: float, steps: int) -> 
         >>> float(subsampled_gaussian_rdp(sample_rate=1.0, sigma=1.0, steps=1)[2])  # α = 2
         1.0
     """
-    q = sample_rate
+    q, sigma, steps = plain_number(sample_rate), plain_number(sigma), plain_number(steps)
     if q >= 1.0:
         full: FloatArray = steps * _INT_ORDERS / (2 * sigma**2)
         return full
@@ -110,6 +111,7 @@ def subsampled_laplace_rdp(*, sample_rate: float, scale: float, steps: int) -> F
         >>> bool(np.all(r[3:] >= r[2]))  # non-decreasing in the order
         True
     """
+    sample_rate, scale, steps = plain_number(sample_rate), plain_number(scale), plain_number(steps)
     t = 1.0 / scale
     if sample_rate >= 1.0:
         full: FloatArray = steps * _laplace_integer_rdp(_INT_ORDERS.astype(np.float64), t)

@@ -36,6 +36,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_array
 
 from blockbudget.accounting import Combine
+from blockbudget.decimals import plain_number
 from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.noise import NoiseSource
 from blockbudget.scheduling.base import Scheduler, TaskShape, TaskSpec, check_positive
@@ -322,6 +323,7 @@ class OfflineOptimum(Scheduler):
     ) -> None:
         super().__init__(seed=seed, noise=noise)
         self.time_limit = check_positive(time_limit, name="time_limit")
+        node_limit = plain_number(node_limit)
         if isinstance(node_limit, bool) or not isinstance(node_limit, int) or node_limit < 1:
             raise InvalidRequestError(f"node_limit must be an int >= 1, got {node_limit!r}")
         self.node_limit = node_limit

@@ -60,6 +60,7 @@ import numpy as np
 
 from blockbudget.accounting import Combine
 from blockbudget.budget import Cost
+from blockbudget.decimals import plain_number
 from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.noise import NoiseSource
 from blockbudget.outcome import Outcome
@@ -164,8 +165,10 @@ class SageStrategy(Scheduler):
         on_run: Callable[[RunRequest], None] | None = None,
     ) -> None:
         super().__init__(seed=seed, noise=noise)
+        levels = plain_number(levels)
         if isinstance(levels, bool) or not isinstance(levels, int) or not 0 <= levels <= 30:
             raise InvalidRequestError(f"levels must be an int in [0, 30], got {levels!r}")
+        min_window = plain_number(min_window)
         if isinstance(min_window, bool) or not isinstance(min_window, int) or min_window < 1:
             raise InvalidRequestError(f"min_window must be an int >= 1, got {min_window!r}")
         self.profiles = dict(profiles or {})

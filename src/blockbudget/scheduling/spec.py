@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from blockbudget.budget import Budget, Cost
+from blockbudget.decimals import plain_number
 from blockbudget.errors import InvalidRequestError
 
 __all__ = [
@@ -72,6 +73,7 @@ TERMINAL_KINDS = frozenset({DecisionKind.GRANT, DecisionKind.REJECT, DecisionKin
 
 
 def _check_time(value: float, *, name: str) -> float:
+    value = plain_number(value)
     if isinstance(value, bool) or not isinstance(value, int | float) or not np.isfinite(value):
         raise InvalidRequestError(f"{name} must be a finite number, got {value!r}")
     return float(value)
@@ -91,6 +93,7 @@ def check_positive(value: float, *, name: str, allow_zero: bool = False) -> floa
 
 
 def _check_int(value: int, *, name: str, minimum: int) -> int:
+    value = plain_number(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise InvalidRequestError(f"{name} must be an int >= {minimum}, got {value!r}")
     return value

@@ -40,6 +40,7 @@ import numpy as np
 import numpy.typing as npt
 
 from blockbudget.accounting import Combine
+from blockbudget.decimals import plain_number
 from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.noise import NoiseSource
 from blockbudget.scheduling.base import (
@@ -144,6 +145,7 @@ class UnlockingScheduler(Scheduler):
         batch: bool = True,
     ) -> None:
         super().__init__(seed=seed, noise=noise)
+        n = plain_number(n)
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise InvalidRequestError(f"N must be an int >= 1, got {n!r}")
         if isinstance(unlock, str) and unlock in {m.value for m in UnlockMode}:

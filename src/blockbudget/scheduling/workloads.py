@@ -21,6 +21,7 @@ import numpy as np
 
 from blockbudget.accounting import Accounting, AccountingRule, Noise, NoisePart, Release
 from blockbudget.budget import Budget, Cost, RdpCurve
+from blockbudget.decimals import plain_number
 from blockbudget.errors import InvalidBudgetError, InvalidRequestError
 from blockbudget.scheduling.base import BlockSpec, TaskSpec
 
@@ -170,6 +171,8 @@ def subsampled_gaussian_curve(*, sample_rate: float, sigma: float, steps: int) -
     Zhang 2019), from dp-accounting's RDP accountant (no torch import)."""
     from dp_accounting import dp_event
     from dp_accounting.rdp import RdpAccountant
+
+    sample_rate, sigma, steps = plain_number(sample_rate), plain_number(sigma), plain_number(steps)
 
     def at(alpha: float) -> float:
         accountant = RdpAccountant(orders=[alpha])

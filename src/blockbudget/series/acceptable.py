@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 
 from blockbudget.budget import Number, to_decimal
+from blockbudget.decimals import plain_fields, plain_number
 from blockbudget.errors import InvalidBudgetError, InvalidRequestError
 from blockbudget.series._exact import CEIL, FLOOR, grid_ceil, grid_floor
 from blockbudget.series.sequence import FiniteBudgetSequence, check_count, check_epsilon
@@ -72,6 +73,7 @@ class SensitivityNormalization:
     sensitivity: float
 
     def __post_init__(self) -> None:
+        plain_fields(self)  # NumPy scalars as Python numbers
         v = self.sensitivity
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v < math.inf):
             raise InvalidRequestError(f"sensitivity must be finite and > 0, got {v!r}")
@@ -302,6 +304,7 @@ def useful_probability(sequence: FiniteBudgetSequence, *, gamma: float) -> float
         InvalidRequestError: if γ is not finite and ≥ 0.
     """
     _check_finite(sequence)
+    gamma = plain_number(gamma)
     if (
         isinstance(gamma, bool)
         or not isinstance(gamma, int | float)
@@ -318,6 +321,7 @@ def useful_probability(sequence: FiniteBudgetSequence, *, gamma: float) -> float
 
 def is_useful(sequence: FiniteBudgetSequence, *, gamma: float, delta: float) -> bool:
     """Whether the allocation is (γ, δ, ε, n)-useful in the joint sense of Definition 5."""
+    delta = plain_number(delta)
     if isinstance(delta, bool) or not isinstance(delta, int | float) or not (0.0 <= delta <= 1.0):
         raise InvalidRequestError(f"delta must be in [0, 1], got {delta!r}")
     return useful_probability(sequence, gamma=gamma) >= delta

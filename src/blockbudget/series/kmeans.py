@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from blockbudget.decimals import plain_number, shortest_decimal
 from blockbudget.errors import DataError, InvalidRequestError
 from blockbudget.mechanisms.calibration import exact_epsilon, laplace_scale
 from blockbudget.mechanisms.noise import NoiseKind, NoiseSource, resolve_noise
@@ -184,9 +185,11 @@ def dp_kmeans(
     """
     pts = _check_points(points)
     d = pts.shape[1]
+    k = plain_number(k)
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise InvalidRequestError(f"k must be a positive integer, got {k!r}")
     lo, hi = _check_bounds(lower, upper, d)
+    count_fraction = plain_number(count_fraction)
     if (
         isinstance(count_fraction, bool)
         or not isinstance(count_fraction, int | float)
@@ -202,6 +205,7 @@ def dp_kmeans(
         if budgets.length is None:
             raise InvalidRequestError("an infinite budget sequence needs iterations=")
         iterations = budgets.length
+    iterations = plain_number(iterations)
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
         raise InvalidRequestError(f"iterations must be a positive integer, got {iterations!r}")
     if budgets.length is not None and iterations > budgets.length:
@@ -222,7 +226,7 @@ def dp_kmeans(
     unit = to_unit_cube(pts, lo, hi)
     sampler = resolve_noise(noise)
     split = SplitSource(source, budgets, label=label)
-    fraction = Decimal(repr(count_fraction))
+    fraction = shortest_decimal(count_fraction)
     sum_sens = sum_sensitivity(float(d))
     centroids = start
     history: list[FloatMatrix] = []

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from decimal import ROUND_FLOOR, Decimal, InvalidOperation
 
 from blockbudget.budget import Budget, Number, to_decimal
+from blockbudget.decimals import plain_number
 from blockbudget.errors import InvalidBudgetError, InvalidRequestError
 from blockbudget.series._exact import CEIL, FLOOR, GRID, exact_sum, grid_floor
 
@@ -55,6 +56,7 @@ def check_count(n: int, *, name: str = "n", minimum: int = 1) -> int:
     Raises:
         InvalidRequestError: otherwise.
     """
+    n = plain_number(n)
     if isinstance(n, bool) or not isinstance(n, int):
         raise InvalidRequestError(f"{name} must be an integer, got {n!r}")
     if n < minimum:
@@ -78,6 +80,7 @@ def parameter(value: Number, *, name: str) -> Decimal:
     Raises:
         InvalidBudgetError: for booleans, NaN, infinities or non-numbers.
     """
+    value = plain_number(value)
     if isinstance(value, bool) or not isinstance(value, (int, float, str, Decimal)):
         raise InvalidBudgetError(f"{name} must be a number, got {value!r}")
     try:

@@ -30,6 +30,7 @@ from decimal import Decimal, localcontext
 
 from blockbudget.accounting import Accounting
 from blockbudget.budget import Budget, Cost, Number
+from blockbudget.decimals import plain_number
 from blockbudget.errors import InvalidBudgetError, InvalidRequestError, ReservationError
 from blockbudget.mechanisms.source import BudgetSource, source_accounting
 from blockbudget.series._exact import CEIL, FLOOR, grid_floor
@@ -134,6 +135,7 @@ class SplitSource:
         Raises:
             InvalidRequestError: if ``parts`` < 1 or before the first iteration.
         """
+        parts = plain_number(parts)
         if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
             raise InvalidRequestError(f"parts must be a positive integer, got {parts!r}")
         if self._index == 0:

@@ -10,7 +10,7 @@ answered without touching the ledger (nothing reserved, nothing charged):
   cannot probe which streams exist);
 * 409 — refused by the state of the ledger: budget exceeded, retired block, a reservation that
   is closed, expired or overdrawn, a store conflict, a request id reused with other arguments,
-  a stream name already taken, a task already decided;
+  a stream name already taken, a task already decided, revoking the last usable admin key;
 * 422 — a malformed request: bad budget, bad selection, unknown column or context, bad data;
   or stored rows that could not be processed (a stable code, never the exception's text:
   :mod:`blockbudget.service.failures`);
@@ -35,6 +35,7 @@ from blockbudget.errors import (
     DataError,
     InvalidBudgetError,
     InvalidRequestError,
+    LastAdminKeyError,
     NothingAffordableError,
     RequestIdConflictError,
     ReservationError,
@@ -71,6 +72,7 @@ CONFLICT_ERRORS: tuple[type[BlockBudgetError], ...] = (
     StreamExistsError,
     RequestIdConflictError,
     TaskStateError,
+    LastAdminKeyError,
 )
 
 

@@ -109,7 +109,9 @@ def register_principal_routes(
     @app.delete("/v1/principals/{name}/keys/{key_id}", tags=["principals"])
     def revoke_key(me: Auth, name: str, key_id: str) -> sc.PrincipalOut:
         """Revoke one of the principal's keys (the middle part ``bbk_<key id>_…``); every task of
-        the principal is cancelled (its grants released, its pipelines stopped)."""
+        the principal is cancelled (its grants released, its pipelines stopped). The last
+        usable admin key (of an active admin, valid, without expiry) is never revoked: 409,
+        issue another admin key first."""
         require_role(me)
         keystore.revoke_key(key_id, principal=name)
         authenticate.invalidate()

@@ -44,6 +44,7 @@ import sqlalchemy as sa
 from blockbudget.dbrevision import ensure_current
 from blockbudget.errors import (
     InvalidRequestError,
+    LastAdminKeyError,
     UnknownKeyError,
     UnknownPrincipalError,
 )
@@ -240,15 +241,67 @@ class KeyStore:
 
         Raises:
             UnknownBlockError: no such key (of ``principal``).
+            LastAdminKeyError: the key is valid, its principal an active admin, and no other
+                active admin holds a key that is valid and does not expire: revoking it would
+                lock every administrator out (nothing is changed).
         """
         row = api_keys.c.key_id == key_id
         if principal is not None:
             row = row & (api_keys.c.principal == principal)
         with self._engine.begin() as conn:
-            done = conn.execute(api_keys.update().where(row).values(revoked=True))
-        if done.rowcount == 0:
-            whose = "" if principal is None else f" of principal {principal!r}"
-            raise UnknownKeyError(f"unknown key id {key_id!r}{whose}")
+            # The admins' lasting keys are locked first (PostgreSQL; SQLite's BEGIN IMMEDIATE
+            # serializes writers anyway), so two concurrent revocations cannot each leave the
+            # other's key as the last one and both succeed.
+            lasting = self._lasting_admin_keys(conn)
+            target = conn.execute(
+                sa.select(api_keys.c.principal, api_keys.c.revoked, api_keys.c.expires_at).where(
+                    row
+                )
+            ).first()
+            if target is None:
+                whose = "" if principal is None else f" of principal {principal!r}"
+                raise UnknownKeyError(f"unknown key id {key_id!r}{whose}")
+            usable = not target.revoked and (target.expires_at is None or now() < target.expires_at)
+            if usable and target.principal in self._active_admins(conn) and not lasting - {key_id}:
+                who = target.principal
+                raise LastAdminKeyError(
+                    f"key {key_id!r} of principal {who!r} is the last usable admin key: revoking "
+                    "it would leave no administrator able to sign in. Issue another admin key "
+                    f"first (`blockbudget principal key create {who}`, or POST "
+                    f"/v1/principals/{who}/keys), then revoke this one. Nothing was changed."
+                )
+            conn.execute(api_keys.update().where(row).values(revoked=True))
+
+    @staticmethod
+    def _active_admins(conn: sa.Connection) -> set[str]:
+        who = principals.c
+        return set(
+            conn.execute(
+                sa.select(who.name).where(
+                    (who.role == Role.ADMIN.value) & (who.state == PrincipalState.ACTIVE.value)
+                )
+            ).scalars()
+        )
+
+    @staticmethod
+    def _lasting_admin_keys(conn: sa.Connection) -> set[str]:
+        """The ids of the keys that keep an administrator able to sign in: keys of active admins
+        that are not revoked and never expire (a rotated key's grace runs out), locked for
+        update."""
+        k, who = api_keys.c, principals.c
+        return set(
+            conn.execute(
+                sa.select(k.key_id)
+                .join(principals, who.name == k.principal)
+                .where(
+                    (who.role == Role.ADMIN.value)
+                    & (who.state == PrincipalState.ACTIVE.value)
+                    & (k.revoked == sa.false())
+                    & k.expires_at.is_(None)
+                )
+                .with_for_update()
+            ).scalars()
+        )
 
     def authenticate(self, key: str) -> Principal | None:
         """The principal a key belongs to, or None for a malformed, unknown or revoked key."""

@@ -4,10 +4,12 @@ from it, release it.
 A reservation holds budget for a computation run elsewhere; no data leaves the service. The
 cost is the ledger cost, reserved and charged on every block as given (no group privacy: that
 is :meth:`Platform.request <blockbudget.platform.Platform.request>`'s, for grants that read
-rows). Only the holder (or an admin) reads, charges or releases a reservation; a charge also
-needs the holder to be still bound to the reservation's context and still able to read its
-stream (an ACL revoked after the reservation was made stops its spending too). Request ids
-are scoped per principal (:func:`blockbudget.service.charges.scoped`).
+rows). Only the holder (or an admin) reads, charges or releases a reservation: anyone else
+gets, on every route, the 404 of an unknown reservation, word for word, before any other
+check (as a query on a reservation does: whether another's reservation exists does not
+leak). A charge also needs the holder to be still bound to the reservation's context and still
+able to read its stream (an ACL revoked after the reservation was made stops its spending
+too). Request ids are scoped per principal (:func:`blockbudget.service.charges.scoped`).
 """
 
 from typing import Annotated
@@ -15,13 +17,12 @@ from typing import Annotated
 from fastapi import Depends, FastAPI
 
 from blockbudget.budget import Budget
-from blockbudget.errors import InvalidRequestError, ReservationError
+from blockbudget.errors import InvalidRequestError, ReservationError, UnknownReservationError
 from blockbudget.ledger import Reservation, ReservationState
 from blockbudget.platform import Last, Platform
 from blockbudget.service import schemas as sc
 from blockbudget.service.access import (
     Authenticator,
-    AuthError,
     require_context,
     require_stream,
     resolve_context,
@@ -69,9 +70,15 @@ def register_reservation_routes(
         return names.naming(me, parse_block_id(res.blocks[0])[0])
 
     def owned_reservation(me: Principal, rid: str) -> Reservation:
+        """The reservation ``rid`` if ``me`` holds it (or is an admin).
+
+        Raises:
+            UnknownReservationError: unknown, or another principal's — answered alike (the
+                ledger's own words for an unknown id), so that its existence does not leak.
+        """
         res = platform.reservation(rid)
         if me.role is not Role.ADMIN and res.holder != me.name:
-            raise AuthError(403, f"reservation {rid!r} belongs to another principal")
+            raise UnknownReservationError(f"unknown reservation {rid!r}")
         return res
 
     @app.post("/v1/streams/{stream}/reservations", status_code=201, tags=["budget"])

@@ -19,11 +19,23 @@ another writer changed the plan's premises (a block was sealed or created meanwh
 transaction is abandoned and the ingest re-plans, moving staged files whose block changed. Any
 failure deletes the files the ingest wrote, so the catalog and the directory tree are left as
 they were. Readers only ever open part files listed in the catalog.
+
+Orphans. An ingest killed before its commit (SIGKILL, a power loss) cannot delete its files:
+they stay under the data root, listed by no catalog entry, never read. The first ingest into a
+stream in a process — and again once per :data:`ORPHAN_GRACE` in a long-running one — sweeps
+that stream's orphans older than :data:`ORPHAN_GRACE` (:meth:`BlockStore.vacuum`: under the
+stream's lock, so a file committed meanwhile is kept, and an ingest still running after that
+long whose staged file was swept fails instead of committing a missing file).
+:meth:`BlockStore.check_files` compares the data root with the catalog both ways (orphans, and
+listed parts whose file is missing, e.g. after a restore).
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, date, datetime, timedelta
@@ -55,6 +67,7 @@ from blockbudget.store.keys import key_ordinal
 from blockbudget.store.model import (
     BlockMeta,
     DataFormat,
+    FileCheck,
     IngestReport,
     OnOverlap,
     StreamSpec,
@@ -76,6 +89,13 @@ from blockbudget.store.writers import BUFFER_BYTES, MAX_OPEN_WRITERS
 
 _T = TypeVar("_T")
 
+log = logging.getLogger("blockbudget.store")
+
+#: How old a part file that no catalog entry lists must be before an ingest's own sweep deletes
+#: it: far longer than an ingest runs (a staged file is younger than its ingest), so the sweep
+#: meets only the leftovers of killed ingests.
+ORPHAN_GRACE = timedelta(hours=24)
+
 
 class BlockStore:
     """Streams, blocks and their data.
@@ -84,6 +104,8 @@ class BlockStore:
         url_or_engine: a SQLAlchemy URL (``"sqlite:////path/platform.db"``,
             ``"postgresql+psycopg://..."``) or an existing engine (shared with the ledger).
         root: where part files live: a local directory or a pyarrow filesystem URI.
+        orphan_grace: the age past which an ingest sweeps its stream's orphaned part files
+            (see the module docstring; default :data:`ORPHAN_GRACE`); None: never.
 
     Example:
         >>> store = BlockStore("sqlite:///platform.db", "blocks")  # doctest: +SKIP
@@ -92,7 +114,13 @@ class BlockStore:
         ('flights/2013-01-01', 'flights/2013-01-02')
     """
 
-    def __init__(self, url_or_engine: str | Engine, root: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        url_or_engine: str | Engine,
+        root: str | os.PathLike[str],
+        *,
+        orphan_grace: timedelta | None = ORPHAN_GRACE,
+    ) -> None:
         if isinstance(url_or_engine, Engine):
             self._engine = url_or_engine
             self._owns_engine = False
@@ -108,6 +136,9 @@ class BlockStore:
         # Committed facts that never change: a stream's spec, and its schema once set.
         self._specs: dict[str, StreamSpec] = {}
         self._schemas: dict[str, pa.Schema] = {}
+        self._orphan_grace = orphan_grace
+        self._swept: dict[str, float] = {}  # stream -> monotonic time of its last sweep
+        self._sweep_lock = threading.Lock()
         try:
             catalog.create_tables(self._engine)
         except BaseException:
@@ -294,7 +325,36 @@ class BlockStore:
         batches, source = open_batches(data, fmt=fmt, schema=schema, batch_rows=batch_rows)
         limits = WriterLimits(max_open=max_open_writers, buffer_bytes=buffer_bytes)
         run = IngestRun(self._engine, self._files, self._transaction, spec, limits)
-        return run.run(batches, source, schema=schema, ingest_id=ingest_id, policy=policy)
+        try:
+            return run.run(batches, source, schema=schema, ingest_id=ingest_id, policy=policy)
+        finally:
+            self._sweep_orphans(stream)
+
+    def _sweep_orphans(self, stream: str) -> None:
+        """Delete ``stream``'s orphaned part files older than the grace, at most once per grace
+        in this process (the first ingest after a start sweeps what a killed one left). Best
+        effort: a failure is logged, never raised (the ingest's own outcome stands)."""
+        grace = self._orphan_grace
+        if grace is None:
+            return
+        now = time.monotonic()
+        with self._sweep_lock:
+            last = self._swept.get(stream)
+            if last is not None and now - last < grace.total_seconds():
+                return
+            self._swept[stream] = now
+        try:
+            removed = self.vacuum(stream, older_than=grace)
+        except Exception:  # a sweep must not turn a finished ingest into a failure
+            log.warning("sweeping orphaned part files of stream %r failed", stream, exc_info=True)
+            return
+        if removed:
+            log.info(
+                "removed %d orphaned part file(s) of stream %r (left by killed ingests): %s",
+                len(removed),
+                stream,
+                ", ".join(removed[:10]) + (" …" if len(removed) > 10 else ""),
+            )
 
     # ----------------------------------------------------------------------------- sealing
 
@@ -553,6 +613,41 @@ class BlockStore:
 
             removed.extend(self._transaction(attempt))
         return sorted(removed)
+
+    def check_files(self, stream: str | None = None) -> FileCheck:
+        """Compare the part files under the data root (one stream's directory, or all of it)
+        with the catalog, both ways: orphans (files no catalog entry lists) and missing files
+        (listed parts whose file is gone). Reads only.
+
+        The catalog is read before and after the listing: an orphan is a file unlisted after
+        it (so a file an ingest committed meanwhile is no orphan), a missing file one listed
+        before it (a commit comes after its files are durable, so a file listed then was there
+        unless something removed it), confirmed by looking the file up again.
+
+        Raises:
+            UnknownBlockError: when ``stream`` does not exist.
+        """
+        if stream is not None:
+            self._stream_row(stream)
+        with self._engine.connect() as conn:
+            before = catalog.select_part_paths(conn, stream)
+        found = [
+            (path, None if mtime is None else _aware(mtime))
+            for path, mtime in self._files.list_files(stream or "")
+            if path.endswith(".parquet")
+        ]
+        with self._engine.connect() as conn:
+            after = catalog.select_part_paths(conn, stream)
+        paths = {path for path, _ in found}
+        orphans = tuple((path, mtime) for path, mtime in found if path not in after)
+        missing = self._files.missing(sorted(before - paths))
+        return FileCheck(
+            stream=stream,
+            files=len(found),
+            parts=len(after),
+            orphans=orphans,
+            missing=tuple(missing),
+        )
 
     # ----------------------------------------------------------------------------- helpers
 

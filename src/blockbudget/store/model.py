@@ -522,3 +522,48 @@ def parse_block_id(block_id: object) -> tuple[str, str, int]:
 def utc_now() -> datetime:
     """The current time in UTC, without tzinfo (the catalog stores naive UTC)."""
     return datetime.now(UTC).replace(tzinfo=None)
+
+
+@dataclass(frozen=True)
+class FileCheck:
+    """The part files under the data root compared with the catalog
+    (:meth:`~blockbudget.store.blockstore.BlockStore.check_files`).
+
+    Attributes:
+        stream: the stream whose directory was checked; None for the whole data root.
+        files: Parquet part files found.
+        parts: part files the catalog lists.
+        orphans: ``(path, modified)`` of each part file that no catalog entry lists, by path
+            (root-relative; ``modified`` in UTC, None when the filesystem does not say): left
+            by an ingest that was killed before its commit — or staged by an ingest still
+            running, when it is recent. Never read; safe to delete once no ingest can commit
+            it (:meth:`~blockbudget.store.blockstore.BlockStore.vacuum`).
+        missing: catalog parts whose file is gone, by path (a store restored from a backup
+            older than its catalog, or files removed by hand): reading their blocks fails.
+    """
+
+    stream: str | None
+    files: int
+    parts: int
+    orphans: tuple[tuple[str, datetime | None], ...] = ()
+    missing: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """Whether every listed part has its file and no file is unlisted."""
+        return not self.orphans and not self.missing
+
+    def orphans_older_than(self, age: timedelta, *, now: datetime | None = None) -> list[str]:
+        """The orphans modified more than ``age`` before ``now`` (default: the current time),
+        as :meth:`~blockbudget.store.blockstore.BlockStore.vacuum` picks them: one of unknown
+        age only when ``age`` is 0."""
+        at = now if now is not None else datetime.now(UTC)
+        return [
+            path
+            for path, modified in self.orphans
+            if age <= timedelta(0) or (modified is not None and _utc(modified) < at - age)
+        ]
+
+
+def _utc(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)

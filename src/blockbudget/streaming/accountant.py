@@ -25,6 +25,7 @@ from blockbudget.budget import (
     units_down,
     units_up,
 )
+from blockbudget.decimals import plain_number, shortest_decimal
 from blockbudget.errors import BudgetExceededError, InvalidRequestError
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ class StreamAccountant:
             raise InvalidRequestError(f"a slot cost must be finite and >= 0, got {cost!r}")
         if cost == 0.0:
             return 0
-        return max(1, units_up(Decimal(repr(cost))))
+        return max(1, units_up(shortest_decimal(cost)))
 
     def can_afford(self, cost: float) -> bool:
         """Whether a slot of this cost fits in what remains."""
@@ -102,6 +103,7 @@ class StreamAccountant:
         """
         if self._spent or self._slots:
             raise InvalidRequestError("only a fresh accountant can be restored")
+        spent_units = plain_number(spent_units)
         if isinstance(spent_units, bool) or not isinstance(spent_units, int):
             raise InvalidRequestError(f"spent_units must be an int, got {spent_units!r}")
         if not 0 <= spent_units <= self._capacity:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from blockbudget.decimals import plain_number
 from blockbudget.errors import InvalidRequestError
 from blockbudget.streaming.series import DPISeries, float_at_most
 
@@ -152,6 +153,7 @@ class RandomBudgetAllocation(BudgetAllocator):
         rate: float = 1e8,
         rng: np.random.Generator | None = None,
     ) -> None:
+        rate = plain_number(rate)
         if isinstance(rate, bool) or not isinstance(rate, (int, float)):
             raise InvalidRequestError(f"rate must be a number, got {type(rate).__name__}")
         if not math.isfinite(rate) or rate <= 0:

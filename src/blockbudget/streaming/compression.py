@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from blockbudget.decimals import plain_fields
 from blockbudget.errors import DataError, InvalidRequestError
 
 FloatArray = npt.NDArray[np.float64]
@@ -41,6 +42,7 @@ class Compression:
     min_users: int = 1
 
     def __post_init__(self) -> None:
+        plain_fields(self)  # NumPy scalars as Python numbers
         for name in ("domain_size", "min_users"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

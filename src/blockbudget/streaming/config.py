@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from blockbudget.decimals import plain_fields
 from blockbudget.errors import InvalidRequestError
 from blockbudget.streaming.series import series_constant, zeta_for_horizon
 
@@ -82,6 +83,7 @@ class DPIConfig:
     estimator: Estimator = Estimator.INTERVAL
 
     def __post_init__(self) -> None:
+        plain_fields(self)  # NumPy scalars as Python numbers
         for name in ("epsilon", "mu", "zeta", "rate"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -46,6 +46,7 @@ from enum import Enum
 import numpy as np
 import numpy.typing as npt
 
+from blockbudget.decimals import plain_fields, shortest_decimal
 from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.noise import (
     NoiseKind,
@@ -129,6 +130,7 @@ class HistogramConfig:
     smoothing: float = 0.01
 
     def __post_init__(self) -> None:
+        plain_fields(self)  # NumPy scalars as Python numbers
         eps = self.epsilon
         if isinstance(eps, bool) or not isinstance(eps, (int, float)):
             raise InvalidRequestError(f"epsilon must be a number, got {type(eps).__name__}")
@@ -282,7 +284,7 @@ class HistogramStream:
         self.noise = SeededNoise(seed) if seed is not None else resolve_noise(noise)
         if accountant is None:
             accountant = StreamAccountant(epsilon=config.budget, name=name)
-        elif accountant.target < Decimal(repr(config.budget)):
+        elif accountant.target < shortest_decimal(config.budget):
             raise InvalidRequestError(
                 f"the accountant's total {accountant.target} is below the stream's "
                 f"{config.unit} {config.budget}"
@@ -290,7 +292,7 @@ class HistogramStream:
         self.accountant = accountant
         self.name = name
         self._windows = InfiniteBudgetSequence(
-            epsilon=Decimal(repr(config.budget)), series=config.series
+            epsilon=shortest_decimal(config.budget), series=config.series
         )
         self._warm = config.warmup_lengths()
         self._per_slot = config.mode is ReleaseMode.PER_SLOT

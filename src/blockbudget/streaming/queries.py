@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from blockbudget.decimals import plain_fields
 from blockbudget.errors import InvalidRequestError
 
 FloatArray = npt.NDArray[np.float64]
@@ -44,6 +45,7 @@ class QueryPool:
     linear: FloatArray = field(repr=False)
 
     def __post_init__(self) -> None:
+        plain_fields(self)  # NumPy scalars as Python numbers
         k = self.domain_size
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise InvalidRequestError(f"domain_size must be an int >= 1, got {k!r}")

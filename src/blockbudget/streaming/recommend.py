@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from blockbudget.decimals import plain_number
 from blockbudget.errors import InvalidRequestError
 from blockbudget.streaming.config import DPIConfig, Horizon
 from blockbudget.streaming.series import DPISeries
@@ -166,6 +167,7 @@ def _check(
 ) -> None:
     """Refuse parameters :func:`recommend` cannot forecast (InvalidRequestError)."""
     for name, value in (("domain_size", domain_size), ("min_users", min_users)):
+        value = plain_number(value)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InvalidRequestError(f"{name} must be an int >= 1, got {value!r}")
     if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):

@@ -41,6 +41,7 @@ from decimal import Decimal
 import numpy as np
 import numpy.typing as npt
 
+from blockbudget.decimals import shortest_decimal
 from blockbudget.errors import InvalidRequestError
 from blockbudget.streaming.accountant import StreamAccountant
 from blockbudget.streaming.allocation import (
@@ -289,7 +290,7 @@ class DPIStream:
         self.selector = selector if selector is not None else SecureSelector()
         if accountant is None:
             accountant = StreamAccountant(epsilon=config.epsilon, name=name)
-        elif accountant.target < Decimal(repr(config.epsilon)):
+        elif accountant.target < shortest_decimal(config.epsilon):
             raise InvalidRequestError(
                 f"the accountant's epsilon {accountant.target} is below the stream's "
                 f"{config.epsilon}"

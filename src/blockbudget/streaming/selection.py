@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from blockbudget.decimals import plain_number
 from blockbudget.errors import InternalError, InvalidRequestError
 
 FloatArray = npt.NDArray[np.float64]
@@ -29,6 +30,7 @@ FloatArray = npt.NDArray[np.float64]
 
 def scale_for(*, epsilon: float, sensitivity: float) -> float:
     """Noise scale of an ε-DP report-noisy-max over scores of ℓ∞-sensitivity d: 2d/ε, nudged up."""
+    epsilon, sensitivity = plain_number(epsilon), plain_number(sensitivity)
     if not (epsilon > 0 and sensitivity > 0):
         raise InvalidRequestError(
             f"selection needs epsilon > 0 and sensitivity > 0, got {epsilon!r} and {sensitivity!r}"

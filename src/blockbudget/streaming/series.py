@@ -45,6 +45,7 @@ import numpy.typing as npt
 from scipy.optimize import brentq
 from scipy.special import spence
 
+from blockbudget.decimals import plain_fields, plain_number, shortest_decimal
 from blockbudget.errors import InvalidRequestError
 from blockbudget.series._exact import CEIL, FLOOR, grid_floor
 
@@ -120,11 +121,13 @@ def eta_from_alpha(alpha: float) -> float:
 
 def direction_cost(*, alpha: float, sensitivity: float, mu: float) -> float:
     """Thm 5.1, one direction: ``(2Δ_Q/μ)·ln((1+2η)/(1−2η)) = 4·Δ_Q·α/μ``."""
+    alpha, sensitivity, mu = plain_number(alpha), plain_number(sensitivity), plain_number(mu)
     return 4.0 * sensitivity * alpha / mu
 
 
 def alpha_for_cost(*, epsilon: float, sensitivity: float, mu: float) -> float:
     """The α whose one-direction cost (Thm 5.1) is ``epsilon``: ``α = ε·μ/(4·Δ_Q)``."""
+    epsilon, sensitivity, mu = plain_number(epsilon), plain_number(sensitivity), plain_number(mu)
     return epsilon * mu / (4.0 * sensitivity)
 
 
@@ -135,6 +138,7 @@ def series_constant(*, sensitivity: float, mu: float, zeta: float) -> float:
         InvalidRequestError: when μζ overflows or underflows so that C is infinite or 0 (e.g.
             μ = 1e-300 with ζ = 1e-10), or a product is not finite.
     """
+    sensitivity, mu, zeta = plain_number(sensitivity), plain_number(mu), plain_number(zeta)
     product = mu * zeta
     constant = sensitivity / product if product > 0 else math.inf
     if not (math.isfinite(product) and math.isfinite(constant) and constant > 0):
@@ -162,6 +166,7 @@ class DPISeries:
     sensitivity: float = 2.0
 
     def __post_init__(self) -> None:
+        plain_fields(self)  # NumPy scalars as Python numbers (``repr`` parses them below)
         for name in ("epsilon", "mu", "zeta", "sensitivity"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -187,7 +192,7 @@ class DPISeries:
         """r of Eq. 12 (:func:`solve_ratio`); also sets the C the terms use (:attr:`scale`)."""
         nominal = self.sensitivity / (self.mu * self.zeta)
         r = solve_ratio(epsilon=self.epsilon, scale=nominal)
-        eps = Decimal(repr(self.epsilon))
+        eps = shortest_decimal(self.epsilon)
         upper = tail_sum_upper(r)  # ≥ S(r) = Σ_t (1 − r^t)/t²
         coefficient = Decimal(nominal)  # exact value of the float
         if upper > 0:
@@ -305,6 +310,7 @@ def solve_ratio(*, epsilon: float, scale: float) -> float:
     """r of Eq. 12, ``C·(π²/6 − Li₂(r)) = ε``: the smallest float r in [0, 1] whose float sum
     ``C·S(r)`` is ≤ ε (0 when ε ≥ C·π²/6). S is decreasing, so this is a bisection over the bit
     patterns of the non-negative doubles: at most 64 steps."""
+    epsilon, scale = plain_number(epsilon), plain_number(scale)
     if scale * PI2_6 <= epsilon:
         return 0.0
     lo, hi = 0, _bits(1.0)  # S(0)·C > ε >= S(1)·C = 0
@@ -382,6 +388,8 @@ def zeta_for_horizon(*, epsilon: float, slots: int, mu: float, sensitivity: floa
     Raises:
         InvalidRequestError: ε, μ or Δ_Q not finite and > 0, or slots not an int >= 2.
     """
+    epsilon, mu, sensitivity = plain_number(epsilon), plain_number(mu), plain_number(sensitivity)
+    slots = plain_number(slots)
     for name, value in (("epsilon", epsilon), ("mu", mu), ("sensitivity", sensitivity)):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise InvalidRequestError(f"{name} must be a number, got {type(value).__name__}")

@@ -36,6 +36,7 @@ from enum import Enum
 import numpy as np
 import numpy.typing as npt
 
+from blockbudget.decimals import plain_number
 from blockbudget.errors import InvalidRequestError
 
 FloatArray = npt.NDArray[np.float64]
@@ -92,8 +93,10 @@ class SynopsisPool:
             concentration: β > 0 of the Dirichlet design.
             rng: a numpy Generator (OS entropy when None); the pool never sees data.
         """
+        domain_size = plain_number(domain_size)
         if isinstance(domain_size, bool) or not isinstance(domain_size, int) or domain_size < 1:
             raise InvalidRequestError(f"domain_size must be an int >= 1, got {domain_size!r}")
+        size = plain_number(size)
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise InvalidRequestError(f"pool size N must be an int >= 1, got {size!r}")
         if not (isinstance(precision, (int, float)) and 0 < precision <= 1):

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import sqlalchemy as sa
 
+from blockbudget.decimals import plain_number
 from blockbudget.errors import InvalidRequestError
 from blockbudget.scheduling import TaskShape, TaskSpec
 from blockbudget.tasks.selectors import AnyBlocks, InRange, Named, Newest, Selector
@@ -88,6 +89,7 @@ def check_significance(value: Any, *, blocks: Sequence[str] | None) -> Mapping[s
         return dict(value)
     out: dict[str, float] = {}
     for block, p in value.items():
+        p = plain_number(p)
         if isinstance(p, bool) or not isinstance(p, int | float) or not np.isfinite(p) or p < 0:
             raise InvalidRequestError(
                 f"significance of block {block!r} must be a finite number >= 0, got {p!r}"

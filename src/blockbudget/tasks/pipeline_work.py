@@ -37,6 +37,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from blockbudget.budget import Budget
+from blockbudget.decimals import plain_fields
 from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.calibration import exact_delta, exact_epsilon
 from blockbudget.tasks.pipeline_kinds import get_pipeline_kind
@@ -116,6 +117,7 @@ class PipelineWork:
     eta: float = 0.05
 
     def __post_init__(self) -> None:
+        plain_fields(self)  # NumPy scalars as Python numbers
         kind = get_pipeline_kind(self.kind)
         if isinstance(self.target, bool) or not isinstance(self.target, int | float):
             raise InvalidRequestError(f"target must be a number, got {self.target!r}")

@@ -8,6 +8,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from blockbudget.decimals import plain_number
 from blockbudget.errors import InvalidRequestError, UnknownBlockError
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ def params_of(
 
 def number(value: Any, *, what: str, positive: bool = False, minimum: float = -math.inf) -> float:
     """A finite JSON number (not a boolean), > 0 when ``positive``, ≥ ``minimum``."""
+    value = plain_number(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidRequestError(f"{what} must be a number, got {value!r}")
     out = float(value)

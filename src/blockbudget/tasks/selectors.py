@@ -24,12 +24,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from blockbudget.decimals import plain_number
 from blockbudget.errors import InvalidRequestError
 
 __all__ = ["AnyBlocks", "InRange", "Named", "Newest", "Selector", "selector_from_json"]
 
 
 def _count(value: Any, *, name: str, minimum: int = 1) -> int:
+    value = plain_number(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise InvalidRequestError(f"{name} must be an int >= {minimum}, got {value!r}")
     return value

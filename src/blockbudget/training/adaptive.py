@@ -35,6 +35,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from blockbudget.budget import Budget, Cost, Number
+from blockbudget.decimals import plain_fields
 from blockbudget.errors import BudgetExceededError, InternalError, InvalidRequestError
 from blockbudget.grant import group_cost
 from blockbudget.mechanisms.calibration import exact_delta, exact_epsilon
@@ -85,6 +86,7 @@ class AdaptiveConfig:
     max_window: int | None = None
 
     def __post_init__(self) -> None:
+        plain_fields(self)  # NumPy scalars as Python numbers
         eps0 = exact_epsilon(self.epsilon0)
         top = exact_epsilon(self.max_epsilon, name="max_epsilon")
         if eps0 > top:

@@ -24,6 +24,7 @@ import math
 
 from scipy.stats import beta
 
+from blockbudget.decimals import plain_number
 from blockbudget.errors import InvalidRequestError
 
 
@@ -33,6 +34,7 @@ def check_probability(p: float, *, name: str) -> float:
     Raises:
         InvalidRequestError: when ``p`` is not a number strictly between 0 and 1.
     """
+    p = plain_number(p)
     if isinstance(p, bool) or not isinstance(p, (int, float)):
         raise InvalidRequestError(f"{name} must be a number in (0, 1), got {p!r}")
     value = float(p)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from blockbudget.decimals import plain_number
 from blockbudget.errors import InvalidRequestError
 
 
@@ -17,6 +18,7 @@ def check_int(value: object, *, name: str, low: int = 1) -> int:
     Raises:
         InvalidRequestError: otherwise.
     """
+    value = plain_number(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise InvalidRequestError(f"{name} must be an int >= {low}, got {value!r}")
     return value
@@ -36,6 +38,7 @@ def check_number(
     Raises:
         InvalidRequestError: otherwise.
     """
+    value = plain_number(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidRequestError(f"{name} must be a number, got {value!r}")
     x = float(value)

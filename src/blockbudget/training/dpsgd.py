@@ -53,6 +53,7 @@ from numpy.typing import NDArray
 from blockbudget.accounting import get_rule
 from blockbudget.accounting.rule import Release
 from blockbudget.budget import Cost, Number, RdpCurve
+from blockbudget.decimals import plain_number
 from blockbudget.errors import DataError, InternalError, InvalidBudgetError, InvalidRequestError
 from blockbudget.mechanisms.calibration import (
     analytic_gaussian_sigma,
@@ -137,6 +138,7 @@ def plan_dpsgd(
         InvalidBudgetError: bad ε or δ, or a target no σ meets.
     """
     for name, value in (("n", n), ("batch_size", batch_size), ("epochs", epochs)):
+        value = plain_number(value)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InvalidRequestError(f"{name} must be an int >= 1, got {value!r}")
     rule = get_rule(accounting)

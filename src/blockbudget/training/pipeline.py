@@ -31,6 +31,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from blockbudget.budget import Number
+from blockbudget.decimals import plain_number, shortest_decimal
 from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.calibration import exact_delta, exact_epsilon
 from blockbudget.mechanisms.noise import NoiseSource
@@ -70,14 +71,14 @@ class BudgetSplit:
         from decimal import ROUND_FLOOR, Context, localcontext
 
         with localcontext(Context(prec=40, rounding=ROUND_FLOOR)):
-            dp_total = Decimal(repr(self.preprocess)) + Decimal(repr(self.train))
+            dp_total = shortest_decimal(self.preprocess) + shortest_decimal(self.train)
             out = {}
             for name, share in (
                 ("preprocess", self.preprocess),
                 ("train", self.train),
                 ("validate", self.validate),
             ):
-                s = Decimal(repr(share))
+                s = shortest_decimal(share)
                 d = Decimal(0) if name == "validate" or dp_total == 0 else delta * s / dp_total
                 out[name] = (epsilon * s, d)
         return out
@@ -139,6 +140,7 @@ def split_rows(n: int, *, test_fraction: float, seed: int) -> tuple[NDArray[Any]
 
 
 def _check_fraction(test_fraction: float) -> None:
+    test_fraction = plain_number(test_fraction)
     if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)):
         raise InvalidRequestError(
             f"test_fraction must be a number in (0, 1), got {test_fraction!r}"
@@ -158,6 +160,7 @@ def row_uniforms(frame: pd.DataFrame, *, seed: int) -> NDArray[np.float64]:
     pandas' stable row hash (``hash_pandas_object``, no index) mixed with the seed by SplitMix64's
     finalizer; the top 53 bits give the uniform. Identical rows get identical numbers.
     """
+    seed = plain_number(seed)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise InvalidRequestError(f"seed must be an int, got {seed!r}")
     hashed = pd.util.hash_pandas_object(frame, index=False).to_numpy(dtype=np.uint64)

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
+from blockbudget.decimals import plain_number, shortest_decimal
 from blockbudget.errors import DataError, InvalidRequestError
 from blockbudget.mechanisms.noise import NoiseSource
 from blockbudget.mechanisms.source import BudgetSource
@@ -269,6 +270,7 @@ class DPSGDPipeline(FeaturePipeline):
         if self.rows_per_block is None:
             return None
         per = self.rows_per_block
+        per = plain_number(per)
         if isinstance(per, bool) or not isinstance(per, int) or per < 1:
             raise InvalidRequestError(f"rows_per_block must be an int >= 1, got {per!r}")
         blocks = getattr(source, "blocks", None)
@@ -424,7 +426,7 @@ class GroupMeanPipeline(Pipeline):
         from decimal import ROUND_FLOOR, Context, localcontext
 
         with localcontext(Context(prec=40, rounding=ROUND_FLOOR)):
-            ratio = Decimal(repr(self.split.validate)) / Decimal(repr(self.split.train))
+            ratio = shortest_decimal(self.split.validate) / shortest_decimal(self.split.train)
             return epsilon + epsilon * ratio
 
     def validate(

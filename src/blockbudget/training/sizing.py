@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from decimal import ROUND_FLOOR, Context, Decimal, localcontext
 
 from blockbudget.budget import Cost
+from blockbudget.decimals import plain_number
 from blockbudget.errors import InternalError, InvalidBudgetError, InvalidRequestError
 from blockbudget.mechanisms.basic import laplace_mechanism
 from blockbudget.mechanisms.noise import NoiseSource
@@ -64,6 +65,7 @@ def check_count_fraction(value: float) -> None:
     Raises:
         InvalidRequestError: not a number in (0, 1).
     """
+    value = plain_number(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidRequestError(f"count_fraction must be a number in (0, 1), got {value!r}")
     if not (0.0 < float(value) < 1.0):
@@ -118,12 +120,14 @@ def training_size(
         BudgetExceededError, ReservationError: from the source (nothing is released).
     """
     if public_rows is not None:
+        public_rows = plain_number(public_rows)
         if isinstance(public_rows, bool) or not isinstance(public_rows, int) or public_rows < 1:
             raise InvalidRequestError(
                 f"public_rows must be an int >= 1 declared without reading the rows, "
                 f"got {public_rows!r}"
             )
         return TrainingSize(rows=public_rows, counted=False, epsilon=epsilon)
+    min_rows = plain_number(min_rows)
     if isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 1:
         raise InvalidRequestError(f"min_rows must be an int >= 1, got {min_rows!r}")
     count_eps, rest = count_share(epsilon, count_fraction)

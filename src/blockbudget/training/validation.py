@@ -37,6 +37,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 import numpy as np
 
 from blockbudget.budget import Cost, Number
+from blockbudget.decimals import plain_number
 from blockbudget.errors import DataError, InvalidRequestError
 from blockbudget.mechanisms.calibration import exact_epsilon, laplace_scale
 from blockbudget.mechanisms.noise import FloatArray, NoiseKind, NoiseSource, resolve_noise
@@ -241,6 +242,7 @@ def check_target(target: float, *, low: float = -math.inf, high: float = math.in
     Raises:
         InvalidRequestError: for a non-number, NaN, infinity, or a value out of range.
     """
+    target = plain_number(target)
     if isinstance(target, bool) or not isinstance(target, (int, float)):
         raise InvalidRequestError(f"target must be a number, got {target!r}")
     value = float(target)
@@ -255,6 +257,7 @@ def check_bound(bound: float) -> float:
     Raises:
         InvalidRequestError: otherwise.
     """
+    bound = plain_number(bound)
     if isinstance(bound, bool) or not isinstance(bound, (int, float)):
         raise InvalidRequestError(f"bound B must be a number, got {bound!r}")
     value = float(bound)
