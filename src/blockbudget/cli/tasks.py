@@ -152,7 +152,7 @@ def _submit_local(
 ) -> dict[str, Any]:
     from blockbudget.budget import Budget
     from blockbudget.query import from_dict
-    from blockbudget.service.task_forms import selector_of_wire, task_json
+    from blockbudget.service.task_forms import refusal_json, selector_of_wire, task_json
 
     selector = selector_of_wire(body["selector"])
     common: dict[str, Any] = {
@@ -169,7 +169,7 @@ def _submit_local(
         task = queue.submit_budget(stream, demand, **common)
     if wait > 0:
         task = queue.wait(task.id, timeout=wait)
-    return task_json(task)
+    return task_json(task, refusal=refusal_json(queue, task))
 
 
 @task_app.command("submit")
@@ -293,6 +293,8 @@ def task_submit(
                 queue, stream, body, ctx, LOCAL_WAIT_SECONDS if wait is None else wait
             )
     print_task(task, as_json=as_json)
+    if task["state"] == "refused":  # as a refused query: exit 2, after what it lacked
+        raise typer.Exit(code=2)
 
 
 def _dry_run(
@@ -393,6 +395,8 @@ def print_task(task: dict[str, Any], *, as_json: bool) -> None:
         print_blocks_used(list(task["blocks"]), label="blocks granted")
     if task.get("why"):
         print_why(task["why"])
+    if task.get("refusal"):
+        print_refusal(task["refusal"])
     if task.get("result") and task["kind"] == "query":
         print_answer(task["result"], as_json=False, dry_run=False)
 
@@ -409,16 +413,40 @@ def print_why(why: dict[str, Any]) -> None:
         )
 
 
+def print_refusal(refusal: dict[str, Any]) -> None:
+    """A refused task's blocks now: how many afford its demand, the others' remaining budget
+    and shortfall (as a refused query prints them), and the next step."""
+    from blockbudget.accounting.filters import exact_text
+
+    if refusal.get("considered") is not None:
+        console.print(
+            f"  refused: {refusal['affordable']} of the {refusal['considered']} block(s) it may "
+            f"use can afford its demand in context {escape(repr(refusal['context']))} now; it "
+            f"needs {refusal['needed']}"
+        )
+    for row in refusal["blocks"][:20]:
+        if row["retired"]:
+            console.print(f"    {escape(row['block'])}: retired")
+            continue
+        console.print(
+            f"    {escape(row['block'])}: remaining {escape(exact_text(row['remaining']))}, "
+            f"short by {escape(exact_text(row['shortfall']))}"
+        )
+    if len(refusal["blocks"]) > 20:
+        console.print(f"    … ({len(refusal['blocks']) - 20} more; --json lists them)")
+    console.print(f"[dim]next: {escape(refusal['next'])}[/]")
+
+
 def _one(task_id: str, home: Path, server: str | None, api_key: str | None) -> dict[str, Any]:
     client = remote(server, api_key)
     if client is not None:
         with client:
             return client.task(task_id)
-    from blockbudget.service.task_forms import task_json, why_json
+    from blockbudget.service.task_forms import refusal_json, task_json, why_json
 
     with _local_queue(home) as queue:
         task = queue.task(task_id)
-        return task_json(task, why=why_json(queue, task))
+        return task_json(task, why=why_json(queue, task), refusal=refusal_json(queue, task))
 
 
 @task_app.command("show")
@@ -500,6 +528,11 @@ def task_list(
     if as_json:
         emit_json({**queue_json, "tasks": [_task_doc(t) for t in queue_json["tasks"]]})
         return
+    schedulers = queue_json.get("schedulers") or {}
+
+    def own(name: str) -> str:  # each stream's own scheduler (an older server: its default)
+        return str(schedulers.get(name, queue_json["scheduler"]))
+
     table = Table(
         Column("task", no_wrap=True),
         "principal",
@@ -510,7 +543,8 @@ def task_list(
         "blocks",
         Column("state", no_wrap=True),
         "grant",
-        title=f"tasks (scheduler {escape(str(queue_json['scheduler']))})",
+        "scheduler",
+        title="tasks" if stream is None else f"tasks (scheduler {escape(str(own(stream)))})",
     )
     for t in queue_json["tasks"]:
         demand = t["demand"] or {}
@@ -524,6 +558,7 @@ def task_list(
             str(len(t["blocks"])),
             t["state"],
             escape(t["reservation_id"] or "-"),
+            "(pipelines)" if t["kind"] == "pipeline" else escape(own(t["stream"])),
         )
     console.print(table)
 
@@ -542,7 +577,12 @@ def _list_local(
     with _local_queue(home) as queue:
         found = queue.tasks(stream=stream, state=wanted, kind=of_kind)
         spec = queue.scheduler_for(stream) if stream else queue.default_spec.text
-        return {"scheduler": spec, "tasks": [task_json(t) for t in found]}
+        schedulers = {s: queue.scheduler_for(s) for s in sorted({t.stream for t in found})}
+        return {
+            "scheduler": spec,
+            "schedulers": schedulers,
+            "tasks": [task_json(t) for t in found],
+        }
 
 
 @task_app.command("scheduler")

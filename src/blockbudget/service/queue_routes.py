@@ -43,7 +43,13 @@ from blockbudget.service.access import (
 from blockbudget.service.auth import Principal, Role
 from blockbudget.service.blocknames import BlockNames, Naming
 from blockbudget.service.failures import ConcealedError, failure_of, log, new_reference
-from blockbudget.service.task_forms import ACTIVE, selector_of_wire, task_json, why_json
+from blockbudget.service.task_forms import (
+    ACTIVE,
+    refusal_json,
+    selector_of_wire,
+    task_json,
+    why_json,
+)
 
 if TYPE_CHECKING:
     from blockbudget.tasks.model import Task
@@ -105,9 +111,10 @@ def task_out(
     t: "Task", naming: Naming, *, why: bool = False, queue: "TaskQueue | None" = None
 ) -> sc.TaskOut:
     """The public form of a task, its blocks named as ``naming`` says (with ``why`` when asked
-    and the task waits)."""
+    and the task waits, and ``refusal`` once refused when ``queue`` is given)."""
     reason = why_json(queue, t, naming) if why and queue is not None else None
-    return sc.TaskOut.model_validate(task_json(t, naming, why=reason))
+    refused = refusal_json(queue, t, naming) if queue is not None else None
+    return sc.TaskOut.model_validate(task_json(t, naming, why=reason, refusal=refused))
 
 
 # --- a submission's parts -------------------------------------------------------------------------
@@ -289,7 +296,7 @@ def register_queue_routes(
             ref = new_reference()
             log.error("task submission failed on data (reference %s)", ref, exc_info=exc)
             raise ConcealedError(failure_of(exc, what="task", ref=ref), status=422) from None
-        return task_out(task, naming)
+        return task_out(task, naming, queue=queue)
 
     @app.get("/v1/tasks", tags=["tasks"])
     def list_tasks(
@@ -319,6 +326,7 @@ def register_queue_routes(
         lost = access_lost(me)
         return sc.QueueOut(
             scheduler=queue.scheduler_for(stream) if stream is not None else default_scheduler,
+            schedulers={s: queue.scheduler_for(s) for s in sorted({t.stream for t in found})},
             tasks=[withheld(task_out(t, names.naming(me, t.stream)), lost(t)) for t in found],
         )
 
@@ -444,7 +452,7 @@ def withheld(out: sc.TaskOut, reason: str | None) -> sc.TaskOut:
     if reason is None:
         return out
     note = f"{out.note}; result withheld: {reason}"
-    return out.model_copy(update={"result": None, "why": None, "note": note})
+    return out.model_copy(update={"result": None, "why": None, "refusal": None, "note": note})
 
 
 def _cancel_active(queue: "TaskQueue", tasks: Sequence["Task"], *, by: str) -> list[str]:

@@ -34,7 +34,14 @@ if TYPE_CHECKING:
 #: States a task leaves only by a decision (a cancel ends each of them).
 ACTIVE = frozenset({"waiting", "granted", "running"})
 
-__all__ = ["ACTIVE", "selector_of_wire", "task_json", "why_json", "wire_selector"]
+__all__ = [
+    "ACTIVE",
+    "refusal_json",
+    "selector_of_wire",
+    "task_json",
+    "why_json",
+    "wire_selector",
+]
 
 #: The wire form's key of each stored selector kind.
 _WIRE = ("named", "newest", "range", "any")
@@ -105,10 +112,14 @@ def _result(result: Mapping[str, Any] | None, naming: Naming | None) -> dict[str
 
 
 def task_json(
-    t: Task, naming: Naming | None = None, *, why: dict[str, Any] | None = None
+    t: Task,
+    naming: Naming | None = None,
+    *,
+    why: dict[str, Any] | None = None,
+    refusal: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The public form of a task (``TaskOut`` over HTTP), its blocks named as ``naming`` says
-    (None: as stored)."""
+    (None: as stored); ``why`` while it waits, ``refusal`` once refused."""
     demand = t.demand.to_json()
     basic = t.demand if isinstance(t.demand, Budget) else None
     kind = t.kind.value
@@ -135,7 +146,51 @@ def task_json(
         "note": (t.note or "") if naming is None else naming.text(t.note or ""),
         "request_id": t.request_id,
         "why": why,
+        "refusal": refusal,
         "result": _result(t.result, naming),
+    }
+
+
+def refusal_json(
+    queue: TaskQueue, task: Task, naming: Naming | None = None
+) -> dict[str, Any] | None:
+    """What a refused task's blocks lack now (:func:`blockbudget.tasks.refusal.refusal_of`):
+    how many of the blocks it may use afford its demand, per other block the remaining budget
+    and the shortfall as exact decimal strings, and the next step its principal can take (None
+    for a task in any other state). Blocks are arranged as the caller sees them, then cut (as
+    in :func:`why_json`)."""
+    if task.state.value != "refused":
+        return None
+    from blockbudget.tasks.refusal import next_step, refusal_of
+    from blockbudget.tasks.why import MAX_LISTED
+
+    found = refusal_of(queue.platform, task)
+    step = next_step(task, found)
+    if found is None:
+        return {
+            "context": task.context,
+            "considered": None,
+            "affordable": None,
+            "needed": None,
+            "blocks": [],
+            "next": step,
+        }
+    rows = list(found.blocks) if naming is None else naming.arrange(found.blocks, lambda r: r.block)
+    return {
+        "context": task.context,
+        "considered": found.considered,
+        "affordable": found.affordable,
+        "needed": found.needed,
+        "blocks": [
+            {
+                "block": _show(naming, r.block),
+                "remaining": r.remaining,
+                "shortfall": r.shortfall,
+                "retired": r.retired,
+            }
+            for r in rows[:MAX_LISTED]
+        ],
+        "next": step if naming is None else naming.text(step),
     }
 
 

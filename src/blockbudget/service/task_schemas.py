@@ -198,6 +198,33 @@ class WaitingOut(BaseModel):
     shortfall: list[ShortfallOut]
 
 
+class RefusalBlockOut(BaseModel):
+    """One block a refused task could use that cannot afford its demand now."""
+
+    block: str
+    remaining: dict[str, Any] | None = Field(
+        description="what the block has left in the task's context, exact: {epsilon, delta} "
+        "or {rdp: [...]} (null: retired)"
+    )
+    shortfall: dict[str, Any] | None = Field(
+        description="by how much the demand exceeds it, same form (null: retired)"
+    )
+    retired: bool = False
+
+
+class RefusalOut(BaseModel):
+    """Why a refused task could not be granted, read now: how many of the blocks it may use
+    can afford its demand and how many it needs, the others' remaining budget and shortfall,
+    and the next step its principal can take."""
+
+    context: str
+    considered: int | None = Field(description="blocks it may use (null: not readable now)")
+    affordable: int | None
+    needed: int | None
+    blocks: list[RefusalBlockOut]
+    next: str
+
+
 class TaskOut(BaseModel):
     """A task as its principal (or an admin) sees it."""
 
@@ -222,11 +249,19 @@ class TaskOut(BaseModel):
     note: str
     request_id: str | None = None
     why: WaitingOut | None = None
+    refusal: RefusalOut | None = None
     result: dict[str, Any] | None = None
 
 
 class QueueOut(BaseModel):
-    scheduler: str
+    scheduler: str = Field(
+        description="the scheduler of the stream asked for, or the service's default one"
+    )
+    schedulers: dict[str, str] = Field(
+        default_factory=dict,
+        description="the scheduler that decides each listed task's stream (a stream's own, "
+        "set by an administrator, or the default)",
+    )
     tasks: list[TaskOut]
 
 

@@ -1,0 +1,125 @@
+"""What a refused task lacked, read from the ledger: per block it may use, what remains in its
+context and by how much its demand exceeds that — the refusal of a query
+(:class:`~blockbudget.errors.BudgetExceededError`), for a task the scheduler refused.
+
+A task is refused after it was submitted, so the budgets are read when asked (a block's
+remaining budget only shrinks, except when a reservation is released): the answer says what the
+blocks lack *now*, and the next step the caller can take.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from blockbudget.accounting import add_vectors
+from blockbudget.errors import BlockBudgetError
+from blockbudget.platform import Last
+from blockbudget.tasks.binding import blocks_in_range
+from blockbudget.tasks.model import Task, TaskState
+from blockbudget.tasks.selectors import AnyBlocks, InRange, Named, Newest
+from blockbudget.userids import known_filter
+
+if TYPE_CHECKING:
+    from blockbudget.platform import Platform
+
+__all__ = ["BlockShortfall", "Refusal", "next_step", "refusal_of"]
+
+
+@dataclass(frozen=True)
+class BlockShortfall:
+    """One block the task may use that cannot afford its demand: what remains there in the
+    task's context and the shortfall, exact (``{"epsilon", "delta"}`` or ``{"rdp": [...]}``;
+    both None for a retired block)."""
+
+    block: str
+    remaining: dict[str, Any] | None
+    shortfall: dict[str, Any] | None
+    retired: bool = False
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A refused task's blocks now: how many it may use, how many of them afford its demand,
+    how many it needs, and the others (:class:`BlockShortfall`)."""
+
+    considered: int
+    affordable: int
+    needed: int
+    blocks: tuple[BlockShortfall, ...]
+
+
+def _candidates(platform: Platform, task: Task) -> tuple[list[str] | None, int]:
+    """The blocks a task may use (None: every block of its stream) and how many it needs."""
+    sel = task.selector
+    if isinstance(sel, Named):
+        return list(sel.blocks), len(sel.blocks)
+    if isinstance(sel, Newest):
+        found = platform.select(
+            task.stream, Last(sel.n, affordable=False), context=task.context, cost=task.demand
+        )
+        return list(found), sel.n
+    if isinstance(sel, InRange):
+        return blocks_in_range(platform, task.stream, sel), sel.k
+    assert isinstance(sel, AnyBlocks)
+    return None, sel.min_k
+
+
+def refusal_of(platform: Platform, task: Task) -> Refusal | None:
+    """A refused task's :class:`Refusal` (None for a task in any other state, or when its
+    blocks cannot be read any more, e.g. a stream that was dropped). On a user stream only the
+    blocks a DP maximum-id release made known are counted and listed."""
+    if task.state is not TaskState.REFUSED:
+        return None
+    try:
+        blocks, needed = _candidates(platform, task)
+        ledger = platform.ledger
+        states = (
+            ledger.states(task.stream, task.context)
+            if blocks is None
+            else ledger.states(task.stream, task.context, blocks=blocks)
+        )
+        known = known_filter(platform, task.stream)
+        f = platform.filter(task.stream)
+        need = f.features(task.demand)
+    except BlockBudgetError:
+        return None
+    if known is not None:
+        keep = set(known([st.block for st in states]))
+        states = [st for st in states if st.block in keep]
+    short: list[BlockShortfall] = []
+    affordable = 0
+    for st in states:
+        used = add_vectors(st.charged, st.reserved)
+        if st.retired:
+            short.append(BlockShortfall(st.block, None, None, retired=True))
+        elif f.fits_with(used, need):
+            affordable += 1
+        else:
+            short.append(
+                BlockShortfall(
+                    st.block, dict(f.remaining_json(used)), dict(f.shortfall_json(used, need))
+                )
+            )
+    return Refusal(len(states), affordable, needed, tuple(short))
+
+
+def next_step(task: Task, refusal: Refusal | None) -> str:
+    """The next step a refused task's principal can take, naming commands it may run (an
+    analyst may read what its blocks afford and submit again; only an administrator changes
+    a stream's scheduler)."""
+    afford = (
+        f"`blockbudget afford {task.stream} --context {task.context} --block BLOCK` "
+        f"(GET /v1/streams/{task.stream}/afford) says the largest ε a block can still afford"
+    )
+    if refusal is not None and refusal.affordable < refusal.needed:
+        return (
+            f"{afford}; submit again with a demand that fits, or choose blocks that still "
+            "have budget (`blockbudget task submit … --newest N`, `--any K`, `--dry-run` to "
+            "check first)"
+        )
+    return (
+        "the blocks have the budget now but the stream's scheduler refused the task (see "
+        f"the note); `blockbudget task scheduler {task.stream}` shows which scheduler decides "
+        f"(an administrator may change it); {afford}; submit again to be decided anew"
+    )
