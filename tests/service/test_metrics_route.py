@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from blockbudget.budget import Budget
 from blockbudget.service import create_app
 from blockbudget.tasks.leader import AlwaysLeader
 from blockbudget.tasks.queue import TaskQueue
@@ -149,6 +150,7 @@ def test_labels_are_route_templates_and_refusals_have_reasons(
             "blockbudget_refusals_total",
             route="/v1/streams/{stream}/reservations",
             reason="BudgetExceededError",
+            kind="request",
         )
         == 1
     )
@@ -185,6 +187,46 @@ def test_queue_length_and_leadership(seeded: Seeded, app_client: TestClient) -> 
     found = samples(scrape_text(c, seeded.admin))
     assert value(found, "blockbudget_tasks", stream="flights", state="waiting") == 1
     assert value(found, "blockbudget_task_leader") == 1
+
+
+def test_refused_tasks_and_budget_422s_are_counted_as_refusals(
+    seeded: Seeded, app_client: TestClient
+) -> None:
+    """A task the scheduler refuses is a refusal (kind ``task``), and so is a ``--last``
+    selection no block can afford (422 NothingAffordableError, kind ``request``); a malformed
+    request is not."""
+    c, admin, ana = app_client, seeded.headers(seeded.admin), seeded.headers(seeded.analyst)
+    block = seeded.platform.store.blocks("flights")[0].block_id
+    r = c.put("/v1/streams/flights/scheduler", headers=admin, json={"spec": "fcfs"})
+    assert r.status_code == 200, r.text
+    for eps in (0.7, 0.5):  # the second no longer fits the block: fcfs refuses it
+        r = c.post(
+            "/v1/streams/flights/tasks",
+            headers=ana,
+            json={"epsilon": eps, "context": "team-a", "selector": {"named": [block]}},
+        )
+        assert r.status_code == 201, r.text
+        c.app.state.tasks.pump()  # type: ignore[attr-defined]
+    refused = c.get(f"/v1/tasks/{r.json()['id']}", headers=ana).json()
+    assert refused["state"] == "refused" and refused["refusal"]["affordable"] == 0, refused
+    blocks = [b.block_id for b in seeded.platform.store.blocks("flights")]
+    seeded.platform.ledger.charge(blocks[1:], Budget(epsilon="0.8"), context="team-a")
+    query = {"query": {"statistic": "count", "epsilon": 0.5}, "context": "team-a"}
+    r = c.post("/v1/streams/flights/query", headers=ana, json={**query, "last": 2})
+    assert r.status_code == 422 and r.json()["error"] == "NothingAffordableError", r.text
+    r = c.post("/v1/streams/flights/query", headers=ana, json={**query, "last": 0})
+    assert r.status_code == 422 and r.json()["error"] != "NothingAffordableError", r.text
+    found = samples(scrape_text(c, seeded.admin))
+    task = {"route": "/v1/streams/{stream}/tasks", "reason": "refused", "kind": "task"}
+    assert value(found, "blockbudget_refusals_total", **task) == 1
+    none = {"route": "/v1/streams/{stream}/query", "kind": "request"}
+    assert value(found, "blockbudget_refusals_total", **none, reason="NothingAffordableError") == 1
+    reasons = {
+        dict(labels)["reason"]
+        for (name, labels), n in found.items()
+        if name == "blockbudget_refusals_total" and n > 0
+    }
+    assert reasons == {"refused", "NothingAffordableError"}, reasons
 
 
 class _Follower(AlwaysLeader):

@@ -56,3 +56,9 @@ def _instance(cls: type) -> errors.BlockBudgetError:
     """An instance of ``cls`` without running its constructor (some take arguments)."""
     exc: errors.BlockBudgetError = cls.__new__(cls)
     return exc
+
+
+def test_a_422_counts_only_as_a_budget_refusal() -> None:
+    assert _reason(_body("NothingAffordableError"), 422) == "NothingAffordableError"
+    assert _reason(_body("InvalidRequestError"), 422) is None
+    assert _reason(b"not json", 422) is None

@@ -176,9 +176,12 @@ class _ProcessMetrics:
         )
         self.refusals = Counter(
             "blockbudget_refusals",
-            "Requests refused by the ledger's state (HTTP 409), by route and reason (error "
-            "class). A refusal changes nothing in the ledger, so it is counted here.",
-            ["route", "reason"],
+            "Refusals, by kind: 'request' — requests refused by the ledger's state (HTTP 409, "
+            "and a --last selection no block can afford, 422 NothingAffordableError), by route "
+            "and reason (error class); 'task' — tasks the stream's scheduler refused, counted "
+            "by the process that decided them, by the submit route and reason 'refused'. A "
+            "refusal changes nothing in the ledger, so it is counted here.",
+            ["route", "reason", "kind"],
             registry=registry,
         )
         self.in_flight = Gauge(
@@ -324,7 +327,7 @@ class _Observer:
             if message["type"] == "http.response.start":
                 status = int(message["status"])
                 message["headers"] = [*message.get("headers", []), (b"x-request-id", rid.encode())]
-            elif message["type"] == "http.response.body" and status == 409:
+            elif message["type"] == "http.response.body" and status in _REFUSAL_STATUSES:
                 refusal.append(bytes(message.get("body", b"")))
             await send(message)
 
@@ -340,8 +343,10 @@ class _Observer:
             method = method if method in _METHODS else "other"  # a client chooses the method
             m.requests.labels(method, route, str(status)).inc()
             m.latency.labels(method, route).observe(elapsed)
-            if status == 409:
-                m.refusals.labels(route, _reason(b"".join(refusal))).inc()
+            if status in _REFUSAL_STATUSES:
+                reason = _reason(b"".join(refusal), status)
+                if reason is not None:
+                    m.refusals.labels(route, reason, "request").inc()
             m.leader.set(1.0 if self.is_leader() else 0.0)
             if self.log.isEnabledFor(logging.INFO):
                 principal = scope.get("state", {}).get("principal")
@@ -370,11 +375,25 @@ def _route_of(scope: Scope) -> str:
     return "unmatched"
 
 
-def _reason(body: bytes) -> str:
+#: The statuses a refusal may be answered with: every 409, and 422 for the budget refusals
+#: of :data:`BUDGET_422` (a ``--last`` selection no block can afford).
+_REFUSAL_STATUSES = frozenset({409, 422})
+#: The errors answered 422 that are refusals of budget (not malformed requests).
+BUDGET_422 = frozenset({"NothingAffordableError"})
+#: The route a task's refusal is counted under (``kind="task"``).
+TASK_ROUTE = "/v1/streams/{stream}/tasks"
+
+
+def _reason(body: bytes, status: int = 409) -> str | None:
+    """The reason label of a refusal answered ``status`` with ``body``: for a 409, its error
+    class when known (else ``other``); for a 422, the class when it is a budget refusal
+    (:data:`BUDGET_422`), else None (a malformed request is not counted)."""
     try:
         error = json.loads(body).get("error")
     except (ValueError, AttributeError):
-        return "other"
+        error = None
+    if status != 409:
+        return error if isinstance(error, str) and error in BUDGET_422 else None
     return error if isinstance(error, str) and error in refusal_reasons() else "other"
 
 
@@ -437,6 +456,9 @@ def register_metrics(
         return bool(tasks is not None and tasks.leading)
 
     app.add_middleware(_Observer, metrics=process, is_leader=is_leader)
+    if tasks is not None:  # a task the scheduler refuses, counted where it was decided
+        refused = process.refusals.labels(TASK_ROUTE, "refused", "task")
+        tasks.rows.on_refused.append(lambda _task_id: refused.inc())
 
     def render(encode: Callable[[CollectorRegistry], bytes]) -> bytes:
         process.leader.set(1.0 if is_leader() else 0.0)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 import sqlalchemy as sa
@@ -46,6 +46,8 @@ class TaskRows:
 
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
+        #: Called with a task's id once this process moved it to REFUSED (e.g. a metric).
+        self.on_refused: list[Callable[[str], None]] = []
         ensure_table(engine)
         for index in (_SUBMITTED_INDEX, _DECIDED_INDEX):
             with contextlib.suppress(sa.exc.DBAPIError):  # another process created it
@@ -171,7 +173,11 @@ class TaskRows:
                 .where(t.c.id == task_id, t.c.state.in_([s.value for s in frm]))
                 .values(**values)
             )
-        return bool(done.rowcount)
+        moved = bool(done.rowcount)
+        if moved and to is TaskState.REFUSED:
+            for hook in self.on_refused:
+                hook(task_id)
+        return moved
 
     def set_significance(self, task_id: str, values: Mapping[str, float]) -> None:
         """Store a task's significance table (a paid provider's values, once scored)."""
