@@ -40,6 +40,7 @@ def test_upgrade_creates_a_fresh_database_at_the_head_and_then_does_nothing(
     home = tmp_path / "home"
     code, report = _db("upgrade", "--home", str(home))
     assert code == 0 and report["applied"] == list(CHAIN) and report["before"] is None
+    assert report["fresh"] is True
     code, report = _db("upgrade", "--home", str(home))
     assert code == 0 and report == {
         "after": HEAD_REVISION,
@@ -47,6 +48,7 @@ def test_upgrade_creates_a_fresh_database_at_the_head_and_then_does_nothing(
         "before": HEAD_REVISION,
         "changed": False,
         "database": f"sqlite:///{(home / 'platform.db').resolve()}",
+        "fresh": False,
     }
     text = runner.invoke(app, ["db", "current", "--home", str(home)]).output
     assert f"revision {HEAD_REVISION}, head {HEAD_REVISION}" in text and "current" in text
@@ -104,3 +106,14 @@ def test_an_upgrade_the_role_may_not_make_is_one_line(
     result = runner.invoke(app, ["db", "upgrade", *home])
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) <= 3  # one message (wrapped on a terminal)
+
+
+def test_upgrade_of_a_fresh_database_says_it_created_the_schema(tmp_path: Path) -> None:
+    home = ["--home", str(tmp_path / "home")]
+    result = runner.invoke(app, ["db", "upgrade", *home], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    text = result.output.strip()
+    assert "no revision" not in text.lower() and "which was empty" in text, text
+    assert f"at schema revision {HEAD_REVISION}" in text
+    code, doc = _db("upgrade", *home)  # the second: nothing to do, not fresh
+    assert code == 0 and doc["fresh"] is False and doc["changed"] is False

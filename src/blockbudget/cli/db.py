@@ -73,10 +73,21 @@ def upgrade(
     if as_json:
         emit_json(report.to_json())
         return
-    if report.applied:
+    if report.fresh:
         console.print(
-            f"upgraded {report.database} from {report.before or 'no revision'} to "
-            f"{report.after} (ran {', '.join(report.applied)})",
+            f"created the schema of {report.database}, which was empty: every table of "
+            f"this release, at schema revision {report.after}",
+            markup=False,
+        )
+    elif report.applied:
+        before = (
+            f"revision {report.before}"
+            if report.before
+            else "a schema written before revisions were tracked"
+        )
+        console.print(
+            f"upgraded {report.database} from {before} to revision {report.after} "
+            f"(ran {', '.join(report.applied)})",
             markup=False,
         )
     else:

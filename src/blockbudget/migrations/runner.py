@@ -78,12 +78,15 @@ class UpgradeReport:
         before: the revision before (None: none recorded — empty, or from before revisions).
         after: the revision now (the head).
         applied: the revisions run, oldest first (empty: it was at the head already).
+        fresh: the database was empty (no revision and none of the platform's tables): every
+            table was created.
     """
 
     database: str
     before: str | None
     after: str
     applied: tuple[str, ...]
+    fresh: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form ``blockbudget db upgrade --json`` prints."""
@@ -93,6 +96,7 @@ class UpgradeReport:
             "after": self.after,
             "applied": list(self.applied),
             "changed": bool(self.applied),
+            "fresh": self.fresh,
         }
 
 
@@ -206,7 +210,8 @@ def upgrade(target: str | sa.Engine) -> UpgradeReport:
             if conn.dialect.name == "postgresql":
                 conn.execute(sa.select(sa.func.pg_advisory_xact_lock(SCHEMA_LOCK_KEY)))
             before = read_revision(conn)
-            if _state(conn, before) is SchemaState.UNKNOWN:
+            state = _state(conn, before)
+            if state is SchemaState.UNKNOWN:
                 raise SchemaRevisionError(
                     f"the database is at revision {before!r}, which this blockbudget does not "
                     f"know (its head is {HEAD_REVISION!r}): a newer release wrote it; use that "
@@ -217,7 +222,11 @@ def upgrade(target: str | sa.Engine) -> UpgradeReport:
             command.upgrade(config, "head")
             after = read_revision(conn)
         return UpgradeReport(
-            _shown(engine), before, after or HEAD_REVISION, _applied(before, after)
+            _shown(engine),
+            before,
+            after or HEAD_REVISION,
+            _applied(before, after),
+            fresh=state is SchemaState.EMPTY,
         )
     finally:
         if owned:
