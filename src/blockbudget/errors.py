@@ -61,9 +61,12 @@ class UnreleasedIdsError(InvalidRequestError):
         super().__init__(
             f"stream {stream!r} is blocked by user id and has no DP maximum-id release yet, so "
             "none of its blocks can be selected (its ids become known only through that "
-            "release); an administrator or an owner of the stream must first run "
+            "release); an administrator, or an owner of the stream in a context its key is "
+            "bound to, must first run "
             f"`blockbudget stream max-id {stream} --context CONTEXT --epsilon EPSILON` "
-            f"(or POST /v1/streams/{stream}/max-id)"
+            f"(or POST /v1/streams/{stream}/max-id); an owner bound to no context asks an "
+            "administrator to run it, or to bind one with "
+            "`blockbudget principal contexts OWNER --context CONTEXT`"
         )
 
 

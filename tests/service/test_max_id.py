@@ -258,3 +258,20 @@ def test_direct_charges_keep_the_gate_for_owners_and_admins(
     assert seeded.platform.ledger.state("users/" + HIDDEN, "team-a").charged == before
     r = client.post("/v1/streams/users/charges", headers=ho, json=one)  # a known block: charged
     assert r.status_code == 200, r.text
+
+
+def test_the_unreleased_ids_message_says_who_may_release_and_how_an_owner_gets_there(
+    seeded: Seeded, client: TestClient
+) -> None:
+    """The owner told to run ``stream max-id`` is refused (403) while its key is bound to no
+    context: the message says so, and names the command that binds one (an admin's)."""
+    owned_stream(client, seeded, "users", by="user", column="uid", csv=CSV, ids_known=False)
+    admin = seeded.headers(seeded.admin)
+    r = client.post("/v1/streams/users/queries/count", headers=admin, json={**Q, "last": 1})
+    assert r.status_code == 422 and r.json()["error"] == "UnreleasedIdsError", r.text
+    detail = r.json()["detail"]
+    assert "in a context its key is bound to" in detail, detail
+    assert "`blockbudget principal contexts OWNER --context CONTEXT`" in detail, detail
+    body = {"context": "team-a", "epsilon": 0.5, "beta": 0.05}
+    r = client.post("/v1/streams/users/max-id", headers=seeded.headers(seeded.owner), json=body)
+    assert r.status_code == 403, r.text  # the unbound owner, as the message says
