@@ -82,9 +82,13 @@ def price_task_remote(
     elif "newest" in selector:
         where = {"last": int(selector["newest"])}
     else:
+        k = (selector.get("range") or selector.get("any") or {}).get("k", "K")
         raise InvalidRequestError(
-            "a dry run on a server prices --block or --newest selectors; --range and --any are "
-            "priced locally only"
+            "a dry run on a server prices --block or --newest selectors only (which of the "
+            "stream's blocks --range or --any would get is the scheduler's choice); to check "
+            f"the budget, dry-run `blockbudget task submit {stream} … --newest {k} --dry-run`, "
+            f"or see what the newest blocks afford with `blockbudget afford {stream} "
+            f"--last {k}` — both with this --server and key"
         )
     if context:
         where["context"] = context
