@@ -114,12 +114,13 @@ def test_a_reservation_shows_what_was_drawn_and_what_is_left(
     assert usage[blocks[0]]["left"] == {"epsilon": "0.3", "delta": "1E-7"}
     assert usage[blocks[1]] == {"block": blocks[1], "drawn": zero, "left": full}
     assert Decimal(usage[blocks[0]]["left"]["epsilon"]) + Decimal("0.2") == Decimal("0.5")
-    # the holder's view only; after release nothing is left and drawn is no longer known
+    # the holder's view only (another principal gets an unknown reservation's 404); after
+    # release nothing is left and drawn is no longer known
     assert (
         client.get(
             f"/v1/reservations/{res['id']}", headers=seeded.headers(seeded.other)
         ).status_code
-        == 403
+        == 404
     )
     r = client.post(f"/v1/reservations/{res['id']}/release", headers=ha)
     assert r.json()["state"] == "closed"

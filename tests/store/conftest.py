@@ -3,16 +3,15 @@ BLOCKBUDGET_TEST_POSTGRES_URL is set) and directory, and a few days of flights."
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
 import pytest
-import sqlalchemy as sa
+from pg_support import POSTGRES_URL, postgres_database
 
 from blockbudget.data import flights_by_day
-from blockbudget.store import BlockStore, catalog
+from blockbudget.store import BlockStore
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -38,24 +37,16 @@ def root(tmp_path: Path) -> Path:
     return tmp_path / "blocks"
 
 
-#: A scratch PostgreSQL database (its store_ tables are dropped around each test), if any.
-POSTGRES_URL = os.environ.get("BLOCKBUDGET_TEST_POSTGRES_URL")
-
-
 @pytest.fixture(params=["sqlite", "postgresql"] if POSTGRES_URL else ["sqlite"])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """The catalog database: a fresh SQLite file, and PostgreSQL when configured."""
+    """The catalog database: a fresh SQLite file, and a fresh PostgreSQL database when the
+    server is configured — one per test, so tests on parallel workers never share tables (a
+    shared database whose tables each test dropped lost them under another worker's test)."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'platform.db'}"
         return
-    assert POSTGRES_URL is not None
-    engine = sa.create_engine(POSTGRES_URL)
-    catalog.metadata.drop_all(engine)
-    try:
-        yield POSTGRES_URL
-    finally:
-        catalog.metadata.drop_all(engine)
-        engine.dispose()
+    with postgres_database() as url:
+        yield url
 
 
 @pytest.fixture
