@@ -114,7 +114,8 @@ def test_under_contention_the_default_decides_as_dpf(tmp_path: Path, scheduler: 
 
 def test_a_take_over_does_not_lend_to_the_first_task_it_re_enters(tmp_path: Path) -> None:
     """A new leader re-enters waiting tasks one by one; it settles only once all are in, so
-    two that compete are decided as DPF decides, not the first one lent to."""
+    two that compete are decided as DPF decides, not the first one lent to. When one is
+    cancelled, the other is alone and is lent to at the next pump."""
     leader, follower, _ = _contend(tmp_path, None)
     kw = {"selector": Named(BLOCKS), "context": "team"}
     a = follower.submit_budget("s", Budget(epsilon="0.25"), principal="ana", **kw)  # type: ignore[arg-type]
@@ -122,6 +123,9 @@ def test_a_take_over_does_not_lend_to_the_first_task_it_re_enters(tmp_path: Path
     leader.close()  # no leader has seen them; the next pump takes the queue over
     leader.pump()
     assert [leader.task(t.id).state for t in (a, b)] == [TaskState.WAITING] * 2
+    leader.cancel(b.id, by="bo")  # its competitor leaves: A is alone, lent at the next pump
+    leader.pump()
+    assert leader.task(a.id).state is TaskState.GRANTED, leader.why(a.id).reason
     p = leader.platform
     leader.close()
     follower.close()
