@@ -14,6 +14,7 @@ from blockbudget import Budget
 from blockbudget.cli import app
 from blockbudget.platform import Platform
 from blockbudget.store import Blocking
+from blockbudget.tasks.queue import DEFAULT_SCHEDULER
 
 runner = CliRunner()
 
@@ -133,7 +134,7 @@ def test_task_commands_on_a_local_home(tmp_path: Path) -> None:
     finally:
         platform.close()
     out = _json(run("scheduler", "s", "--json"))
-    assert out["scheduler"] == "dpf-n:n=10"
+    assert out["scheduler"] == DEFAULT_SCHEDULER
     r = runner.invoke(app, ["task", "submit", "s", "--epsilon", "0.1", "--newest", "1",
                             "--home", str(home)])  # fmt: skip
     assert r.exit_code == 2 and "--context" in r.output

@@ -57,7 +57,8 @@ def _queue(p: Platform, *, leads: bool, scheduler: str | None = None) -> TaskQue
 
 
 def _submit(q: TaskQueue) -> str:
-    """ε = 0.3 of a block's 1.0: DPF-N (N = 10) has unlocked 0.1, FCFS grants at once."""
+    """ε = 0.3 of a block's 1.0: DPF-N (N = 10, lend=0) has unlocked 0.1, FCFS grants at
+    once (so does the default, which lends to a task nothing competes with)."""
     task = q.submit_budget("s", Budget(epsilon="0.3"), selector=AnyBlocks(1), context="team")
     return task.id
 
@@ -79,6 +80,11 @@ def test_a_queue_without_a_scheduler_decides_with_the_stored_default(p: Platform
 
 def test_a_leader_follows_a_default_stored_after_it_started(p: Platform) -> None:
     cli = _queue(p, leads=True)
+    assert cli.scheduler_for("s") == DEFAULT_SCHEDULER
+    first = _queue(p, leads=False, scheduler="dpf-n:n=10")  # plain DPF: holds budget back
+    first.store_default_scheduler()
+    cli.pump()
+    assert cli.scheduler_for("s") == "dpf-n:n=10"
     waiting = _submit(cli)
     assert cli.task(waiting).state is TaskState.WAITING  # DPF-N: not unlocked yet
     server = _queue(p, leads=False, scheduler="fcfs")
@@ -88,6 +94,7 @@ def test_a_leader_follows_a_default_stored_after_it_started(p: Platform) -> None
     assert cli.task(waiting).state is TaskState.GRANTED
     cli.set_scheduler("s", "dpf-n:n=10")  # a stream's override still wins
     assert cli.scheduler_for("s") == "dpf-n:n=10"
+    first.close()
     server.close()
     cli.close()
 

@@ -57,7 +57,8 @@ Life of a run (driven by :func:`blockbudget.scheduling.simulator.simulate`, or b
 loop): for each event in time order the driver sets ``pool.now`` and calls
 :meth:`Scheduler.on_block` after :meth:`Pool.add_block`, :meth:`Scheduler.on_task` after
 :meth:`Pool.submit`, and :meth:`Scheduler.on_tick` every :attr:`Scheduler.tick_interval` time
-units when that is set (DPF T-unlocking, DPack batches). Timeouts are expired by the pool
+units when that is set (DPF T-unlocking, DPack batches), and :meth:`Scheduler.on_settle` after
+the last event of each instant. Timeouts are expired by the pool
 (:meth:`Pool.expire_due`) before the scheduler sees the event. At the end the driver calls
 :meth:`Scheduler.on_finish` and then :meth:`Pool.close`, which expires what still waits.
 
@@ -233,6 +234,13 @@ class Scheduler(ABC):
         spent less, a cancel, a released hold): waiting tasks that may use one of them may
         fit now. Schedulers that keep waiting tasks retry those, in their own order.
         Default: nothing (a simulation never credits)."""
+
+    def on_settle(self, pool: Pool) -> None:  # noqa: B027 - optional hook
+        """The driver has shown the scheduler every task it knows of for now (the simulator
+        after the last event of an instant; a live leader after each submission it enters
+        and at the end of every pump, once tasks it re-enters one by one are all in): a
+        decision that depends on who else waits (DPF's lending) is safe now. Default:
+        nothing."""
 
     def on_finish(self, pool: Pool) -> None:  # noqa: B027 - optional hook
         """The run ends; last chance to decide. What still waits is then expired."""

@@ -200,6 +200,10 @@ def _run_events(
             t0 = time.perf_counter()
             scheduler.on_tick(pool)
             spent += time.perf_counter() - t0
+        if not events or events[0][0] > when:  # the instant is over: every arrival is in
+            t0 = time.perf_counter()
+            scheduler.on_settle(pool)
+            spent += time.perf_counter() - t0
     t0 = time.perf_counter()
     scheduler.on_finish(pool)
     spent += time.perf_counter() - t0

@@ -10,7 +10,8 @@ submissions and reads tasks. Per (family, stream, context) the leader keeps a
 2. every ``poll_seconds``, looks for tasks submitted or cancelled by other processes (ranges
    of indexed columns) and for changed per-stream scheduler overrides;
 3. expires due tasks (a deadline heap: nothing is scanned while none is due), ticks the
-   schedulers whose interval passed, and applies the pools' new decisions to the ledger.
+   schedulers whose interval passed, lets every scheduler settle (``on_settle``: every task
+   entered so far is in its pool) and applies the pools' new decisions to the ledger.
 
 Decisions are applied in order and the count of applied ones moves past a decision only once
 its ledger write and its task's row committed (the cache rule): a failed write is retried at
@@ -163,6 +164,9 @@ class Decider(GrantPhase):
                 if interval is not None and now - run.last_tick >= interval:
                     run.last_tick = now
                     self._guard(run, run.live.scheduler.on_tick, pool)
+                # every task this pump entered is in: decisions that depend on who else
+                # waits (DPF's lending) are safe now (a take-over enters tasks one by one)
+                self._guard(run, run.live.scheduler.on_settle, pool)
                 self._apply(run)
             for fam in self._families.values():
                 if (driven := _driven(fam)) is not None:
@@ -276,6 +280,17 @@ class Decider(GrantPhase):
             pool.expire_due()
         else:
             self._guard(run, run.live.scheduler.on_task, pool, spec, task_id=task.id)
+        self._apply(run)
+
+    def _settle(self, task_id: str) -> None:
+        """After one submission entered its pool: let its scheduler settle (every other
+        waiting task is already there) and apply what it decided, so that a task its
+        scheduler grants at once is granted when its submission returns."""
+        key = self._where.get(task_id)
+        run = None if key is None else self._runs.get(key)
+        if run is None:
+            return
+        self._guard(run, run.live.scheduler.on_settle, run.live.pool)
         self._apply(run)
 
     def _scored(self, task: Task, blocks: list[str] | None) -> Significance:

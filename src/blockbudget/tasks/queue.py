@@ -79,8 +79,10 @@ __all__ = ["DEFAULT_SCHEDULER", "TaskQueue"]
 
 log = logging.getLogger("blockbudget.tasks")
 
-#: The default scheduler of QUERY and BUDGET tasks: DPF with N-unlocking, N = 10.
-DEFAULT_SCHEDULER = "dpf-n:n=10"
+#: The default scheduler of QUERY and BUDGET tasks: DPF with N-unlocking, N = 10, lending the
+#: whole block to a task no other waiting task competes with (docs/scheduling.md: a task that
+#: fits is granted at once unless others wait for its blocks; under contention, plain DPF).
+DEFAULT_SCHEDULER = "dpf-n:n=10,lend=1"
 _LIVE = (TaskState.WAITING, TaskState.GRANTED, TaskState.RUNNING)
 
 
@@ -348,6 +350,7 @@ class TaskQueue(Decider):
                 return done
             if self._leading and self.leadership.held:
                 self._enter(task)
+                self._settle(task.id)
         return self.task(task.id)
 
     def _check(

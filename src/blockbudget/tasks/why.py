@@ -28,7 +28,8 @@ MAX_LISTED = 100
 
 _NOTES = {
     "dpf-n": "DPF grants waiting tasks, smallest dominant share first, once the budget it "
-    "unlocks (1/N of a block per arriving task) covers them (PrivateKube, OSDI'21 §4.2)",
+    "unlocks (1/N of a block per arriving task) covers them (PrivateKube, OSDI'21 §4.2); "
+    "with lend, a task no other waiting task competes with as soon as its blocks afford it",
     "dpf-t": "DPF grants waiting tasks, smallest dominant share first, once the budget it "
     "unlocks over time covers them (PrivateKube, OSDI'21 §4.2)",
     "dpack": "DPack grants batches of waiting tasks by efficiency when budget unlocks "
