@@ -14,10 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from blockbudget.accounting import add_vectors
 from blockbudget.errors import BlockBudgetError
-from blockbudget.platform import Last
-from blockbudget.tasks.binding import blocks_in_range
 from blockbudget.tasks.model import Task, TaskState
-from blockbudget.tasks.selectors import AnyBlocks, InRange, Named, Newest
+from blockbudget.tasks.why import task_candidates
 from blockbudget.userids import known_filter
 
 if TYPE_CHECKING:
@@ -49,22 +47,6 @@ class Refusal:
     blocks: tuple[BlockShortfall, ...]
 
 
-def _candidates(platform: Platform, task: Task) -> tuple[list[str] | None, int]:
-    """The blocks a task may use (None: every block of its stream) and how many it needs."""
-    sel = task.selector
-    if isinstance(sel, Named):
-        return list(sel.blocks), len(sel.blocks)
-    if isinstance(sel, Newest):
-        found = platform.select(
-            task.stream, Last(sel.n, affordable=False), context=task.context, cost=task.demand
-        )
-        return list(found), sel.n
-    if isinstance(sel, InRange):
-        return blocks_in_range(platform, task.stream, sel), sel.k
-    assert isinstance(sel, AnyBlocks)
-    return None, sel.min_k
-
-
 def refusal_of(platform: Platform, task: Task) -> Refusal | None:
     """A refused task's :class:`Refusal` (None for a task in any other state, or when its
     blocks cannot be read any more, e.g. a stream that was dropped). On a user stream only the
@@ -72,7 +54,7 @@ def refusal_of(platform: Platform, task: Task) -> Refusal | None:
     if task.state is not TaskState.REFUSED:
         return None
     try:
-        blocks, needed = _candidates(platform, task)
+        blocks, needed = task_candidates(platform, task)
         ledger = platform.ledger
         states = (
             ledger.states(task.stream, task.context)

@@ -48,7 +48,7 @@ def scheduler_note(name: str) -> str:
     return _NOTES.get(name, "")
 
 
-def _candidates(platform: Platform, task: Task) -> tuple[list[str] | None, int]:
+def task_candidates(platform: Platform, task: Task) -> tuple[list[str] | None, int]:
     """The blocks a task may use (None: every block of its stream) and how many it needs."""
     sel = task.selector
     if isinstance(sel, Named):
@@ -80,7 +80,7 @@ def explain(
     tell which blocks come last in key order)."""
     if task.state is not TaskState.WAITING:
         return Waiting(task.id, task.state, f"{task.state.value}: {task.note}".rstrip(": "))
-    blocks, needed = _candidates(platform, task)
+    blocks, needed = task_candidates(platform, task)
     ledger = platform.ledger
     states = (
         ledger.states(task.stream, task.context)
