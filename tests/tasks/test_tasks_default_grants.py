@@ -1,6 +1,7 @@
-"""The default scheduler (``dpf-n:n=10,lend=1``) grants a task that fits as soon as no other
-waiting task competes for its blocks; under contention it decides as plain DPF, and ``why``
-names the competitors and the unlock a task waits for (issue 30, item 2)."""
+"""DPF with lending (``dpf-n:n=10,lend=1``) grants a task that fits as soon as no other waiting
+task competes for its blocks; under contention it decides as plain DPF, and ``why`` names the
+competitors and the unlock a task waits for (issue 30, item 2). It is not the server default
+yet: see docs/scheduling.md, "Choosing a live stream's scheduler"."""
 
 from __future__ import annotations
 
@@ -19,7 +20,11 @@ from tasks.tasks_support import SEED, Clock, grant_reservations, make_platform
 BLOCKS = ("s/2024-01-01", "s/2024-01-02")
 
 
-def _queue(p: Platform, clock: Clock, scheduler: str | None = None) -> TaskQueue:
+#: DPF-N with lending, the scheduler these tests decide with.
+LENDING = "dpf-n:n=10,lend=1"
+
+
+def _queue(p: Platform, clock: Clock, scheduler: str | None = LENDING) -> TaskQueue:
     return TaskQueue(p, scheduler=scheduler, noise=SeededNoise(SEED), clock=clock, poll_seconds=0.0)
 
 
@@ -32,7 +37,7 @@ def test_a_lone_task_that_fits_is_granted_within_one_pump(tmp_path: Path) -> Non
     clock = Clock()
     leader, follower = _queue(leader_p, clock), _queue(p, clock)
     assert leader.leadership.held and not follower.leadership.held
-    assert leader.scheduler_for("s") == DEFAULT_SCHEDULER == "dpf-n:n=10,lend=1"
+    assert leader.scheduler_for("s") == LENDING != DEFAULT_SCHEDULER
     task = follower.submit_budget(
         "s", Budget(epsilon="0.2"), selector=Newest(4), context="team", principal="ana"
     )
@@ -66,13 +71,13 @@ def _contend(tmp_path: Path, scheduler: str | None) -> tuple[TaskQueue, TaskQueu
     return _queue(Platform(tmp_path, engine="arrow"), clock, scheduler), _queue(p, clock), clock
 
 
-@pytest.mark.parametrize("scheduler", [None, "dpf-n:n=10"])
-def test_under_contention_the_default_decides_as_dpf(tmp_path: Path, scheduler: str | None) -> None:
+@pytest.mark.parametrize("scheduler", [LENDING, "dpf-n:n=10"])
+def test_under_contention_lending_decides_as_dpf(tmp_path: Path, scheduler: str) -> None:
     """A (ε 0.25) and B (ε 0.3) arrive together on the same two blocks: 0.2 is unlocked, so
     neither runs, and neither may borrow (each competes with the other) — exactly plain DPF,
-    whose decisions the default repeats step for step. C (ε 0.05) unlocks 0.3 and is granted
+    whose decisions lending repeats step for step. C (ε 0.05) unlocks 0.3 and is granted
     at arrival; at the next pass A (smaller dominant share than B) takes the unlocked rest.
-    Then B competes with nothing: the default lends it the block's locked budget, plain DPF
+    Then B competes with nothing: lending gives it the block's locked budget, plain DPF
     (lend=0) keeps it waiting for arrivals."""
     leader, follower, clock = _contend(tmp_path, scheduler)
 
@@ -97,7 +102,7 @@ def test_under_contention_the_default_decides_as_dpf(tmp_path: Path, scheduler: 
     leader.pump()
     assert leader.task(a).state is TaskState.GRANTED
     b_now = leader.task(b)
-    if scheduler is None:
+    if scheduler == LENDING:
         assert b_now.state is TaskState.GRANTED, leader.why(b).reason  # lent: nothing competes
     else:
         assert b_now.state is TaskState.WAITING
@@ -116,7 +121,7 @@ def test_a_take_over_does_not_lend_to_the_first_task_it_re_enters(tmp_path: Path
     """A new leader re-enters waiting tasks one by one; it settles only once all are in, so
     two that compete are decided as DPF decides, not the first one lent to. When one is
     cancelled, the other is alone and is lent to at the next pump."""
-    leader, follower, _ = _contend(tmp_path, None)
+    leader, follower, _ = _contend(tmp_path, LENDING)
     kw = {"selector": Named(BLOCKS), "context": "team"}
     a = follower.submit_budget("s", Budget(epsilon="0.25"), principal="ana", **kw)  # type: ignore[arg-type]
     b = follower.submit_budget("s", Budget(epsilon="0.3"), principal="bo", **kw)  # type: ignore[arg-type]
