@@ -31,7 +31,7 @@ def test_local_dry_runs_change_nothing(tmp_path: Path) -> None:
     code, doc = invoke_json(
         "task", "submit", "b", "--epsilon", "0.5", "--newest", "2", "--dry-run", *h
     )
-    assert code == 0 and doc["dry_run"] is True and doc["reserved"] is False
+    assert code == 2 and doc["dry_run"] is True and doc["reserved"] is False
     assert doc["demand"] == {"epsilon": "0.5", "delta": "0"}
     assert doc["blocks"] == b[1:] and doc["affordable"] == [b[1]] and doc["ok"] is False
     code, doc = invoke_json(
@@ -91,7 +91,7 @@ def test_dry_runs_through_a_server_change_nothing(tmp_path: Path) -> None:
         code, doc = invoke_json(
             "task", "submit", "flights", "--epsilon", "0.5", "--newest", "2", "--dry-run", *srv
         )
-        assert code == 0 and doc["context"] == "team-a"  # the analyst's bound context
+        assert code == 2 and doc["context"] == "team-a"  # the analyst's bound context
         assert doc["largest_epsilon"] == "0.25" and doc["ok"] is False
         assert doc["blocks"] == blocks[-2:]
         code, doc = invoke_json(

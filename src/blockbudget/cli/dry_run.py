@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from blockbudget.errors import InvalidRequestError
 
 if TYPE_CHECKING:
+    from blockbudget.budget import Cost
     from blockbudget.platform import Platform
     from blockbudget.service.client import ServiceClient
 
@@ -32,7 +33,7 @@ def price_task_local(
         UnknownContextError: the context is not registered (or closed).
         As a submit would for a malformed query, selector or demand.
     """
-    from blockbudget.budget import Budget, Cost
+    from blockbudget.budget import Budget
     from blockbudget.ledger.txn import unknown_context
     from blockbudget.platform import Last
     from blockbudget.query import check, from_dict
@@ -56,6 +57,7 @@ def price_task_local(
         blocks = [v.block_id for v in platform.blocks(stream, contexts=[context]) if not v.retired]
     fits = platform.can_afford(blocks, demand, context=context, stream=stream)
     affordable = [b for b, ok in zip(blocks, fits, strict=True) if ok]
+    ok = _enough(selector, blocks, affordable)
     return _answer(
         body,
         stream=stream,
@@ -63,8 +65,28 @@ def price_task_local(
         demand=demand.to_json(),
         blocks=blocks,
         affordable=affordable,
-        ok=_enough(selector, blocks, affordable),
+        ok=ok,
+        refusal=None if ok else _shortfall(platform, stream, context, demand, selector, blocks),
     )
+
+
+def _shortfall(
+    platform: Platform,
+    stream: str,
+    context: str,
+    demand: Cost,
+    selector: dict[str, Any],
+    blocks: list[str],
+) -> dict[str, Any]:
+    """What the blocks of a dry run that does not fit lack, as a refused task's
+    (:func:`blockbudget.tasks.refusal.shortfall_on`; ``RefusalOut``'s form)."""
+    from blockbudget.service.task_forms import refusal_form
+    from blockbudget.tasks.refusal import dry_run_next_step, shortfall_on
+
+    found = shortfall_on(
+        platform, stream, context, demand, blocks=blocks, needed=_needed(selector, blocks)
+    )
+    return refusal_form(found, context, dry_run_next_step(stream, context))
 
 
 def price_task_remote(
@@ -102,12 +124,21 @@ def price_task_remote(
             blocks=list(out["blocks"]),
             affordable=None,
             ok=bool(out["ok"]),
+            refusal=out.get("refusal"),  # an older server: none
         )
     from blockbudget.budget import to_decimal
+    from blockbudget.service.client import ServiceError
 
     delta = to_decimal(body.get("delta", 0), name="delta")
-    out = client.call("POST", f"/v1/streams/{stream}/afford", json={**where, "delta": str(delta)})
     want = to_decimal(body["epsilon"], name="epsilon")
+    path = f"/v1/streams/{stream}/afford"
+    plain = {**where, "delta": str(delta)}
+    try:  # with the demand, the answer says what each block lacks
+        out = client.call("POST", path, json={**plain, "epsilon": str(want)})
+    except ServiceError as exc:
+        if exc.status != 422:
+            raise
+        out = client.call("POST", path, json=plain)  # an older server: the largest ε only
     largest = out["epsilon"]
     exact = out.get("epsilon_exact", largest)
     ok = exact is not None and want <= Decimal(exact)
@@ -121,6 +152,7 @@ def price_task_remote(
         affordable=list(out["blocks"]) if ok else None,
         ok=ok,
         largest_epsilon=largest,
+        refusal=None if ok else out.get("refusal"),
     )
 
 
@@ -135,9 +167,18 @@ def _enough(selector: dict[str, Any], blocks: list[str], affordable: list[str]) 
     demand; ``--range`` and ``--any``: at least their ``k`` (``min_k``) blocks do."""
     if "named" in selector or "newest" in selector:
         return bool(blocks) and len(affordable) == len(blocks)
+    return len(affordable) >= _needed(selector, blocks)
+
+
+def _needed(selector: dict[str, Any], blocks: list[str]) -> int:
+    """How many blocks the task needs: every named block, the ``n`` newest, or the ``k``
+    (``min_k``) of ``--range`` and ``--any``."""
+    if "named" in selector:
+        return len(blocks)
+    if "newest" in selector:
+        return max(int(selector["newest"]), len(blocks))
     spec = selector.get("range") or selector.get("any") or {}
-    need = int(spec.get("min_k", spec.get("k", 1)))
-    return len(affordable) >= need
+    return int(spec.get("min_k", spec.get("k", 1)))
 
 
 def _answer(body: dict[str, Any], **fields: Any) -> dict[str, Any]:

@@ -277,7 +277,10 @@ def task_submit(
             refuse_noise_controls(body["significance"])  # the CLI's user is a principal
     client = remote(server, api_key)
     if dry_run:
-        print_dry_run(_dry_run(body, stream, context, home, client), as_json=as_json)
+        priced = _dry_run(body, stream, context, home, client)
+        print_dry_run(priced, as_json=as_json)
+        if not priced["ok"]:  # as a refused task: exit 2, after what the blocks lack
+            raise typer.Exit(code=2)
         return
     if client is not None:
         if context:
@@ -356,6 +359,8 @@ def print_dry_run(out: dict[str, Any], *, as_json: bool) -> None:
     if out.get("affordable") is not None:
         console.print(f"  {len(out['affordable'])} of {len(out['blocks'])} block(s) can afford it")
     print_blocks_used(out["blocks"], label="blocks priced")
+    if out.get("refusal"):
+        print_refusal(out["refusal"], verb="short")
 
 
 def _budget_text(form: dict[str, Any]) -> str:
@@ -413,14 +418,15 @@ def print_why(why: dict[str, Any]) -> None:
         )
 
 
-def print_refusal(refusal: dict[str, Any]) -> None:
-    """A refused task's blocks now: how many afford its demand, the others' remaining budget
-    and shortfall (as a refused query prints them), and the next step."""
+def print_refusal(refusal: dict[str, Any], *, verb: str = "refused") -> None:
+    """A refused task's blocks now (or a dry run's that does not fit, ``verb="short"``): how
+    many afford its demand, the others' remaining budget and shortfall (as a refused query
+    prints them), and the next step."""
     from blockbudget.accounting.filters import exact_text
 
     if refusal.get("considered") is not None:
         console.print(
-            f"  refused: {refusal['affordable']} of the {refusal['considered']} block(s) it may "
+            f"  {verb}: {refusal['affordable']} of the {refusal['considered']} block(s) it may "
             f"use can afford its demand in context {escape(repr(refusal['context']))} now; it "
             f"needs {refusal['needed']}"
         )

@@ -9,6 +9,7 @@ selected block right now — exact, a multiple of 1e-18, as a decimal string —
 a request spends. Reading it needs the same stream access as a query.
 """
 
+from decimal import Decimal
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Query
@@ -19,7 +20,8 @@ from blockbudget.errors import InvalidRequestError
 from blockbudget.platform import Last, Platform
 from blockbudget.service.access import Authenticator, require_stream, resolve_context
 from blockbudget.service.auth import Principal
-from blockbudget.service.blocknames import BlockNames
+from blockbudget.service.blocknames import BlockNames, Naming
+from blockbudget.service.task_schemas import RefusalOut
 
 __all__ = ["AffordIn", "AffordOut", "register_afford_routes"]
 
@@ -36,6 +38,11 @@ class AffordIn(BaseModel):
         default="0", description="δ of the budget sized (exact decimal string or number)"
     )
     kind: AffordFor = AffordFor.BUDGET
+    epsilon: str | float | None = Field(
+        default=None,
+        description="optional: the ε of an (ε, delta) demand to check (a task's dry run); when "
+        "it does not fit, the answer's 'refusal' lists each block's remaining and shortfall",
+    )
 
 
 class AffordOut(BaseModel):
@@ -57,6 +64,32 @@ class AffordOut(BaseModel):
     noise_multiplier: str | None = Field(description="kind=gaussian: smallest σ/Δ that fits")
     binding: list[str] = Field(description="the blocks a larger request would not fit on")
     rule: str
+    refusal: RefusalOut | None = Field(
+        default=None,
+        description="with 'epsilon' that does not fit: per block that cannot afford it, what "
+        "remains and the shortfall, and the next step (as a refused task's)",
+    )
+
+
+def _refusal(
+    platform: Platform,
+    stream: str,
+    context: str,
+    body: AffordIn,
+    out: dict[str, Any],
+    naming: Naming,
+) -> dict[str, Any] | None:
+    """What the blocks lack for ``body``'s (ε, δ) demand (None when every block affords it)."""
+    from blockbudget.budget import Budget, to_decimal
+    from blockbudget.service.task_forms import dry_run_refusal
+
+    want = to_decimal(body.epsilon if body.epsilon is not None else 0, name="epsilon")
+    exact = out.get("epsilon_exact")
+    if out["blocks"] and exact is not None and want <= Decimal(exact):
+        return None
+    delta = body.delta if isinstance(body.delta, str) else repr(body.delta)
+    demand = Budget(epsilon=str(want), delta=delta)
+    return dry_run_refusal(platform, stream, context, demand, list(out["blocks"]), naming)
 
 
 def register_afford_routes(
@@ -78,6 +111,8 @@ def register_afford_routes(
         out: dict[str, Any] = platform.afford(
             stream, selection, context=context, delta=delta, kind=body.kind
         ).to_json()
+        if body.epsilon is not None and body.kind is AffordFor.BUDGET:
+            out["refusal"] = _refusal(platform, stream, context, body, out, naming)
         out["blocks"] = naming.show_all(out["blocks"])
         out["binding"] = naming.show_all(out["binding"])
         return AffordOut(**out)

@@ -20,6 +20,7 @@ from blockbudget.service import schemas as sc
 from blockbudget.service.access import Authenticator, require_stream, resolve_context
 from blockbudget.service.auth import Principal
 from blockbudget.service.blocknames import BlockNames, Naming
+from blockbudget.service.task_forms import dry_run_refusal
 
 __all__ = ["register_query_routes"]
 
@@ -70,7 +71,12 @@ def register_query_routes(
             )
         naming, chosen, ctx = query_place(me, stream, body, body.context)
         q = from_dict(body.query)
-        out = price_query(platform, stream, q, selection=chosen, context=ctx).to_dict()
+        priced = price_query(platform, stream, q, selection=chosen, context=ctx)
+        out = priced.to_dict()
+        if not priced.ok:  # what the blocks lack, as a refused task's (RefusalOut)
+            out["refusal"] = dry_run_refusal(
+                platform, stream, ctx, priced.reserve, list(priced.blocks), naming
+            )
         return sc.DryRunOut(**{**out, "blocks": naming.show_all(out["blocks"])})
 
     @app.post("/v1/streams/{stream}/queries/{kind}", tags=["queries"])

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from blockbudget.service.schema_fields import BudgetFloat, ContextName, Epsilon, Selection
+from blockbudget.service.task_schemas import RefusalOut
 
 
 class QueryKind(Enum):
@@ -117,3 +118,8 @@ class DryRunOut(BaseModel):
     affordable: list[bool]
     ok: bool
     resolution: float | None
+    refusal: RefusalOut | None = Field(
+        default=None,
+        description="when not ok: per block that cannot afford the reservation, what remains "
+        "in the context and the shortfall, and the next step (as a refused task's)",
+    )

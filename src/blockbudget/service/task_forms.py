@@ -26,9 +26,12 @@ from blockbudget.budget import Budget
 from blockbudget.errors import InvalidRequestError
 
 if TYPE_CHECKING:
+    from blockbudget.budget import Cost
+    from blockbudget.platform import Platform
     from blockbudget.service.blocknames import Naming
     from blockbudget.tasks.model import Task
     from blockbudget.tasks.queue import TaskQueue
+    from blockbudget.tasks.refusal import Refusal
     from blockbudget.tasks.selectors import Selector
 
 #: States a task leaves only by a decision (a cancel ends each of them).
@@ -36,6 +39,8 @@ ACTIVE = frozenset({"waiting", "granted", "running"})
 
 __all__ = [
     "ACTIVE",
+    "dry_run_refusal",
+    "refusal_form",
     "refusal_json",
     "selector_of_wire",
     "task_json",
@@ -162,7 +167,6 @@ def refusal_json(
     if task.state.value != "refused":
         return None
     from blockbudget.tasks.refusal import next_step, refusal_of
-    from blockbudget.tasks.why import MAX_LISTED
 
     found = refusal_of(queue.platform, task)
     step = next_step(task, found)
@@ -175,9 +179,20 @@ def refusal_json(
             "blocks": [],
             "next": step,
         }
+    return refusal_form(found, task.context, step, naming)
+
+
+def refusal_form(
+    found: Refusal, context: str, step: str, naming: Naming | None = None
+) -> dict[str, Any]:
+    """A :class:`~blockbudget.tasks.refusal.Refusal` in its public form (``RefusalOut``): a
+    refused task's, or a dry run's that does not fit. Blocks are arranged as the caller sees
+    them, then cut (as in :func:`why_json`)."""
+    from blockbudget.tasks.why import MAX_LISTED
+
     rows = list(found.blocks) if naming is None else naming.arrange(found.blocks, lambda r: r.block)
     return {
-        "context": task.context,
+        "context": context,
         "considered": found.considered,
         "affordable": found.affordable,
         "needed": found.needed,
@@ -192,6 +207,28 @@ def refusal_json(
         ],
         "next": step if naming is None else naming.text(step),
     }
+
+
+def dry_run_refusal(
+    platform: Platform,
+    stream: str,
+    context: str,
+    demand: Cost,
+    blocks: list[str],
+    naming: Naming | None = None,
+) -> dict[str, Any] | None:
+    """What ``blocks`` lack for a dry run's ``demand`` (each must afford it), in
+    ``RefusalOut``'s form with the next step (None when they cannot be read)."""
+    from blockbudget.errors import BlockBudgetError
+    from blockbudget.tasks.refusal import dry_run_next_step, shortfall_on
+
+    try:
+        found = shortfall_on(
+            platform, stream, context, demand, blocks=blocks, needed=max(len(blocks), 1)
+        )
+    except BlockBudgetError:
+        return None
+    return refusal_form(found, context, dry_run_next_step(stream, context), naming)
 
 
 def why_json(queue: TaskQueue, task: Task, naming: Naming | None = None) -> dict[str, Any] | None:

@@ -19,9 +19,17 @@ from blockbudget.tasks.why import task_candidates
 from blockbudget.userids import known_filter
 
 if TYPE_CHECKING:
+    from blockbudget.budget import Cost
     from blockbudget.platform import Platform
 
-__all__ = ["BlockShortfall", "Refusal", "next_step", "refusal_of"]
+__all__ = [
+    "BlockShortfall",
+    "Refusal",
+    "dry_run_next_step",
+    "next_step",
+    "refusal_of",
+    "shortfall_on",
+]
 
 
 @dataclass(frozen=True)
@@ -55,17 +63,38 @@ def refusal_of(platform: Platform, task: Task) -> Refusal | None:
         return None
     try:
         blocks, needed = task_candidates(platform, task)
-        ledger = platform.ledger
-        states = (
-            ledger.states(task.stream, task.context)
-            if blocks is None
-            else ledger.states(task.stream, task.context, blocks=blocks)
+        return shortfall_on(
+            platform, task.stream, task.context, task.demand, blocks=blocks, needed=needed
         )
-        known = known_filter(platform, task.stream)
-        f = platform.filter(task.stream)
-        need = f.features(task.demand)
     except BlockBudgetError:
         return None
+
+
+def shortfall_on(
+    platform: Platform,
+    stream: str,
+    context: str,
+    demand: Cost,
+    *,
+    blocks: list[str] | None,
+    needed: int,
+) -> Refusal:
+    """What ``blocks`` (None: every block of the stream) lack for ``demand`` in ``context``
+    now: the per-block computation of a refused task, also a dry run's that does not fit. On a
+    user stream only the blocks a DP maximum-id release made known are counted and listed.
+
+    Raises:
+        BlockBudgetError: the stream or its blocks cannot be read, or the demand is refused.
+    """
+    ledger = platform.ledger
+    states = (
+        ledger.states(stream, context)
+        if blocks is None
+        else ledger.states(stream, context, blocks=blocks)
+    )
+    known = known_filter(platform, stream)
+    f = platform.filter(stream)
+    need = f.features(demand)
     if known is not None:
         keep = set(known([st.block for st in states]))
         states = [st for st in states if st.block in keep]
@@ -86,6 +115,23 @@ def refusal_of(platform: Platform, task: Task) -> Refusal | None:
     return Refusal(len(states), affordable, needed, tuple(short))
 
 
+#: What a task whose blocks lack budget may be submitted with instead.
+_FITS = (
+    "a demand that fits, or choose blocks that still have budget (`blockbudget task submit "
+    "… --newest N`, `--any K`, `--dry-run` to check first)"
+)
+
+
+def dry_run_next_step(stream: str, context: str) -> str:
+    """The next step after a dry run whose blocks lack budget (the caller may read what they
+    afford, and dry-run or submit a demand that fits)."""
+    return (
+        f"`blockbudget afford {stream} --context {context} --block BLOCK` "
+        f"(GET /v1/streams/{stream}/afford) says the largest ε a block can still afford; "
+        f"dry-run or submit {_FITS}"
+    )
+
+
 def next_step(task: Task, refusal: Refusal | None) -> str:
     """The next step a refused task's principal can take, naming commands it may run (an
     analyst may read what its blocks afford and submit again; only an administrator changes
@@ -95,11 +141,7 @@ def next_step(task: Task, refusal: Refusal | None) -> str:
         f"(GET /v1/streams/{task.stream}/afford) says the largest ε a block can still afford"
     )
     if refusal is not None and refusal.affordable < refusal.needed:
-        return (
-            f"{afford}; submit again with a demand that fits, or choose blocks that still "
-            "have budget (`blockbudget task submit … --newest N`, `--any K`, `--dry-run` to "
-            "check first)"
-        )
+        return f"{afford}; submit again with {_FITS}"
     return (
         "the blocks have the budget now but the stream's scheduler refused the task (see "
         f"the note); `blockbudget task scheduler {task.stream}` shows which scheduler decides "
