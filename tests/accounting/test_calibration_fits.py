@@ -104,3 +104,15 @@ def test_gdp_refuses_to_price_a_dpsgd_plan() -> None:
 def test_slack_rules_admit_no_single_charge_of_the_whole_budget(rule: str) -> None:
     for eps, delta in CASES:
         assert not _fits_empty(rule, Budget(epsilon=eps, delta=delta), eps, delta)
+
+
+def test_a_plan_too_large_for_the_pld_is_priced_by_its_rdp_curve() -> None:
+    # 625,000 steps on a 1e-6 grid took 8 minutes and then 156 GiB; beyond MAX_PLD_WORK the
+    # plan's curve, converted at its best order (one fixed plan), prices it instead.
+    plan = plan_dpsgd(n=10**6, batch_size=16, epochs=10, epsilon="0.5", delta="1e-6")
+    assert plan.steps == 625_000
+    curve = plan.rdp_curve()
+    assert curve.to_dp(delta=1e-6).epsilon <= Decimal("0.5")
+    # and tightly, to the search's precision: 1% less noise no longer meets it
+    less = type(plan)(plan.noise_multiplier * 0.99, plan.sample_rate, plan.steps).rdp_curve()
+    assert less.to_dp(delta=1e-6).epsilon > Decimal("0.5")

@@ -33,7 +33,7 @@ def test_history_within_the_proved_bound_verifies_without_a_note(
     led = Ledger(url)
     led.add_context("team")
     led.add_blocks(["b"], stream="s", capacity=CAPACITY, accounting=Accounting.RDP)
-    # all of version 1's capacity at α = 64 (0.7807); the proved one there is 0.8447
+    # all of version 1's capacity at α = 64 (0.7807); the proved one there is 0.8259
     legacy_64 = mironov_capacities(CAPACITY)[-1] / 10**18
     led.charge(["b"], _heavy_at(64.0, f"{legacy_64:.6f}"), context="team")
     led.close()
@@ -48,7 +48,7 @@ def test_history_within_the_proved_bound_verifies_without_a_note(
 def test_a_block_over_the_proved_bound_admits_nothing_and_is_noted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # (10, 1e-6): at α = 2.5 the version-1 capacity (0.7898) is above the proved one (≈ 0.45).
+    # (10, 1e-6): at α = 2.5 version 1 admits 0.7898; the proved rule nothing (share 1/70).
     capacity = Budget(epsilon=10, delta="1e-6")
     legacy = mironov_capacities(capacity)[ALPHAS.index(2.5)] / 10**18
     url = f"sqlite:///{tmp_path / 'ledger.db'}"

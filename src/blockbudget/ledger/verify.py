@@ -191,8 +191,8 @@ def _over_proved_bound(rp: _Replay) -> tuple[str, ...]:
     for (block, ctx), charged in sorted(rp.charged.items()):
         reg = rp.reg(block)
         used = add_vectors(charged, rp.reserved.get((block, ctx), reg.filter.zero()))
-        if reg.filter.fits(used):
-            continue
+        if reg.filter.fits(used) or not reg.filter.fits_before_proof(used):
+            continue  # within the bound, or an overspend (reported as a problem)
         state = (
             "it is retired"
             if reg.retired

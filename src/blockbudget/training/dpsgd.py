@@ -60,6 +60,7 @@ from blockbudget.mechanisms.calibration import (
     empty_block_filter,
     exact_delta,
     exact_epsilon,
+    float_down,
     smallest_noise,
 )
 from blockbudget.mechanisms.noise import NoiseSource, SeededNoise, resolve_noise
@@ -83,6 +84,11 @@ PLD_DISCRETIZATION = 1e-3
 #: The finest PLD grid a plan is searched on (so ε ≥ 5e-5): finer grids cost memory
 #: proportional to the privacy-loss range over the interval.
 MIN_PLD_DISCRETIZATION = 1e-6
+#: The most PLD work a plan is searched with, in steps × grid points per unit of loss (10,000
+#: steps on the 1e-3 grid), and the largest target ε priced by PLD: beyond either, one PLD
+#: evaluation takes minutes or gigabytes, and the plan is priced by its RDP curve instead.
+MAX_PLD_WORK = 1e7
+MAX_PLD_EPSILON = 50.0
 #: Relative precision of the σ search (from above: the returned σ always meets the target).
 SIGMA_PRECISION = 1e-3
 
@@ -324,6 +330,7 @@ def _plan(
 ) -> SgdPlan:
     batches, q, _ = poisson_schedule(n, batch_size)
     steps = epochs * batches
+    target, at = float_down(eps), float_down(dl)  # toward refusing: less ε, less δ
     if by_curve is None:
         grid = min(PLD_DISCRETIZATION, float(eps) / 50)
         if grid < MIN_PLD_DISCRETIZATION:
@@ -332,9 +339,22 @@ def _plan(
                 f"{eps}): the noise would swamp any model, and the PLD accountant cannot "
                 "resolve them"
             )
+        if steps / grid > MAX_PLD_WORK or target > MAX_PLD_EPSILON:
+            # a PLD this large costs minutes and gigabytes: the plan's RDP curve, converted
+            # by Canonne, Kamath & Steinke 2020, Prop. 12 at its best order (valid for one
+            # fixed, non-adaptive plan), is sound and cheap, if looser
 
-        def meets(sigma: float) -> bool:
-            return pld_epsilon(sigma, q, steps, float(dl), discretization=grid) <= float(eps)
+            def meets(sigma: float) -> bool:
+                curve = SgdPlan(sigma, q, steps).rdp_curve()
+                try:
+                    return curve.to_dp(delta=at).epsilon <= eps
+                except InvalidBudgetError:  # infinite at every order
+                    return False
+
+        else:
+
+            def meets(sigma: float) -> bool:
+                return pld_epsilon(sigma, q, steps, at, discretization=grid) <= target
 
         precision = SIGMA_PRECISION
     else:
