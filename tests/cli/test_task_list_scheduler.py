@@ -38,6 +38,5 @@ def test_task_list_shows_each_streams_own_scheduler(tmp_path: Path) -> None:
     assert listed["schedulers"] == {"s": "fcfs", "t": "dpf-n:n=10"}, listed
     text = runner.invoke(app, ["task", "list", "--home", str(home)], env={"COLUMNS": "250"})
     assert text.exit_code == 0, text.output
-    rows = [line for line in text.output.splitlines() if "team" in line]
-    assert len(rows) == 2 and any("fcfs" in line for line in rows), text.output
-    assert any("dpf-n:n=10" in line for line in rows), text.output
+    lines = text.output.splitlines()
+    assert "scheduler of s: fcfs" in lines and "scheduler of t: dpf-n:n=10" in lines, text.output

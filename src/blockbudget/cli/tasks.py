@@ -549,7 +549,6 @@ def task_list(
         "blocks",
         Column("state", no_wrap=True),
         "grant",
-        "scheduler",
         title="tasks" if stream is None else f"tasks (scheduler {escape(str(own(stream)))})",
     )
     for t in queue_json["tasks"]:
@@ -564,9 +563,12 @@ def task_list(
             str(len(t["blocks"])),
             t["state"],
             escape(t["reservation_id"] or "-"),
-            "(pipelines)" if t["kind"] == "pipeline" else escape(own(t["stream"])),
         )
     console.print(table)
+    # each listed stream's own scheduler, one line each and never wrapped (a table column is
+    # cut to "fc…" on a narrow console)
+    for name in sorted({t["stream"] for t in queue_json["tasks"] if t["kind"] != "pipeline"}):
+        console.print(f"scheduler of {escape(name)}: {escape(own(name))}", soft_wrap=True)
 
 
 def _list_local(
