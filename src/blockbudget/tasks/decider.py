@@ -11,7 +11,10 @@ submissions and reads tasks. Per (family, stream, context) the leader keeps a
    of indexed columns) and for changed per-stream scheduler overrides;
 3. expires due tasks (a deadline heap: nothing is scanned while none is due), ticks the
    schedulers whose interval passed, lets every scheduler settle (``on_settle``: every task
-   entered so far is in its pool) and applies the pools' new decisions to the ledger.
+   entered so far is in its pool) and applies the pools' new decisions to the ledger. A task
+   that needs more blocks than exist for it waits outside its pool, unbound
+   (:func:`~blockbudget.tasks.binding.blocks_wanting`): it expires at its deadline, and tries to
+   enter again when blocks arrive and at every poll (a new maximum-id release).
 
 Decisions are applied in order and the count of applied ones moves past a decision only once
 its ledger write and its task's row committed (the cache rule): a failed write is retried at
@@ -52,7 +55,12 @@ from blockbudget.errors import BlockBudgetError, InvalidRequestError
 from blockbudget.failures import LEDGER_REFUSALS, failure_of, new_reference
 from blockbudget.ledger import Reservation, ReservationState
 from blockbudget.scheduling import TaskShape
-from blockbudget.tasks.binding import blocks_in_range, resolved_blocks, task_spec
+from blockbudget.tasks.binding import (
+    blocks_in_range,
+    blocks_wanting,
+    resolved_blocks,
+    task_spec,
+)
 from blockbudget.tasks.bridge import HOLD_PREFIX, GrantBridge, grant_request_id, run_task_of
 from blockbudget.tasks.families import DrivenFamily as DrivenFamily
 from blockbudget.tasks.families import WorkFamily as WorkFamily
@@ -144,7 +152,8 @@ class Decider(GrantPhase):
             assert self._feed is not None
             now = self.clock()
             batch = self._feed.poll()
-            if now - self._last_poll >= self.poll_seconds:
+            polled = now - self._last_poll >= self.poll_seconds
+            if polled:
                 self._poll_table(now)
             for run in list(self._runs.values()):
                 pool = run.live.pool
@@ -158,6 +167,8 @@ class Decider(GrantPhase):
                     self._apply(run)
                 run.live.absorb(batch)
                 self._apply(run)
+                if run.unbound:  # new blocks, or (polled) a new maximum-id release
+                    self._bind_unbound(run, now, retry=polled or run.live.stream in batch.added)
                 if run.bridge.applied == len(pool.decisions):
                     run.live.reconcile()
                 interval = run.live.scheduler.tick_interval
@@ -255,6 +266,10 @@ class Decider(GrantPhase):
             )
             known = known_filter(self.platform, task.stream)  # user streams: Sage §4.4
             resolved = resolved_blocks(task, run.live, in_range, known)
+            if blocks_wanting(task, run.live, resolved, named_only=run.spec.named_only):
+                run.unbound[task.id] = task  # never bound to too few: it waits for blocks
+                self._where[task.id] = (run.family, task.stream, task.context)
+                return
             significance = self._scored(task, resolved)
             spec = task_spec(
                 task,
@@ -281,6 +296,18 @@ class Decider(GrantPhase):
         else:
             self._guard(run, run.live.scheduler.on_task, pool, spec, task_id=task.id)
         self._apply(run)
+
+    def _bind_unbound(self, run: _Run, now: float, *, retry: bool) -> None:
+        """The tasks waiting unbound for blocks (:attr:`_Run.unbound`): those past their
+        deadline expire; with ``retry``, the others try to enter their scheduler again
+        (in submission order)."""
+        for tid, task in sorted(run.unbound.items(), key=lambda kv: kv[1].submitted_at):
+            if task.deadline is not None and task.deadline < now:
+                self._forget(run, tid)
+                self.rows.move(tid, frm=_WAITING, to=TaskState.EXPIRED, when=now, note="deadline")
+            elif retry:
+                self._forget(run, tid)
+                self._enter(task)
 
     def _settle(self, task_id: str) -> None:
         """After one submission entered its pool: let its scheduler settle (every other
@@ -381,6 +408,8 @@ class Decider(GrantPhase):
                 if run.live.pool.is_pending(tid):
                     run.live.pool.reject(tid, note="the stream's scheduler changed")
             self._apply(run)
+            for tid in list(run.unbound):
+                self._forget(run, tid)
             del self._runs[key]
         for task in self.rows.select(stream=stream, states=_WAITING, limit=10**9):
             if self._family_of(task.kind) == "tasks":

@@ -66,7 +66,7 @@ from blockbudget.tasks.schedspec import SchedulerSpec, parse_spec
 from blockbudget.tasks.scoring import check_comparison, check_provider
 from blockbudget.tasks.selectors import AnyBlocks, InRange, Named, Selector
 from blockbudget.tasks.table import fingerprint
-from blockbudget.tasks.why import MAX_LISTED, explain
+from blockbudget.tasks.why import MAX_LISTED, UNBOUND_NOTE, explain
 from blockbudget.userids import require_release
 
 if TYPE_CHECKING:
@@ -448,7 +448,9 @@ class TaskQueue(Decider):
             key = self._where.get(task.id)
             run = None if key is None else self._runs.get(key)
             hint = None if run is None else getattr(run.live.scheduler, "why", None)
-            if callable(hint):
+            if run is not None and task.id in run.unbound:
+                note = UNBOUND_NOTE
+            elif callable(hint):
                 note = str(hint(run.live.pool, task.id))  # type: ignore[union-attr]
         return explain(self.platform, task, spec, note=note, limit=limit)
 
