@@ -67,7 +67,7 @@ from blockbudget.tasks.families import WorkFamily as WorkFamily
 from blockbudget.tasks.families import _driven
 from blockbudget.tasks.granting import _WAITING, GrantPhase, _Run
 from blockbudget.tasks.guards import INSECURE, durable_overhead
-from blockbudget.tasks.livepool import LedgerFeed, LivePool
+from blockbudget.tasks.livepool import FeedBatch, LedgerFeed, LivePool
 from blockbudget.tasks.model import Task, TaskState, WorkKind
 from blockbudget.tasks.rows import TaskRows
 from blockbudget.tasks.schedspec import SchedulerSpec
@@ -108,6 +108,7 @@ class Decider(GrantPhase):
         self._runs: dict[tuple[str, str, str], _Run] = {}
         self._where: dict[str, tuple[str, str, str]] = {}
         self._feed: LedgerFeed | None = None
+        self._unpumped: FeedBatch | None = None  # read by a submission, not yet by a pump
         self._leading = False
         self._term = ""
         self._last_poll = -float("inf")
@@ -149,28 +150,14 @@ class Decider(GrantPhase):
         with self._lock:
             if not self._leading:
                 self._take_over()
-            assert self._feed is not None
             now = self.clock()
-            batch = self._feed.poll()
+            batch = self._poll_feed()
             polled = now - self._last_poll >= self.poll_seconds
             if polled:
                 self._poll_table(now)
             for run in list(self._runs.values()):
                 pool = run.live.pool
-                pool.now = now
-                # Deadlines first: budget that came back since the last pump (a credit, a new
-                # block) must not serve a task whose deadline has passed.
-                if run.deadlines and run.deadlines[0][0] < now:
-                    while run.deadlines and run.deadlines[0][0] < now:
-                        heapq.heappop(run.deadlines)
-                    pool.expire_due()
-                    self._apply(run)
-                run.live.absorb(batch)
-                self._apply(run)
-                if run.unbound:  # new blocks, or (polled) a new maximum-id release
-                    self._bind_unbound(run, now, retry=polled or run.live.stream in batch.added)
-                if run.bridge.applied == len(pool.decisions):
-                    run.live.reconcile()
+                self._catch_up(run, batch, now, polled=polled)
                 interval = run.live.scheduler.tick_interval
                 if interval is not None and now - run.last_tick >= interval:
                     run.last_tick = now
@@ -182,6 +169,50 @@ class Decider(GrantPhase):
             for fam in self._families.values():
                 if (driven := _driven(fam)) is not None:
                     driven.pump(batch)
+
+    def _catch_up(self, run: _Run, batch: FeedBatch, now: float, *, polled: bool) -> None:
+        """Bring a pool to the ledger: due tasks expire, the feed's batch is absorbed (new
+        blocks, retirements), unbound tasks retry (new blocks; ``polled``: a new maximum-id
+        release too) and usage is reconciled once every decision is applied."""
+        pool = run.live.pool
+        pool.now = now
+        # Deadlines first: budget that came back since the last pump (a credit, a new block)
+        # must not serve a task whose deadline has passed.
+        if run.deadlines and run.deadlines[0][0] < now:
+            while run.deadlines and run.deadlines[0][0] < now:
+                heapq.heappop(run.deadlines)
+            pool.expire_due()
+            self._apply(run)
+        run.live.absorb(batch)
+        self._apply(run)
+        if run.unbound:
+            self._bind_unbound(run, now, retry=polled or run.live.stream in batch.added)
+        if run.bridge.applied == len(pool.decisions):
+            run.live.reconcile()
+
+    def _catch_up_all(self) -> None:
+        """Bring every pool to the ledger now (as a pump does, under the lock, as leader):
+        a submission its scheduler may grant at once is decided on what the ledger holds, not
+        on a pool that has not seen a direct charge made since the last pump. The batch read
+        is kept for the next pump too (the driven families read it there; pools absorb a
+        batch twice with no change)."""
+        assert self._feed is not None
+        now = self.clock()
+        batch = self._feed.poll()
+        if self._unpumped is None:
+            self._unpumped = FeedBatch(tip=batch.tip)
+        self._unpumped.merge(batch)
+        for run in list(self._runs.values()):
+            self._catch_up(run, batch, now, polled=False)
+
+    def _poll_feed(self) -> FeedBatch:
+        """The feed's events since the last pump (those a submission read included)."""
+        assert self._feed is not None
+        batch = self._feed.poll()
+        if self._unpumped is not None:
+            self._unpumped.merge(batch)
+            batch, self._unpumped = self._unpumped, None
+        return batch
 
     def _step_down(self) -> None:
         with self._lock:
@@ -422,6 +453,7 @@ class Decider(GrantPhase):
         self._where.clear()
         self._term = secrets.token_hex(4)
         self._feed = LedgerFeed(self.ledger)
+        self._unpumped = None
         self._specs = self.rows.overrides()
         self._refresh_default()
         self._last_poll = self.clock()
