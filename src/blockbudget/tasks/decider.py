@@ -331,14 +331,22 @@ class Decider(GrantPhase):
     def _bind_unbound(self, run: _Run, now: float, *, retry: bool) -> None:
         """The tasks waiting unbound for blocks (:attr:`_Run.unbound`): those past their
         deadline expire; with ``retry``, the others try to enter their scheduler again
-        (in submission order)."""
+        (in submission order). A try that fails on the database (the pump fails, the next
+        one retries) leaves the task waiting unbound: nothing else would find it again (the
+        table's poll looks back only :data:`SKEW_SECONDS`)."""
         for tid, task in sorted(run.unbound.items(), key=lambda kv: kv[1].submitted_at):
             if task.deadline is not None and task.deadline < now:
-                self._forget(run, tid)
                 self.rows.move(tid, frm=_WAITING, to=TaskState.EXPIRED, when=now, note="deadline")
+                self._forget(run, tid)
             elif retry:
                 self._forget(run, tid)
-                self._enter(task)
+                try:
+                    self._enter(task)
+                except BaseException:
+                    if tid not in self._where:  # it did not enter: it still waits unbound
+                        run.unbound[tid] = task
+                        self._where[tid] = (run.family, task.stream, task.context)
+                    raise
 
     def _settle(self, task_id: str) -> None:
         """After one submission entered its pool: let its scheduler settle (every other
