@@ -158,6 +158,69 @@ def test_switching_an_unbound_tasks_stream_to_fcfs_grants_it_on_min_k_blocks_onl
     p.close()
 
 
+def test_a_task_naming_a_block_the_leader_has_not_pooled_yet_is_granted(tmp_path: Path) -> None:
+    """Another process stores a task naming a block registered since the leader's last pump;
+    the leader meets it at its poll, before the pump brings the block into the pool. It
+    waits (unbound) for that one pump and is granted: the pool's refusal of the unknown block
+    made every pump fail, the block's event was lost with the pump, and the task was tracked
+    but never in the pool, for good."""
+    p = make_platform(tmp_path, days=2)
+    clock = Clock()
+    leader = _queue(Platform(tmp_path, engine="arrow"), clock)
+    follower = _queue(p, clock)
+    first = leader.submit_budget(
+        "s", Budget(epsilon="0.05"), selector=AnyBlocks(1), context="team"
+    )  # the stream's pool exists from here on
+    assert first.state is TaskState.GRANTED
+    add_days(p, "2024-01-03", 1)
+    new = Named(("s/2024-01-03",))
+    t = follower.submit_budget("s", Budget(epsilon="0.05"), selector=new, context="team")
+    u = follower.submit_budget(
+        "s", Budget(epsilon="0.05"), selector=AnyBlocks(min_k=3), context="team"
+    )
+    clock.t += 1.0
+    leader.pump()
+    assert leader.task(t.id).state is TaskState.GRANTED, leader.why(t.id).reason
+    done = leader.task(u.id)
+    assert done.state is TaskState.GRANTED and len(done.blocks) == 3, leader.why(u.id).reason
+    leader.close()
+    follower.close()
+    leader.platform.close()
+    assert p.verify().ok
+    p.close()
+
+
+def test_a_failed_pump_leaves_the_new_blocks_it_read_to_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pump reads the ledger's new events, then fails on the database (here the task
+    table's poll): the next pump must still bring the new block into the pool, or an
+    unbound task waiting for it never enters (the block is never counted)."""
+    p = make_platform(tmp_path, days=2)
+    clock = Clock()
+    q = _queue(p, clock)
+    t = q.submit_budget("s", Budget(epsilon="0.05"), selector=AnyBlocks(min_k=3), context="team")
+    add_days(p, "2024-01-03", 1)
+    real = q.rows.ids_since
+
+    def down(*args: object, **kwargs: object) -> object:
+        raise sqlalchemy.exc.OperationalError("SELECT", {}, Exception("connection lost"))
+
+    monkeypatch.setattr(q.rows, "ids_since", down)
+    clock.t += 1.0
+    with pytest.raises(sqlalchemy.exc.OperationalError):
+        q.pump()
+    monkeypatch.setattr(q.rows, "ids_since", real)
+    for _ in range(2):
+        clock.t += 1.0
+        q.pump()
+    done = q.task(t.id)
+    assert done.state is TaskState.GRANTED and len(done.blocks) == 3, q.why(t.id).reason
+    q.close()
+    assert p.verify().ok
+    p.close()
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="open question for the branch: lending sees only tasks in the pool, so an unbound "

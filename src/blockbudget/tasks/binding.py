@@ -143,8 +143,14 @@ def blocks_wanting(
       any block, an OPEN-capable scheduler chooses among those that come).
     * ``InRange(k)`` needs ``k`` of its range's live blocks in the pool (a block just
       registered reaches the pool at the next pump).
+    * ``Named`` needs its blocks in the pool: another process may store a task naming a block
+      registered since the leader's last pump, which the leader meets at its poll of the task
+      table before the pump brings the block into the pool.
     """
     sel = task.selector
+    if isinstance(sel, Named):  # checked in the ledger at submission: in the pool next pump
+        have = sum(1 for b in sel.blocks if b in live.pool.block_index)
+        return (have, len(sel.blocks)) if have < len(sel.blocks) else None
     if isinstance(sel, AnyBlocks) and (named_only or resolved is not None):
         need = sel.min_k
     elif isinstance(sel, InRange) and resolved is not None and len(resolved) >= sel.k:

@@ -152,6 +152,10 @@ class Decider(GrantPhase):
                 self._take_over()
             now = self.clock()
             batch = self._poll_feed()
+            # kept until every pool has read it: a pump that fails (a database hiccup) leaves
+            # it to the next, else its new blocks and retirements never reach the pools
+            # (pools and lanes absorb a batch twice with no change)
+            self._unpumped = batch
             polled = now - self._last_poll >= self.poll_seconds
             if polled:
                 self._poll_table(now)
@@ -169,6 +173,7 @@ class Decider(GrantPhase):
             for fam in self._families.values():
                 if (driven := _driven(fam)) is not None:
                     driven.pump(batch)
+            self._unpumped = None
 
     def _catch_up(self, run: _Run, batch: FeedBatch, now: float, *, polled: bool) -> None:
         """Bring a pool to the ledger: due tasks expire, the feed's batch is absorbed (new
@@ -312,14 +317,14 @@ class Decider(GrantPhase):
                 significance=significance,
                 known=known,
             )
+            pool = run.live.pool
+            pool.now = now
+            pool.submit(spec)  # checks before it changes anything
         except BlockBudgetError as exc:
             self._refuse(task.id, now, f"could not enter the scheduler: {exc}")
             return
         run.tasks[task.id] = task
         self._where[task.id] = (run.family, task.stream, task.context)
-        pool = run.live.pool
-        pool.now = now
-        pool.submit(spec)
         if spec.deadline < float("inf"):
             heapq.heappush(run.deadlines, (spec.deadline, task.id))
         if spec.deadline < now:
