@@ -13,6 +13,7 @@ from blockbudget import Budget
 from blockbudget.cli import app
 from blockbudget.platform import Platform
 from blockbudget.store import Blocking
+from blockbudget.tasks.queue import DEFAULT_SCHEDULER
 
 runner = CliRunner()
 
@@ -35,8 +36,9 @@ def test_task_list_shows_each_streams_own_scheduler(tmp_path: Path) -> None:
         )
         assert r.exit_code == 0, r.output
     listed = json.loads(runner.invoke(app, ["task", "list", "--home", str(home), "--json"]).output)
-    assert listed["schedulers"] == {"s": "fcfs", "t": "dpf-n:n=10"}, listed
+    assert listed["schedulers"] == {"s": "fcfs", "t": DEFAULT_SCHEDULER}, listed
     text = runner.invoke(app, ["task", "list", "--home", str(home)], env={"COLUMNS": "250"})
     assert text.exit_code == 0, text.output
     lines = text.output.splitlines()
-    assert "scheduler of s: fcfs" in lines and "scheduler of t: dpf-n:n=10" in lines, text.output
+    assert "scheduler of s: fcfs" in lines, text.output
+    assert f"scheduler of t: {DEFAULT_SCHEDULER}" in lines, text.output

@@ -125,13 +125,17 @@ def test_an_analyst_cannot_learn_an_unreleased_range(seeded: Seeded, client: Tes
     r = call("POST", "/v1/streams/users/queries/count", json={**Q, "last": 3})
     assert r.status_code == 200 and len(r.json()["blocks"]) == 2, r.text
     assert {*r.json()["blocks"]} == {b["block_id"] for b in shown}
-    # A task over any blocks explains itself with the known blocks only.
+    # A task over at least 3 blocks explains itself with the known blocks only, and is not
+    # bound to (nor granted on) the 2 known ones: it waits for more blocks.
     r = call(
         "POST", "/v1/streams/users/tasks", json={**Q, "selector": {"any": {"k": 3, "min_k": 3}}}
     )
-    assert r.status_code == 201, r.text
-    why = call("GET", f"/v1/tasks/{r.json()['id']}").json()["why"]
+    assert r.status_code == 201 and r.json()["state"] == "waiting", r.text
+    task = call("GET", f"/v1/tasks/{r.json()['id']}").json()
+    assert task["state"] == "waiting" and not task.get("blocks"), task
+    why = task["why"]
     assert "of the 2 block(s)" in why["reason"], why
+    assert "it needs 3 and 2 live one(s) exist: it waits for more blocks" in why["reason"], why
     # The hidden block's opaque id is refused exactly like a made-up one of the same shape.
     hidden = BlockNames(seeded.platform, seeded.platform.ledger.engine).opaque("users/" + HIDDEN)
     assert hidden not in {b["block_id"] for b in shown}

@@ -95,12 +95,16 @@ def test_an_analyst_sees_and_uses_only_opaque_block_ids_on_a_user_stream(
     assert [t["blocks"] for t in call("GET", "/v1/tasks").json()["tasks"]] == [[target]]
     r = call("POST", "/v1/streams/users/tasks", json={**q, "epsilon": 9.0, "blocks": [target]})
     assert r.status_code == 422, r.text  # more than any block holds: refused, names no key
-    # A waiting task says why by opaque id: 0.9 charged leaves less than it needs.
+    # A waiting task says why by opaque id: 0.9 charged leaves less than it needs (on all
+    # three blocks, the target among them: no scheduler grants it, however much it lends).
     r = call("POST", "/v1/streams/users/charges", json={**charge, "epsilon": 0.9})
     assert r.status_code == 200, r.text
-    r = call("POST", "/v1/streams/users/tasks", json={**q, "epsilon": 0.3, "selector": {"any": {}}})
+    every = {"any": {"k": 3, "min_k": 3}}
+    r = call("POST", "/v1/streams/users/tasks", json={**q, "epsilon": 0.3, "selector": every})
     assert r.status_code == 201, r.text
-    why = call("GET", f"/v1/tasks/{r.json()['id']}").json()["why"]
+    waiting = call("GET", f"/v1/tasks/{r.json()['id']}").json()
+    assert waiting["state"] == "waiting", waiting["note"]
+    why = waiting["why"]
     assert target in [row["block"] for row in why["shortfall"]], why
     assert {row["block"] for row in why["shortfall"]} <= set(ids), why
     # The dashboard.

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from blockbudget.budget import UNIT
 from blockbudget.service import Permission, create_app
 from blockbudget.tasks.leader import AlwaysLeader
-from blockbudget.tasks.queue import TaskQueue
+from blockbudget.tasks.queue import DEFAULT_SCHEDULER, TaskQueue
 from service.support import Seeded, ledger_snapshot
 
 
@@ -146,3 +146,22 @@ def test_rdp_stream_grants_exactly_what_the_filter_admits(seeded: Seeded) -> Non
         assert st.used == tuple(fits * u for u in one)  # waiting tasks hold nothing
         r = submit(c, seeded.analyst, "r", epsilon=0.5, delta=1e-7, context="team-a", last=1)
         assert r.status_code == 422 and r.json()["error"] == "InvalidBudgetError", r.text
+
+
+def test_with_the_default_scheduler_a_lone_task_that_fits_is_granted_within_one_pump(
+    seeded: Seeded,
+) -> None:
+    """Issue 30, item 2, over HTTP: a service started with no scheduler named decides with the
+    default; on its fresh stream a lone task for ε 0.2 on the newest 4 blocks (ε_g = 1; DPF-N
+    with N = 10 unlocks 0.1 per arrival, the paper's DPF would keep it waiting) is granted
+    within one pump, and the analyst holds the reservation."""
+    app = create_app(seeded.platform, keys=seeded.keys, auth_cache_seconds=0, pump_seconds=3600)
+    with TestClient(app) as c:
+        assert c.app.state.tasks.scheduler_for("flights") == DEFAULT_SCHEDULER  # type: ignore[attr-defined]
+        assert DEFAULT_SCHEDULER == "dpf-n:n=10,lend=1"
+        r = submit(c, seeded.analyst, epsilon=0.2, context="team-a", last=4)
+        assert r.status_code == 201, r.text
+        task = c.get(f"/v1/tasks/{r.json()['id']}", headers=seeded.headers(seeded.analyst)).json()
+        assert task["state"] == "granted", task
+        assert len(task["blocks"]) == 4 and task["reservation_id"], task
+        assert sorted(used_eps(seeded).values())[-4:] == [Decimal("0.2")] * 4

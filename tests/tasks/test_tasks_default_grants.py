@@ -1,7 +1,6 @@
-"""DPF with lending (``dpf-n:n=10,lend=1``) grants a task that fits as soon as no other waiting
-task competes for its blocks; under contention it decides as plain DPF, and ``why`` names the
-competitors and the unlock a task waits for (issue 30, item 2). It is not the server default
-yet: see docs/scheduling.md, "Choosing a live stream's scheduler"."""
+"""The default scheduler (``dpf-n:n=10,lend=1``, DPF with lending) grants a task that fits as
+soon as no other waiting task competes for its blocks; under contention it decides as plain
+DPF, and ``why`` names the competitors and the unlock a task waits for (issue 30, item 2)."""
 
 from __future__ import annotations
 
@@ -20,24 +19,25 @@ from tasks.tasks_support import SEED, Clock, grant_reservations, make_platform
 BLOCKS = ("s/2024-01-01", "s/2024-01-02")
 
 
-#: DPF-N with lending, the scheduler these tests decide with.
+#: DPF-N with lending, the default scheduler.
 LENDING = "dpf-n:n=10,lend=1"
 
 
-def _queue(p: Platform, clock: Clock, scheduler: str | None = LENDING) -> TaskQueue:
+def _queue(p: Platform, clock: Clock, scheduler: str | None = None) -> TaskQueue:
     return TaskQueue(p, scheduler=scheduler, noise=SeededNoise(SEED), clock=clock, poll_seconds=0.0)
 
 
 def test_a_lone_task_that_fits_is_granted_within_one_pump(tmp_path: Path) -> None:
-    """The issue's case: ε 0.2 on the newest 4 blocks of a fresh stream (ε_g = 1; DPF-N with
-    N = 10 unlocks 0.1 per arrival). Submitted to a follower (as a second server process
-    stores it), one pump of the leader grants it; submitted to the leader, at once."""
+    """The issue's case, with the default scheduler (none given, none stored): ε 0.2 on the
+    newest 4 blocks of a fresh stream (ε_g = 1; DPF-N with N = 10 unlocks 0.1 per arrival).
+    Submitted to a follower (as a second server process stores it), one pump of the leader
+    grants it; submitted to the leader, at once."""
     p = make_platform(tmp_path)
     leader_p = Platform(tmp_path, engine="arrow")
     clock = Clock()
     leader, follower = _queue(leader_p, clock), _queue(p, clock)
     assert leader.leadership.held and not follower.leadership.held
-    assert leader.scheduler_for("s") == LENDING != DEFAULT_SCHEDULER
+    assert leader.scheduler_for("s") == DEFAULT_SCHEDULER == LENDING
     task = follower.submit_budget(
         "s", Budget(epsilon="0.2"), selector=Newest(4), context="team", principal="ana"
     )
@@ -71,13 +71,13 @@ def _contend(tmp_path: Path, scheduler: str | None) -> tuple[TaskQueue, TaskQueu
     return _queue(Platform(tmp_path, engine="arrow"), clock, scheduler), _queue(p, clock), clock
 
 
-@pytest.mark.parametrize("scheduler", [LENDING, "dpf-n:n=10"])
-def test_under_contention_lending_decides_as_dpf(tmp_path: Path, scheduler: str) -> None:
+@pytest.mark.parametrize("scheduler", [None, "dpf-n:n=10"])
+def test_under_contention_the_default_decides_as_dpf(tmp_path: Path, scheduler: str | None) -> None:
     """A (ε 0.25) and B (ε 0.3) arrive together on the same two blocks: 0.2 is unlocked, so
     neither runs, and neither may borrow (each competes with the other) — exactly plain DPF,
-    whose decisions lending repeats step for step. C (ε 0.05) unlocks 0.3 and is granted
+    whose decisions the default repeats step for step. C (ε 0.05) unlocks 0.3 and is granted
     at arrival; at the next pass A (smaller dominant share than B) takes the unlocked rest.
-    Then B competes with nothing: lending gives it the block's locked budget, plain DPF
+    Then B competes with nothing: the default lends it the block's locked budget, plain DPF
     (lend=0) keeps it waiting for arrivals."""
     leader, follower, clock = _contend(tmp_path, scheduler)
 
@@ -102,7 +102,7 @@ def test_under_contention_lending_decides_as_dpf(tmp_path: Path, scheduler: str)
     leader.pump()
     assert leader.task(a).state is TaskState.GRANTED
     b_now = leader.task(b)
-    if scheduler == LENDING:
+    if scheduler is None:
         assert b_now.state is TaskState.GRANTED, leader.why(b).reason  # lent: nothing competes
     else:
         assert b_now.state is TaskState.WAITING
@@ -121,7 +121,7 @@ def test_a_take_over_does_not_lend_to_the_first_task_it_re_enters(tmp_path: Path
     """A new leader re-enters waiting tasks one by one; it settles only once all are in, so
     two that compete are decided as DPF decides, not the first one lent to. When one is
     cancelled, the other is alone and is lent to at the next pump."""
-    leader, follower, _ = _contend(tmp_path, LENDING)
+    leader, follower, _ = _contend(tmp_path, None)
     kw = {"selector": Named(BLOCKS), "context": "team"}
     a = follower.submit_budget("s", Budget(epsilon="0.25"), principal="ana", **kw)  # type: ignore[arg-type]
     b = follower.submit_budget("s", Budget(epsilon="0.3"), principal="bo", **kw)  # type: ignore[arg-type]
@@ -136,3 +136,21 @@ def test_a_take_over_does_not_lend_to_the_first_task_it_re_enters(tmp_path: Path
     follower.close()
     p.close()
     follower.platform.close()
+
+
+def test_a_submission_is_decided_on_the_ledger_as_it_is_now(tmp_path: Path) -> None:
+    """The leader decides a lone task when its submission arrives, so it first brings its
+    pools to the ledger: a direct charge made since the last pump leaves the block 0.1, and a
+    task for 0.3 there waits (it was lent to on the pool's stale view, and the ledger's refusal
+    of that grant refused the task)."""
+    p = make_platform(tmp_path)
+    q = _queue(p, Clock())
+    first = q.submit_budget("s", Budget(epsilon="0.1"), selector=Named(BLOCKS[1:]), context="team")
+    assert first.state is TaskState.GRANTED  # the stream's pool exists from here on
+    p.ledger.charge([BLOCKS[0]], Budget(epsilon="0.9"), context="team")
+    t = q.submit_budget("s", Budget(epsilon="0.3"), selector=Named(BLOCKS[:1]), context="team")
+    assert t.state is TaskState.WAITING, t.note
+    assert "they cannot afford it" in q.why(t.id).reason
+    q.close()
+    assert p.verify().ok
+    p.close()

@@ -61,9 +61,9 @@ def serve(
         typer.Option(
             envvar="BLOCKBUDGET_SCHEDULER",
             help="The default scheduler of every stream's tasks, name[:key=value,...] (e.g. "
-            "dpf-n:n=10, dpf-n:n=10,lend=1 (DPF that grants a task no other waiting task "
-            "competes with at once), dpf-t:lifetime=3600, dpack, online-threshold, fcfs; default "
-            "dpf-n:n=10; an admin overrides it per stream).",
+            "dpf-n:n=10,lend=1, dpf-n:n=10, dpf-t:lifetime=3600, dpack, online-threshold, fcfs; "
+            "default dpf-n:n=10,lend=1: DPF that grants a task no other waiting task competes "
+            "with at once; an admin overrides it per stream).",
         ),
     ] = None,
     pipeline_scheduler: Annotated[

@@ -234,8 +234,9 @@ def task_submit(
             "--dry-run",
             help="Price the task and check its blocks only: nothing is queued, reserved or "
             "charged. It says whether the blocks have enough budget now; only the fcfs "
-            "scheduler grants whenever they do (dpf and the others may hold a task that fits "
-            "to serve others first).",
+            "scheduler grants whenever they do (the default, dpf-n with lend=1, does unless "
+            "other waiting tasks compete for its blocks; plain dpf, dpack and the others may "
+            "hold a task that fits to serve others first).",
         ),
     ] = False,
     as_json: JsonOpt = False,

@@ -17,7 +17,14 @@ Two kinds of schedulers (``Scheduler.shapes``):
   ties; ``AnyBlocks`` without ``k``: every block that can afford the demand now (at least
   ``min_k``).
 
-``Newest(n)`` is bound at entry too (the n newest live blocks then), for both kinds.
+``Newest(n)`` is bound at entry too (the up to n newest live blocks then), for both kinds.
+
+A task is never bound to (so never granted on) fewer blocks than its selector needs
+(:func:`blocks_wanting`): an ``AnyBlocks(k, min_k)`` task while fewer than ``min_k`` blocks it
+may use exist (live, and on a user stream known to selection), or an ``InRange(k)`` one while
+fewer than ``k`` of its range's blocks are in the pool, waits *unbound*, outside its scheduler,
+and enters it — bound then — once enough exist. An ``InRange(k)`` whose range holds fewer than
+``k`` live blocks (some retired since it was submitted, when it held ``k``) is refused.
 
 Example:
     >>> from blockbudget.tasks.selectors import AnyBlocks
@@ -49,6 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "blocks_in_range",
+    "blocks_wanting",
     "check_significance",
     "resolved_blocks",
     "shape_of",
@@ -113,17 +121,61 @@ def shape_of(
     return frozenset(eligible), k, k
 
 
+def _candidates(live: LivePool, candidates: Sequence[str] | None) -> list[int]:
+    """The pool indices of the blocks a task may be bound to (None: every live block)."""
+    pool = live.pool
+    if candidates is None:
+        return [i for i in range(pool.n_blocks) if pool.blocks[i].block_id not in live.retired]
+    return [pool.block_index[b] for b in candidates if b in pool.block_index]
+
+
+def blocks_wanting(
+    task: Task, live: LivePool, resolved: Sequence[str] | None, *, named_only: bool
+) -> tuple[int, int] | None:
+    """(blocks it may use now, blocks it needs) when a task cannot enter its scheduler yet
+    because fewer blocks it may use are in its pool than it needs; None when it can enter now
+    (or, an ``InRange`` whose range holds too few live blocks, never: :func:`task_spec`
+    refuses it).
+
+    * ``AnyBlocks(k, min_k)`` needs ``min_k`` live blocks (on a user stream known ones,
+      ``resolved``) where its blocks are fixed at entry: a NAMED-only scheduler binds them, and
+      a user stream's known blocks are all an OPEN-capable one may ever choose from (offered
+      any block, an OPEN-capable scheduler chooses among those that come).
+    * ``InRange(k)`` needs ``k`` of its range's live blocks in the pool (a block just
+      registered reaches the pool at the next pump).
+    * ``Named`` needs its blocks in the pool: another process may store a task naming a block
+      registered since the leader's last pump, which the leader meets at its poll of the task
+      table before the pump brings the block into the pool.
+    """
+    sel = task.selector
+    if isinstance(sel, Named):  # checked in the ledger at submission: in the pool next pump
+        have = sum(1 for b in sel.blocks if b in live.pool.block_index)
+        return (have, len(sel.blocks)) if have < len(sel.blocks) else None
+    if isinstance(sel, AnyBlocks) and (named_only or resolved is not None):
+        need = sel.min_k
+    elif isinstance(sel, InRange) and resolved is not None and len(resolved) >= sel.k:
+        need = sel.k
+    else:
+        return None
+    have = len(_candidates(live, resolved))
+    return (have, need) if have < need else None
+
+
 def _bind(
     live: LivePool, task: Task, candidates: Sequence[str] | None, k: int | None, min_k: int
 ) -> tuple[str, ...]:
-    """NAMED-only schedulers: the blocks a selector task is bound to (module docstring)."""
+    """NAMED-only schedulers: the blocks a selector task is bound to (module docstring), at
+    least ``min_k`` of them.
+
+    Raises:
+        InvalidRequestError: fewer than ``min_k`` candidates (see :func:`blocks_wanting`).
+    """
     pool = live.pool
-    if candidates is None:
-        idx = [i for i in range(pool.n_blocks) if pool.blocks[i].block_id not in live.retired]
-    else:
-        idx = [pool.block_index[b] for b in candidates if b in pool.block_index]
-    if not idx:
-        return ()
+    idx = _candidates(live, candidates)
+    if len(idx) < min_k:
+        raise InvalidRequestError(
+            f"task {task.id}: {len(idx)} block(s) it may use exist; it needs {min_k}"
+        )
     arr = np.asarray(idx, dtype=np.int64)
     left = 1.0 - pool.used_fraction(arr)
     order = arr[np.lexsort((-arr, -left))]  # most left first; newest first on ties
@@ -194,10 +246,18 @@ def task_spec(
         known: as for :func:`resolved_blocks`.
 
     Raises:
-        InvalidRequestError: nothing to bind (no live block of the selector yet).
+        InvalidRequestError: nothing to bind (no live block of the selector yet), fewer blocks
+            than the selector needs (an ``InRange(k)`` whose range holds fewer than ``k`` live
+            blocks; an ``AnyBlocks`` task :func:`blocks_wanting` keeps waiting).
     """
     sel = task.selector
     resolved = resolved_blocks(task, live, in_range, known)
+    if isinstance(sel, InRange) and resolved is not None and 0 < len(resolved) < sel.k:
+        raise InvalidRequestError(
+            f"task {task.id}: its range holds {len(resolved)} live block(s); it needs {sel.k}"
+        )
+    if blocks_wanting(task, live, resolved, named_only=named_only) is not None:
+        raise InvalidRequestError(f"task {task.id}: fewer blocks it may use exist than it needs")
     if resolved is not None and not resolved:
         raise InvalidRequestError(f"task {task.id}: its selector matches no live block yet")
     common: dict[str, Any] = {
@@ -221,11 +281,7 @@ def task_spec(
         return TaskSpec(task.id, blocks=blocks, **common)
     eligible, lo, hi = shape_of(sel, eligible=resolved)
     if isinstance(sel, AnyBlocks) and resolved is not None:  # only the known blocks
-        return TaskSpec(
-            task.id, eligible=frozenset(resolved), min_blocks=lo, max_blocks=hi, **common
-        )
-    if hi is not None and resolved is not None:
-        hi = lo = min(hi, len(resolved))
+        eligible = frozenset(resolved)
     return TaskSpec(task.id, eligible=eligible, min_blocks=lo, max_blocks=hi, **common)
 
 

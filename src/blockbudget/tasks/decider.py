@@ -11,7 +11,10 @@ submissions and reads tasks. Per (family, stream, context) the leader keeps a
    of indexed columns) and for changed per-stream scheduler overrides;
 3. expires due tasks (a deadline heap: nothing is scanned while none is due), ticks the
    schedulers whose interval passed, lets every scheduler settle (``on_settle``: every task
-   entered so far is in its pool) and applies the pools' new decisions to the ledger.
+   entered so far is in its pool) and applies the pools' new decisions to the ledger. A task
+   that needs more blocks than exist for it waits outside its pool, unbound
+   (:func:`~blockbudget.tasks.binding.blocks_wanting`): it expires at its deadline, and tries to
+   enter again when blocks arrive and at every poll (a new maximum-id release).
 
 Decisions are applied in order and the count of applied ones moves past a decision only once
 its ledger write and its task's row committed (the cache rule): a failed write is retried at
@@ -52,14 +55,19 @@ from blockbudget.errors import BlockBudgetError, InvalidRequestError
 from blockbudget.failures import LEDGER_REFUSALS, failure_of, new_reference
 from blockbudget.ledger import Reservation, ReservationState
 from blockbudget.scheduling import TaskShape
-from blockbudget.tasks.binding import blocks_in_range, resolved_blocks, task_spec
+from blockbudget.tasks.binding import (
+    blocks_in_range,
+    blocks_wanting,
+    resolved_blocks,
+    task_spec,
+)
 from blockbudget.tasks.bridge import HOLD_PREFIX, GrantBridge, grant_request_id, run_task_of
 from blockbudget.tasks.families import DrivenFamily as DrivenFamily
 from blockbudget.tasks.families import WorkFamily as WorkFamily
 from blockbudget.tasks.families import _driven
 from blockbudget.tasks.granting import _WAITING, GrantPhase, _Run
 from blockbudget.tasks.guards import INSECURE, durable_overhead
-from blockbudget.tasks.livepool import LedgerFeed, LivePool
+from blockbudget.tasks.livepool import FeedBatch, LedgerFeed, LivePool
 from blockbudget.tasks.model import Task, TaskState, WorkKind
 from blockbudget.tasks.rows import TaskRows
 from blockbudget.tasks.schedspec import SchedulerSpec
@@ -100,6 +108,7 @@ class Decider(GrantPhase):
         self._runs: dict[tuple[str, str, str], _Run] = {}
         self._where: dict[str, tuple[str, str, str]] = {}
         self._feed: LedgerFeed | None = None
+        self._unpumped: FeedBatch | None = None  # read by a submission, not yet by a pump
         self._leading = False
         self._term = ""
         self._last_poll = -float("inf")
@@ -141,25 +150,18 @@ class Decider(GrantPhase):
         with self._lock:
             if not self._leading:
                 self._take_over()
-            assert self._feed is not None
             now = self.clock()
-            batch = self._feed.poll()
-            if now - self._last_poll >= self.poll_seconds:
+            batch = self._poll_feed()
+            # kept until every pool has read it: a pump that fails (a database hiccup) leaves
+            # it to the next, else its new blocks and retirements never reach the pools
+            # (pools and lanes absorb a batch twice with no change)
+            self._unpumped = batch
+            polled = now - self._last_poll >= self.poll_seconds
+            if polled:
                 self._poll_table(now)
             for run in list(self._runs.values()):
                 pool = run.live.pool
-                pool.now = now
-                # Deadlines first: budget that came back since the last pump (a credit, a new
-                # block) must not serve a task whose deadline has passed.
-                if run.deadlines and run.deadlines[0][0] < now:
-                    while run.deadlines and run.deadlines[0][0] < now:
-                        heapq.heappop(run.deadlines)
-                    pool.expire_due()
-                    self._apply(run)
-                run.live.absorb(batch)
-                self._apply(run)
-                if run.bridge.applied == len(pool.decisions):
-                    run.live.reconcile()
+                self._catch_up(run, batch, now, polled=polled)
                 interval = run.live.scheduler.tick_interval
                 if interval is not None and now - run.last_tick >= interval:
                     run.last_tick = now
@@ -171,6 +173,51 @@ class Decider(GrantPhase):
             for fam in self._families.values():
                 if (driven := _driven(fam)) is not None:
                     driven.pump(batch)
+            self._unpumped = None
+
+    def _catch_up(self, run: _Run, batch: FeedBatch, now: float, *, polled: bool) -> None:
+        """Bring a pool to the ledger: due tasks expire, the feed's batch is absorbed (new
+        blocks, retirements), unbound tasks retry (new blocks; ``polled``: a new maximum-id
+        release too) and usage is reconciled once every decision is applied."""
+        pool = run.live.pool
+        pool.now = now
+        # Deadlines first: budget that came back since the last pump (a credit, a new block)
+        # must not serve a task whose deadline has passed.
+        if run.deadlines and run.deadlines[0][0] < now:
+            while run.deadlines and run.deadlines[0][0] < now:
+                heapq.heappop(run.deadlines)
+            pool.expire_due()
+            self._apply(run)
+        run.live.absorb(batch)
+        self._apply(run)
+        if run.unbound:
+            self._bind_unbound(run, now, retry=polled or run.live.stream in batch.added)
+        if run.bridge.applied == len(pool.decisions):
+            run.live.reconcile()
+
+    def _catch_up_all(self) -> None:
+        """Bring every pool to the ledger now (as a pump does, under the lock, as leader):
+        a submission its scheduler may grant at once is decided on what the ledger holds, not
+        on a pool that has not seen a direct charge made since the last pump. The batch read
+        is kept for the next pump too (the driven families read it there; pools absorb a
+        batch twice with no change)."""
+        assert self._feed is not None
+        now = self.clock()
+        batch = self._feed.poll()
+        if self._unpumped is None:
+            self._unpumped = FeedBatch(tip=batch.tip)
+        self._unpumped.merge(batch)
+        for run in list(self._runs.values()):
+            self._catch_up(run, batch, now, polled=False)
+
+    def _poll_feed(self) -> FeedBatch:
+        """The feed's events since the last pump (those a submission read included)."""
+        assert self._feed is not None
+        batch = self._feed.poll()
+        if self._unpumped is not None:
+            self._unpumped.merge(batch)
+            batch, self._unpumped = self._unpumped, None
+        return batch
 
     def _step_down(self) -> None:
         with self._lock:
@@ -255,6 +302,10 @@ class Decider(GrantPhase):
             )
             known = known_filter(self.platform, task.stream)  # user streams: Sage §4.4
             resolved = resolved_blocks(task, run.live, in_range, known)
+            if blocks_wanting(task, run.live, resolved, named_only=run.spec.named_only):
+                run.unbound[task.id] = task  # never bound to too few: it waits for blocks
+                self._where[task.id] = (run.family, task.stream, task.context)
+                return
             significance = self._scored(task, resolved)
             spec = task_spec(
                 task,
@@ -266,14 +317,14 @@ class Decider(GrantPhase):
                 significance=significance,
                 known=known,
             )
+            pool = run.live.pool
+            pool.now = now
+            pool.submit(spec)  # checks before it changes anything
         except BlockBudgetError as exc:
             self._refuse(task.id, now, f"could not enter the scheduler: {exc}")
             return
         run.tasks[task.id] = task
         self._where[task.id] = (run.family, task.stream, task.context)
-        pool = run.live.pool
-        pool.now = now
-        pool.submit(spec)
         if spec.deadline < float("inf"):
             heapq.heappush(run.deadlines, (spec.deadline, task.id))
         if spec.deadline < now:
@@ -281,6 +332,26 @@ class Decider(GrantPhase):
         else:
             self._guard(run, run.live.scheduler.on_task, pool, spec, task_id=task.id)
         self._apply(run)
+
+    def _bind_unbound(self, run: _Run, now: float, *, retry: bool) -> None:
+        """The tasks waiting unbound for blocks (:attr:`_Run.unbound`): those past their
+        deadline expire; with ``retry``, the others try to enter their scheduler again
+        (in submission order). A try that fails on the database (the pump fails, the next
+        one retries) leaves the task waiting unbound: nothing else would find it again (the
+        table's poll looks back only :data:`SKEW_SECONDS`)."""
+        for tid, task in sorted(run.unbound.items(), key=lambda kv: kv[1].submitted_at):
+            if task.deadline is not None and task.deadline < now:
+                self.rows.move(tid, frm=_WAITING, to=TaskState.EXPIRED, when=now, note="deadline")
+                self._forget(run, tid)
+            elif retry:
+                self._forget(run, tid)
+                try:
+                    self._enter(task)
+                except BaseException:
+                    if tid not in self._where:  # it did not enter: it still waits unbound
+                        run.unbound[tid] = task
+                        self._where[tid] = (run.family, task.stream, task.context)
+                    raise
 
     def _settle(self, task_id: str) -> None:
         """After one submission entered its pool: let its scheduler settle (every other
@@ -381,6 +452,8 @@ class Decider(GrantPhase):
                 if run.live.pool.is_pending(tid):
                     run.live.pool.reject(tid, note="the stream's scheduler changed")
             self._apply(run)
+            for tid in list(run.unbound):
+                self._forget(run, tid)
             del self._runs[key]
         for task in self.rows.select(stream=stream, states=_WAITING, limit=10**9):
             if self._family_of(task.kind) == "tasks":
@@ -393,6 +466,7 @@ class Decider(GrantPhase):
         self._where.clear()
         self._term = secrets.token_hex(4)
         self._feed = LedgerFeed(self.ledger)
+        self._unpumped = None
         self._specs = self.rows.overrides()
         self._refresh_default()
         self._last_poll = self.clock()

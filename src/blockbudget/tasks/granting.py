@@ -44,6 +44,9 @@ class _Run:
     tasks: dict[str, Task] = field(default_factory=dict)
     deadlines: list[tuple[float, str]] = field(default_factory=list)
     closing: bool = False
+    #: waiting tasks not in the pool yet: fewer blocks they may use exist than they need
+    #: (:func:`~blockbudget.tasks.binding.blocks_wanting`); they enter once enough exist
+    unbound: dict[str, Task] = field(default_factory=dict)
 
 
 class GrantPhase:
@@ -142,6 +145,7 @@ class GrantPhase:
 
     def _forget(self, run: _Run, task_id: str) -> Task | None:
         self._where.pop(task_id, None)
+        run.unbound.pop(task_id, None)
         return run.tasks.pop(task_id, None)
 
     def _refuse(self, task_id: str, when: float, note: str) -> None:

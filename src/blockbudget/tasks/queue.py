@@ -66,7 +66,7 @@ from blockbudget.tasks.schedspec import SchedulerSpec, parse_spec
 from blockbudget.tasks.scoring import check_comparison, check_provider
 from blockbudget.tasks.selectors import AnyBlocks, InRange, Named, Selector
 from blockbudget.tasks.table import fingerprint
-from blockbudget.tasks.why import MAX_LISTED, explain
+from blockbudget.tasks.why import MAX_LISTED, UNBOUND_NOTE, explain
 from blockbudget.userids import require_release
 
 if TYPE_CHECKING:
@@ -79,12 +79,10 @@ __all__ = ["DEFAULT_SCHEDULER", "TaskQueue"]
 
 log = logging.getLogger("blockbudget.tasks")
 
-#: The default scheduler of QUERY and BUDGET tasks: DPF with N-unlocking, N = 10. Lending
-#: (``dpf-n:n=10,lend=1``: a task no other waiting task competes with is granted once its blocks
-#: afford it) is not the default yet: a selector task on a user stream is bound to the blocks
-#: it may see, which can be fewer than its ``min_k`` (docs/scheduling.md), and lending would
-#: grant it on those at once.
-DEFAULT_SCHEDULER = "dpf-n:n=10"
+#: The default scheduler of QUERY and BUDGET tasks: DPF with N-unlocking, N = 10, lending the
+#: whole block to a task no other waiting task competes with (docs/scheduling.md: a task that
+#: fits is granted at once unless others wait for its blocks; under contention, plain DPF).
+DEFAULT_SCHEDULER = "dpf-n:n=10,lend=1"
 _LIVE = (TaskState.WAITING, TaskState.GRANTED, TaskState.RUNNING)
 
 
@@ -351,6 +349,7 @@ class TaskQueue(Decider):
                     raise InternalError(f"task request {request_id!r} vanished") from None
                 return done
             if self._leading and self.leadership.held:
+                self._catch_up_all()  # decided at once: on the ledger as it is now
                 self._enter(task)
                 self._settle(task.id)
         return self.task(task.id)
@@ -448,7 +447,9 @@ class TaskQueue(Decider):
             key = self._where.get(task.id)
             run = None if key is None else self._runs.get(key)
             hint = None if run is None else getattr(run.live.scheduler, "why", None)
-            if callable(hint):
+            if run is not None and task.id in run.unbound:
+                note = UNBOUND_NOTE
+            elif callable(hint):
                 note = str(hint(run.live.pool, task.id))  # type: ignore[union-attr]
         return explain(self.platform, task, spec, note=note, limit=limit)
 

@@ -1,4 +1,5 @@
-"""Why a task waits, read from the ledger: which of the blocks it may use lack what.
+"""Why a task waits, read from the ledger: which of the blocks it may use lack what, or that
+fewer blocks it may use exist than its selector needs (it waits for more, unbound).
 
 Example:
     >>> from blockbudget.tasks.why import scheduler_note
@@ -21,10 +22,16 @@ if TYPE_CHECKING:
     from blockbudget.platform import Platform
     from blockbudget.tasks.schedspec import SchedulerSpec
 
-__all__ = ["explain", "scheduler_note"]
+__all__ = ["UNBOUND_NOTE", "explain", "scheduler_note"]
 
 #: At most this many blocks are listed in a shortfall.
 MAX_LISTED = 100
+
+#: The note on a task waiting unbound (:func:`~blockbudget.tasks.binding.blocks_wanting`).
+UNBOUND_NOTE = (
+    "it has not entered its scheduler yet: it enters, bound to its blocks, once as many blocks "
+    "it may use exist as its selector needs, and no scheduler grants it on fewer"
+)
 
 _NOTES = {
     "dpf-n": "DPF grants waiting tasks, smallest dominant share first, once the budget it "
@@ -104,7 +111,15 @@ def explain(
             used = add_vectors(st.charged, st.reserved)
             short.append(Shortfall(st.block, f.features_json(need), f.remaining_json(used)))
     how = note or scheduler_note(spec.name)
-    if affordable < needed:
+    live = sum(1 for st in states if not st.retired)
+    if live < needed and isinstance(task.selector, AnyBlocks | InRange):
+        reason = (
+            f"{affordable} of the {len(states)} block(s) it may use can afford {task.demand} "
+            f"in context {task.context!r}; it needs {needed} and {live} live one(s) exist: it "
+            "waits for more blocks (it is bound to its blocks only once enough exist) under "
+            f"scheduler {spec.text}"
+        )
+    elif affordable < needed:
         reason = (
             f"{affordable} of the {len(states)} block(s) it may use can afford {task.demand} "
             f"in context {task.context!r}; it needs {needed}: it waits for budget (new blocks, "
