@@ -21,6 +21,8 @@ from blockbudget.platform import Last, Platform
 from blockbudget.service.access import Authenticator, require_stream, resolve_context
 from blockbudget.service.auth import Principal
 from blockbudget.service.blocknames import BlockNames, Naming
+from blockbudget.service.params import ContextQuery, StreamPath
+from blockbudget.service.schema_fields import ContextName
 from blockbudget.service.task_schemas import RefusalOut
 
 __all__ = ["AffordIn", "AffordOut", "register_afford_routes"]
@@ -33,7 +35,7 @@ class AffordIn(BaseModel):
 
     blocks: list[str] | None = Field(default=None, min_length=1, max_length=10_000)
     last: int | None = Field(default=None, ge=1, le=100_000)
-    context: str | None = Field(default=None, min_length=1, max_length=64)
+    context: str | None = ContextName
     delta: str | float = Field(
         default="0", description="δ of the budget sized (exact decimal string or number)"
     )
@@ -118,16 +120,16 @@ def register_afford_routes(
         return AffordOut(**out)
 
     @app.post("/v1/streams/{stream}/afford", tags=["budget"])
-    def afford_post(me: Auth, stream: str, body: AffordIn) -> AffordOut:
+    def afford_post(me: Auth, stream: StreamPath, body: AffordIn) -> AffordOut:
         return answer(me, stream, body)
 
     @app.get("/v1/streams/{stream}/afford", tags=["budget"])
     def afford_get(
         me: Auth,
-        stream: str,
+        stream: StreamPath,
         blocks: Annotated[list[str] | None, Query(max_length=10_000)] = None,
         last: Annotated[int | None, Query(ge=1, le=100_000)] = None,
-        context: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
+        context: ContextQuery = None,
         delta: Annotated[str, Query(max_length=64)] = "0",
         kind: AffordFor = AffordFor.BUDGET,
     ) -> AffordOut:

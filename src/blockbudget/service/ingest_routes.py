@@ -32,6 +32,7 @@ from blockbudget.service.access import Authenticator, require_stream
 from blockbudget.service.admin_views import log_admin
 from blockbudget.service.auth import Principal, Role
 from blockbudget.service.failures import LEDGER_REFUSALS, concealing
+from blockbudget.service.params import INGEST_ID_PATTERN, StreamPath
 from blockbudget.store import IngestReport, OnOverlap
 
 __all__ = ["ingest_out", "register_ingest_routes"]
@@ -78,10 +79,12 @@ def register_ingest_routes(
     )
     async def ingest(
         me: Auth,
-        stream: str,
+        stream: StreamPath,
         request: Request,
         response: Response,
-        ingest_id: Annotated[str | None, Query(max_length=128)] = None,
+        ingest_id: Annotated[
+            str | None, Query(min_length=1, max_length=128, pattern=INGEST_ID_PATTERN)
+        ] = None,
         on_overlap: Annotated[OnOverlap | None, Query()] = None,
     ) -> sc.IngestOut:
         require_stream(me, stream, own=True)

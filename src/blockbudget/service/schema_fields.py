@@ -10,6 +10,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from blockbudget.budget import check_decimal_text
 from blockbudget.errors import InvalidBudgetError
+from blockbudget.service.params import CONTEXT_PATTERN
 
 Name = Field(min_length=1, max_length=256)
 #: A request's context; omitted (None), it is the principal's only bound context (else 422).
@@ -17,6 +18,7 @@ ContextName = Field(
     default=None,
     min_length=1,
     max_length=64,
+    pattern=CONTEXT_PATTERN,
     description="context that pays (default: the caller's only bound context)",
 )
 

@@ -10,11 +10,17 @@ model carries a data row: DP answers, budgets, block keys and audit events only.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
 from blockbudget.service.auth import Permission, Role
+from blockbudget.service.params import (
+    CONTEXT_PATTERN,
+    INGEST_ID_PATTERN,
+    PRINCIPAL_PATTERN,
+    STREAM_PATTERN,
+)
 from blockbudget.service.query_schemas import DryRunOut as DryRunOut
 from blockbudget.service.query_schemas import GroupOut as GroupOut
 from blockbudget.service.query_schemas import PartOut as PartOut
@@ -53,13 +59,16 @@ from blockbudget.service.task_schemas import TaskIn as TaskIn
 from blockbudget.service.task_schemas import TaskKind as TaskKind
 from blockbudget.service.task_schemas import TaskOut as TaskOut
 from blockbudget.service.task_schemas import WaitingOut as WaitingOut
-from blockbudget.store.model import OnOverlap
+from blockbudget.store.model import MAX_STREAM_NAME, OnOverlap
+
+#: A context's name in a list of them.
+Context = Annotated[str, Field(min_length=1, max_length=64, pattern=CONTEXT_PATTERN)]
 
 
 class PrincipalIn(Strict):
-    name: str = Field(min_length=1, max_length=64)
+    name: str = Field(min_length=1, max_length=64, pattern=PRINCIPAL_PATTERN)
     role: Role
-    contexts: list[str] = Field(default_factory=list, max_length=64)
+    contexts: list[Context] = Field(default_factory=list, max_length=64)
 
 
 class PrincipalOut(BaseModel):
@@ -86,7 +95,7 @@ class NewKeyOut(BaseModel):
 
 
 class ContextsIn(Strict):
-    contexts: list[str] = Field(max_length=64)
+    contexts: list[Context] = Field(max_length=64)
 
 
 class AclIn(Strict):
@@ -94,7 +103,7 @@ class AclIn(Strict):
 
 
 class ContextIn(Strict):
-    name: str = Field(min_length=1, max_length=64)
+    name: str = Field(min_length=1, max_length=64, pattern=CONTEXT_PATTERN)
     description: str = Field(default="", max_length=1000)
 
 
@@ -106,7 +115,7 @@ class ContextOut(BaseModel):
 
 
 class StreamIn(Strict):
-    name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+    name: str = Field(min_length=1, max_length=MAX_STREAM_NAME, pattern=STREAM_PATTERN)
     epsilon: BudgetFloat = Field(gt=0, le=1e6, allow_inf_nan=False, description="ε_g per block")
     delta: BudgetFloat = Field(default=1e-6, ge=0, lt=1, allow_inf_nan=False, description="δ_g")
     accounting: RuleName = "basic"
@@ -135,7 +144,9 @@ class IngestIn(Strict):
     read exactly like a CSV file with those columns. ``text/csv`` bodies are accepted too."""
 
     records: list[dict[str, Any]] = Field(min_length=1, max_length=1_000_000)
-    ingest_id: str | None = Field(default=None, min_length=1, max_length=128)
+    ingest_id: str | None = Field(
+        default=None, min_length=1, max_length=128, pattern=INGEST_ID_PATTERN
+    )
     on_overlap: OnOverlap | None = None
 
 

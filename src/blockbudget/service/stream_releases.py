@@ -30,18 +30,20 @@ from blockbudget.platform import Platform
 from blockbudget.service.access import Authenticator, require_stream, resolve_context
 from blockbudget.service.auth import Principal
 from blockbudget.service.failures import LEDGER_REFUSALS, concealing
+from blockbudget.service.params import RELEASE_PATTERN, ReleasePath, StreamPath
+from blockbudget.service.schema_fields import ContextName
 from blockbudget.streaming.platform_release import PlatformStreamRelease, open_release
 
 __all__ = ["ReleaseIn", "ReleaseOut", "register_stream_release_routes"]
 
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_NAME = re.compile(RELEASE_PATTERN)
 
 
 class ReleaseIn(BaseModel):
     """A stream release's parameters (all public; see :class:`~blockbudget.streaming.SlotSource`
     and :class:`~blockbudget.streaming.HistogramConfig`)."""
 
-    context: str | None = None
+    context: str | None = ContextName
     item_column: str = Field(min_length=1)
     user_column: str = Field(min_length=1)
     domain: list[str] = Field(min_length=1, max_length=100_000)
@@ -151,11 +153,13 @@ def register_stream_release_routes(
         return release_out(release, name, slots)
 
     @app.post("/v1/streams/{stream}/releases/{name}", tags=["streams"])
-    async def run_release(me: Auth, stream: str, name: str, body: ReleaseIn) -> ReleaseOut:
+    async def run_release(
+        me: Auth, stream: StreamPath, name: ReleasePath, body: ReleaseIn
+    ) -> ReleaseOut:
         return await anyio.to_thread.run_sync(run, me, stream, name, body)
 
     @app.get("/v1/streams/{stream}/releases/{name}", tags=["streams"])
-    def get_release(me: Auth, stream: str, name: str) -> dict[str, Any]:
+    def get_release(me: Auth, stream: StreamPath, name: ReleasePath) -> dict[str, Any]:
         """The saved public state of the caller's release (its latest answer and slot log)."""
         import json
         from pathlib import Path
