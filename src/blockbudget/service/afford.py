@@ -22,7 +22,7 @@ from blockbudget.service.access import Authenticator, require_stream, resolve_co
 from blockbudget.service.auth import Principal
 from blockbudget.service.blocknames import BlockNames, Naming
 from blockbudget.service.params import ContextQuery, StreamPath
-from blockbudget.service.schema_fields import ContextName
+from blockbudget.service.schema_fields import BlockName, ContextName, Count, Number
 from blockbudget.service.task_schemas import RefusalOut
 
 __all__ = ["AffordIn", "AffordOut", "register_afford_routes"]
@@ -33,14 +33,14 @@ class AffordIn(BaseModel):
 
     model_config = {"extra": "forbid"}
 
-    blocks: list[str] | None = Field(default=None, min_length=1, max_length=10_000)
-    last: int | None = Field(default=None, ge=1, le=100_000)
+    blocks: list[BlockName] | None = Field(default=None, min_length=1, max_length=10_000)
+    last: Count | None = Field(default=None, ge=1, le=100_000)
     context: str | None = ContextName
-    delta: str | float = Field(
+    delta: str | Number = Field(
         default="0", description="δ of the budget sized (exact decimal string or number)"
     )
     kind: AffordFor = AffordFor.BUDGET
-    epsilon: str | float | None = Field(
+    epsilon: str | Number | None = Field(
         default=None,
         description="optional: the ε of an (ε, delta) demand to check (a task's dry run); when "
         "it does not fit, the answer's 'refusal' lists each block's remaining and shortfall",
@@ -127,7 +127,7 @@ def register_afford_routes(
     def afford_get(
         me: Auth,
         stream: StreamPath,
-        blocks: Annotated[list[str] | None, Query(max_length=10_000)] = None,
+        blocks: Annotated[list[BlockName] | None, Query(max_length=10_000)] = None,
         last: Annotated[int | None, Query(ge=1, le=100_000)] = None,
         context: ContextQuery = None,
         delta: Annotated[str, Query(max_length=64)] = "0",

@@ -24,6 +24,7 @@ from blockbudget.service.access import Authenticator, require_context, require_s
 from blockbudget.service.auth import Principal
 from blockbudget.service.failures import LEDGER_REFUSALS, concealing
 from blockbudget.service.params import CONTEXT_PATTERN, StreamPath
+from blockbudget.service.schema_fields import MIN_BUDGET, Number
 from blockbudget.userids import MaxIdRelease, latest_release, release_max_id
 
 __all__ = ["MaxIdIn", "MaxIdOut", "register_max_id_routes"]
@@ -33,8 +34,8 @@ class MaxIdIn(BaseModel):
     """A maximum-id release's parameters."""
 
     context: str = Field(min_length=1, max_length=64, pattern=CONTEXT_PATTERN)
-    epsilon: float = Field(gt=0, le=1e15)
-    beta: float = Field(default=0.05, gt=0, lt=0.5)
+    epsilon: Number = Field(ge=MIN_BUDGET, le=1e15)
+    beta: Number = Field(default=0.05, gt=0, lt=0.5)
 
 
 class MaxIdOut(BaseModel):

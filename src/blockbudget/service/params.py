@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Path, Query
+from pydantic import Field
 
 from blockbudget.ledger import CONTEXT_NAME_PATTERN
 from blockbudget.service.identity import PRINCIPAL_NAME_PATTERN
@@ -37,6 +38,8 @@ StreamQuery = Annotated[
     str | None,
     Query(pattern=STREAM_PATTERN, max_length=MAX_STREAM_NAME, description="a stream's name"),
 ]
+#: A context's name in a repeated query parameter (``?context=a&context=b``).
+ContextItem = Annotated[str, Field(min_length=1, max_length=64, pattern=CONTEXT_PATTERN)]
 ContextQuery = Annotated[
     str | None,
     Query(min_length=1, max_length=64, pattern=CONTEXT_PATTERN, description="a context's name"),
@@ -57,6 +60,7 @@ __all__ = [
     "PRINCIPAL_PATTERN",
     "RELEASE_PATTERN",
     "STREAM_PATTERN",
+    "ContextItem",
     "ContextPath",
     "ContextQuery",
     "PrincipalPath",

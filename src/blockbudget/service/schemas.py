@@ -10,7 +10,7 @@ model carries a data row: DP answers, budgets, block keys and audit events only.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -20,6 +20,7 @@ from blockbudget.service.params import (
     INGEST_ID_PATTERN,
     PRINCIPAL_PATTERN,
     STREAM_PATTERN,
+    ContextItem,
 )
 from blockbudget.service.query_schemas import DryRunOut as DryRunOut
 from blockbudget.service.query_schemas import GroupOut as GroupOut
@@ -29,6 +30,7 @@ from blockbudget.service.query_schemas import QueryKind as QueryKind
 from blockbudget.service.query_schemas import QueryOut as QueryOut
 from blockbudget.service.query_schemas import QueryResultOut as QueryResultOut
 from blockbudget.service.query_schemas import QueryRunIn as QueryRunIn
+from blockbudget.service.schema_fields import MIN_BUDGET, NOT_TINY, BlockName, Count, Number
 from blockbudget.service.schema_fields import BudgetDecimal as BudgetDecimal
 from blockbudget.service.schema_fields import BudgetFloat as BudgetFloat
 from blockbudget.service.schema_fields import ContextName as ContextName
@@ -61,14 +63,11 @@ from blockbudget.service.task_schemas import TaskOut as TaskOut
 from blockbudget.service.task_schemas import WaitingOut as WaitingOut
 from blockbudget.store.model import MAX_STREAM_NAME, OnOverlap
 
-#: A context's name in a list of them.
-Context = Annotated[str, Field(min_length=1, max_length=64, pattern=CONTEXT_PATTERN)]
-
 
 class PrincipalIn(Strict):
     name: str = Field(min_length=1, max_length=64, pattern=PRINCIPAL_PATTERN)
     role: Role
-    contexts: list[Context] = Field(default_factory=list, max_length=64)
+    contexts: list[ContextItem] = Field(default_factory=list, max_length=64)
 
 
 class PrincipalOut(BaseModel):
@@ -95,7 +94,7 @@ class NewKeyOut(BaseModel):
 
 
 class ContextsIn(Strict):
-    contexts: list[Context] = Field(max_length=64)
+    contexts: list[ContextItem] = Field(max_length=64)
 
 
 class AclIn(Strict):
@@ -116,14 +115,23 @@ class ContextOut(BaseModel):
 
 class StreamIn(Strict):
     name: str = Field(min_length=1, max_length=MAX_STREAM_NAME, pattern=STREAM_PATTERN)
-    epsilon: BudgetFloat = Field(gt=0, le=1e6, allow_inf_nan=False, description="ε_g per block")
-    delta: BudgetFloat = Field(default=1e-6, ge=0, lt=1, allow_inf_nan=False, description="δ_g")
+    epsilon: BudgetFloat = Field(
+        ge=MIN_BUDGET, le=1e6, allow_inf_nan=False, description="ε_g per block"
+    )
+    delta: BudgetFloat = Field(
+        default=1e-6,
+        ge=0,
+        lt=1,
+        allow_inf_nan=False,
+        description="δ_g",
+        json_schema_extra=NOT_TINY,
+    )
     accounting: RuleName = "basic"
     by: Literal["time", "user", "attribute"] = "time"
     column: str = Field(default="time", min_length=1, max_length=200)
-    window_seconds: int = Field(default=86_400, ge=1, le=10 * 366 * 86_400)
-    ids_per_block: int = Field(default=1000, ge=1, le=10**9)
-    rows_per_user: int = Field(default=1, ge=1, le=10**6)
+    window_seconds: Count = Field(default=86_400, ge=1, le=10 * 366 * 86_400)
+    ids_per_block: Count = Field(default=1000, ge=1, le=10**9)
+    rows_per_user: Count = Field(default=1, ge=1, le=10**6)
     late_policy: Literal["new_block", "drop", "reject"] | None = None
     description: str = Field(default="", max_length=1000)
 
@@ -216,7 +224,7 @@ class ReserveIn(Selection):
     epsilon: BudgetFloat = Epsilon
     delta: BudgetFloat = Delta
     context: str | None = ContextName
-    ttl_seconds: float = Field(default=600.0, gt=0, le=7 * 86_400, allow_inf_nan=False)
+    ttl_seconds: Number = Field(default=600.0, gt=0, le=7 * 86_400, allow_inf_nan=False)
     request_id: str | None = RequestId
 
 
@@ -239,12 +247,12 @@ class ReservationOut(BaseModel):
 class DrawIn(Strict):
     epsilon: BudgetFloat = Epsilon
     delta: BudgetFloat = Delta
-    blocks: list[str] | None = Field(default=None, min_length=1, max_length=10_000)
+    blocks: list[BlockName] | None = Field(default=None, min_length=1, max_length=10_000)
     request_id: str | None = RequestId
 
 
 class ChargeIn(Strict):
-    blocks: list[str] = Field(min_length=1, max_length=10_000)
+    blocks: list[BlockName] = Field(min_length=1, max_length=10_000)
     epsilon: BudgetFloat = Epsilon
     delta: BudgetFloat = Delta
     context: str | None = ContextName

@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 
 import anyio.to_thread
 from fastapi import Depends, FastAPI
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from blockbudget.errors import InvalidRequestError
 from blockbudget.platform import Platform
@@ -31,7 +31,15 @@ from blockbudget.service.access import Authenticator, require_stream, resolve_co
 from blockbudget.service.auth import Principal
 from blockbudget.service.failures import LEDGER_REFUSALS, concealing
 from blockbudget.service.params import RELEASE_PATTERN, ReleasePath, StreamPath
-from blockbudget.service.schema_fields import ContextName
+from blockbudget.service.schema_fields import (
+    MIN_BUDGET,
+    NOT_TINY,
+    ContextName,
+    Count,
+    Flag,
+    Number,
+    not_tiny,
+)
 from blockbudget.streaming.platform_release import PlatformStreamRelease, open_release
 
 __all__ = ["ReleaseIn", "ReleaseOut", "register_stream_release_routes"]
@@ -47,16 +55,18 @@ class ReleaseIn(BaseModel):
     item_column: str = Field(min_length=1)
     user_column: str = Field(min_length=1)
     domain: list[str] = Field(min_length=1, max_length=100_000)
-    min_users: int = Field(ge=1, le=10**12)
-    epsilon: float = Field(gt=0, le=1e15)
-    delta: float = Field(default=0.0, ge=0, lt=1)
+    min_users: Count = Field(ge=1, le=10**12)
+    epsilon: Number = Field(ge=MIN_BUDGET, le=1e15)
+    delta: Annotated[Number, AfterValidator(not_tiny)] = Field(
+        default=0.0, ge=0, lt=1, json_schema_extra=NOT_TINY
+    )
     mode: Literal["windowed", "per-slot"] = "windowed"
     noise: Literal["laplace", "gaussian"] = "laplace"
-    window: int = Field(default=30, ge=1, le=100_000)
-    warmup: bool = True
+    window: Count = Field(default=30, ge=1, le=100_000)
+    warmup: Flag = True
     horizon: Literal["accumulative", "instantaneous"] = "accumulative"
-    expected_slots: int | None = Field(default=365, ge=2, le=10_000_000)
-    max_windows: int | None = Field(default=None, ge=1)
+    expected_slots: Count | None = Field(default=365, ge=2, le=10_000_000)
+    max_windows: Count | None = Field(default=None, ge=1)
 
 
 class SlotOut(BaseModel):
@@ -89,14 +99,16 @@ class ReleaseOut(BaseModel):
 class RecommendIn(BaseModel):
     """Public stream parameters for :func:`~blockbudget.streaming.recommend.recommend`."""
 
-    domain_size: int = Field(ge=1, le=10_000_000)
-    min_users: int = Field(ge=1, le=10**12)
-    epsilon: float = Field(gt=0, le=1e15)
-    horizon: int | None = Field(default=None, ge=2, le=1_000_000)
-    window: int = Field(default=30, ge=1, le=100_000)
-    delta: float = Field(default=0.0, ge=0, lt=1)
+    domain_size: Count = Field(ge=1, le=10_000_000)
+    min_users: Count = Field(ge=1, le=10**12)
+    epsilon: Number = Field(ge=MIN_BUDGET, le=1e15)
+    horizon: Count | None = Field(default=None, ge=2, le=1_000_000)
+    window: Count = Field(default=30, ge=1, le=100_000)
+    delta: Annotated[Number, AfterValidator(not_tiny)] = Field(
+        default=0.0, ge=0, lt=1, json_schema_extra=NOT_TINY
+    )
     answer: Literal["accumulative", "instantaneous"] = "accumulative"
-    warmup: bool = True
+    warmup: Flag = True
 
 
 def principal_part(principal: str) -> str:

@@ -30,7 +30,7 @@ from blockbudget.service.access import (
 from blockbudget.service.auth import KeyStore, Permission, Principal, Role
 from blockbudget.service.blocknames import BlockNames
 from blockbudget.service.dashboard_routes import block_out, sees_every_context
-from blockbudget.service.params import StreamPath
+from blockbudget.service.params import ContextItem, StreamPath
 from blockbudget.store import Blocking, LatePolicy, Unit
 
 __all__ = ["blocking_of", "contexts_for", "register_stream_routes", "stream_json"]
@@ -161,7 +161,7 @@ def register_stream_routes(
     def list_blocks(
         me: Auth,
         stream: StreamPath,
-        context: Annotated[list[str] | None, Query()] = None,
+        context: Annotated[list[ContextItem] | None, Query(max_length=64)] = None,
     ) -> list[sc.BlockOut]:
         perm = require_stream(me, stream)
         ctxs = contexts_for(platform, me, context, owns=perm is Permission.OWN)
