@@ -44,7 +44,12 @@ from blockbudget.service.audit import register_audit_routes
 from blockbudget.service.auth import KeyStore, Principal
 from blockbudget.service.blocknames import BlockNames
 from blockbudget.service.charges import register_charge_routes
-from blockbudget.service.contract import ERRORS, add_docs_routes, add_http_error_handler
+from blockbudget.service.contract import (
+    ERRORS,
+    add_docs_routes,
+    add_http_error_handler,
+    name_bounds,
+)
 from blockbudget.service.dashboard import STATIC_DIR
 from blockbudget.service.dashboard_routes import register_dashboard_routes
 from blockbudget.service.ingest_routes import register_ingest_routes
@@ -158,6 +163,7 @@ def create_app(
     _add_error_handlers(app, names)
     add_http_error_handler(app)
     add_docs_routes(app)
+    name_bounds(app)
     _add_routes(
         app,
         platform=platform,

@@ -8,6 +8,9 @@ answer to a request that no route takes, and the API docs, served from the packa
   method the path does not take 405, a body that cannot be read at all 400) with the same
   ``{"error", "detail"}`` body as every other refusal, and a 405's ``Allow`` lists every method
   the path supports — Starlette names only the first route that matched the path.
+* :func:`name_bounds` gives the OpenAPI names to the bounds pydantic leaves under its own
+  (``ge``, ``le``, ``gt``, ``lt``) where a validator wraps the type (an optional count, the items
+  of a list of numbers): the schema states every bound that validation enforces.
 * :func:`add_docs_routes` serves ``/docs`` (Swagger UI) and ``/redoc`` from the assets the
   ``fastapi-offline`` package ships: no page loads anything from outside the service, so the
   docs work on an air-gapped network.
@@ -81,6 +84,40 @@ def add_http_error_handler(app: FastAPI) -> None:
 _STATUSES = frozenset(s.value for s in HTTPStatus)
 
 
+#: pydantic's names of bounds → JSON Schema's.
+_BOUNDS = {"ge": "minimum", "le": "maximum", "gt": "exclusiveMinimum", "lt": "exclusiveMaximum"}
+
+
+def _named(node: Any) -> None:
+    """Rename, in place, every bound under pydantic's name in ``node`` and below (a bound's
+    value is a number; a property called ``ge`` holds a schema, and is left alone)."""
+    if isinstance(node, dict):
+        for key in [k for k, v in node.items() if k in _BOUNDS and isinstance(v, int | float)]:
+            node[_BOUNDS[key]] = node.pop(key)
+        for value in node.values():
+            _named(value)
+    elif isinstance(node, list):
+        for value in node:
+            _named(value)
+
+
+def name_bounds(app: FastAPI) -> None:
+    """Make ``app``'s OpenAPI schema name every bound as JSON Schema does (see the module
+    docstring).
+
+    Args:
+        app: the application (its ``openapi`` is wrapped; the schema is still built once).
+    """
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        schema = build()
+        _named(schema)
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 def add_docs_routes(app: FastAPI) -> None:
     """Serve Swagger UI at ``/docs`` and ReDoc at ``/redoc`` from the package's assets; the
     app must be created with ``docs_url=None, redoc_url=None``.
@@ -128,4 +165,5 @@ __all__ = [
     "add_docs_routes",
     "add_http_error_handler",
     "allowed_methods",
+    "name_bounds",
 ]

@@ -65,6 +65,22 @@ def ingest_out(report: IngestReport, *, per_key: bool = True) -> sc.IngestOut:
     )
 
 
+def _ingest_body() -> dict[str, Any]:
+    """The OpenAPI form of the body the route reads by hand: CSV text or JSON records."""
+    records = sc.IngestIn.model_json_schema(ref_template="#/components/schemas/{model}")
+    records.pop("$defs", None)  # OnOverlap is in the components (the query parameter's type)
+    return {
+        "required": True,
+        "content": {
+            "text/csv": {"schema": {"type": "string", "minLength": 1}},
+            "application/json": {"schema": records},
+        },
+    }
+
+
+_INGEST_BODY = _ingest_body()
+
+
 def register_ingest_routes(
     app: FastAPI, *, platform: Platform, authenticate: Authenticator
 ) -> None:
@@ -76,6 +92,7 @@ def register_ingest_routes(
         tags=["streams"],
         status_code=201,
         responses={200: {"model": sc.IngestOut, "description": "a repeat: nothing changed"}},
+        openapi_extra={"requestBody": _INGEST_BODY},
     )
     async def ingest(
         me: Auth,
