@@ -22,7 +22,14 @@ from blockbudget.service.access import Authenticator, require_stream, resolve_co
 from blockbudget.service.auth import Principal
 from blockbudget.service.blocknames import BlockNames, Naming
 from blockbudget.service.params import ContextQuery, StreamPath
-from blockbudget.service.schema_fields import BlockName, ContextName, Count, Number
+from blockbudget.service.schema_fields import (
+    DECIMAL_PATTERN,
+    BlockName,
+    ContextName,
+    Count,
+    DecimalText,
+    Number,
+)
 from blockbudget.service.task_schemas import RefusalOut
 
 __all__ = ["AffordIn", "AffordOut", "register_afford_routes"]
@@ -36,11 +43,11 @@ class AffordIn(BaseModel):
     blocks: list[BlockName] | None = Field(default=None, min_length=1, max_length=10_000)
     last: Count | None = Field(default=None, ge=1, le=100_000)
     context: str | None = ContextName
-    delta: str | Number = Field(
+    delta: DecimalText | Number = Field(
         default="0", description="δ of the budget sized (exact decimal string or number)"
     )
     kind: AffordFor = AffordFor.BUDGET
-    epsilon: str | Number | None = Field(
+    epsilon: DecimalText | Number | None = Field(
         default=None,
         description="optional: the ε of an (ε, delta) demand to check (a task's dry run); when "
         "it does not fit, the answer's 'refusal' lists each block's remaining and shortfall",
@@ -130,7 +137,7 @@ def register_afford_routes(
         blocks: Annotated[list[BlockName] | None, Query(max_length=10_000)] = None,
         last: Annotated[int | None, Query(ge=1, le=100_000)] = None,
         context: ContextQuery = None,
-        delta: Annotated[str, Query(max_length=64)] = "0",
+        delta: Annotated[str, Query(max_length=64, pattern=DECIMAL_PATTERN)] = "0",
         kind: AffordFor = AffordFor.BUDGET,
     ) -> AffordOut:
         body = AffordIn(blocks=blocks, last=last, context=context, delta=delta, kind=kind)

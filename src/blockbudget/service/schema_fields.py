@@ -6,7 +6,16 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from blockbudget.budget import check_decimal_text
 from blockbudget.decimals import MIN_MAGNITUDE, plain_number
@@ -107,10 +116,33 @@ RuleName = Annotated[
 ]
 
 
+#: The form of a budget sent as text, as an OpenAPI pattern: ASCII digits, an optional sign,
+#: point and exponent (:data:`blockbudget.decimals.DECIMAL_TEXT` without the infinities no
+#: budget field takes). The range of the number it holds is checked once it is read.
+DECIMAL_PATTERN = r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$"
+
+
+#: A budget as decimal text (its range is checked once it is read).
+DecimalText = Annotated[str, Field(pattern=DECIMAL_PATTERN, max_length=400)]
+
+
+class _TextForm:
+    """Adds :data:`DECIMAL_PATTERN` to the string alternative of a budget's schema."""
+
+    def __get_pydantic_json_schema__(
+        self, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        schema = handler(core_schema)
+        for branch in schema.get("anyOf", []):
+            if branch.get("type") == "string":
+                branch["pattern"] = DECIMAL_PATTERN
+        return schema
+
+
 #: ε or δ as a float: a JSON number, or ASCII decimal text.
 BudgetFloat = Annotated[float, BeforeValidator(_decimal_text)]
 #: ε or δ read exactly: a JSON number, or ASCII decimal text.
-BudgetDecimal = Annotated[Decimal, BeforeValidator(_decimal_text)]
+BudgetDecimal = Annotated[Decimal, BeforeValidator(_decimal_text), _TextForm()]
 Epsilon = Field(
     ge=MIN_BUDGET,
     le=1e6,
