@@ -121,19 +121,31 @@ def _violates_schema(openapi: dict[str, Any], case: Any) -> bool:
     return False
 
 
+def _at(value: Any, path: str) -> Any:
+    """The value at a dotted error location (``charges.0.epsilon``) in a body, else None."""
+    for step in path.split("."):
+        if isinstance(value, dict):
+            value = value.get(step)
+        elif isinstance(value, list) and step.isdigit() and int(step) < len(value):
+            value = value[int(step)]
+        else:
+            return None
+    return value
+
+
 def _text_budget(case: Any, response: Any) -> bool:
     """Whether the refusal is of budgets the case sent as decimal text: the schema says such a
-    field is a number or a string, and cannot state the range of the number the text holds."""
+    field is a number or decimal text, and cannot state the range of the number the text
+    holds."""
     try:
         body = json.loads(response.content)
     except (ValueError, AttributeError):
         return False
-    fields = re.findall(r"body\.(\w+):", body.get("detail", ""))
-    sent = case.body if isinstance(case.body, dict) else {}
+    fields = re.findall(r"body\.([\w.]+):", body.get("detail", ""))
     return (
         body.get("error") == "RequestValidationError"
         and bool(fields)
-        and all(isinstance(sent.get(field), str) for field in fields)
+        and all(isinstance(_at(case.body, field), str) for field in fields)
     )
 
 

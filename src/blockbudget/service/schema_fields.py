@@ -123,24 +123,29 @@ DECIMAL_PATTERN = r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$"
 
 
 #: A budget as decimal text (its range is checked once it is read).
-DecimalText = Annotated[str, Field(pattern=DECIMAL_PATTERN, max_length=400)]
+DecimalText = Annotated[str, Field(pattern=DECIMAL_PATTERN)]
 
 
 class _TextForm:
-    """Adds :data:`DECIMAL_PATTERN` to the string alternative of a budget's schema."""
+    """Says in a budget's schema that it may come as decimal text: the :data:`DECIMAL_PATTERN`
+    alternative beside the number (pydantic's schema of a float says "number" only; that of a
+    Decimal has a bare string alternative, which gets the pattern)."""
 
     def __get_pydantic_json_schema__(
         self, core_schema: CoreSchema, handler: GetJsonSchemaHandler
     ) -> JsonSchemaValue:
         schema = handler(core_schema)
-        for branch in schema.get("anyOf", []):
-            if branch.get("type") == "string":
-                branch["pattern"] = DECIMAL_PATTERN
+        text = {"type": "string", "pattern": DECIMAL_PATTERN}
+        strings = [b for b in schema.get("anyOf", []) if b.get("type") == "string"]
+        if not strings:
+            return {"anyOf": [schema, text]}
+        for branch in strings:
+            branch.update(text)
         return schema
 
 
 #: ε or δ as a float: a JSON number, or ASCII decimal text.
-BudgetFloat = Annotated[float, BeforeValidator(_decimal_text)]
+BudgetFloat = Annotated[float, BeforeValidator(_decimal_text), _TextForm()]
 #: ε or δ read exactly: a JSON number, or ASCII decimal text.
 BudgetDecimal = Annotated[Decimal, BeforeValidator(_decimal_text), _TextForm()]
 Epsilon = Field(
