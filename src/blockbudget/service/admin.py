@@ -40,6 +40,7 @@ from blockbudget.service.auth import (
     Role,
     split_key,
 )
+from blockbudget.service.params import PrincipalPath, StreamPath
 
 
 def principal_out(p: Principal) -> sc.PrincipalOut:
@@ -100,14 +101,14 @@ def register_principal_routes(
         return [record_out(keystore, p.name) for p in keystore.principals()]
 
     @app.post("/v1/principals/{name}/keys", status_code=201, tags=["principals"])
-    def new_key(me: Auth, name: str) -> sc.NewKeyOut:
+    def new_key(me: Auth, name: PrincipalPath) -> sc.NewKeyOut:
         require_role(me)
         key = keystore.create_key(name)
         log_admin(me.name, "create_key", name, key_id=_key_id(key))
         return sc.NewKeyOut(principal=principal_out(keystore.principal(name)), api_key=key)
 
     @app.delete("/v1/principals/{name}/keys/{key_id}", tags=["principals"])
-    def revoke_key(me: Auth, name: str, key_id: str) -> sc.PrincipalOut:
+    def revoke_key(me: Auth, name: PrincipalPath, key_id: str) -> sc.PrincipalOut:
         """Revoke one of the principal's keys (the middle part ``bbk_<key id>_…``); every task of
         the principal is cancelled (its grants released, its pipelines stopped). The last
         usable admin key (of an active admin, valid, without expiry) is never revoked: 409,
@@ -120,7 +121,7 @@ def register_principal_routes(
         return principal_out(keystore.principal(name))
 
     @app.put("/v1/principals/{name}/contexts", tags=["principals"])
-    def set_contexts(me: Auth, name: str, body: sc.ContextsIn) -> sc.PrincipalOut:
+    def set_contexts(me: Auth, name: PrincipalPath, body: sc.ContextsIn) -> sc.PrincipalOut:
         require_role(me)
         unknown = sorted(set(body.contexts) - set(platform.contexts()))
         if unknown:
@@ -137,7 +138,7 @@ def register_principal_routes(
 
     @app.put("/v1/principals/{name}/streams/{stream}", tags=["principals"])
     def grant_stream(
-        me: Auth, name: str, stream: str, body: sc.AclIn
+        me: Auth, name: PrincipalPath, stream: StreamPath, body: sc.AclIn
     ) -> sc.PrincipalOut | sc.StreamAccessOut:
         # Admins grant anything; a stream's owner may grant READ on it to non-owners only.
         owner_only = me.role is not Role.ADMIN
@@ -158,7 +159,9 @@ def register_principal_routes(
         return principal_out(out)
 
     @app.delete("/v1/principals/{name}/streams/{stream}", tags=["principals"])
-    def revoke_stream(me: Auth, name: str, stream: str) -> sc.PrincipalOut | sc.StreamAccessOut:
+    def revoke_stream(
+        me: Auth, name: PrincipalPath, stream: StreamPath
+    ) -> sc.PrincipalOut | sc.StreamAccessOut:
         # Admins revoke anything; a stream's owner may revoke READ only, never an owner's right.
         if me.role is Role.ADMIN:
             out = keystore.revoke(name, stream)

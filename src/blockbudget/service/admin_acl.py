@@ -11,6 +11,7 @@ from blockbudget.service.access import Authenticator, require_role
 from blockbudget.service.admin_schemas import StreamAclOut
 from blockbudget.service.admin_views import acl_json
 from blockbudget.service.auth import KeyStore, Principal
+from blockbudget.service.params import StreamPath
 
 __all__ = ["register_acl_routes"]
 
@@ -22,7 +23,7 @@ def register_acl_routes(
     Auth = Annotated[Principal, Depends(authenticate)]
 
     @app.get("/v1/streams/{stream}/acl", tags=["principals"])
-    def stream_acl(me: Auth, stream: str) -> StreamAclOut:
+    def stream_acl(me: Auth, stream: StreamPath) -> StreamAclOut:
         require_role(me)
         platform.stream(stream)  # 404 for an unknown stream
         return StreamAclOut(**acl_json(stream, keys.stream_access(stream)))

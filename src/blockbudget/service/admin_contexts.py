@@ -15,6 +15,7 @@ from blockbudget.service.access import Authenticator, require_role, visible_cont
 from blockbudget.service.admin_schemas import ContextAdminOut
 from blockbudget.service.admin_views import context_json, log_admin
 from blockbudget.service.auth import Principal
+from blockbudget.service.params import ContextPath
 
 __all__ = ["register_context_routes"]
 
@@ -40,7 +41,7 @@ def register_context_routes(
         return ContextAdminOut(**context_json(info))
 
     @app.post("/v1/contexts/{name}/close", tags=["contexts"])
-    def close_context(me: Auth, name: str) -> ContextAdminOut:
+    def close_context(me: Auth, name: ContextPath) -> ContextAdminOut:
         """Close a context for good (admins; audited): it never spends again and no longer
         keeps exhausted blocks from retiring."""
         require_role(me)

@@ -20,6 +20,7 @@ from blockbudget.service.access import Authenticator, require_role
 from blockbudget.service.admin_schemas import KeyOut, RotatedKeyOut, RotateIn
 from blockbudget.service.admin_views import key_json, log_admin
 from blockbudget.service.auth import KeyStore, Principal, split_key
+from blockbudget.service.params import PrincipalPath
 
 __all__ = ["register_key_routes"]
 
@@ -29,13 +30,15 @@ def register_key_routes(app: FastAPI, *, keys: KeyStore, authenticate: Authentic
     Auth = Annotated[Principal, Depends(authenticate)]
 
     @app.get("/v1/principals/{name}/keys", tags=["principals"])
-    def list_keys(me: Auth, name: str) -> list[KeyOut]:
+    def list_keys(me: Auth, name: PrincipalPath) -> list[KeyOut]:
         require_role(me)
         now = auth.now()
         return [KeyOut(**key_json(k, now=now)) for k in keys.keys(name)]
 
     @app.post("/v1/principals/{name}/keys/{key_id}/rotate", tags=["principals"])
-    def rotate_key(me: Auth, name: str, key_id: str, body: RotateIn | None = None) -> RotatedKeyOut:
+    def rotate_key(
+        me: Auth, name: PrincipalPath, key_id: str, body: RotateIn | None = None
+    ) -> RotatedKeyOut:
         require_role(me)
         grace = body.grace_seconds if body is not None else 0.0
         new_key, old = keys.rotate_key(key_id, principal=name, grace_seconds=grace)

@@ -31,6 +31,7 @@ from blockbudget.service.access import Authenticator, require_role
 from blockbudget.service.admin_schemas import PrincipalRecordOut, RoleIn
 from blockbudget.service.admin_views import log_admin, principal_json
 from blockbudget.service.auth import KeyStore, Principal, PrincipalState, Role
+from blockbudget.service.params import PrincipalPath
 from blockbudget.service.standing import release_reservations
 
 __all__ = ["record_out", "register_principal_admin_routes"]
@@ -74,12 +75,12 @@ def register_principal_admin_routes(
             release_reservations(platform, name)
 
     @app.get("/v1/principals/{name}", tags=["principals"])
-    def show_principal(me: Auth, name: str) -> PrincipalRecordOut:
+    def show_principal(me: Auth, name: PrincipalPath) -> PrincipalRecordOut:
         require_role(me)
         return record_out(keys, name)
 
     @app.put("/v1/principals/{name}/role", tags=["principals"])
-    def set_role(me: Auth, name: str, body: RoleIn) -> PrincipalRecordOut:
+    def set_role(me: Auth, name: PrincipalPath, body: RoleIn) -> PrincipalRecordOut:
         require_role(me)
         if body.role is not Role.ADMIN:
             _not_self(me, name, "demote")
@@ -90,7 +91,7 @@ def register_principal_admin_routes(
         return record_out(keys, name)
 
     @app.post("/v1/principals/{name}/disable", tags=["principals"])
-    def disable(me: Auth, name: str) -> PrincipalRecordOut:
+    def disable(me: Auth, name: PrincipalPath) -> PrincipalRecordOut:
         require_role(me)
         _not_self(me, name, "disable")
         keys.set_state(name, PrincipalState.DISABLED)
@@ -99,7 +100,7 @@ def register_principal_admin_routes(
         return record_out(keys, name)
 
     @app.post("/v1/principals/{name}/enable", tags=["principals"])
-    def enable(me: Auth, name: str) -> PrincipalRecordOut:
+    def enable(me: Auth, name: PrincipalPath) -> PrincipalRecordOut:
         require_role(me)
         keys.set_state(name, PrincipalState.ACTIVE)
         authenticate.invalidate()
@@ -107,7 +108,7 @@ def register_principal_admin_routes(
         return record_out(keys, name)
 
     @app.delete("/v1/principals/{name}", tags=["principals"])
-    def delete(me: Auth, name: str) -> PrincipalRecordOut:
+    def delete(me: Auth, name: PrincipalPath) -> PrincipalRecordOut:
         require_role(me)
         _not_self(me, name, "delete")
         keys.delete_principal(name)

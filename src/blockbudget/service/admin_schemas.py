@@ -4,6 +4,7 @@
 from pydantic import BaseModel, ConfigDict, Field
 
 from blockbudget.service.auth import MAX_GRACE_SECONDS, Permission, Role
+from blockbudget.service.schema_fields import Number
 
 
 class _Strict(BaseModel):
@@ -37,7 +38,7 @@ class RoleIn(_Strict):
 
 
 class RotateIn(_Strict):
-    grace_seconds: float = Field(
+    grace_seconds: Number = Field(
         default=0.0,
         ge=0,
         allow_inf_nan=False,

@@ -21,6 +21,15 @@ from blockbudget.platform import Last, Platform
 from blockbudget.service.access import Authenticator, require_stream, resolve_context
 from blockbudget.service.auth import Principal
 from blockbudget.service.blocknames import BlockNames, Naming
+from blockbudget.service.params import ContextQuery, StreamPath
+from blockbudget.service.schema_fields import (
+    DECIMAL_PATTERN,
+    BlockName,
+    ContextName,
+    Count,
+    DecimalText,
+    Number,
+)
 from blockbudget.service.task_schemas import RefusalOut
 
 __all__ = ["AffordIn", "AffordOut", "register_afford_routes"]
@@ -31,14 +40,14 @@ class AffordIn(BaseModel):
 
     model_config = {"extra": "forbid"}
 
-    blocks: list[str] | None = Field(default=None, min_length=1, max_length=10_000)
-    last: int | None = Field(default=None, ge=1, le=100_000)
-    context: str | None = Field(default=None, min_length=1, max_length=64)
-    delta: str | float = Field(
+    blocks: list[BlockName] | None = Field(default=None, min_length=1, max_length=10_000)
+    last: Count | None = Field(default=None, ge=1, le=100_000)
+    context: str | None = ContextName
+    delta: DecimalText | Number = Field(
         default="0", description="δ of the budget sized (exact decimal string or number)"
     )
     kind: AffordFor = AffordFor.BUDGET
-    epsilon: str | float | None = Field(
+    epsilon: DecimalText | Number | None = Field(
         default=None,
         description="optional: the ε of an (ε, delta) demand to check (a task's dry run); when "
         "it does not fit, the answer's 'refusal' lists each block's remaining and shortfall",
@@ -118,17 +127,17 @@ def register_afford_routes(
         return AffordOut(**out)
 
     @app.post("/v1/streams/{stream}/afford", tags=["budget"])
-    def afford_post(me: Auth, stream: str, body: AffordIn) -> AffordOut:
+    def afford_post(me: Auth, stream: StreamPath, body: AffordIn) -> AffordOut:
         return answer(me, stream, body)
 
     @app.get("/v1/streams/{stream}/afford", tags=["budget"])
     def afford_get(
         me: Auth,
-        stream: str,
-        blocks: Annotated[list[str] | None, Query(max_length=10_000)] = None,
+        stream: StreamPath,
+        blocks: Annotated[list[BlockName] | None, Query(max_length=10_000)] = None,
         last: Annotated[int | None, Query(ge=1, le=100_000)] = None,
-        context: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
-        delta: Annotated[str, Query(max_length=64)] = "0",
+        context: ContextQuery = None,
+        delta: Annotated[str, Query(max_length=64, pattern=DECIMAL_PATTERN)] = "0",
         kind: AffordFor = AffordFor.BUDGET,
     ) -> AffordOut:
         body = AffordIn(blocks=blocks, last=last, context=context, delta=delta, kind=kind)

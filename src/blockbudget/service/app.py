@@ -37,7 +37,6 @@ from blockbudget import __version__
 from blockbudget.errors import BlockBudgetError
 from blockbudget.lowbudget import alert_threshold_from_env
 from blockbudget.platform import Platform
-from blockbudget.service import schemas as sc
 from blockbudget.service.access import Authenticator, error_response, internal_error_response
 from blockbudget.service.admin import register_principal_routes
 from blockbudget.service.afford import register_afford_routes
@@ -45,6 +44,12 @@ from blockbudget.service.audit import register_audit_routes
 from blockbudget.service.auth import KeyStore, Principal
 from blockbudget.service.blocknames import BlockNames
 from blockbudget.service.charges import register_charge_routes
+from blockbudget.service.contract import (
+    ERRORS,
+    add_docs_routes,
+    add_http_error_handler,
+    name_bounds,
+)
 from blockbudget.service.dashboard import STATIC_DIR
 from blockbudget.service.dashboard_routes import register_dashboard_routes
 from blockbudget.service.ingest_routes import register_ingest_routes
@@ -65,14 +70,6 @@ from blockbudget.tasks.queue import DEFAULT_SCHEDULER, TaskQueue
 
 #: ``serve``'s default pipeline strategy: Sage's Block/Conserve (Lécuyer et al., SOSP'19).
 DEFAULT_PIPELINE_SCHEDULER = "sage-block-conserve"
-
-ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"model": sc.ErrorOut, "description": "no, malformed, unknown or revoked API key"},
-    403: {"model": sc.ErrorOut, "description": "role, stream ACL or context binding refuses"},
-    404: {"model": sc.ErrorOut, "description": "unknown stream, block or reservation"},
-    409: {"model": sc.ErrorOut, "description": "budget exceeded, retired, reservation state"},
-    422: {"model": sc.ErrorOut, "description": "malformed request"},
-}
 
 
 def open_platform(
@@ -150,6 +147,8 @@ def create_app(
         description="Per-block differential-privacy budgets for growing datasets, as a service.",
         lifespan=lifespan,
         responses=ERRORS,
+        docs_url=None,  # served from the package's assets: add_docs_routes
+        redoc_url=None,
         # No OpenTelemetry hooks per request (nothing is configured to receive them; each
         # request would still look the providers up): an operator who wants traces puts the
         # instrumentation in front of the service.
@@ -162,6 +161,9 @@ def create_app(
     app.state.block_names = names
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     _add_error_handlers(app, names)
+    add_http_error_handler(app)
+    add_docs_routes(app)
+    name_bounds(app)
     _add_routes(
         app,
         platform=platform,

@@ -42,6 +42,7 @@ from blockbudget.service.access import (
 )
 from blockbudget.service.auth import Principal, Role
 from blockbudget.service.blocknames import BlockNames, Naming
+from blockbudget.service.params import StreamPath
 
 __all__ = ["charge_json", "register_charge_routes", "scoped"]
 
@@ -138,7 +139,7 @@ def register_charge_routes(
         )
 
     @app.post("/v1/streams/{stream}/charges", tags=["budget"], response_model=sc.ChargeOut)
-    async def charge(me: Auth, stream: str, body: sc.ChargeIn) -> Response:
+    async def charge(me: Auth, stream: StreamPath, body: sc.ChargeIn) -> Response:
         """Charge budget directly, durably (answered after the commit)."""
         (item,) = await check(me, stream, [body])
         return _json(charge_json(await run(me, item), names.naming(me, stream)))
@@ -146,7 +147,7 @@ def register_charge_routes(
     @app.post(
         "/v1/streams/{stream}/charges/batch", tags=["budget"], response_model=sc.ChargeBatchOut
     )
-    async def charge_batch(me: Auth, stream: str, body: sc.ChargeBatchIn) -> Response:
+    async def charge_batch(me: Auth, stream: StreamPath, body: sc.ChargeBatchIn) -> Response:
         """Many independent direct charges in one request (see the module docstring)."""
         items = await check(me, stream, body.charges)
         naming = names.naming(me, stream)

@@ -28,6 +28,7 @@ from blockbudget.service.auth import Permission, Principal, Role
 from blockbudget.service.blocknames import BlockNames, Naming
 from blockbudget.service.dashboard import alerts_from_views, heatmap
 from blockbudget.service.dashboard_index import StreamEventIndex
+from blockbudget.service.params import StreamQuery
 from blockbudget.service.pipelines import job_json
 from blockbudget.tasks.model import WorkKind
 
@@ -87,7 +88,7 @@ def register_dashboard_routes(
     @app.get("/v1/dashboard", tags=["dashboard"])
     def dashboard_data(
         me: Auth,
-        stream: Annotated[str | None, Query(max_length=256)] = None,
+        stream: StreamQuery = None,
         buckets: Annotated[int, Query(ge=1, le=200)] = 24,
         alert_below: Annotated[float | None, Query(ge=0.0, le=1.0)] = None,
     ) -> sc.DashboardOut:

@@ -4,13 +4,16 @@ is known of their API keys, and the refusal of an unauthenticated or unauthorize
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import Enum
 
 from blockbudget.errors import BlockBudgetError, InvalidRequestError
 from blockbudget.ledger import validate_context_name
 
-_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-@")
+#: What a principal's name looks like: 1–64 letters, digits and ``_ . : - @``, first a letter
+#: or digit.
+PRINCIPAL_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,63}")
 
 
 class AuthError(BlockBudgetError):
@@ -132,12 +135,7 @@ class PrincipalRecord:
 
 def validate_principal_name(name: object) -> str:
     """Raise InvalidRequestError unless ``name`` is a valid principal name; return it."""
-    if (
-        not isinstance(name, str)
-        or not 1 <= len(name) <= 64
-        or not set(name) <= _NAME_CHARS
-        or not name[0].isalnum()
-    ):
+    if not isinstance(name, str) or not PRINCIPAL_NAME_PATTERN.fullmatch(name):
         raise InvalidRequestError(
             "a principal name is 1-64 letters, digits and _ . : - @, starting with a letter or "
             f"digit; got {name!r}"

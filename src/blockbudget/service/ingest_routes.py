@@ -32,6 +32,7 @@ from blockbudget.service.access import Authenticator, require_stream
 from blockbudget.service.admin_views import log_admin
 from blockbudget.service.auth import Principal, Role
 from blockbudget.service.failures import LEDGER_REFUSALS, concealing
+from blockbudget.service.params import INGEST_ID_PATTERN, StreamPath
 from blockbudget.store import IngestReport, OnOverlap
 
 __all__ = ["ingest_out", "register_ingest_routes"]
@@ -64,6 +65,22 @@ def ingest_out(report: IngestReport, *, per_key: bool = True) -> sc.IngestOut:
     )
 
 
+def _ingest_body() -> dict[str, Any]:
+    """The OpenAPI form of the body the route reads by hand: CSV text or JSON records."""
+    records = sc.IngestIn.model_json_schema(ref_template="#/components/schemas/{model}")
+    records.pop("$defs", None)  # OnOverlap is in the components (the query parameter's type)
+    return {
+        "required": True,
+        "content": {
+            "text/csv": {"schema": {"type": "string", "minLength": 1}},
+            "application/json": {"schema": records},
+        },
+    }
+
+
+_INGEST_BODY = _ingest_body()
+
+
 def register_ingest_routes(
     app: FastAPI, *, platform: Platform, authenticate: Authenticator
 ) -> None:
@@ -75,13 +92,16 @@ def register_ingest_routes(
         tags=["streams"],
         status_code=201,
         responses={200: {"model": sc.IngestOut, "description": "a repeat: nothing changed"}},
+        openapi_extra={"requestBody": _INGEST_BODY},
     )
     async def ingest(
         me: Auth,
-        stream: str,
+        stream: StreamPath,
         request: Request,
         response: Response,
-        ingest_id: Annotated[str | None, Query(max_length=128)] = None,
+        ingest_id: Annotated[
+            str | None, Query(min_length=1, max_length=128, pattern=INGEST_ID_PATTERN)
+        ] = None,
         on_overlap: Annotated[OnOverlap | None, Query()] = None,
     ) -> sc.IngestOut:
         require_stream(me, stream, own=True)

@@ -23,6 +23,8 @@ from blockbudget.platform import Platform
 from blockbudget.service.access import Authenticator, require_context, require_stream
 from blockbudget.service.auth import Principal
 from blockbudget.service.failures import LEDGER_REFUSALS, concealing
+from blockbudget.service.params import CONTEXT_PATTERN, StreamPath
+from blockbudget.service.schema_fields import MIN_BUDGET, Number
 from blockbudget.userids import MaxIdRelease, latest_release, release_max_id
 
 __all__ = ["MaxIdIn", "MaxIdOut", "register_max_id_routes"]
@@ -31,9 +33,9 @@ __all__ = ["MaxIdIn", "MaxIdOut", "register_max_id_routes"]
 class MaxIdIn(BaseModel):
     """A maximum-id release's parameters."""
 
-    context: str = Field(min_length=1)
-    epsilon: float = Field(gt=0, le=1e15)
-    beta: float = Field(default=0.05, gt=0, lt=0.5)
+    context: str = Field(min_length=1, max_length=64, pattern=CONTEXT_PATTERN)
+    epsilon: Number = Field(ge=MIN_BUDGET, le=1e15)
+    beta: Number = Field(default=0.05, gt=0, lt=0.5)
 
 
 class MaxIdOut(BaseModel):
@@ -82,11 +84,11 @@ def register_max_id_routes(
         return max_id_out(release)
 
     @app.post("/v1/streams/{stream}/max-id", tags=["streams"])
-    async def post_max_id(me: Auth, stream: str, body: MaxIdIn) -> MaxIdOut:
+    async def post_max_id(me: Auth, stream: StreamPath, body: MaxIdIn) -> MaxIdOut:
         return await anyio.to_thread.run_sync(run, me, stream, body)
 
     @app.get("/v1/streams/{stream}/max-id", tags=["streams"])
-    def get_max_id(me: Auth, stream: str) -> MaxIdOut:
+    def get_max_id(me: Auth, stream: StreamPath) -> MaxIdOut:
         require_stream(me, stream)
         release = latest_release(platform, stream)
         if release is None:

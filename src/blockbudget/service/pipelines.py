@@ -26,6 +26,7 @@ from blockbudget.errors import InvalidRequestError, UnknownBlockError
 from blockbudget.service import schemas as sc
 from blockbudget.service.access import Authenticator, AuthError, require_stream, resolve_context
 from blockbudget.service.auth import Principal, Role
+from blockbudget.service.params import StreamPath
 from blockbudget.tasks.model import Task, TaskState, WorkKind
 
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ def register_pipeline_routes(
     Auth = Annotated[Principal, Depends(authenticate)]
 
     @app.post("/v1/streams/{stream}/pipelines", status_code=201, tags=["pipelines"])
-    def submit_pipeline(me: Auth, stream: str, body: sc.PipelineIn) -> sc.JobOut:
+    def submit_pipeline(me: Auth, stream: StreamPath, body: sc.PipelineIn) -> sc.JobOut:
         """Submit a pipeline: a task of kind ``pipeline`` for the stream's pipeline strategy
         (Sage's Block/Conserve by default); the job's id is the task's id."""
         require_stream(me, stream)

@@ -20,6 +20,7 @@ from blockbudget.service import schemas as sc
 from blockbudget.service.access import Authenticator, require_stream, resolve_context
 from blockbudget.service.auth import Principal
 from blockbudget.service.blocknames import BlockNames, Naming
+from blockbudget.service.params import StreamPath
 from blockbudget.service.task_forms import dry_run_refusal
 
 __all__ = ["register_query_routes"]
@@ -46,7 +47,7 @@ def register_query_routes(
         return naming, selection_of(body), ctx
 
     @app.post("/v1/streams/{stream}/query", tags=["queries"])
-    def query(me: Auth, stream: str, body: sc.QueryRunIn) -> sc.QueryResultOut:
+    def query(me: Auth, stream: StreamPath, body: sc.QueryRunIn) -> sc.QueryResultOut:
         from blockbudget.query import from_dict
         from blockbudget.service.queries import run_query
 
@@ -60,7 +61,7 @@ def register_query_routes(
         return sc.QueryResultOut(**{**out, "blocks": naming.show_all(out["blocks"])})
 
     @app.post("/v1/streams/{stream}/query/price", tags=["queries"])
-    def query_price(me: Auth, stream: str, body: sc.QueryRunIn) -> sc.DryRunOut:
+    def query_price(me: Auth, stream: StreamPath, body: sc.QueryRunIn) -> sc.DryRunOut:
         from blockbudget.query import from_dict
         from blockbudget.service.queries import price_query
 
@@ -82,7 +83,7 @@ def register_query_routes(
     @app.post("/v1/streams/{stream}/queries/{kind}", tags=["queries"])
     def legacy_query(
         me: Auth,
-        stream: str,
+        stream: StreamPath,
         kind: sc.QueryKind,
         body: Annotated[sc.QueryIn, Body()],
     ) -> sc.QueryOut:

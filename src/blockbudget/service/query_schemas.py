@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from blockbudget.service.schema_fields import BudgetFloat, ContextName, Epsilon, Selection
+from blockbudget.service.schema_fields import BudgetFloat, ContextName, Epsilon, Number, Selection
 from blockbudget.service.task_schemas import RefusalOut
 
 
@@ -28,8 +28,8 @@ class QueryIn(Selection):
     epsilon: BudgetFloat = Epsilon
     context: str | None = ContextName
     column: str | None = Field(default=None, min_length=1, max_length=200)
-    lower: float | None = Field(default=None, allow_inf_nan=False)
-    upper: float | None = Field(default=None, allow_inf_nan=False)
+    lower: Number | None = Field(default=None, allow_inf_nan=False)
+    upper: Number | None = Field(default=None, allow_inf_nan=False)
     categories: list[str] | None = Field(default=None, min_length=1, max_length=10_000)
 
 

@@ -43,6 +43,7 @@ from blockbudget.service.access import (
 from blockbudget.service.auth import Principal, Role
 from blockbudget.service.blocknames import BlockNames, Naming
 from blockbudget.service.failures import ConcealedError, failure_of, log, new_reference
+from blockbudget.service.params import StreamPath, StreamQuery
 from blockbudget.service.task_forms import (
     ACTIVE,
     refusal_json,
@@ -50,6 +51,7 @@ from blockbudget.service.task_forms import (
     task_json,
     why_json,
 )
+from blockbudget.tasks.model import TaskState
 
 if TYPE_CHECKING:
     from blockbudget.tasks.model import Task
@@ -279,7 +281,7 @@ def register_queue_routes(
         return task
 
     @app.post("/v1/streams/{stream}/tasks", status_code=201, tags=["tasks"])
-    def submit_task(me: Auth, stream: str, body: sc.TaskIn) -> sc.TaskOut:
+    def submit_task(me: Auth, stream: StreamPath, body: sc.TaskIn) -> sc.TaskOut:
         """Submit a task (a DP query, a budget demand or a pipeline) to the stream's scheduler.
 
         The blocks come from ``selector`` (or the older ``blocks`` / ``last``); the grant is one
@@ -301,25 +303,20 @@ def register_queue_routes(
     @app.get("/v1/tasks", tags=["tasks"])
     def list_tasks(
         me: Auth,
-        stream: str | None = None,
-        state: Annotated[str | None, Query(max_length=16)] = None,
+        stream: StreamQuery = None,
+        state: Annotated[TaskState | None, Query()] = None,
         kind: Annotated[sc.TaskKind | None, Query()] = None,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     ) -> sc.QueueOut:
         """Tasks, oldest first: the caller's (admins: everyone's), with state and grant."""
-        from blockbudget.tasks.model import TaskState, WorkKind
+        from blockbudget.tasks.model import WorkKind
 
         if stream is not None:
             require_stream(me, stream)
-        try:
-            wanted = None if state is None else TaskState(state)
-        except ValueError:
-            known = [s.value for s in TaskState]
-            raise InvalidRequestError(f"state must be one of {known}, not {state!r}") from None
         found = queue.tasks(
             principal=None if me.role is Role.ADMIN else me.name,
             stream=stream,
-            state=wanted,
+            state=state,
             kind=None if kind is None else WorkKind(kind.value),
             limit=limit,
         )
@@ -405,14 +402,14 @@ def register_queue_routes(
         )
 
     @app.get("/v1/streams/{stream}/scheduler", tags=["tasks"])
-    def get_scheduler(me: Auth, stream: str) -> sc.SchedulerOut:
+    def get_scheduler(me: Auth, stream: StreamPath) -> sc.SchedulerOut:
         """The scheduler deciding the stream's tasks (any reader)."""
         require_stream(me, stream)
         platform.stream(stream)
         return scheduler_out(stream)
 
     @app.put("/v1/streams/{stream}/scheduler", tags=["tasks"])
-    def put_scheduler(me: Auth, stream: str, body: sc.SchedulerIn) -> sc.SchedulerOut:
+    def put_scheduler(me: Auth, stream: StreamPath, body: sc.SchedulerIn) -> sc.SchedulerOut:
         """Set the stream's scheduler (admins; stored in the database, every server process
         follows it)."""
         require_role(me)

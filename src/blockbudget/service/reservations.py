@@ -30,6 +30,7 @@ from blockbudget.service.access import (
 from blockbudget.service.auth import Principal, Role
 from blockbudget.service.blocknames import BlockNames, Naming
 from blockbudget.service.charges import charge_json, scoped
+from blockbudget.service.params import StreamPath
 from blockbudget.service.reservation_usage import usage_json
 from blockbudget.store.model import parse_block_id
 
@@ -82,7 +83,7 @@ def register_reservation_routes(
         return res
 
     @app.post("/v1/streams/{stream}/reservations", status_code=201, tags=["budget"])
-    def reserve(me: Auth, stream: str, body: sc.ReserveIn) -> sc.ReservationOut:
+    def reserve(me: Auth, stream: StreamPath, body: sc.ReserveIn) -> sc.ReservationOut:
         require_stream(me, stream)
         context = resolve_context(me, body.context)
         cost = Budget(epsilon=body.epsilon, delta=body.delta)

@@ -15,6 +15,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from blockbudget.service.auth import Permission, Role
+from blockbudget.service.params import (
+    CONTEXT_PATTERN,
+    INGEST_ID_PATTERN,
+    PRINCIPAL_PATTERN,
+    STREAM_PATTERN,
+    ContextItem,
+)
 from blockbudget.service.query_schemas import DryRunOut as DryRunOut
 from blockbudget.service.query_schemas import GroupOut as GroupOut
 from blockbudget.service.query_schemas import PartOut as PartOut
@@ -23,6 +30,7 @@ from blockbudget.service.query_schemas import QueryKind as QueryKind
 from blockbudget.service.query_schemas import QueryOut as QueryOut
 from blockbudget.service.query_schemas import QueryResultOut as QueryResultOut
 from blockbudget.service.query_schemas import QueryRunIn as QueryRunIn
+from blockbudget.service.schema_fields import MIN_BUDGET, NOT_TINY, BlockName, Count, Number
 from blockbudget.service.schema_fields import BudgetDecimal as BudgetDecimal
 from blockbudget.service.schema_fields import BudgetFloat as BudgetFloat
 from blockbudget.service.schema_fields import ContextName as ContextName
@@ -53,13 +61,13 @@ from blockbudget.service.task_schemas import TaskIn as TaskIn
 from blockbudget.service.task_schemas import TaskKind as TaskKind
 from blockbudget.service.task_schemas import TaskOut as TaskOut
 from blockbudget.service.task_schemas import WaitingOut as WaitingOut
-from blockbudget.store.model import OnOverlap
+from blockbudget.store.model import MAX_STREAM_NAME, OnOverlap
 
 
 class PrincipalIn(Strict):
-    name: str = Field(min_length=1, max_length=64)
+    name: str = Field(min_length=1, max_length=64, pattern=PRINCIPAL_PATTERN)
     role: Role
-    contexts: list[str] = Field(default_factory=list, max_length=64)
+    contexts: list[ContextItem] = Field(default_factory=list, max_length=64)
 
 
 class PrincipalOut(BaseModel):
@@ -86,7 +94,7 @@ class NewKeyOut(BaseModel):
 
 
 class ContextsIn(Strict):
-    contexts: list[str] = Field(max_length=64)
+    contexts: list[ContextItem] = Field(max_length=64)
 
 
 class AclIn(Strict):
@@ -94,7 +102,7 @@ class AclIn(Strict):
 
 
 class ContextIn(Strict):
-    name: str = Field(min_length=1, max_length=64)
+    name: str = Field(min_length=1, max_length=64, pattern=CONTEXT_PATTERN)
     description: str = Field(default="", max_length=1000)
 
 
@@ -106,15 +114,24 @@ class ContextOut(BaseModel):
 
 
 class StreamIn(Strict):
-    name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-    epsilon: BudgetFloat = Field(gt=0, le=1e6, allow_inf_nan=False, description="ε_g per block")
-    delta: BudgetFloat = Field(default=1e-6, ge=0, lt=1, allow_inf_nan=False, description="δ_g")
+    name: str = Field(min_length=1, max_length=MAX_STREAM_NAME, pattern=STREAM_PATTERN)
+    epsilon: BudgetFloat = Field(
+        ge=MIN_BUDGET, le=1e6, allow_inf_nan=False, description="ε_g per block"
+    )
+    delta: BudgetFloat = Field(
+        default=1e-6,
+        ge=0,
+        lt=1,
+        allow_inf_nan=False,
+        description="δ_g",
+        json_schema_extra=NOT_TINY,
+    )
     accounting: RuleName = "basic"
     by: Literal["time", "user", "attribute"] = "time"
     column: str = Field(default="time", min_length=1, max_length=200)
-    window_seconds: int = Field(default=86_400, ge=1, le=10 * 366 * 86_400)
-    ids_per_block: int = Field(default=1000, ge=1, le=10**9)
-    rows_per_user: int = Field(default=1, ge=1, le=10**6)
+    window_seconds: Count = Field(default=86_400, ge=1, le=10 * 366 * 86_400)
+    ids_per_block: Count = Field(default=1000, ge=1, le=10**9)
+    rows_per_user: Count = Field(default=1, ge=1, le=10**6)
     late_policy: Literal["new_block", "drop", "reject"] | None = None
     description: str = Field(default="", max_length=1000)
 
@@ -135,7 +152,9 @@ class IngestIn(Strict):
     read exactly like a CSV file with those columns. ``text/csv`` bodies are accepted too."""
 
     records: list[dict[str, Any]] = Field(min_length=1, max_length=1_000_000)
-    ingest_id: str | None = Field(default=None, min_length=1, max_length=128)
+    ingest_id: str | None = Field(
+        default=None, min_length=1, max_length=128, pattern=INGEST_ID_PATTERN
+    )
     on_overlap: OnOverlap | None = None
 
 
@@ -205,7 +224,7 @@ class ReserveIn(Selection):
     epsilon: BudgetFloat = Epsilon
     delta: BudgetFloat = Delta
     context: str | None = ContextName
-    ttl_seconds: float = Field(default=600.0, gt=0, le=7 * 86_400, allow_inf_nan=False)
+    ttl_seconds: Number = Field(default=600.0, gt=0, le=7 * 86_400, allow_inf_nan=False)
     request_id: str | None = RequestId
 
 
@@ -228,12 +247,12 @@ class ReservationOut(BaseModel):
 class DrawIn(Strict):
     epsilon: BudgetFloat = Epsilon
     delta: BudgetFloat = Delta
-    blocks: list[str] | None = Field(default=None, min_length=1, max_length=10_000)
+    blocks: list[BlockName] | None = Field(default=None, min_length=1, max_length=10_000)
     request_id: str | None = RequestId
 
 
 class ChargeIn(Strict):
-    blocks: list[str] = Field(min_length=1, max_length=10_000)
+    blocks: list[BlockName] = Field(min_length=1, max_length=10_000)
     epsilon: BudgetFloat = Epsilon
     delta: BudgetFloat = Delta
     context: str | None = ContextName

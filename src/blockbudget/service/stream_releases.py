@@ -23,38 +23,50 @@ from typing import Annotated, Any, Literal
 
 import anyio.to_thread
 from fastapi import Depends, FastAPI
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from blockbudget.errors import InvalidRequestError
 from blockbudget.platform import Platform
 from blockbudget.service.access import Authenticator, require_stream, resolve_context
 from blockbudget.service.auth import Principal
 from blockbudget.service.failures import LEDGER_REFUSALS, concealing
+from blockbudget.service.params import RELEASE_PATTERN, ReleasePath, StreamPath
+from blockbudget.service.schema_fields import (
+    MIN_BUDGET,
+    NOT_TINY,
+    ContextName,
+    Count,
+    Flag,
+    Number,
+    not_tiny,
+)
 from blockbudget.streaming.platform_release import PlatformStreamRelease, open_release
 
 __all__ = ["ReleaseIn", "ReleaseOut", "register_stream_release_routes"]
 
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_NAME = re.compile(RELEASE_PATTERN)
 
 
 class ReleaseIn(BaseModel):
     """A stream release's parameters (all public; see :class:`~blockbudget.streaming.SlotSource`
     and :class:`~blockbudget.streaming.HistogramConfig`)."""
 
-    context: str | None = None
+    context: str | None = ContextName
     item_column: str = Field(min_length=1)
     user_column: str = Field(min_length=1)
     domain: list[str] = Field(min_length=1, max_length=100_000)
-    min_users: int = Field(ge=1, le=10**12)
-    epsilon: float = Field(gt=0, le=1e15)
-    delta: float = Field(default=0.0, ge=0, lt=1)
+    min_users: Count = Field(ge=1, le=10**12)
+    epsilon: Number = Field(ge=MIN_BUDGET, le=1e15)
+    delta: Annotated[Number, AfterValidator(not_tiny)] = Field(
+        default=0.0, ge=0, lt=1, json_schema_extra=NOT_TINY
+    )
     mode: Literal["windowed", "per-slot"] = "windowed"
     noise: Literal["laplace", "gaussian"] = "laplace"
-    window: int = Field(default=30, ge=1, le=100_000)
-    warmup: bool = True
+    window: Count = Field(default=30, ge=1, le=100_000)
+    warmup: Flag = True
     horizon: Literal["accumulative", "instantaneous"] = "accumulative"
-    expected_slots: int | None = Field(default=365, ge=2, le=10_000_000)
-    max_windows: int | None = Field(default=None, ge=1)
+    expected_slots: Count | None = Field(default=365, ge=2, le=10_000_000)
+    max_windows: Count | None = Field(default=None, ge=1)
 
 
 class SlotOut(BaseModel):
@@ -87,14 +99,16 @@ class ReleaseOut(BaseModel):
 class RecommendIn(BaseModel):
     """Public stream parameters for :func:`~blockbudget.streaming.recommend.recommend`."""
 
-    domain_size: int = Field(ge=1, le=10_000_000)
-    min_users: int = Field(ge=1, le=10**12)
-    epsilon: float = Field(gt=0, le=1e15)
-    horizon: int | None = Field(default=None, ge=2, le=1_000_000)
-    window: int = Field(default=30, ge=1, le=100_000)
-    delta: float = Field(default=0.0, ge=0, lt=1)
+    domain_size: Count = Field(ge=1, le=10_000_000)
+    min_users: Count = Field(ge=1, le=10**12)
+    epsilon: Number = Field(ge=MIN_BUDGET, le=1e15)
+    horizon: Count | None = Field(default=None, ge=2, le=1_000_000)
+    window: Count = Field(default=30, ge=1, le=100_000)
+    delta: Annotated[Number, AfterValidator(not_tiny)] = Field(
+        default=0.0, ge=0, lt=1, json_schema_extra=NOT_TINY
+    )
     answer: Literal["accumulative", "instantaneous"] = "accumulative"
-    warmup: bool = True
+    warmup: Flag = True
 
 
 def principal_part(principal: str) -> str:
@@ -151,11 +165,13 @@ def register_stream_release_routes(
         return release_out(release, name, slots)
 
     @app.post("/v1/streams/{stream}/releases/{name}", tags=["streams"])
-    async def run_release(me: Auth, stream: str, name: str, body: ReleaseIn) -> ReleaseOut:
+    async def run_release(
+        me: Auth, stream: StreamPath, name: ReleasePath, body: ReleaseIn
+    ) -> ReleaseOut:
         return await anyio.to_thread.run_sync(run, me, stream, name, body)
 
     @app.get("/v1/streams/{stream}/releases/{name}", tags=["streams"])
-    def get_release(me: Auth, stream: str, name: str) -> dict[str, Any]:
+    def get_release(me: Auth, stream: StreamPath, name: ReleasePath) -> dict[str, Any]:
         """The saved public state of the caller's release (its latest answer and slot log)."""
         import json
         from pathlib import Path

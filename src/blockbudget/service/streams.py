@@ -30,6 +30,7 @@ from blockbudget.service.access import (
 from blockbudget.service.auth import KeyStore, Permission, Principal, Role
 from blockbudget.service.blocknames import BlockNames
 from blockbudget.service.dashboard_routes import block_out, sees_every_context
+from blockbudget.service.params import ContextItem, StreamPath
 from blockbudget.store import Blocking, LatePolicy, Unit
 
 __all__ = ["blocking_of", "contexts_for", "register_stream_routes", "stream_json"]
@@ -152,15 +153,15 @@ def register_stream_routes(
         return stream_out(body.name, me)
 
     @app.get("/v1/streams/{stream}", tags=["streams"])
-    def get_stream(me: Auth, stream: str) -> sc.StreamOut:
+    def get_stream(me: Auth, stream: StreamPath) -> sc.StreamOut:
         require_stream(me, stream)
         return stream_out(stream, me)
 
     @app.get("/v1/streams/{stream}/blocks", tags=["streams"])
     def list_blocks(
         me: Auth,
-        stream: str,
-        context: Annotated[list[str] | None, Query()] = None,
+        stream: StreamPath,
+        context: Annotated[list[ContextItem] | None, Query(max_length=64)] = None,
     ) -> list[sc.BlockOut]:
         perm = require_stream(me, stream)
         ctxs = contexts_for(platform, me, context, owns=perm is Permission.OWN)
@@ -172,7 +173,7 @@ def register_stream_routes(
         return [block_out(v, with_rows=with_rows, naming=naming, everywhere=every) for v in views]
 
     @app.post("/v1/streams/{stream}/retire", tags=["streams"])
-    def retire_exhausted(me: Auth, stream: str) -> sc.RetireOut:
+    def retire_exhausted(me: Auth, stream: StreamPath) -> sc.RetireOut:
         require_stream(me, stream, own=True)
         return sc.RetireOut(retired=platform.retire_exhausted(stream))
 

@@ -10,10 +10,16 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from blockbudget.budget import ALPHAS
 from blockbudget.service.schema_fields import (
+    MIN_BUDGET,
+    NOT_TINY,
+    BlockName,
     BudgetDecimal,
     BudgetFloat,
     ContextName,
+    Count,
+    Number,
     RequestId,
     Selection,
     Strict,
@@ -28,22 +34,38 @@ def _registered_kind(value: str) -> str:
     return value
 
 
+def _kind_enum(schema: dict[str, Any]) -> None:
+    """The OpenAPI ``enum`` of a pipeline kind: the registered kinds, read when the schema is
+    built (none registered: no value is valid, and the schema says so with an empty ``enum``'s
+    stand-in, ``not: {}``)."""
+    kinds = sorted(pipeline_kinds())
+    if kinds:
+        schema["enum"] = kinds
+    else:
+        schema["not"] = {}
+
+
 #: A pipeline kind registered with the task queue (:mod:`blockbudget.tasks.pipeline_kinds`; the
 #: application's modules that ``blockbudget serve`` loads): another name is refused as invalid.
 PipelineKind = Annotated[
     str,
-    Field(min_length=1, max_length=100, description="a registered pipeline kind"),
+    Field(
+        min_length=1,
+        max_length=100,
+        description="a registered pipeline kind",
+        json_schema_extra=_kind_enum,
+    ),
     AfterValidator(_registered_kind),
 ]
 
 
 class PipelineIn(Strict):
     kind: PipelineKind
-    target: float = Field(gt=0, le=1e6, allow_inf_nan=False, description="the SLA's τ")
+    target: Number = Field(gt=0, le=1e6, allow_inf_nan=False, description="the SLA's τ")
     context: str | None = ContextName
-    epsilon0: BudgetFloat = Field(default=0.0625, gt=0, le=10, allow_inf_nan=False)
-    max_epsilon: BudgetFloat = Field(default=1.0, gt=0, le=10, allow_inf_nan=False)
-    min_window: int = Field(default=1, ge=1, le=10_000)
+    epsilon0: BudgetFloat = Field(default=0.0625, ge=MIN_BUDGET, le=10, allow_inf_nan=False)
+    max_epsilon: BudgetFloat = Field(default=1.0, ge=MIN_BUDGET, le=10, allow_inf_nan=False)
+    min_window: Count = Field(default=1, ge=1, le=10_000)
 
 
 class AttemptOut(BaseModel):
@@ -89,7 +111,7 @@ class TaskKind(Enum):
 class RangeIn(Strict):
     """Any ``k`` blocks whose time window starts in [start, end)."""
 
-    k: int = Field(ge=1, le=100_000)
+    k: Count = Field(ge=1, le=100_000)
     start: datetime
     end: datetime
 
@@ -97,8 +119,8 @@ class RangeIn(Strict):
 class AnyIn(Strict):
     """Any blocks of the stream: at most ``k`` (None: no cap), at least ``min_k``."""
 
-    k: int | None = Field(default=None, ge=1, le=100_000)
-    min_k: int = Field(default=1, ge=1, le=100_000)
+    k: Count | None = Field(default=None, ge=1, le=100_000)
+    min_k: Count = Field(default=1, ge=1, le=100_000)
 
 
 class SelectorIn(Strict):
@@ -106,8 +128,8 @@ class SelectorIn(Strict):
     and attribute streams), ``newest`` (the n newest live blocks, bound when the task enters the
     scheduler), ``range`` and ``any`` (the scheduler chooses)."""
 
-    named: list[str] | None = Field(default=None, min_length=1, max_length=10_000)
-    newest: int | None = Field(default=None, ge=1, le=100_000)
+    named: list[BlockName] | None = Field(default=None, min_length=1, max_length=10_000)
+    newest: Count | None = Field(default=None, ge=1, le=100_000)
     range: RangeIn | None = None
     any: AnyIn | None = None
 
@@ -116,10 +138,10 @@ class PipelineWorkIn(Strict):
     """A privacy-adaptive training pipeline run as a task (see ``PipelineIn``)."""
 
     kind: PipelineKind
-    target: float = Field(gt=0, le=1e6, allow_inf_nan=False, description="the SLA's τ")
-    epsilon0: BudgetFloat = Field(default=0.0625, gt=0, le=10, allow_inf_nan=False)
-    max_epsilon: BudgetFloat = Field(default=1.0, gt=0, le=10, allow_inf_nan=False)
-    min_window: int = Field(default=1, ge=1, le=10_000)
+    target: Number = Field(gt=0, le=1e6, allow_inf_nan=False, description="the SLA's τ")
+    epsilon0: BudgetFloat = Field(default=0.0625, ge=MIN_BUDGET, le=10, allow_inf_nan=False)
+    max_epsilon: BudgetFloat = Field(default=1.0, ge=MIN_BUDGET, le=10, allow_inf_nan=False)
+    min_window: Count = Field(default=1, ge=1, le=10_000)
 
 
 class ProviderIn(BaseModel):
@@ -129,7 +151,7 @@ class ProviderIn(BaseModel):
     provider: str = Field(min_length=1, max_length=64)
 
 
-Significance = Annotated[float, Field(ge=0, le=1e12, allow_inf_nan=False)]
+Significance = Annotated[Number, Field(ge=0, le=1e12, allow_inf_nan=False)]
 
 
 class TaskIn(Selection):
@@ -146,12 +168,11 @@ class TaskIn(Selection):
     query: dict[str, Any] | None = Field(
         default=None, description="kind query: the query's JSON form (docs/queries.md)"
     )
-    epsilon: BudgetDecimal | None = Field(
-        default=None,
-        gt=0,
-        le=1e6,
-        allow_inf_nan=False,
-        description="kind budget: ε per block (a number, or an exact decimal string)",
+    epsilon: Annotated[BudgetDecimal, Field(ge=MIN_BUDGET, le=1e6, allow_inf_nan=False)] | None = (
+        Field(
+            default=None,
+            description="kind budget: ε per block (a number, or an exact decimal string)",
+        )
     )
     delta: BudgetDecimal = Field(
         default=Decimal(0),
@@ -159,9 +180,15 @@ class TaskIn(Selection):
         lt=1,
         allow_inf_nan=False,
         description="δ per block (a number, or an exact decimal string)",
+        json_schema_extra=NOT_TINY,
     )
-    rdp: list[Annotated[float, Field(ge=0, allow_inf_nan=False)]] | None = Field(
-        default=None, min_length=1, max_length=64, description="kind budget: RDP ε(α) per block"
+    rdp: (
+        list[Annotated[Number, Field(ge=0, allow_inf_nan=False, json_schema_extra=NOT_TINY)]] | None
+    ) = Field(
+        default=None,
+        min_length=len(ALPHAS),
+        max_length=len(ALPHAS),
+        description=f"kind budget: RDP ε(α) per block, one per order α of {list(ALPHAS)}",
     )
     pipeline: PipelineWorkIn | None = None
     context: str | None = ContextName
@@ -169,7 +196,7 @@ class TaskIn(Selection):
         default=None,
         description="p_ij per block ({block: p}) or a live provider ({'provider': name, ...})",
     )
-    timeout_seconds: float | None = Field(
+    timeout_seconds: Number | None = Field(
         default=None, gt=0, le=30 * 86_400, allow_inf_nan=False, description="deadline"
     )
     request_id: str | None = RequestId
