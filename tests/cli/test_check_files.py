@@ -26,6 +26,11 @@ def _plant(blocks: Path, rel: str, *, age_seconds: float = 0.0) -> str:
     return rel
 
 
+def _age(path: Path, *, seconds: float) -> None:
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+
+
 def _parts(blocks: Path) -> set[str]:
     return {str(p.relative_to(blocks)) for p in blocks.rglob("*.parquet")}
 
@@ -64,10 +69,12 @@ def test_check_files_finds_orphans_and_missing_files_and_removes_old_orphans(
     assert doc["removed"] == [old] and [o["path"] for o in doc["orphans"]] == [young]
     assert code == 1  # the missing file still needs attention
     assert _parts(blocks) == (listed - {lost}) | {young}
-    code, doc = invoke_json("blocks", "b", "--check-files", "--remove-orphans", "--grace", "1s", *h)
-    assert code == 1 and doc["removed"] == [] and doc["missing"] == [lost]  # 1 s: still young
-    time.sleep(1.1)
-    code, doc = invoke_json("blocks", "b", "--check-files", "--remove-orphans", "--grace", "1s", *h)
+    # the age is the file's mtime against --grace (no sleeping: a loaded machine cannot flip it)
+    _age(blocks / young, seconds=30 * 60)
+    code, doc = invoke_json("blocks", "b", "--check-files", "--remove-orphans", "--grace", "1h", *h)
+    assert code == 1 and doc["removed"] == [] and doc["missing"] == [lost]  # 30 min: still young
+    _age(blocks / young, seconds=2 * 3600)
+    code, doc = invoke_json("blocks", "b", "--check-files", "--remove-orphans", "--grace", "1h", *h)
     assert doc["removed"] == [young] and doc["orphans"] == [] and code == 1
     assert _parts(blocks) == listed - {lost}
 
