@@ -78,6 +78,9 @@ class Pool(BlockBudgets):
         #: None (the simulator) logs it only.
         self.overhead_sink: Callable[[Decision], bool] | None = None
         self.tasks: dict[str, TaskSpec] = {}
+        #: submission order of each task (0, 1, ...): ties in a scheduler's order are broken
+        #: by arrival, then by this (queue order, as the PrivateKube and DPack authors do)
+        self.seq: dict[str, int] = {}
         self.status: dict[str, TaskStatus] = {}
         self.charged_blocks: dict[str, list[str]] = {}
         self.granted_at: dict[str, float] = {}
@@ -110,6 +113,7 @@ class Pool(BlockBudgets):
                 self.index(b)
         self.vector(task.demand)
         self.tasks[task.task_id] = task
+        self.seq[task.task_id] = len(self.seq)
         self.status[task.task_id] = TaskStatus.PENDING
         self.charged_blocks[task.task_id] = []
 

@@ -103,7 +103,7 @@ class Waiting:
 
     def touching(self, blocks: npt.ArrayLike) -> list[str]:
         """Ids of waiting tasks naming any of ``blocks`` (in no particular order: callers
-        sort by a key that ends with the task id)."""
+        sort by a key that ends with the submission order, :attr:`Pool.seq`)."""
         out: set[str] = set()
         for b in np.asarray(blocks, dtype=np.int64).tolist():
             ids = self.by_block.get(b)
