@@ -53,8 +53,11 @@ def dominant_shares(pool: Pool, item: WaitingTask) -> tuple[float, float]:
     cap = pool.capacity[item.blocks]
     with np.errstate(divide="ignore", invalid="ignore"):
         shares = np.where(cap > 0, item.vec / np.where(cap > 0, cap, 1.0), 0.0)
-    flat = np.sort(shares.ravel())[::-1]
-    return float(flat[0]), float(flat[1]) if len(flat) > 1 else 0.0
+    flat = shares.ravel()
+    if len(flat) < 2:
+        return float(flat[0]), 0.0
+    top = np.partition(flat, len(flat) - 2)[-2:]  # the two largest, in order
+    return float(top[1]), float(top[0])
 
 
 class _Dpf(UnlockingScheduler):

@@ -268,7 +268,11 @@ class Pool(BlockBudgets):
         """
         task = self._open(task_id)
         idx = [self.index(b) for b in costs]
-        extra = [b for b in costs if not task.may_use(b)]
+        if task.blocks is not None:  # NAMED: one set, not a tuple scan per block
+            named = set(task.blocks)
+            extra = [b for b in costs if b not in named]
+        else:
+            extra = [b for b in costs if not task.may_use(b)]
         if extra:
             raise InternalError(f"task {task_id!r} may not use blocks {sorted(extra)}")
         limit = task.access_limit
