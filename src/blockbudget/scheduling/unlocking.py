@@ -259,7 +259,13 @@ class UnlockingScheduler(Scheduler):
         if not self.batch:
             self.schedule(pool, item.blocks)
             return
-        if self.runnable(pool, [item])[0] and pool.grant(task.task_id):  # fast path
+        # fast path; a block with nothing unlocked (T-unlocking: a task naming the newest
+        # block) cannot fit a demand, so the test is skipped there
+        if (
+            self.unlocked[item.blocks].all()
+            and self.runnable(pool, [item])[0]
+            and pool.grant(task.task_id)
+        ):
             self.waiting.remove(task.task_id)
         if self.unlock is UnlockMode.N:
             self.changed.update(item.blocks.tolist())
