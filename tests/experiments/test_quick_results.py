@@ -19,6 +19,8 @@ from blockbudget.experiments import all_experiments
 #: experiments that release nothing computed from data: an accountant's arithmetic over a budget
 #: sequence drawn from public randomness (DPI's allocation does not depend on the data)
 NO_DATA = {"dpi-budget", "dpi-privacy-loss"}
+#: scheduler simulations: deterministic schedulers on public (synthetic) demands, no noise drawn
+NO_DATA |= {"dpack-contention", "privatekube-micro"}
 SEEDED = re.compile(r"seeded|SeededNoise", re.IGNORECASE)
 NOT_SECURE = re.compile(r"not secure|secure(_noise)?=False")
 
@@ -45,6 +47,11 @@ TABLES: dict[str, tuple[tuple[str, ...], int]] = {
         ("queries", "method", "digits_accuracy_pct", "flights_mse_min2", "flights_medae_min",
          "seeds"),
         2 * 2,
+    ),
+    "dpack-contention": (
+        ("online_blocks", "tasks", "tasks_per_block", "scheduler", "allocated_authors_end",
+         "allocated_drain", "over_dpf_t_authors_end", "over_dpf_t_drain"),
+        2 * 4,  # online block counts × (dpf-t, dpack, fcfs-t, dpf-n)
     ),
     "dpi-apps": (
         ("epsilon", "hbos_precision", "hbos_recall", "svd_precision", "svd_recall",
@@ -101,6 +108,10 @@ TABLES: dict[str, tuple[tuple[str, ...], int]] = {
          "trial", "pipelines", "released", "release_fraction", "mean_release_time_blocks",
          "mean_time_censored_blocks", "budget_used"),
         2 * 4,  # loads × strategies
+    ),
+    "privatekube-micro": (
+        ("setting", "accounting", "blocks", "pipelines", "scheduler", "N", "allocated"),
+        4 + 2 * 3 * 2 + 2 * 2,  # FCFS per setting, DPF-N/T × 3 N × 2 settings, DPF-N × 2 N × 2
     ),
     "series-birch": ((*SERIES_COLUMNS, "nivc_mean", "nivc_std", *PAIRED), 2 * 5),
     "series-kmeans-geo": ((*SERIES_COLUMNS, "f1_mean", "f1_std", *PAIRED), 3 * 8),

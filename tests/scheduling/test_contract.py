@@ -50,7 +50,7 @@ def make(name: str, seed: int) -> Scheduler:
 
 
 def test_registry_finds_the_schedulers() -> None:
-    assert {"fcfs", "round-robin", "random-blocks", "streaming"} <= set(CLASSES)
+    assert {"fcfs", "fcfs-t", "round-robin", "random-blocks", "streaming"} <= set(CLASSES)
     for name, cls in CLASSES.items():
         assert cls.name == name and cls.shapes and cls.combines
 

@@ -23,6 +23,7 @@ SPECS = {
     "dpf-n": "dpf-n:n=1",
     "dpf-t": "dpf-t",
     "fcfs": "fcfs",
+    "fcfs-t": "fcfs-t",
     "mixed-threshold": "mixed-threshold:seed=1",
     "online-threshold": "online-threshold:seed=1",
     "random-blocks": "random-blocks:seed=1",

@@ -210,7 +210,8 @@ class DPack(UnlockingScheduler):
             ]
             eff = self.efficiencies(pool, items, others)
             arrival = np.array([w.task.arrival for w in items])
-            order = np.lexsort((arrival, -eff))
+            seq = np.array([pool.seq[w.task.task_id] for w in items])
+            order = np.lexsort((seq, arrival, -eff))  # ties: arrival, then queue order
             ranked = [items[k] for k in order]
             if self.recompute_every <= 0:
                 self.grant_in_order(pool, ranked)

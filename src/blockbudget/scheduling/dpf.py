@@ -3,10 +3,12 @@
 Budget is unlocked progressively (N- or T-unlocking, :mod:`.unlocking`). Waiting pipelines are
 sorted by their *dominant share* — the largest fraction of a block's capacity they demand, over
 their blocks and features with positive capacity (under RDP its orders: PrivateKube's RDP DPF;
-DPack's ``DominantShares`` metric) — smallest first, ties by the next largest share and then by
-arrival; each is tried all-or-nothing against the unlocked budget. A pipeline whose demand is
-within its fair share ε_G/N on every block is served by the same pass as soon as its own arrival
-has unlocked that share (PrivateKube's fast path).
+DPack's ``DominantShares`` metric) — smallest first, ties by the next largest share, then by
+arrival, then by submission order (queue order, as in the authors' code; never by the task id
+as a string, which would put "t10" before "t2"); each is tried all-or-nothing against the
+unlocked budget. A pipeline whose demand is within its fair share ε_G/N on every block is
+served by the same pass as soon as its own arrival has unlocked that share (PrivateKube's fast
+path).
 
 **Lending** (``lend``, a fraction of a block; 0, the paper's DPF, by default): a waiting task
 that no other waiting task competes with — none names any of its blocks — is granted as soon as
@@ -51,8 +53,11 @@ def dominant_shares(pool: Pool, item: WaitingTask) -> tuple[float, float]:
     cap = pool.capacity[item.blocks]
     with np.errstate(divide="ignore", invalid="ignore"):
         shares = np.where(cap > 0, item.vec / np.where(cap > 0, cap, 1.0), 0.0)
-    flat = np.sort(shares.ravel())[::-1]
-    return float(flat[0]), float(flat[1]) if len(flat) > 1 else 0.0
+    flat = shares.ravel()
+    if len(flat) < 2:
+        return float(flat[0]), 0.0
+    top = np.partition(flat, len(flat) - 2)[-2:]  # the two largest, in order
+    return float(top[1]), float(top[0])
 
 
 class _Dpf(UnlockingScheduler):
@@ -79,14 +84,14 @@ class _Dpf(UnlockingScheduler):
         if not isinstance(lend, int | float) or not 0.0 <= lend <= 1.0:
             raise InvalidRequestError(f"lend must be a fraction in [0, 1], got {lend!r}")
         self.lend = float(lend)
-        self.keys: dict[str, tuple[float, float, float, str]] = {}
+        self.keys: dict[str, tuple[float, float, float, int]] = {}
         self._unsettled: set[int] = set()  # blocks of arrivals lending has not looked at
         self._seen = 0  # decisions already scanned for tasks that left the queue
 
     def prepare(self, pool: Pool, task: TaskSpec) -> WaitingTask:
         item = super().prepare(pool, task)
         first, second = dominant_shares(pool, item)
-        self.keys[task.task_id] = (first, second, task.arrival, task.task_id)
+        self.keys[task.task_id] = (first, second, task.arrival, pool.seq[task.task_id])
         return item
 
     def schedule(self, pool: Pool, changed: IntArray) -> None:

@@ -26,6 +26,7 @@ are never refused (tested in ``tests/scheduling/test_ledger_bridge.py``).
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -78,6 +79,12 @@ class Pool(BlockBudgets):
         #: None (the simulator) logs it only.
         self.overhead_sink: Callable[[Decision], bool] | None = None
         self.tasks: dict[str, TaskSpec] = {}
+        #: submission order of each task (0, 1, ...): ties in a scheduler's order are broken
+        #: by arrival, then by this (queue order, as the PrivateKube and DPack authors do)
+        self.seq: dict[str, int] = {}
+        # (deadline, submission order, id) of tasks with a timeout: expire_due pops the due
+        # ones instead of scanning every task at every event
+        self._deadlines: list[tuple[float, int, str]] = []
         self.status: dict[str, TaskStatus] = {}
         self.charged_blocks: dict[str, list[str]] = {}
         self.granted_at: dict[str, float] = {}
@@ -110,6 +117,9 @@ class Pool(BlockBudgets):
                 self.index(b)
         self.vector(task.demand)
         self.tasks[task.task_id] = task
+        self.seq[task.task_id] = len(self.seq)
+        if task.timeout is not None:
+            heapq.heappush(self._deadlines, (task.deadline, self.seq[task.task_id], task.task_id))
         self.status[task.task_id] = TaskStatus.PENDING
         self.charged_blocks[task.task_id] = []
 
@@ -258,7 +268,11 @@ class Pool(BlockBudgets):
         """
         task = self._open(task_id)
         idx = [self.index(b) for b in costs]
-        extra = [b for b in costs if not task.may_use(b)]
+        if task.blocks is not None:  # NAMED: one set, not a tuple scan per block
+            named = set(task.blocks)
+            extra = [b for b in costs if b not in named]
+        else:
+            extra = [b for b in costs if not task.may_use(b)]
         if extra:
             raise InternalError(f"task {task_id!r} may not use blocks {sorted(extra)}")
         limit = task.access_limit
@@ -405,7 +419,12 @@ class Pool(BlockBudgets):
     def expire_due(self, now: float | None = None) -> list[str]:
         """Expire every waiting task whose deadline is before ``now`` (default ``self.now``)."""
         t = self.now if now is None else now
-        due = [tid for tid in self.pending() if self.tasks[tid].deadline < t]
+        found = []
+        while self._deadlines and self._deadlines[0][0] < t:
+            _, seq, tid = heapq.heappop(self._deadlines)
+            if self.status[tid] is TaskStatus.PENDING:
+                found.append((seq, tid))
+        due = [tid for _, tid in sorted(found)]  # in submission order, as before
         for tid in due:
             self._expire(tid, "timeout")
         return due

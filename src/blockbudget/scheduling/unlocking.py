@@ -103,7 +103,7 @@ class Waiting:
 
     def touching(self, blocks: npt.ArrayLike) -> list[str]:
         """Ids of waiting tasks naming any of ``blocks`` (in no particular order: callers
-        sort by a key that ends with the task id)."""
+        sort by a key that ends with the submission order, :attr:`Pool.seq`)."""
         out: set[str] = set()
         for b in np.asarray(blocks, dtype=np.int64).tolist():
             ids = self.by_block.get(b)
@@ -243,9 +243,10 @@ class UnlockingScheduler(Scheduler):
 
     def prepare(self, pool: Pool, task: TaskSpec) -> WaitingTask:
         assert task.blocks is not None
-        idx = np.array([pool.index(b) for b in task.blocks], dtype=np.int64)
+        index = pool.index
+        idx = np.fromiter((index(b) for b in task.blocks), dtype=np.int64, count=len(task.blocks))
         vec = pool.vector(task.demand)
-        rows = np.broadcast_to(vec, (len(idx), pool.dims))
+        rows = np.repeat(vec[None, :], len(idx), axis=0)  # a copy: cheaper than broadcast_to
         return WaitingTask(task, idx, vec, rows)
 
     # --- the run -----------------------------------------------------------------------------
@@ -258,7 +259,13 @@ class UnlockingScheduler(Scheduler):
         if not self.batch:
             self.schedule(pool, item.blocks)
             return
-        if self.runnable(pool, [item])[0] and pool.grant(task.task_id):  # fast path
+        # fast path; a block with nothing unlocked (T-unlocking: a task naming the newest
+        # block) cannot fit a demand, so the test is skipped there
+        if (
+            self.unlocked[item.blocks].all()
+            and self.runnable(pool, [item])[0]
+            and pool.grant(task.task_id)
+        ):
             self.waiting.remove(task.task_id)
         if self.unlock is UnlockMode.N:
             self.changed.update(item.blocks.tolist())
@@ -300,13 +307,21 @@ class UnlockingScheduler(Scheduler):
         raise NotImplementedError
 
     def grant_in_order(self, pool: Pool, ordered: list[WaitingTask]) -> int:
-        """Grant tasks in order while each still fits (re-checked one by one)."""
+        """Grant tasks in order while each still fits (re-checked one by one, against the
+        unlock limits computed once for the pass: granting changes usage, not unlocking)."""
+        if not ordered:
+            return 0
+        lim = self.limits(pool, np.arange(pool.n_blocks))
+        test = np.all if pool.combine is Combine.ALL else np.any
         granted = 0
         for item in ordered:
-            if not pool.is_pending(item.task.task_id):
-                self.waiting.remove(item.task.task_id)
+            tid = item.task.task_id
+            if not pool.is_pending(tid):
+                self.waiting.remove(tid)
                 continue
-            if self.runnable(pool, [item])[0] and pool.grant(item.task.task_id):
-                self.waiting.remove(item.task.task_id)
+            b = item.blocks
+            left = lim[b] - pool.charged[b] - pool.reserved[b]
+            if test(item.rows <= left, axis=1).all() and pool.grant(tid):
+                self.waiting.remove(tid)
                 granted += 1
         return granted

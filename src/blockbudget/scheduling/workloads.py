@@ -132,16 +132,24 @@ def privatekube_micro(
     seed: int = 0,
     accounting: Accounting = Accounting.BASIC,
     timeout: float | None = None,
+    gaussian_delta: float | None = None,
 ) -> Workload:
     """PrivateKube's microbenchmark (see the module docstring). A mouse is a Laplace mechanism
     of pure ε = 0.01·ε_G, an elephant one of 0.1·ε_G, each priced by the rule (its ε under an
     (ε, δ) rule, its exact RDP curve under RDP, its μ under μ-GDP).
 
+    With ``gaussian_delta`` set, each task is instead a Gaussian mechanism calibrated to
+    (ε, ``gaussian_delta``) by the classical bound σ = √(2 ln(1.25/δ))/ε, as PrivateKube's
+    simulator builds its RDP demands (``gaussian_dp2sigma``, δ = 1e-9): (ε, δ) under an
+    (ε, δ) rule, the curve α/(2σ²) under RDP.
+
     Raises:
-        InvalidRequestError: non-positive sizes.
+        InvalidRequestError: non-positive sizes, or ``gaussian_delta`` outside (0, 1).
     """
     if n_blocks < 1 or tasks_per_block < 1:
         raise InvalidRequestError("need at least one block and one task per block")
+    if gaussian_delta is not None and not 0 < gaussian_delta < 1:
+        raise InvalidRequestError(f"gaussian_delta must be in (0, 1), got {gaussian_delta!r}")
     rng = np.random.default_rng(seed)
     cap = Budget(epsilon=epsilon_g, delta=delta_g)
     blocks = tuple(BlockSpec(f"b{i}", float(i), cap) for i in range(n_blocks))
@@ -150,6 +158,10 @@ def privatekube_micro(
     rule = Accounting(accounting).rule
 
     def cost(eps: float) -> Cost:
+        if gaussian_delta is not None:
+            sigma = math.sqrt(2 * math.log(1.25 / gaussian_delta)) / eps
+            gauss = NoisePart(Noise.GAUSSIAN, scale=sigma, sensitivity=1.0)
+            return rule.price(Release.of(epsilon=eps, delta=gaussian_delta, parts=(gauss,)))
         laplace = NoisePart(Noise.LAPLACE, scale=1.0 / eps, sensitivity=1.0)
         return rule.price(Release.of(epsilon=eps, parts=(laplace,)))
 
