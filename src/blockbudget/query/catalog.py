@@ -18,4 +18,5 @@ STATISTICS: tuple[tuple[str, str], ...] = (
     ("variance", "DP variance of a clipped numeric column."),
     ("quantiles", "DP quantiles from a noisy histogram between the bounds."),
     ("histogram", "DP counts over declared categories."),
+    ("top_k", "DP top-k of declared categories by count (one-shot Gumbel; ranks only)."),
 )
