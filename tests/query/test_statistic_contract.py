@@ -82,6 +82,7 @@ def _close(a: Any, b: Any, *, tol: float) -> bool:
 def test_the_registry_holds_the_built_in_statistics_in_module_order() -> None:
     names = [s.name for s in STATISTICS]
     assert names[:6] == ["count", "sum", "mean", "variance", "quantiles", "histogram"]
+    assert {"top_k", "covariance"} <= set(names)
     assert [s.value for s in Statistic] == names
     assert [name for name, _ in CATALOGUE] == names  # each catalogue line registers its name
     assert Statistic("mean") is Statistic.MEAN and Statistic.MEAN.definition is get_statistic(

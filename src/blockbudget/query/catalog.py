@@ -19,4 +19,5 @@ STATISTICS: tuple[tuple[str, str], ...] = (
     ("quantiles", "DP quantiles from a noisy histogram between the bounds."),
     ("histogram", "DP counts over declared categories."),
     ("top_k", "DP top-k of declared categories by count (one-shot Gumbel; ranks only)."),
+    ("covariance", "DP covariance and correlation of two clipped numeric columns."),
 )
