@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from blockbudget.engine.plan import AggKind, Aggregate
+from blockbudget.mechanisms.statistics import clamped_mean
 from blockbudget.query.statistic import Answer, DPStatistic, NoisyGroup, register_statistic
 from blockbudget.query.statistics.sum import fixed_point
 
@@ -63,7 +64,7 @@ class Mean(DPStatistic):
         fixed = fixed_point(query, centred=True)
         lo, hi, m = fixed.lower, fixed.upper, fixed.centre
         n_hat, s_hat = noisy.scalar("count"), noisy.scalar("sum")
-        value = min(max(m + s_hat / max(n_hat, 1.0), lo), hi)
+        value = clamped_mean(n_hat, s_hat, centre=m, lower=lo, upper=hi)
         # a union bound over the two parts: α/2 each
         t_n, t_s = noisy.half_width("count", share=0.5), noisy.half_width("sum", share=0.5)
         interval = mean_interval(n_hat, s_hat, centre=m, lower=lo, upper=hi, t_n=t_n, t_s=t_s)

@@ -10,10 +10,10 @@ Example:
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from blockbudget.engine.plan import AggKind, Aggregate
+from blockbudget.mechanisms.statistics import clamped_variance
 from blockbudget.query.statistic import Answer, DPStatistic, NoisyGroup, register_statistic
 from blockbudget.query.statistics.sum import fixed_point
 
@@ -43,10 +43,8 @@ class Variance(DPStatistic):
 
     def answer(self, query: Query, noisy: NoisyGroup) -> Answer:
         r = fixed_point(query, centred=True).radius
-        n = max(noisy.scalar("count"), 1.0)
-        mean_c = noisy.scalar("sum") / n
-        var = noisy.scalar("sum_squares") / n - mean_c * mean_c
-        return (min(max(var, 0.0), r * r) if math.isfinite(var) else r * r), None
+        n_hat, s_hat = noisy.scalar("count"), noisy.scalar("sum")
+        return clamped_variance(n_hat, s_hat, noisy.scalar("sum_squares"), radius=r), None
 
 
 STATISTIC = register_statistic(Variance())
