@@ -34,7 +34,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         {"engine"},
         {"ledger"},
         {"accounting"},
-        {"budget", "outcome", "dbrevision", "decimals"},
+        {"budget", "outcome", "dbrevision", "decimals", "registered"},
         {"data"},
         {"errors", "failures"},
     )

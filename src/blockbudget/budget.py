@@ -468,12 +468,35 @@ class RdpCurve(Cost):
 
         α·ε²/2 is rounded up, and a positive value under :data:`MIN_MAGNITUDE` (ε below ~1e-50)
         is clamped up to it, so a positive ε never gives a free curve."""
+        return cls._pure(epsilon, 2)
+
+    @classmethod
+    def bounded_range(cls, epsilon: Number) -> RdpCurve:
+        """A curve valid for an ε-bounded-range mechanism (the exponential mechanism, one peel
+        of a Gumbel top-k): min(ε, α·ε²/8) — ε-BR implies ε²/8-zCDP (Cesar & Rogers,
+        "Bounding, Concentrating, and Truncating: Unifying Privacy Loss Composition for Data
+        Analytics", ALT 2021, Lemma 3.2) and ε-DP, so RDP(α) <= ε at every order.
+
+        Rounded as :meth:`from_pure_dp`.
+
+        Example:
+            >>> RdpCurve.bounded_range(1).epsilons[0] * 4 == RdpCurve.from_pure_dp(1).epsilons[0]
+            True
+        """
+        return cls._pure(epsilon, 8)
+
+    @classmethod
+    def _pure(cls, epsilon: Number, divisor: int) -> RdpCurve:
+        """min(ε, α·ε²/divisor) per order, rounded up (see :meth:`from_pure_dp`)."""
         eps = to_decimal(epsilon, name="epsilon")
         if eps < 0 or eps.is_infinite():
             raise InvalidBudgetError(f"epsilon must be finite and >= 0, got {epsilon!r}")
         with localcontext(_PRICE):
             return cls(
-                [min(eps, _clamp_decimal_up(Decimal(repr(a)) * eps * eps / 2)) for a in ALPHAS]
+                [
+                    min(eps, _clamp_decimal_up(Decimal(repr(a)) * eps * eps / divisor))
+                    for a in ALPHAS
+                ]
             )
 
     def __add__(self, other: RdpCurve) -> RdpCurve:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import NDArray
 
 from blockbudget.accounting import Accounting
 from blockbudget.budget import Cost
@@ -56,6 +57,7 @@ class NoNoise(NoiseSource):
 
     def __init__(self, events: list[str] | None = None) -> None:
         self.calls: list[NoiseCall] = []
+        self.selections: list[tuple[int, float, tuple[float, ...]]] = []
         self.events = events if events is not None else []
 
     def _record(self, kind: NoiseKind, values: FloatArray, scale: float) -> FloatArray:
@@ -68,6 +70,12 @@ class NoNoise(NoiseSource):
 
     def _gaussian(self, values: FloatArray, sigma: float) -> FloatArray:
         return self._record(NoiseKind.GAUSSIAN, values, sigma)
+
+    def _top_k(self, values: FloatArray, k: int, scale: float) -> NDArray[np.intp]:
+        """The exact top k (ties to the lower index), recorded as a Gumbel selection."""
+        self.selections.append((k, scale, tuple(float(v) for v in values)))
+        self.events.append("noise:gumbel")
+        return np.argsort(-values, kind="stable")[:k].astype(np.intp)
 
 
 class ShiftNoise(NoNoise):

@@ -480,8 +480,10 @@ class GdpRule(AccountingRule):
 
     def price(self, release: Release) -> Cost:
         """μ of the release: each Gaussian part is exactly (Δ/σ)-GDP (Dong, Roth & Su 2022,
-        Thm 2.7); each Laplace part is (Δ/b)-DP, so μ(Δ/b)-GDP (:meth:`GaussianDp.from_pure_dp`);
-        parts compose in quadrature (Cor. 3.3). A release with no parts is pure ε-DP.
+        Thm 2.7); each Laplace part, and each exponential-mechanism selection (one peel of a
+        Gumbel top-k: its GDP bound is that of its pure ε, none tighter being known here), is
+        (Δ/b)-DP, so μ(Δ/b)-GDP (:meth:`GaussianDp.from_pure_dp`); parts compose in quadrature
+        (Cor. 3.3). A release with no parts is pure ε-DP.
 
         Raises:
             InvalidBudgetError: a release with no noise parts and δ > 0 (no GDP bound).
@@ -497,12 +499,8 @@ class GdpRule(AccountingRule):
         for part in release.parts:
             if part.noise is Noise.GAUSSIAN:
                 costs.append(GaussianDp.gaussian(sigma=part.scale, sensitivity=part.sensitivity))
-            else:
-                with localcontext() as ctx:  # ε = Δ/b, rounded up
-                    ctx.prec = 40
-                    ctx.rounding = ROUND_CEILING
-                    eps = shortest_decimal(part.sensitivity) / shortest_decimal(part.scale)
-                costs.append(GaussianDp.from_pure_dp(eps))
+            else:  # Laplace, or one exponential-mechanism selection: (Δ/b)-DP, ε rounded up
+                costs.append(GaussianDp.from_pure_dp(part.pure_epsilon()))
         total = costs[0]
         for cost in costs[1:]:
             total = total + cost

@@ -15,8 +15,9 @@ while *some* order stays within its capacity; they differ only in the capacities
   retires at the next sweep.
 
 Mechanisms are priced by their own curves at the noise actually used: Laplace (Mironov 2017,
-Prop. 6), Gaussian (Prop. 7), summed per order (Prop. 1); a pure ε-DP mechanism by its pure-DP
-curve.
+Prop. 6), Gaussian (Prop. 7), an exponential-mechanism selection by its bounded-range curve
+min(ε, α·ε²/8) (Cesar & Rogers 2021, Lemma 3.2), summed per order (Prop. 1); a pure ε-DP
+mechanism by its pure-DP curve.
 
 Example:
     >>> from decimal import Decimal
@@ -175,6 +176,9 @@ class RdpRule(AccountingRule):
         for part in release.parts:
             if part.noise is Noise.LAPLACE:
                 total = total + RdpCurve.laplace(scale=part.scale, sensitivity=part.sensitivity)
+            elif part.noise is Noise.EXPONENTIAL:
+                # one selection is (Δ/b)-bounded-range: ε²/8-zCDP (Cesar & Rogers 2021, Lemma 3.2)
+                total = total + RdpCurve.bounded_range(part.pure_epsilon())
             else:
                 total = total + RdpCurve.gaussian(sigma=part.scale, sensitivity=part.sensitivity)
         return total

@@ -36,7 +36,7 @@ Example:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import Enum
@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from blockbudget.budget import Budget, Cost, Number, cost_from_json, shown, to_decimal
 from blockbudget.errors import InvalidBudgetError, InvalidRequestError
+from blockbudget.registered import RegisteredName, RegistryType
 
 if TYPE_CHECKING:
     from blockbudget.accounting.filters import Filter
@@ -64,21 +65,48 @@ class Combine(Enum):
 
 
 class Noise(Enum):
-    """The noise distribution of one part of a release (for pricing)."""
+    """The noise distribution of one part of a release (for pricing).
+
+    Attributes:
+        LAPLACE: Laplace noise of scale b on a vector of L1 sensitivity Δ: (Δ/b)-DP.
+        GAUSSIAN: Gaussian noise of standard deviation σ on a vector of L2 sensitivity Δ.
+        EXPONENTIAL: one selection by the exponential mechanism ∝ exp(score/scale) on scores
+            that one row moves by at most Δ, all in one direction (one peel of a Gumbel top-k):
+            (Δ/scale)-DP and (Δ/scale)-bounded-range.
+    """
 
     LAPLACE = "laplace"
     GAUSSIAN = "gaussian"
+    EXPONENTIAL = "exponential"
 
 
 @dataclass(frozen=True)
 class NoisePart:
     """One perturbation of a release: its distribution, the scale the sampler is given
-    (Laplace b or Gaussian σ) and the sensitivity (L1 for Laplace, L2 for Gaussian) that scale
-    was calibrated to."""
+    (Laplace b, Gaussian σ, or the exponential mechanism's temperature) and the sensitivity
+    (L1 for Laplace, L2 for Gaussian, the scores' for a selection) that scale was calibrated
+    to."""
 
     noise: Noise
     scale: float
     sensitivity: float
+
+    def pure_epsilon(self) -> Decimal:
+        """Δ/scale as an exact decimal, rounded up: the ε of a Laplace part or of one
+        exponential-mechanism selection (of the shortest decimals of both doubles).
+
+        Example:
+            >>> NoisePart(Noise.EXPONENTIAL, 4.0, 1.0).pure_epsilon()
+            Decimal('0.25')
+        """
+        from decimal import ROUND_CEILING, localcontext
+
+        from blockbudget.decimals import shortest_decimal
+
+        with localcontext() as ctx:
+            ctx.prec = 40
+            ctx.rounding = ROUND_CEILING
+            return shortest_decimal(self.sensitivity) / shortest_decimal(self.scale)
 
 
 @dataclass(frozen=True)
@@ -344,15 +372,7 @@ def get_rule(name: str) -> AccountingRule:
     return found
 
 
-class _AccountingType(type):
-    def __iter__(cls) -> Iterator[Accounting]:
-        return iter([Accounting(n) for n in rule_names()])
-
-    def __len__(cls) -> int:
-        return len(rule_names())
-
-
-class Accounting(str, metaclass=_AccountingType):
+class Accounting(RegisteredName, metaclass=RegistryType):
     """The name of a registered accounting rule: the accounting of a stream.
 
     A ``str`` (it stores, compares and serialises as its name), interned so that ``is``
@@ -373,13 +393,15 @@ class Accounting(str, metaclass=_AccountingType):
     STRONG: ClassVar[Accounting]
     RDP: ClassVar[Accounting]
 
-    _interned: ClassVar[dict[str, Accounting]] = {}
+    @classmethod
+    def _names(cls) -> tuple[str, ...]:
+        return rule_names()
 
     def __new__(cls, value: object) -> Accounting:
         if isinstance(value, Accounting):
             return value
         found = cls._interned.get(value) if isinstance(value, str) else None
-        if found is not None and found in _loaded():  # declared names count once registered
+        if isinstance(found, Accounting) and found in _loaded():  # declared: once registered
             return found
         return cls._intern(get_rule(value).name)  # type: ignore[arg-type]
 
@@ -389,29 +411,10 @@ class Accounting(str, metaclass=_AccountingType):
         registered (``accounting = Accounting.declare("gdp")``)."""
         return cls._intern(name)
 
-    @classmethod
-    def _intern(cls, name: str) -> Accounting:
-        made = cls._interned.get(name)
-        if made is None:
-            made = str.__new__(cls, name)
-            cls._interned[name] = made
-        return made
-
-    @property
-    def value(self) -> str:
-        """The stored name (as the enum this replaced called it)."""
-        return str(self)
-
     @property
     def rule(self) -> AccountingRule:
         """The registered rule of this name."""
         return get_rule(str(self))
-
-    def __repr__(self) -> str:
-        return f"Accounting({str(self)!r})"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (Accounting, (str(self),))
 
 
 Accounting.BASIC = Accounting._intern("basic")

@@ -57,8 +57,9 @@ def _query_form(
     bins: int | None,
     where: list[str] | None,
     group_by: list[str] | None,
+    params: list[str] | None = None,
 ) -> dict[str, Any]:
-    from blockbudget.query.text import parse_filter, parse_group_by, parse_list
+    from blockbudget.query.text import parse_filter, parse_group_by, parse_list, parse_param
 
     form: dict[str, Any] = {"statistic": statistic, "epsilon": budget_number(epsilon)}
     if mechanism != "laplace" or delta is not None:  # the version-2 noise fields
@@ -78,6 +79,8 @@ def _query_form(
         form["where"] = [parse_filter(w) for w in where]
     if group_by:
         form["group_by"] = [parse_group_by(g) for g in group_by]
+    for text in params or ():
+        form.update([parse_param(text)])
     return form
 
 
@@ -288,6 +291,13 @@ DeltaOpt = Annotated[
 ]
 LastOpt = Annotated[int, typer.Option(help="Use the newest N affordable blocks.")]
 BlockOpt = Annotated[list[str] | None, typer.Option(help="Explicit block ids/keys.")]
+ParamOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--param",
+        help="The statistic's own parameter 'NAME=VALUE' (repeatable), e.g. 'k=3' for top_k.",
+    ),
+]
 ReservationOpt = Annotated[
     str | None,
     typer.Option(
@@ -327,6 +337,7 @@ def _query_command(statistic: str, summary: str) -> None:
         bins: Annotated[int | None, typer.Option(help="Quantiles: equal-width bins.")] = None,
         where: WhereOpt = None,
         group_by: GroupOpt = None,
+        param: ParamOpt = None,
         dry_run: DryRunOpt = False,
         as_json: JsonOpt = False,
         home: HomeOpt = DEFAULT_HOME,
@@ -347,6 +358,7 @@ def _query_command(statistic: str, summary: str) -> None:
             bins=bins,
             where=where,
             group_by=group_by,
+            params=param,
         )
         out = _execute(
             form,
@@ -365,15 +377,16 @@ def _query_command(statistic: str, summary: str) -> None:
     query_app.command(statistic)(handle_errors(command))
 
 
-for _statistic, _summary in (
-    ("count", "DP count of rows (or of a column's non-null values)."),
-    ("sum", "DP sum of a clipped numeric column."),
-    ("mean", "DP mean of a clipped numeric column."),
-    ("variance", "DP variance of a clipped numeric column."),
-    ("quantiles", "DP quantiles from a noisy histogram between the bounds."),
-    ("histogram", "DP counts over declared categories."),
-):
-    _query_command(_statistic, _summary)
+def _statistic_commands() -> None:
+    """One command per registered statistic (its name and summary, read from the catalogue,
+    which loads no statistic)."""
+    from blockbudget.query.catalog import STATISTICS
+
+    for name, summary in STATISTICS:
+        _query_command(name, summary)
+
+
+_statistic_commands()
 
 
 @query_app.command("run")

@@ -224,6 +224,12 @@ def aggregate_sql(params: Params, agg: Aggregate, kinds: Columns) -> str:
     where = f" FILTER (WHERE {guard})" if guard else ""
     if agg.kind is AggKind.COUNT:
         return f"count({c}){where}"
+    if agg.kind is AggKind.SUM_PRODUCTS:
+        assert agg.fixed is not None and agg.by is not None and agg.by_fixed is not None
+        v = _encode(params, agg.column, kinds, agg.fixed)
+        w = _encode(params, agg.by, kinds, agg.by_fixed)
+        both = _and(guard, kinds.not_nan(agg.by))  # sum() skips a null product
+        return f"sum(({v}) * ({w})) FILTER (WHERE {both})"
     if agg.kind in (AggKind.SUM, AggKind.SUM_SQUARES):
         assert agg.fixed is not None
         v = _encode(params, agg.column, kinds, agg.fixed)

@@ -246,10 +246,9 @@ class Accumulator:
         column = batch.column(agg.column)
         if agg.kind is AggKind.CATEGORIES:
             return self._categories(agg, column, group)
-        valid = pc.is_valid(column)
-        nan = _nan_mask(column)
-        if nan is not None:
-            valid = pc.and_(valid, pc.invert(nan))
+        valid = _present(column)
+        if agg.kind is AggKind.SUM_PRODUCTS:
+            return self._products(agg, batch, valid, group)
         present = np.asarray(valid.to_numpy(zero_copy_only=False), dtype=bool)
         gv = group[present]
         if agg.kind is AggKind.COUNT:
@@ -264,6 +263,19 @@ class Accumulator:
         if agg.kind is AggKind.SUM_SQUARES:
             units = units * units
         return _group_sum(gv, units, size)
+
+    def _products(
+        self, agg: Aggregate, batch: pa.RecordBatch, valid: pa.Array, group: NDArray[np.int64]
+    ) -> NDArray[np.int64]:
+        """Σ v(x)·w(y) over rows where both values are present (each ``|v·w| ≤ 2**40``)."""
+        assert agg.column is not None and agg.by is not None
+        assert agg.fixed is not None and agg.by_fixed is not None
+        other = batch.column(agg.by)
+        both = pc.and_(valid, _present(other))
+        rows = np.asarray(both.to_numpy(zero_copy_only=False), dtype=bool)
+        x = agg.fixed.encode(_floats(batch.column(agg.column).filter(both), agg.column))
+        y = agg.by_fixed.encode(_floats(other.filter(both), agg.by))
+        return _group_sum(group[rows], x * y, self._groups * agg.width)
 
     def _categories(
         self, agg: Aggregate, column: pa.Array, group: NDArray[np.int64]
@@ -281,6 +293,13 @@ class Accumulator:
         found = np.asarray(pc.is_valid(codes).to_numpy(zero_copy_only=False), dtype=bool)
         index = np.asarray(codes.filter(pc.is_valid(codes)).to_numpy(), dtype=np.int64)
         return np.bincount(group[found] * agg.width + index, minlength=size).astype(np.int64)
+
+
+def _present(column: pa.Array) -> pa.Array:
+    """Where a cell is neither null nor NaN."""
+    valid = pc.is_valid(column)
+    nan = _nan_mask(column)
+    return valid if nan is None else pc.and_(valid, pc.invert(nan))
 
 
 def _group_sum(group: NDArray[np.int64], units: NDArray[np.int64], size: int) -> NDArray[np.int64]:

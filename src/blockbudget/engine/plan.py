@@ -32,7 +32,8 @@ Every engine implements the same semantics (checked by one contract test suite):
 * a predicate's comparison with a null cell is false (``IS_NULL`` is true for it);
 * a group key value outside its declared domain (or null) drops the row;
 * a value aggregate (SUM, SUM_SQUARES, BINS, COUNT with a column) reads only rows whose value
-  is neither null nor NaN; COUNT without a column counts rows;
+  is neither null nor NaN; SUM_PRODUCTS only rows where both its values are neither; COUNT
+  without a column counts rows;
 * CATEGORIES counts rows whose value equals one of the declared categories (plus an "other"
   count of every other non-null value when asked).
 """
@@ -243,6 +244,9 @@ class AggKind(Enum):
     COUNT = "count"  # rows (or non-null values of ``column``)
     SUM = "sum"  # Σ v(x) under ``fixed``
     SUM_SQUARES = "sum_squares"  # Σ v(x)² under ``fixed``
+    SUM_PRODUCTS = (
+        "sum_products"  # Σ v(x)·w(y): ``column`` under ``fixed``, ``by`` under ``by_fixed``
+    )
     CATEGORIES = "categories"  # one count per declared category (+ "other")
     BINS = "bins"  # one count per bin of ``bins``
 
@@ -259,6 +263,8 @@ class Aggregate:
         categories: the declared categories (CATEGORIES).
         other: also count non-null values outside ``categories`` (CATEGORIES).
         bins: the bins (BINS).
+        by, by_fixed: the second column and its encoding (SUM_PRODUCTS: each row adds the
+            product of its two encoded values, ``|v·w| ≤ max_units·by_fixed.max_units``).
     """
 
     name: str
@@ -268,6 +274,8 @@ class Aggregate:
     categories: tuple[Scalar, ...] | None = None
     other: bool = False
     bins: Bins | None = None
+    by: str | None = None
+    by_fixed: FixedPoint | None = None
 
     def __post_init__(self) -> None:
         k = self.kind
@@ -275,8 +283,13 @@ class Aggregate:
             raise InvalidRequestError(f"kind must be an AggKind, got {k!r}")
         if k is not AggKind.COUNT and self.column is None:
             raise InvalidRequestError(f"a {k.value} aggregate needs a column")
-        if (k in (AggKind.SUM, AggKind.SUM_SQUARES)) != (self.fixed is not None):
-            raise InvalidRequestError("sum and sum_squares (and only they) take a FixedPoint")
+        if (k in (AggKind.SUM, AggKind.SUM_SQUARES, AggKind.SUM_PRODUCTS)) != (
+            self.fixed is not None
+        ):
+            raise InvalidRequestError("sums (and only they) take a FixedPoint")
+        paired = self.by is not None and self.by_fixed is not None
+        if (k is AggKind.SUM_PRODUCTS) != paired or (self.by is None) != (self.by_fixed is None):
+            raise InvalidRequestError("sum_products (and only it) takes 'by' and 'by_fixed'")
         if (k is AggKind.CATEGORIES) != (self.categories is not None):
             raise InvalidRequestError("categories (and only it) takes declared categories")
         if k is AggKind.CATEGORIES:
@@ -365,7 +378,7 @@ class Plan:
             raise InvalidRequestError("a group-by key appears twice")
         known = set(self.source.columns)
         used = {p.column for p in self.predicates} | set(keys)
-        used |= {a.column for a in self.aggregates if a.column is not None}
+        used |= {c for a in self.aggregates for c in (a.column, a.by) if c is not None}
         unknown = sorted(used - known)
         if unknown:
             raise InvalidRequestError(f"unknown column(s) {unknown}")
@@ -378,7 +391,7 @@ class Plan:
     def columns(self) -> tuple[str, ...]:
         """The columns an engine must read (projection), in schema order."""
         used = {p.column for p in self.predicates} | {g.column for g in self.group_by}
-        used |= {a.column for a in self.aggregates if a.column is not None}
+        used |= {c for a in self.aggregates for c in (a.column, a.by) if c is not None}
         if self.source.user_column is not None:
             used.add(self.source.user_column)
         return tuple(c for c in self.source.columns if c in used)

@@ -42,6 +42,17 @@ class NoiseKind(Enum):
     GAUSSIAN = "gaussian"
 
 
+class Selection(Enum):
+    """A noisy selection: a release of indices (which coordinates are largest), never of the
+    noisy values themselves.
+
+    Attributes:
+        GUMBEL: one-shot Gumbel top-k (:meth:`NoiseSource.top_k`).
+    """
+
+    GUMBEL = "gumbel"
+
+
 def _check_scale(scale: float, *, name: str) -> float:
     scale = plain_number(scale)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
@@ -110,6 +121,33 @@ class NoiseSource(ABC):
             return self.add_laplace(values, scale=scale)
         return self.add_gaussian(values, sigma=scale)
 
+    def top_k(self, values: FloatArray, *, k: int, scale: float) -> NDArray[np.intp]:
+        """The indices of the ``k`` largest of ``values`` + i.i.d. Gumbel(0, ``scale``) noise,
+        largest first — only the indices, never the noisy values.
+
+        One-shot Gumbel top-k has the distribution of k rounds of peeling with the exponential
+        mechanism that picks i with probability ∝ exp(vᵢ/scale) (Durfee & Rogers, "Practical
+        Differentially Private Top-k Selection with Pay-what-you-get Composition", NeurIPS
+        2019, Lemma 4.2): on scores that one row moves by at most Δ, all in the same direction
+        (counts under add/remove), each round is (Δ/scale)-DP and (Δ/scale)-bounded-range.
+
+        Raises:
+            InvalidBudgetError: a scale that is not finite and positive.
+            InvalidRequestError: ``k`` not in [1, len(values)], or a source that does not
+                sample selections.
+            DataError: values that are not a finite 1-D vector.
+        """
+        s = _check_scale(scale, name="Gumbel scale")
+        arr = _check_values(values)
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= arr.size:
+            raise InvalidRequestError(f"top-k needs 1 ≤ k ≤ {arr.size} candidates, got k={k!r}")
+        return self._top_k(arr, k, s)
+
+    def _top_k(self, values: FloatArray, k: int, scale: float) -> NDArray[np.intp]:
+        """Select from validated, non-empty, finite values (a source that selects overrides
+        it)."""
+        raise InvalidRequestError(f"{type(self).__name__} does not sample top-k selections")
+
     def laplace_samples(self, n: int, *, scale: float) -> FloatArray:
         """``n`` Laplace(0, scale) samples (zeros perturbed in one call)."""
         return self.add_laplace(np.zeros(n, dtype=np.float64), scale=scale)
@@ -137,7 +175,7 @@ def opendp_modules() -> SimpleNamespace:
     Returns:
         A namespace with ``m`` (measurements) and the domain, metric and measure
         constructors: ``vector_domain``, ``atom_domain``, ``l1_distance``, ``l2_distance``,
-        ``linf_distance``, ``max_divergence``.
+        ``linf_distance``, ``max_divergence``, ``zero_concentrated_divergence``.
 
     Example:
         >>> dp = opendp_modules()
@@ -164,11 +202,15 @@ def opendp_modules() -> SimpleNamespace:
         l2_distance=metrics.l2_distance,
         linf_distance=metrics.linf_distance,
         max_divergence=measures.max_divergence,
+        zero_concentrated_divergence=measures.zero_concentrated_divergence,
     )
 
 
 class SecureNoise(NoiseSource):
     """The default noise source: OpenDP 0.16's floating-point-safe samplers.
+
+    Top-k selections: ``dp.m.make_noisy_top_k`` with Gumbel noise (its ``zero_concentrated_
+    divergence`` form) over a monotone ``linf_distance``.
 
     Laplace: ``dp.m.make_laplace(vector_domain(atom_domain(T=float, nan=False)),
     l1_distance(T=float), scale=b)``. Gaussian: ``dp.m.make_gaussian`` on the same vector domain
@@ -197,6 +239,19 @@ class SecureNoise(NoiseSource):
         dp = self._dp
         meas = dp.m.make_gaussian(self._domain, dp.l2_distance(T=float), scale=sigma)
         return np.asarray(meas(values.tolist()), dtype=np.float64)
+
+    def _top_k(self, values: FloatArray, k: int, scale: float) -> NDArray[np.intp]:
+        # OpenDP's noisy top-k with Gumbel noise (its zCDP form; scores monotone in the data):
+        # it samples the selection exactly, not from rounded noisy doubles.
+        dp = self._dp
+        meas = dp.m.make_noisy_top_k(
+            self._domain,
+            dp.linf_distance(T=float, monotonic=True),
+            dp.zero_concentrated_divergence(),
+            k=k,
+            scale=scale,
+        )
+        return np.asarray(meas(values.tolist()), dtype=np.intp)
 
     def __repr__(self) -> str:
         return "SecureNoise()"
@@ -229,6 +284,10 @@ class SeededNoise(NoiseSource):
 
     def _gaussian(self, values: FloatArray, sigma: float) -> FloatArray:
         return values + self._rng.normal(0.0, sigma, size=values.shape)
+
+    def _top_k(self, values: FloatArray, k: int, scale: float) -> NDArray[np.intp]:
+        scores = values + self._rng.gumbel(0.0, scale, size=values.shape)
+        return np.argsort(-scores, kind="stable")[:k].astype(np.intp)
 
     def __repr__(self) -> str:
         return f"SeededNoise(seed={self.seed}) [INSECURE: experiments and tests only]"

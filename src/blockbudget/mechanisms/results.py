@@ -20,7 +20,7 @@ from numpy.typing import NDArray
 
 from blockbudget.budget import Cost
 from blockbudget.errors import InvalidRequestError
-from blockbudget.mechanisms.noise import NoiseKind
+from blockbudget.mechanisms.noise import NoiseKind, Selection
 
 V = TypeVar("V")
 
@@ -31,19 +31,24 @@ class Perturbation:
 
     Attributes:
         name: what was perturbed ("value", "count", "sum", "sum_squares", "counts", ...).
-        kind: Laplace or Gaussian.
-        scale: the parameter passed to the sampler: Laplace b, or Gaussian σ.
-        sensitivity: L1 (Laplace) or L2 (Gaussian) sensitivity the scale was calibrated to.
+        kind: Laplace or Gaussian noise, or a Gumbel top-k :class:`~blockbudget.mechanisms.
+            noise.Selection` (which releases indices, not noisy values).
+        scale: the parameter passed to the sampler: Laplace b, Gaussian σ or Gumbel scale.
+        sensitivity: L1 (Laplace) or L2 (Gaussian) sensitivity the scale was calibrated to;
+            for a selection, how far one row moves each score (its L∞ sensitivity, monotone).
         size: how many coordinates were perturbed.
         epsilon: the share of ε this part was calibrated to (None when σ was given directly).
+        picks: for a selection, how many indices each group's selection releases (k); 1
+            otherwise.
     """
 
     name: str
-    kind: NoiseKind
+    kind: NoiseKind | Selection
     scale: float
     sensitivity: float
     size: int
     epsilon: Decimal | None
+    picks: int = 1
 
 
 @dataclass(frozen=True)

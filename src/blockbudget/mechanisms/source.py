@@ -35,11 +35,13 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Protocol, runtime_checkable
 
+import numpy as np
+
 from blockbudget.accounting import Accounting
 from blockbudget.accounting.rule import Noise, NoisePart, Release, get_rule
 from blockbudget.budget import Cost
 from blockbudget.errors import InvalidRequestError
-from blockbudget.mechanisms.noise import FloatArray, NoiseKind, NoiseSource
+from blockbudget.mechanisms.noise import FloatArray, NoiseKind, NoiseSource, Selection
 from blockbudget.mechanisms.results import Perturbation
 
 
@@ -73,14 +75,20 @@ def source_accounting(source: BudgetSource) -> Accounting:
     return accounting
 
 
-_NOISE = {NoiseKind.LAPLACE: Noise.LAPLACE, NoiseKind.GAUSSIAN: Noise.GAUSSIAN}
+_NOISE = {
+    NoiseKind.LAPLACE: Noise.LAPLACE,
+    NoiseKind.GAUSSIAN: Noise.GAUSSIAN,
+    Selection.GUMBEL: Noise.EXPONENTIAL,
+}
 
 
 def release_of(
     *, epsilon: Decimal, parts: Sequence[Perturbation], delta: Decimal = Decimal(0)
 ) -> Release:
     """A release described as data for a rule to price: the requested (ε, δ) and each
-    perturbation's distribution, scale and sensitivity.
+    perturbation's distribution, scale and sensitivity — a Gumbel top-k of ``picks = k`` as k
+    exponential-mechanism selections (its distribution is k peels: Durfee & Rogers 2019,
+    Lemma 4.2).
 
     Example:
         >>> part = Perturbation("v", NoiseKind.GAUSSIAN, 2.0, 1.0, 1, None)
@@ -90,7 +98,11 @@ def release_of(
     return Release(
         epsilon=epsilon,
         delta=delta,
-        parts=tuple(NoisePart(_NOISE[p.kind], p.scale, p.sensitivity) for p in parts),
+        parts=tuple(
+            NoisePart(_NOISE[p.kind], p.scale, p.sensitivity)
+            for p in parts
+            for _ in range(p.picks if p.kind is Selection.GUMBEL else 1)
+        ),
     )
 
 
@@ -147,4 +159,15 @@ def draw_then_perturb(
         The noisy vectors, in the order of ``jobs``.
     """
     source.draw(cost, label=label)
-    return [noise.add(part.kind, values, scale=part.scale) for part, values in jobs]
+    return [_perturb(noise, part, values) for part, values in jobs]
+
+
+def _perturb(noise: NoiseSource, part: Perturbation, values: FloatArray) -> FloatArray:
+    """One job's release: the noisy vector, or for a Gumbel top-k selection a vector of ranks
+    (k for the best index down to 1; 0 for every index not selected)."""
+    if isinstance(part.kind, Selection):
+        ranks = np.zeros(values.shape, dtype=np.float64)
+        chosen = noise.top_k(values, k=part.picks, scale=part.scale)
+        ranks[chosen] = np.arange(part.picks, 0, -1, dtype=np.float64)
+        return ranks
+    return noise.add(part.kind, values, scale=part.scale)

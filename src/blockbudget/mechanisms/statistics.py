@@ -73,6 +73,38 @@ def sum_sensitivity(bound: float) -> float:
     return math.nextafter(bound * (1.0 + FLOAT_SUM_SLACK), math.inf)
 
 
+def clamped_mean(n_hat: float, s_hat: float, *, centre: float, lower: float, upper: float) -> float:
+    """The mean ``centre + Ŝ/max(n̂, 1)`` of a noisy count and a noisy centred sum, clamped
+    into ``[lower, upper]`` (post-processing; Dwork & Roth 2014 Prop. 2.1). The one home of this
+    post-processing: :func:`dp_mean` and the query statistic ``mean`` both use it.
+
+    Example:
+        >>> clamped_mean(4.0, 2.0, centre=1.0, lower=0.0, upper=2.0)
+        1.5
+        >>> clamped_mean(0.5, 9.0, centre=0.0, lower=-1.0, upper=1.0)
+        1.0
+    """
+    return min(max(centre + s_hat / max(n_hat, 1.0), lower), upper)
+
+
+def clamped_variance(n_hat: float, s_hat: float, s2_hat: float, *, radius: float) -> float:
+    """The population variance ``Ŝ₂/n' − (Ŝ/n')²`` (n' = max(n̂, 1)) of a noisy count, centred
+    sum and centred sum of squares, clamped into ``[0, radius²]`` — the largest variance of
+    values within ``radius`` of the centre (``radius²`` if it is not finite). Used by
+    :func:`dp_variance` and the query statistic ``variance``.
+
+    Example:
+        >>> clamped_variance(2.0, 0.0, 2.0, radius=2.0)
+        1.0
+        >>> clamped_variance(2.0, 0.0, 99.0, radius=2.0)
+        4.0
+    """
+    n = max(n_hat, 1.0)
+    mean_c = s_hat / n
+    var = s2_hat / n - mean_c * mean_c
+    return min(max(var, 0.0), radius * radius) if math.isfinite(var) else radius * radius
+
+
 def _laplace_part(name: str, sensitivity: float, epsilon: Decimal, size: int) -> Perturbation:
     scale = laplace_scale(sensitivity=sensitivity, epsilon=epsilon)
     return Perturbation(name, NoiseKind.LAPLACE, scale, sensitivity, size, epsilon)
@@ -268,8 +300,8 @@ def dp_mean(
         noise=noise,
         label=name,
     )
-    mean = m + float(s_hat[0]) / max(float(n_hat[0]), 1.0)
-    return DPResult(min(max(mean, lo), hi), cost, "dp_mean", (count_part, sum_part), secure, name)
+    mean = clamped_mean(float(n_hat[0]), float(s_hat[0]), centre=m, lower=lo, upper=hi)
+    return DPResult(mean, cost, "dp_mean", (count_part, sum_part), secure, name)
 
 
 def dp_variance(
@@ -314,10 +346,8 @@ def dp_variance(
         noise=noise,
         label=name,
     )
-    n_hat = max(float(outs[0][0]), 1.0)
-    mean_c = float(outs[1][0]) / n_hat
-    var = float(outs[2][0]) / n_hat - mean_c * mean_c
-    return DPResult(min(max(var, 0.0), r * r), cost, "dp_variance", parts, secure, name)
+    var = clamped_variance(float(outs[0][0]), float(outs[1][0]), float(outs[2][0]), radius=r)
+    return DPResult(var, cost, "dp_variance", parts, secure, name)
 
 
 def _codes(keys: Any, cats: tuple[Hashable, ...], on_nan: NanPolicy) -> NDArray[np.intp]:

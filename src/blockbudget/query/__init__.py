@@ -26,24 +26,82 @@ Example:
     True
 """
 
-from blockbudget.engine.plan import GroupKey, Op, Predicate
-from blockbudget.query.checks import Pricing, check, check_grant, check_schema
-from blockbudget.query.execute import (
-    aggregate,
-    close_if_spent,
-    covered,
-    open_grant,
-    open_reserved,
-    prepare_on,
-    price,
-    release,
-    run,
-    run_on,
-    spend,
-)
-from blockbudget.query.jsonform import from_dict, to_dict
-from blockbudget.query.result import CONFIDENCE, DryRun, GroupAnswer, QueryResult
-from blockbudget.query.spec import Mechanism, Query, Statistic
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from blockbudget.engine.plan import GroupKey, Op, Predicate
+    from blockbudget.query.checks import Pricing, check, check_grant, check_schema
+    from blockbudget.query.execute import (
+        aggregate,
+        close_if_spent,
+        covered,
+        open_grant,
+        open_reserved,
+        prepare_on,
+        price,
+        release,
+        run,
+        run_on,
+        spend,
+    )
+    from blockbudget.query.jsonform import from_dict, to_dict
+    from blockbudget.query.result import CONFIDENCE, DryRun, GroupAnswer, QueryResult
+    from blockbudget.query.spec import Mechanism, Query, Statistic
+
+#: Names loaded on first use (PEP 562), and the module each comes from: importing the package
+#: (e.g. for :mod:`blockbudget.query.catalog`, which the CLI reads) loads nothing else.
+_LAZY = {
+    "GroupKey": "blockbudget.engine.plan",
+    "Op": "blockbudget.engine.plan",
+    "Predicate": "blockbudget.engine.plan",
+    "Pricing": "blockbudget.query.checks",
+    "check": "blockbudget.query.checks",
+    "check_grant": "blockbudget.query.checks",
+    "check_schema": "blockbudget.query.checks",
+    **dict.fromkeys(
+        (
+            "aggregate",
+            "close_if_spent",
+            "covered",
+            "open_grant",
+            "open_reserved",
+            "prepare_on",
+            "price",
+            "release",
+            "run",
+            "run_on",
+            "spend",
+        ),
+        "blockbudget.query.execute",
+    ),
+    "from_dict": "blockbudget.query.jsonform",
+    "to_dict": "blockbudget.query.jsonform",
+    "CONFIDENCE": "blockbudget.query.result",
+    "DryRun": "blockbudget.query.result",
+    "GroupAnswer": "blockbudget.query.result",
+    "QueryResult": "blockbudget.query.result",
+    "Mechanism": "blockbudget.query.spec",
+    "Query": "blockbudget.query.spec",
+    "Statistic": "blockbudget.query.spec",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Load a public name from its module on first use (PEP 562)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'blockbudget.query' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "CONFIDENCE",

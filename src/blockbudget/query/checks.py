@@ -29,8 +29,8 @@ from blockbudget.mechanisms.noise import NoiseKind
 from blockbudget.mechanisms.results import Perturbation
 from blockbudget.mechanisms.source import price as price_parts
 from blockbudget.query.literals import kind_of_type, typed_literal
-from blockbudget.query.parts import perturbations, query_delta
-from blockbudget.query.spec import NUMERIC, Query, Statistic
+from blockbudget.query.parts import aggregates, perturbations, query_delta
+from blockbudget.query.spec import Query
 from blockbudget.store import Unit
 
 if TYPE_CHECKING:
@@ -126,11 +126,11 @@ def check_schema(query: Query, schema: pa.Schema | None, stream: str) -> Query:
     unknown = [c for c in query.columns() if c not in names]
     if schema is None or unknown:
         raise UnknownColumnError(stream, unknown or list(query.columns()), names)
-    if query.column is not None and query.statistic in NUMERIC:
-        type_ = schema.field(query.column).type
+    for column in query.statistic.definition.numeric_columns(query):
+        type_ = schema.field(column).type
         if kind_of_type(type_) != "number":
             raise InvalidRequestError(
-                f"a DP {query.statistic.value} needs a numeric column; {query.column!r} of "
+                f"a DP {query.statistic.value} needs a numeric column; {column!r} of "
                 f"stream {stream!r} holds {type_}"
             )
     categories = query.categories
@@ -157,13 +157,13 @@ MAX_SUM_ROWS = 4_500_000_000
 
 
 def check_rows(query: Query, rows: int) -> None:
-    """Refuse a sum, mean or variance over ``rows`` stored rows (public metadata: the chosen
-    blocks' row counts) of :data:`MAX_SUM_ROWS` or more.
+    """Refuse a statistic that sums values (a sum, mean or variance) over ``rows`` stored
+    rows (public metadata: the chosen blocks' row counts) of :data:`MAX_SUM_ROWS` or more.
 
     Raises:
         InvalidRequestError: too many rows for the sum's rounding slack.
     """
-    summed = query.statistic in (Statistic.SUM, Statistic.MEAN, Statistic.VARIANCE)
+    summed = any(agg.fixed is not None for agg in aggregates(query))
     if summed and rows >= MAX_SUM_ROWS:
         raise InvalidRequestError(
             f"a DP {query.statistic.value} reads fewer than {MAX_SUM_ROWS} rows (its "

@@ -28,13 +28,16 @@ import numpy as np
 from blockbudget.errors import InternalError, InvalidRequestError, UnknownContextError
 from blockbudget.grant import refuse_short
 from blockbudget.ledger import validate_context_name
-from blockbudget.mechanisms.noise import NoiseSource, resolve_noise
+from blockbudget.mechanisms.noise import NoiseSource, Selection, resolve_noise
+from blockbudget.mechanisms.results import Perturbation
 from blockbudget.mechanisms.source import draw_then_perturb
 from blockbudget.query.answers import answer
 from blockbudget.query.checks import Pricing, check, check_grant, check_rows
-from blockbudget.query.parts import bins, fixed_point, plan
+from blockbudget.query.parts import aggregates as plan_aggregates
+from blockbudget.query.parts import plan
 from blockbudget.query.result import CONFIDENCE, DryRun, GroupAnswer, QueryResult
 from blockbudget.query.spec import Query
+from blockbudget.query.statistic import decode_unit
 
 if TYPE_CHECKING:
     from blockbudget.engine.plan import Partials
@@ -43,8 +46,7 @@ if TYPE_CHECKING:
 
 
 def _resolution(query: Query) -> float | None:
-    b = bins(query)
-    return None if b is None else b.width
+    return query.statistic.definition.resolution(query)
 
 
 def _known_context(platform: Platform, context: str) -> None:
@@ -174,19 +176,23 @@ def release(
         BudgetExceededError / ReservationError: the draw was refused; nothing is released.
     """
     sampler = resolve_noise(noise)
-    fixed = fixed_point(query)
+    units = {agg.name: decode_unit(agg) for agg in plan_aggregates(pricing.typed)}
     jobs = []
     for part in pricing.parts:
         ints = partials.of(part.name)
-        unit = 1.0
-        if fixed is not None and part.name in ("sum", "sum_squares"):
-            unit = fixed.quantum * (fixed.quantum if part.name == "sum_squares" else 1.0)
-        jobs.append((part, np.array([float(v) * unit for v in ints], dtype=np.float64)))
+        unit = units[part.name]  # q for a sum, q² for a sum of squares, 1 for counts
+        vector = np.array([float(v) * unit for v in ints], dtype=np.float64)
+        if isinstance(part.kind, Selection):  # one selection per group, over its own cells
+            width = part.size // query.groups
+            jobs += [(part, vector[g : g + width]) for g in range(0, part.size, width)]
+        else:
+            jobs.append((part, vector))
     # pricing.cost: the parts priced under the stream's rule (their curves on RDP streams);
     # the grant charges its group-privacy cost on a user-level stream.
-    outs = draw_then_perturb(
+    noisy = draw_then_perturb(
         grant, cost=pricing.cost, label=f"query:{query.statistic.value}", noise=sampler, jobs=jobs
     )
+    outs = _rejoin(pricing.parts, noisy)
     return QueryResult(
         query=query,
         stream=grant.stream,
@@ -199,6 +205,20 @@ def release(
         resolution=_resolution(query),
         confidence=confidence,
     )
+
+
+def _rejoin(parts: Sequence[Perturbation], noisy: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """One output vector per part: a selection's per-group jobs concatenated back."""
+    outs, i = [], 0
+    for part in parts:
+        taken = 0
+        pieces: list[np.ndarray] = []
+        while taken < part.size or not pieces:
+            pieces.append(noisy[i])
+            taken += noisy[i].size
+            i += 1
+        outs.append(np.concatenate(pieces) if len(pieces) > 1 else pieces[0])
+    return outs
 
 
 def _groups(

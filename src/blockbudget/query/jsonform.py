@@ -13,7 +13,9 @@ Form (version 1)::
      "where": [{"column": "dest", "op": "==", "value": "BOS"}],
      "group_by": [{"column": "origin", "domain": ["EWR", "JFK", "LGA"]}]}
 
-plus ``categories`` and ``other`` (histogram), ``quantiles`` and ``bins`` (quantiles).
+plus ``categories`` and ``other`` (histogram), ``quantiles`` and ``bins`` (quantiles), and the
+registered statistics' own parameters as flat fields (:attr:`~blockbudget.query.statistic.
+DPStatistic.params`, e.g. ``"k"`` of a top-k).
 
 Version 2 adds the noise: ``"mechanism": "laplace" | "gaussian"`` (default ``"laplace"``) and
 ``"delta"`` (a Gaussian query's δ, 0 < δ < 1)::
@@ -54,6 +56,7 @@ from blockbudget.engine.plan import GroupKey, Op, Predicate, Scalar, check_scala
 from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.noise import NoiseKind
 from blockbudget.query.spec import (
+    ParamValue,
     Query,
     Statistic,
     make_group_key,
@@ -61,6 +64,7 @@ from blockbudget.query.spec import (
     parse_mechanism,
     parse_op,
 )
+from blockbudget.query.statistic import all_params
 
 #: The newest version of the form; every version from 1 up is read.
 VERSION = 2
@@ -168,6 +172,7 @@ def to_dict(query: Query) -> dict[str, Any]:
         "bins": query.bins,
         "where": [_predicate_json(p) for p in query.filters] or None,
         "group_by": [_key_json(k) for k in query.keys] or None,
+        **dict(query.params),
     }
     out.update({k: v for k, v in optional.items() if v is not None})
     return out
@@ -259,9 +264,10 @@ def from_dict(body: Mapping[str, Any]) -> Query:
     """
     if not isinstance(body, Mapping):
         raise InvalidRequestError(f"a query is a JSON object, got {type(body).__name__}")
-    unknown = sorted(set(map(str, body)) - _FIELDS)
+    fields = _FIELDS | set(all_params())
+    unknown = sorted(set(map(str, body)) - fields)
     if unknown:
-        raise InvalidRequestError(f"unknown query field(s) {unknown}; known: {sorted(_FIELDS)}")
+        raise InvalidRequestError(f"unknown query field(s) {unknown}; known: {sorted(fields)}")
     version = body.get("version", VERSION)
     if isinstance(version, bool) or version not in range(1, VERSION + 1):
         raise InvalidRequestError(f"query version {version!r} is not supported (1 to {VERSION})")
@@ -292,6 +298,7 @@ def from_dict(body: Mapping[str, Any]) -> Query:
         raise InvalidRequestError(f"'bins' must be an integer, got {bins!r}")
     cats = body.get("categories")
     probs = body.get("quantiles")
+    params: dict[str, ParamValue] = {n: body[n] for n in all_params() if n in body}
     return Query(
         statistic=statistic,
         epsilon=epsilon,
@@ -308,4 +315,5 @@ def from_dict(body: Mapping[str, Any]) -> Query:
         bins=bins,
         filters=_where(_list(body, "where")),
         keys=_group_by(_list(body, "group_by")),
+        params=tuple(sorted(params.items())),
     )

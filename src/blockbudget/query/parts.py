@@ -20,8 +20,9 @@ that rounding whenever ``|S| ≤ 4.5·10⁹·max_units`` (e.g. fewer than 4.5 bi
 are exact integers below 2⁵³ and have sensitivity 1; so do the cells of a histogram or of the
 quantiles' bins (one row falls in one cell).
 
-Budget splits (basic composition, Dwork & Roth 2014 Thm 3.16), as in
-:mod:`blockbudget.mechanisms.statistics`:
+Budget splits (basic composition, Dwork & Roth 2014 Thm 3.16), each declared by its registered
+statistic (:mod:`blockbudget.query.statistic`; one module each in
+:mod:`blockbudget.query.statistics`):
 
 =========== =========================================== ===========================
 statistic   parts                                       ε per part
@@ -57,73 +58,36 @@ of the parts' curves ε(α) = α·Δ₂²/(2σ²) (Mironov 2017, Prop. 7), or μ
 from __future__ import annotations
 
 import math
-import sys
-from decimal import Decimal
 from statistics import NormalDist
+from typing import TYPE_CHECKING
 
-from blockbudget.engine.plan import AggKind, Aggregate, Bins, FixedPoint, Plan, ScanSource
+from blockbudget.engine.plan import Aggregate, Plan, ScanSource
 from blockbudget.errors import InvalidRequestError
-from blockbudget.mechanisms.calibration import (
-    analytic_gaussian_sigma,
-    exact_delta,
-    exact_epsilon,
-    fitted_gaussian_scales,
-    laplace_scale,
-    split_epsilon,
-)
-from blockbudget.mechanisms.noise import NoiseKind
+from blockbudget.mechanisms.noise import NoiseKind, Selection
 from blockbudget.mechanisms.results import Perturbation
-from blockbudget.mechanisms.statistics import sum_sensitivity
-from blockbudget.query.spec import Query, Statistic
+from blockbudget.query.statistic import query_delta as query_delta
 
-#: How many parts share a statistic's (ε, δ): one unless listed.
-_SPLIT = {Statistic.MEAN: 2, Statistic.VARIANCE: 3}
+if TYPE_CHECKING:
+    from decimal import Decimal
 
-
-def fixed_point(query: Query) -> FixedPoint | None:
-    """The value encoding of a sum, mean or variance (None for the other statistics): centre 0
-    for a sum, the bounds' midpoint for mean and variance (which halves the sensitivity)."""
-    s = query.statistic
-    if s not in (Statistic.SUM, Statistic.MEAN, Statistic.VARIANCE):
-        return None
-    assert query.lower is not None and query.upper is not None
-    lo, hi = float(query.lower), float(query.upper)
-    centre = 0.0 if s is Statistic.SUM else lo / 2.0 + hi / 2.0
-    return FixedPoint(lo, hi, centre)
-
-
-def bins(query: Query) -> Bins | None:
-    """The public bins of a quantile query (None otherwise)."""
-    if query.statistic is not Statistic.QUANTILES:
-        return None
-    assert query.lower is not None and query.upper is not None
-    return Bins(float(query.lower), float(query.upper), query.quantile_bins)
+    from blockbudget.query.spec import Query
 
 
 def aggregates(query: Query) -> tuple[Aggregate, ...]:
-    """The exact aggregates the engine computes for ``query`` (named as their parts)."""
-    s, col = query.statistic, query.column
-    fixed = fixed_point(query)
-    count = Aggregate("count", AggKind.COUNT, column=col)
-    if s is Statistic.COUNT:
-        return (count,)
-    if s is Statistic.HISTOGRAM:
-        cats = query.categories
-        return (Aggregate("counts", AggKind.CATEGORIES, col, categories=cats, other=query.other),)
-    if s is Statistic.QUANTILES:
-        return (Aggregate("bins", AggKind.BINS, col, bins=bins(query)),)
-    total = Aggregate("sum", AggKind.SUM, col, fixed=fixed)
-    if s is Statistic.SUM:
-        return (total,)
-    if s is Statistic.MEAN:
-        return (count, total)
-    return (count, total, Aggregate("sum_squares", AggKind.SUM_SQUARES, col, fixed=fixed))
+    """The exact aggregates the engine computes for ``query`` (named as their parts): its
+    registered statistic's plan."""
+    return query.statistic.definition.aggregates(query)
 
 
 def plan(query: Query, source: ScanSource) -> Plan:
-    """The engine plan of ``query`` over the granted blocks' part files."""
+    """The engine plan of ``query`` over the granted blocks' part files: the query's filters
+    (and any its statistic adds), its group-by keys and its statistic's aggregates."""
+    stat = query.statistic.definition
     return Plan(
-        source=source, aggregates=aggregates(query), predicates=query.filters, group_by=query.keys
+        source=source,
+        aggregates=stat.aggregates(query),
+        predicates=(*query.filters, *stat.predicates(query)),
+        group_by=query.keys,
     )
 
 
@@ -135,53 +99,28 @@ def sensitivities(query: Query) -> dict[str, float]:
         InvalidRequestError: bounds so close that q (or q² for a variance) is not a normal
             double — the released sums would underflow.
     """
-    out: dict[str, float] = {}
-    fixed = fixed_point(query)
-    for agg in aggregates(query):
-        if agg.kind is AggKind.SUM or agg.kind is AggKind.SUM_SQUARES:
-            assert fixed is not None
-            q, units = fixed.quantum, fixed.max_units
-            scale = q * q if agg.kind is AggKind.SUM_SQUARES else q
-            if scale < sys.float_info.min:
-                raise InvalidRequestError(
-                    f"clipping bounds [{fixed.lower}, {fixed.upper}] are too close for a "
-                    f"{query.statistic.value}: its fixed-point unit underflows"
-                )
-            power = 2 if agg.kind is AggKind.SUM_SQUARES else 1
-            out[agg.name] = sum_sensitivity(float(units**power) * scale)
-        else:
-            out[agg.name] = 1.0
-    return out
+    return query.statistic.definition.sensitivities(query)
 
 
 def part_epsilon(query: Query) -> Decimal:
     """The ε share each part is calibrated to (the whole ε, or ε/2, ε/3)."""
-    eps = exact_epsilon(query.epsilon)
-    split = _SPLIT.get(query.statistic, 1)
-    return eps if split == 1 else split_epsilon(eps, split)
-
-
-def query_delta(query: Query) -> Decimal:
-    """The query's δ, exactly (0 for a Laplace query)."""
-    if query.mechanism is NoiseKind.LAPLACE:
-        return Decimal(0)
-    return exact_delta(query.delta, positive=True)
+    return query.statistic.definition.part_epsilon(query)
 
 
 def part_delta(query: Query) -> Decimal:
     """The δ share each part of a Gaussian query is calibrated to (δ, δ/2 or δ/3, rounded
     down so that the shares sum to at most δ); 0 for a Laplace query."""
-    dl = query_delta(query)
-    split = _SPLIT.get(query.statistic, 1)
-    return dl if split == 1 or dl == 0 else split_epsilon(dl, split, name="delta")
+    return query.statistic.definition.part_delta(query)
 
 
 def perturbations(query: Query, accounting: str | None = None) -> tuple[Perturbation, ...]:
     """The perturbations the query's release makes, from its public parameters and the
-    stream's rule alone: Laplace b = Δ₁/ε rounded up; Gaussian under an (ε, δ) rule (or with
-    no rule given), the analytic σ of each part's (ε, δ) share (Balle & Wang 2018, Thm 8 /
-    Alg. 1); Gaussian under a rule that prices the noise (RDP, GDP), σ_j = z·Δ_j with the
-    smallest z at which all the parts together fit an empty (ε, δ) block of that rule
+    stream's rule alone (its registered statistic's
+    :meth:`~blockbudget.query.statistic.DPStatistic.perturbations`). By default: Laplace
+    b = Δ₁/ε rounded up; Gaussian under an (ε, δ) rule (or with no rule given), the analytic σ
+    of each part's (ε, δ) share (Balle & Wang 2018, Thm 8 / Alg. 1); Gaussian under a rule that
+    prices the noise (RDP, GDP), σ_j = z·Δ_j with the smallest z at which all the parts
+    together fit an empty (ε, δ) block of that rule
     (:func:`~blockbudget.mechanisms.calibration.fitted_gaussian_scales`) — so a query asking
     for a block's whole budget fits it.
 
@@ -189,43 +128,41 @@ def perturbations(query: Query, accounting: str | None = None) -> tuple[Perturba
         InvalidBudgetError: a noise scale that does not fit in a double.
         InvalidRequestError: bounds whose fixed-point unit underflows.
     """
-    eps = part_epsilon(query)
-    dl = part_delta(query)
-    sens = sensitivities(query)
-    kind = query.mechanism
-    aggs = aggregates(query)
-    fitted = (
-        fitted_gaussian_scales(
-            accounting=accounting,
-            epsilon=exact_epsilon(query.epsilon),
-            delta=query_delta(query),
-            sensitivities=[sens[agg.name] for agg in aggs],
-        )
-        if kind is NoiseKind.GAUSSIAN and accounting is not None
-        else None
-    )
-    out = []
-    for i, agg in enumerate(aggs):
-        delta = sens[agg.name]
-        if fitted is not None:
-            scale = fitted[i]
-        elif kind is NoiseKind.GAUSSIAN:
-            # Balle & Wang 2018 (ICML), Thm 8 / Alg. 1: the smallest σ with
-            # Φ(Δ/2σ − εσ/Δ) − e^ε·Φ(−Δ/2σ − εσ/Δ) ≤ δ, rounded up.
-            scale = analytic_gaussian_sigma(epsilon=eps, delta=dl, sensitivity=delta)
-        else:
-            scale = laplace_scale(sensitivity=delta, epsilon=eps)
-        size = query.groups * agg.width
-        out.append(Perturbation(agg.name, kind, scale, delta, size, eps))
-    return tuple(out)
+    return query.statistic.definition.perturbations(query, accounting)
 
 
 def half_width(part: Perturbation, *, alpha: float) -> float:
     """The half-width t with P(|noise| > t) = ``alpha`` for one coordinate of ``part``:
-    b·ln(1/α) for Laplace(b), σ·Φ⁻¹(1 − α/2) for N(0, σ²)."""
+    b·ln(1/α) for Laplace(b), σ·Φ⁻¹(1 − α/2) for N(0, σ²), and for a Gumbel top-k the
+    half-width of the Gumbel noise on each score (:func:`gumbel_half_width`)."""
     if part.kind is NoiseKind.LAPLACE:
         return laplace_half_width(part.scale, alpha=alpha)
+    if isinstance(part.kind, Selection):
+        return gumbel_half_width(part.scale, alpha=alpha)
     return gaussian_half_width(part.scale, alpha=alpha)
+
+
+def gumbel_half_width(scale: float, *, alpha: float) -> float:
+    """The half-width t with P(|G| > t) = ``alpha`` for G ~ Gumbel(0, ``scale``), whose CDF is
+    exp(−e^{−x/β}): 1 − F(t) + F(−t) decreases in t, so t/β is found by bisection (to 1e-12).
+
+    Example:
+        >>> round(gumbel_half_width(1.0, alpha=0.05), 4)
+        2.9702
+    """
+    if not 0.0 < alpha < 1.0:
+        raise InvalidRequestError(f"alpha is in (0, 1), got {alpha!r}")
+
+    def tail(u: float) -> float:
+        return -math.expm1(-math.exp(-u)) + math.exp(-math.exp(u))
+
+    lo, hi = 0.0, 1.0
+    while tail(hi) > alpha:
+        hi *= 2.0
+    while hi - lo > 1e-12 * hi:
+        mid = (lo + hi) / 2.0
+        lo, hi = (mid, hi) if tail(mid) > alpha else (lo, mid)
+    return scale * hi
 
 
 def gaussian_half_width(sigma: float, *, alpha: float) -> float:

@@ -17,7 +17,7 @@ from typing import Any
 from blockbudget.budget import Cost
 from blockbudget.engine.plan import Scalar
 from blockbudget.errors import InvalidRequestError
-from blockbudget.mechanisms.noise import NoiseKind
+from blockbudget.mechanisms.noise import NoiseKind, Selection
 from blockbudget.mechanisms.results import Perturbation
 from blockbudget.query.jsonform import literal_to_json, to_dict
 from blockbudget.query.parts import half_width
@@ -65,6 +65,8 @@ def part_json(part: Perturbation, *, confidence: float = CONFIDENCE) -> dict[str
 
 
 def _noise(p: Perturbation) -> str:
+    if isinstance(p.kind, Selection):
+        return f"{p.name}: gumbel top-{p.picks} β={p.scale:.6g} (Δ∞={p.sensitivity:.6g})"
     if p.kind is NoiseKind.LAPLACE:
         return f"{p.name}: laplace b={p.scale:.6g} (Δ={p.sensitivity:.6g})"
     return f"{p.name}: gaussian σ={p.scale:.6g} (Δ₂={p.sensitivity:.6g})"

@@ -30,15 +30,20 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
-from enum import Enum
 from typing import Any
 
 from blockbudget.budget import Budget
 from blockbudget.decimals import plain_fields, plain_number
-from blockbudget.engine.plan import Bins, GroupKey, Op, Predicate, Scalar, check_scalar
+from blockbudget.engine.plan import GroupKey, Op, Predicate, Scalar, check_scalar
 from blockbudget.errors import InvalidRequestError
 from blockbudget.mechanisms.inputs import check_bounds
 from blockbudget.mechanisms.noise import NoiseKind
+from blockbudget.query.statistic import Statistic as Statistic
+from blockbudget.query.statistic import takers
+
+#: One statistic-specific parameter of a query: its name and value (see
+#: :attr:`~blockbudget.query.statistic.DPStatistic.params`).
+ParamValue = int | float | str
 
 #: The noise a query adds: :attr:`Mechanism.LAPLACE` (pure ε-DP, the default) or
 #: :attr:`Mechanism.GAUSSIAN` ((ε, δ)-DP with δ > 0; the analytic Gaussian mechanism, see
@@ -56,24 +61,6 @@ MAX_CELLS = 1_000_000
 MAX_FILTERS = 64
 MAX_KEYS = 8
 
-#: Variance sums squares of centred values: bounds up to 2**479 keep every square finite.
-VARIANCE_BOUND = 2.0**479
-
-
-class Statistic(Enum):
-    """The DP statistics a query can ask for."""
-
-    COUNT = "count"
-    SUM = "sum"
-    MEAN = "mean"
-    VARIANCE = "variance"
-    QUANTILES = "quantiles"
-    HISTOGRAM = "histogram"
-
-
-#: Statistics over a numeric column clipped to public bounds.
-NUMERIC = (Statistic.SUM, Statistic.MEAN, Statistic.VARIANCE, Statistic.QUANTILES)
-
 
 def parse_op(op: Op | str) -> Op:
     """An :class:`Op` from itself or its text (``==``, ``in``, ``is null`` …)."""
@@ -88,13 +75,14 @@ def parse_op(op: Op | str) -> Op:
 
 def parse_mechanism(mechanism: Mechanism | str) -> Mechanism:
     """A :data:`Mechanism` from itself or its text (``laplace``, ``gaussian``)."""
-    if isinstance(mechanism, NoiseKind):
+    known = (NoiseKind.LAPLACE, NoiseKind.GAUSSIAN)
+    if isinstance(mechanism, NoiseKind) and mechanism in known:
         return mechanism
-    try:
-        return NoiseKind(mechanism)
-    except ValueError:
-        known = [m.value for m in NoiseKind]
-        raise InvalidRequestError(f"unknown mechanism {mechanism!r}; known: {known}") from None
+    for kind in known:
+        if mechanism == kind.value:
+            return kind
+    names = [m.value for m in known]
+    raise InvalidRequestError(f"unknown mechanism {mechanism!r}; known: {names}")
 
 
 def make_predicate(column: str, op: Op | str, value: Any = None) -> Predicate:
@@ -163,6 +151,8 @@ class Query:
             read from (QUANTILES; the answer's resolution is ``(upper − lower) / bins``).
         filters: rows kept must pass every predicate.
         keys: the group-by keys, each with its declared domain.
+        params: the statistic's own parameters (:attr:`~blockbudget.query.statistic.
+            DPStatistic.params`), as ``(name, value)`` pairs sorted by name.
     """
 
     statistic: Statistic
@@ -178,6 +168,7 @@ class Query:
     bins: int | None = None
     filters: tuple[Predicate, ...] = ()
     keys: tuple[GroupKey, ...] = ()
+    params: tuple[tuple[str, ParamValue], ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.statistic, Statistic):
@@ -201,6 +192,10 @@ class Query:
         dl = self.delta
         if not isinstance(self.mechanism, NoiseKind):
             raise InvalidRequestError(f"mechanism must be a Mechanism, got {self.mechanism!r}")
+        if self.mechanism not in self.statistic.definition.mechanisms:
+            raise InvalidRequestError(
+                f"a DP {self.statistic.value} does not take mechanism={self.mechanism.value!r}"
+            )
         if isinstance(dl, bool) or not isinstance(dl, int | float | Decimal):
             raise InvalidRequestError(f"delta must be a number, got {dl!r}")
         if self.mechanism is NoiseKind.GAUSSIAN:
@@ -215,47 +210,63 @@ class Query:
             )
 
     def _check_parameters(self) -> None:
-        s, what = self.statistic, f"a DP {self.statistic.value}"
-        if s is not Statistic.COUNT and self.column is None:
+        stat, what = self.statistic.definition, f"a DP {self.statistic.value}"
+        if stat.column_required and self.column is None:
             raise InvalidRequestError(f"{what} needs a value column; none was given")
-        if s in NUMERIC:
-            limit = VARIANCE_BOUND if s is Statistic.VARIANCE else None
+        if "bounds" in stat.takes:
             if self.lower is None or self.upper is None:
                 raise InvalidRequestError(
                     f"{what} needs public clipping bounds lower < upper, got lower="
                     f"{self.lower!r}, upper={self.upper!r}"
                 )
-            if limit is None:
+            if stat.bound_limit is None:
                 check_bounds(self.lower, self.upper)
             else:
-                check_bounds(self.lower, self.upper, limit=limit)
+                check_bounds(self.lower, self.upper, limit=stat.bound_limit)
         elif self.lower is not None or self.upper is not None:
             raise InvalidRequestError(f"{what} takes no clipping bounds")
-        if (s is Statistic.HISTOGRAM) != (self.categories is not None):
-            raise InvalidRequestError("categories are given for (and only for) a histogram")
-        if s is Statistic.HISTOGRAM:
-            cats = self.categories or ()
-            if not cats or len(set(cats)) != len(cats):
-                raise InvalidRequestError(f"{what} needs distinct public categories (its bins)")
-            for c in cats:
-                check_scalar(c)
-        elif self.other:
-            raise InvalidRequestError("'other' applies to a histogram only")
-        self._check_quantiles()
+        if ("categories" in stat.takes) != (self.categories is not None):
+            raise InvalidRequestError(
+                f"categories are given for (and only for) {takers('categories')}"
+            )
+        if self.other and "other" not in stat.takes:
+            raise InvalidRequestError(f"'other' applies to {takers('other')} only")
+        if "probabilities" not in stat.takes and (
+            self.probabilities is not None or self.bins is not None
+        ):
+            raise InvalidRequestError("probabilities and bins are for quantiles only")
+        self._check_params()
+        stat.check(self)
 
-    def _check_quantiles(self) -> None:
-        if self.statistic is not Statistic.QUANTILES:
-            if self.probabilities is not None or self.bins is not None:
-                raise InvalidRequestError("probabilities and bins are for quantiles only")
-            return
-        probs = self.probabilities
-        if not probs or len(probs) > 1000:
-            raise InvalidRequestError("quantiles need 1 to 1000 probabilities")
-        for p in probs:
-            if isinstance(p, bool) or not isinstance(p, int | float) or not 0.0 <= p <= 1.0:
-                raise InvalidRequestError(f"a quantile's probability is in [0, 1], got {p!r}")
-        assert self.lower is not None and self.upper is not None
-        Bins(float(self.lower), float(self.upper), self.quantile_bins)  # checks the count
+    def _check_params(self) -> None:
+        stat = self.statistic.definition
+        if not isinstance(self.params, tuple) or not all(
+            isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) for p in self.params
+        ):
+            raise InvalidRequestError("params must be (name, value) pairs")
+        given = dict(self.params)
+        own = {p.name: p for p in stat.params}
+        extra = sorted(set(given) - set(own))
+        if extra:
+            raise InvalidRequestError(f"a DP {stat.name} takes no {extra}; its own: {sorted(own)}")
+        checked: dict[str, ParamValue] = {}
+        for name, param in own.items():
+            value = given.get(name, param.default)
+            if value is None:
+                raise InvalidRequestError(f"a DP {stat.name} needs {name!r} ({param.help})")
+            checked[name] = param.read(plain_number(value), statistic=stat.name)
+        object.__setattr__(self, "params", tuple(sorted(checked.items())))
+
+    def param(self, name: str) -> ParamValue:
+        """The value of one of the statistic's own parameters (its default when not given).
+
+        Raises:
+            InvalidRequestError: the statistic has no such parameter.
+        """
+        found = dict(self.params)
+        if name not in found:
+            raise InvalidRequestError(f"a DP {self.statistic.value} has no parameter {name!r}")
+        return found[name]
 
     def _check_shape(self) -> None:
         if len(self.filters) > MAX_FILTERS or len(self.keys) > MAX_KEYS:
@@ -295,17 +306,14 @@ class Query:
     @property
     def width(self) -> int:
         """Noisy cells per group of the widest part (categories, bins, or 1)."""
-        if self.statistic is Statistic.HISTOGRAM:
-            return len(self.categories or ()) + (1 if self.other else 0)
-        if self.statistic is Statistic.QUANTILES:
-            return self.quantile_bins
-        return 1
+        return self.statistic.definition.width(self)
 
     def columns(self) -> tuple[str, ...]:
         """Every column the query reads (value, filters, keys), without repeats, in order."""
         seen: dict[str, None] = {}
         for name in (
             self.column,
+            *self.statistic.definition.columns(self),
             *(p.column for p in self.filters),
             *(k.column for k in self.keys),
         ):
@@ -448,6 +456,43 @@ class Query:
             other=other,
             delta=delta,
             mechanism=parse_mechanism(mechanism),
+        )
+
+    @classmethod
+    def of(
+        cls,
+        statistic: Statistic | str,
+        column: str | None = None,
+        *,
+        epsilon: float | Decimal,
+        delta: float | Decimal = 0.0,
+        mechanism: Mechanism | str = NoiseKind.LAPLACE,
+        lower: float | None = None,
+        upper: float | None = None,
+        categories: Sequence[Any] | None = None,
+        other: bool = False,
+        probabilities: Sequence[float] | None = None,
+        bins: int | None = None,
+        **params: ParamValue,
+    ) -> Query:
+        """Any registered statistic by name, with the shared fields it takes and its own
+        parameters as keywords (e.g. ``Query.of("top_k", "c", categories=[...], k=2,
+        epsilon=1)``)."""
+        if isinstance(categories, str | bytes):
+            raise InvalidRequestError("categories must be a list of values, not one string")
+        return cls(
+            statistic=Statistic(statistic),
+            epsilon=epsilon,
+            column=column,
+            delta=delta,
+            mechanism=parse_mechanism(mechanism),
+            lower=lower,
+            upper=upper,
+            categories=None if categories is None else tuple(map(check_scalar, categories)),
+            other=other,
+            probabilities=None if probabilities is None else tuple(probabilities),
+            bins=bins,
+            params=tuple(sorted(params.items())),
         )
 
     def where(self, column: str, op: Op | str, value: Any = None) -> Query:

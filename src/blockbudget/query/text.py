@@ -122,3 +122,26 @@ def parse_group_by(text: str) -> dict[str, Any]:
             f"a group-by key reads COLUMN=V1,V2,... (its declared public domain), got {text!r}"
         )
     return {"column": column.strip(), "domain": _split(domain)}
+
+
+def parse_param(text: str) -> tuple[str, Any]:
+    """``NAME=VALUE`` as one of a statistic's own parameters (the value read as a JSON number
+    when it is one, else as text).
+
+    Example:
+        >>> parse_param("k=3"), parse_param("column2 = y")
+        (('k', 3), ('column2', 'y'))
+
+    Raises:
+        InvalidRequestError: no ``=`` or no name.
+    """
+    name, sep, raw = text.partition("=")
+    if not sep or not name.strip():
+        raise InvalidRequestError(f"a statistic's parameter reads NAME=VALUE, got {text!r}")
+    try:
+        value = json.loads(raw.strip())
+    except ValueError:
+        value = raw.strip()
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        value = raw.strip()
+    return name.strip(), value
