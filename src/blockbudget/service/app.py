@@ -72,6 +72,11 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": sc.ErrorOut, "description": "unknown stream, block or reservation"},
     409: {"model": sc.ErrorOut, "description": "budget exceeded, retired, reservation state"},
     422: {"model": sc.ErrorOut, "description": "malformed request"},
+    503: {
+        "model": sc.ErrorOut,
+        "description": "budgets refused: the database is behind the audit log's high-water "
+        "mark (run `blockbudget db reconcile`), or the mark cannot be read",
+    },
 }
 
 
