@@ -281,6 +281,49 @@ class SchemaRevisionError(InvalidRequestError):
     message names ``blockbudget db upgrade``."""
 
 
+class HighWaterMarkError(BlockBudgetError):
+    """The platform will not serve budgets now because of its audit log's high-water mark
+    (:mod:`blockbudget.store.watermark`): a copy of the log's last sequence number and hash
+    that the platform keeps beside the block files, outside the database it guards (HTTP 503:
+    nothing was reserved, charged or written). Its subclasses say why.
+
+    Attributes:
+        state: ``"behind"``, ``"diverged"``, ``"foreign"`` or ``"unreadable"``.
+    """
+
+    state = "unreadable"
+
+
+class LedgerBehindMarkError(HighWaterMarkError):
+    """The database's audit log does not reach the high-water mark kept beside the block files:
+    it was restored from a backup older than the last acknowledged write (``behind``), or
+    restored and then written to (``diverged``: another event at the mark's seq), or it is
+    another database than the one the mark belongs to (``foreign``). Budget already released
+    to analysts may be missing from it, so every write — a reservation, a charge, an ingest,
+    a context — is refused (reads that spend nothing still answer) until an administrator runs
+    ``blockbudget db reconcile``, which counts every block the lost events could have touched
+    as spent and re-bases the mark (docs/operations.md, "Restore").
+
+    Attributes:
+        state: ``"behind"``, ``"diverged"`` or ``"foreign"``.
+        ledger_seq: the database's last audit seq.
+        mark_seq: the mark's seq.
+    """
+
+    def __init__(self, message: str, *, state: str, ledger_seq: int, mark_seq: int) -> None:
+        super().__init__(message)
+        self.state = state
+        self.ledger_seq = ledger_seq
+        self.mark_seq = mark_seq
+
+
+class MarkUnavailableError(HighWaterMarkError):
+    """The high-water mark could not be read or advanced (the block store did not answer):
+    nothing is spent until it can be. When the mark could not be advanced after a write that
+    committed, the write's answer is withheld (its budget stays spent, nothing is released);
+    the next write first advances the mark. Retry later."""
+
+
 class AuditError(BlockBudgetError):
     """The audit log and the ledger disagree, or a replayed history violates a filter."""
 

@@ -27,6 +27,7 @@ from blockbudget.errors import (
     AuditError,
     BlockBudgetError,
     BudgetExceededError,
+    HighWaterMarkError,
     InternalError,
     InvalidBudgetError,
     ReservationError,
@@ -40,6 +41,7 @@ __all__ = ["LEDGER_REFUSALS", "Failure", "failure_of", "new_reference"]
 #: Refusals of the ledger: raised before any row is read, or about budgets and block ids only
 #: (which the service rewrites for callers who may not see block keys). Their text may go out.
 LEDGER_REFUSALS: tuple[type[BlockBudgetError], ...] = (
+    HighWaterMarkError,
     BudgetExceededError,
     RetiredBlockError,
     ReservationError,
@@ -80,6 +82,13 @@ def failure_of(exc: BaseException, *, what: str, ref: str) -> Failure:
             f"{what}_failed_budget",
             f"the ledger refused the {what}'s budget (exceeded, retired block or closed "
             f"reservation); what it drew before stays charged; {where}",
+        )
+    if isinstance(exc, HighWaterMarkError):
+        return Failure(
+            f"{what}_failed_unavailable",
+            f"the ledger refuses budgets until an administrator runs `blockbudget db "
+            f"reconcile` (its database is behind the audit log's high-water mark, or the mark "
+            f"cannot be read); {where}",
         )
     if isinstance(exc, (InternalError, AuditError)):
         return Failure(f"{what}_failed_internal", f"the {what} hit an internal error; {where}")

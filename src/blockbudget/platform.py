@@ -17,6 +17,7 @@ the ledger and the store through these methods only.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -46,6 +47,9 @@ from blockbudget.store import (
     StreamSpec,
 )
 from blockbudget.store import catalog as store_catalog
+from blockbudget.store.markfiles import MarkFiles
+from blockbudget.store.rollback import Watermark
+from blockbudget.store.watermark import MARK_ENV, MarkPolicy, parse_policy
 
 if TYPE_CHECKING:
     from blockbudget.engine import Engine
@@ -113,6 +117,14 @@ class Platform(PlatformBudget):
             ``home/blocks``.
         group_commit: batch concurrent ledger writes of many threads into single durable
             transactions (:mod:`blockbudget.ledger.group`; what a server wants).
+        mark_every: when the audit log's high-water mark beside the block files advances
+            (:func:`blockbudget.store.watermark.parse_policy`: ``"charge"``, the default —
+            after every write that charges, before its result leaves, and about a second after
+            any other —, ``"commit"``, ``"N"`` events, ``"Ts"`` seconds, ``"N,Ts"``, or
+            ``"off"``, which also turns off the check); None reads
+            ``BLOCKBUDGET_MARK_EVERY``. A database whose audit log is behind the mark (restored
+            from an older backup) refuses every write until ``blockbudget db reconcile``
+            (:mod:`blockbudget.store.rollback`).
     """
 
     def __init__(
@@ -123,12 +135,20 @@ class Platform(PlatformBudget):
         data_root: str | None = None,
         engine: str | Engine = "duckdb",
         group_commit: bool = False,
+        mark_every: str | MarkPolicy | None = None,
     ) -> None:
         self.home = Path(home)
         self.home.mkdir(parents=True, exist_ok=True)
         self.database_url = database_url or f"sqlite:///{(self.home / 'platform.db').resolve()}"
         self.ledger = Ledger(self.database_url, group_commit=group_commit)
         self.store = BlockStore(self.database_url, data_root or str(self.home / "blocks"))
+        policy = parse_policy(os.environ.get(MARK_ENV) if mark_every is None else mark_every)
+        #: the guard of the audit log's high-water mark (None when the policy is ``off``)
+        self.watermark: Watermark | None = (
+            Watermark(self.ledger, MarkFiles(self.store.files), policy=policy)
+            if policy.enabled
+            else None
+        )
         self._filters: dict[str, Filter] = {}
         self._engine_choice = engine
         self._engine: Engine | None = None
@@ -179,6 +199,7 @@ class Platform(PlatformBudget):
                 f"rows_per_user={blocking.rows_per_user}); use basic or strong accounting for "
                 "k > 1"
             ) from None
+        self.require_budgets()
         spec = StreamSpec(
             name=name,
             policy=policy,
@@ -270,6 +291,7 @@ class Platform(PlatformBudget):
             >>> p.ingest("flights", "jan.csv").repeat, first.ingest_id  # doctest: +SKIP
             (True, 'sha256:…')
         """
+        self.require_budgets()  # before the store: a refused ingest writes nothing
         report = self.store.ingest(
             stream, data, format=format, ingest_id=ingest_id, on_overlap=on_overlap
         )
@@ -305,7 +327,11 @@ class Platform(PlatformBudget):
         """Delete the part files no catalog entry lists that are older than ``older_than``
         (one stream's, or all), under each stream's lock: a file committed meanwhile is kept,
         and an ingest still running whose staged file this removes fails rather than commit
-        it (:meth:`BlockStore.vacuum`). Returns the paths removed, sorted."""
+        it (:meth:`BlockStore.vacuum`). Returns the paths removed, sorted.
+
+        Refused while the database is behind its high-water mark: the orphans are then the
+        files of the blocks a reconciliation must retire (:meth:`reconcile_rollback`)."""
+        self.require_budgets()
         return self.store.vacuum(stream, older_than=older_than)
 
     def reconcile(self, stream: str) -> list[str]:
@@ -506,6 +532,8 @@ class Platform(PlatformBudget):
     # --- lifecycle -----------------------------------------------------------------------------
 
     def close(self) -> None:
+        if self.watermark is not None:
+            self.watermark.close()
         self.ledger.dispose()
         self.store.dispose()
 

@@ -26,7 +26,12 @@ from pyarrow import Schema
 from pyarrow import schema as pa_schema
 
 from blockbudget.budget import Budget, Cost
-from blockbudget.errors import InvalidRequestError, ReservationError, UnknownColumnError
+from blockbudget.errors import (
+    HighWaterMarkError,
+    InvalidRequestError,
+    ReservationError,
+    UnknownColumnError,
+)
 from blockbudget.grant import (
     Grant,
     group_cost,
@@ -54,6 +59,7 @@ if TYPE_CHECKING:
 
     from blockbudget.accounting import Filter
     from blockbudget.engine import Engine
+    from blockbudget.store.rollback import MarkStatus, ReconcileReport, Watermark
 
 __all__ = ["DEFAULT_MIN_EPSILON", "GroupCommitStats", "PlatformBudget"]
 
@@ -77,6 +83,7 @@ class PlatformBudget:
 
     ledger: Ledger
     store: BlockStore
+    watermark: Watermark | None
 
     if TYPE_CHECKING:  # defined by Platform
 
@@ -518,3 +525,44 @@ class PlatformBudget:
         """Replay the audit log (after the last verified checkpoint, or all of it with
         ``full``) and check the ledger and every filter (see :meth:`Ledger.verify`)."""
         return self.ledger.verify(full=full)
+
+    # --- the audit log's high-water mark -------------------------------------------------------
+
+    def mark_status(self, *, refresh: bool = False) -> MarkStatus | None:
+        """How the database stands against the audit log's high-water mark kept beside the
+        block files (judged again with ``refresh``; None when the mark is off). Reads only."""
+        return None if self.watermark is None else self.watermark.status(refresh=refresh)
+
+    def budget_refusal(self) -> HighWaterMarkError | None:
+        """The error every budget write gets now — the database is behind its high-water mark,
+        or the mark cannot be read — or None. Reads only (re-judged now and then)."""
+        return None if self.watermark is None else self.watermark.refusal()
+
+    def require_budgets(self) -> None:
+        """Raise :meth:`budget_refusal`'s error, if any, before a write that would otherwise
+        change the store first (an ingest, a stream).
+
+        Raises:
+            LedgerBehindMarkError / MarkUnavailableError: budgets are refused.
+        """
+        if self.watermark is not None:
+            self.watermark.before_write()
+
+    def reconcile_rollback(self, *, adopt: bool = False) -> ReconcileReport:
+        """Bring a database that is behind its high-water mark back (``blockbudget db
+        reconcile``): count every block the lost events could have touched as spent — every
+        live block, and every block whose part files the catalog does not name — and re-base
+        the mark on the log's new head (:meth:`Watermark.reconcile
+        <blockbudget.store.rollback.Watermark.reconcile>`). Idempotent; nothing to do is
+        answered as such.
+
+        Raises:
+            LedgerBehindMarkError: another database's mark, without ``adopt``.
+            MarkUnavailableError: the mark could not be read or written.
+            InvalidRequestError: the mark is off for this platform.
+        """
+        if self.watermark is None:
+            raise InvalidRequestError(
+                "this platform keeps no high-water mark (mark_every='off'): nothing to reconcile"
+            )
+        return self.watermark.reconcile(self.store, adopt=adopt)

@@ -1,6 +1,7 @@
 """The sample Grafana dashboard (``deploy/grafana/blockbudget-dashboard.json``) is valid JSON whose
-every PromQL expression — and every example alert rule of ``deploy/grafana/README.md`` — names
-only metrics ``/metrics`` exports, grouped by labels they carry."""
+every PromQL expression — and every example alert rule of ``deploy/grafana/README.md`` and of
+the rule file ``deploy/prometheus/blockbudget-rules.yml`` — names only metrics ``/metrics``
+exports, grouped by labels they carry."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from service.support import Seeded
 
 DASHBOARD = Path(__file__).parents[2] / "deploy" / "grafana" / "blockbudget-dashboard.json"
 README = DASHBOARD.with_name("README.md")
+RULES = Path(__file__).parents[2] / "deploy" / "prometheus" / "blockbudget-rules.yml"
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",)}
 METRIC = re.compile(r"\bblockbudget_[a-z0-9_]+")
 GROUPING = re.compile(r"\bby \(([^)]*)\)")
@@ -96,3 +98,21 @@ def test_the_dashboard_names_only_exported_metrics(seeded: Seeded) -> None:
         "blockbudget_low_budget_blocks",
     ):
         assert needed in used
+
+
+def test_the_rule_file_alerts_on_a_restored_ledger(seeded: Seeded) -> None:
+    import yaml
+
+    doc = yaml.safe_load(RULES.read_text(encoding="utf-8"))
+    rules = {r["alert"]: r for g in doc["groups"] for r in g["rules"]}
+    have = exported(seeded)
+    for name, rule in rules.items():
+        metrics = METRIC.findall(rule["expr"])
+        assert metrics and all(m in have for m in metrics), (name, rule["expr"])
+        assert rule["labels"]["severity"] in ("critical", "warning")
+        assert rule["annotations"]["summary"]
+    backwards = rules["BlockBudgetAuditSeqWentBackwards"]["expr"]
+    assert "blockbudget_audit_seq" in backwards
+    assert "delta(" in backwards and "< 0" in backwards and "resets(" in backwards
+    behind = rules["BlockBudgetBehindHighWaterMark"]["expr"]
+    assert "blockbudget_ledger_behind_mark" in behind and "> 0" in behind

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from blockbudget.cli.common import (
     DEFAULT_HOME,
@@ -98,6 +99,16 @@ def serve(
             "less than this fraction of their budget left in a context (default 0.1).",
         ),
     ] = None,
+    mark_every: Annotated[
+        str | None,
+        typer.Option(
+            envvar="BLOCKBUDGET_MARK_EVERY",
+            help="When the audit log's high-water mark beside the block files advances: charge "
+            "(the default: after every write that charges, before its answer leaves; others "
+            "within about a second), commit (after every write), N (events), Ts (seconds), "
+            "N,Ts, or off (no mark, no check).",
+        ),
+    ] = None,
 ) -> None:
     """Serve the platform over HTTP (API, OpenAPI schema at /docs, dashboard at /dashboard,
     Prometheus metrics at /metrics).
@@ -119,8 +130,13 @@ def serve(
     parse_spec(pipeline_scheduler)
     if alert_below is not None:  # worker processes read it from the environment
         os.environ["BLOCKBUDGET_ALERT_BELOW"] = repr(alert_below)
+    if mark_every is not None:
+        from blockbudget.store.watermark import MARK_ENV, parse_policy
+
+        os.environ[MARK_ENV] = parse_policy(mark_every).describe()  # checked before starting
     check_schema(home, database)  # refuse an old schema before anything opens it
     check_data_root(home / "blocks" if data_root is None else data_root)
+    warn_behind_mark(home, database, data_root)
     key = bootstrap_admin(home, database)
     if key is not None:
         console.print(
@@ -167,6 +183,25 @@ def check_schema(home: Path, database: str | None) -> None:
         if database is None:
             home.mkdir(parents=True, exist_ok=True)  # the SQLite file's folder
         upgrade(url)
+
+
+def warn_behind_mark(home: Path, database: str | None, data_root: str | None) -> None:
+    """Say at start when the database is behind the audit log's high-water mark kept beside the
+    block files (restored from an older backup): the server starts anyway — reads, health,
+    metrics and ``blockbudget db reconcile --server`` work — but refuses every budget write
+    (503) until an administrator reconciles."""
+    from blockbudget.platform import Platform
+
+    platform = Platform(home, database_url=database, data_root=data_root)
+    try:
+        status = platform.mark_status(refresh=True)
+    finally:
+        platform.close()
+    if status is not None and status.refusing:
+        console.print(
+            f"[bold yellow]warning:[/] budgets are refused (503): {escape(str(status.message))}",
+            soft_wrap=True,
+        )
 
 
 def check_data_root(root: str | Path) -> None:

@@ -25,6 +25,12 @@ Payloads (version 1 of every kind):
 * ``released`` / ``expired`` — ``reservation_id``, ``returned`` {block: vector} (the features
   given back to unallocated); ``expired`` adds ``expires_at`` and ``now``.
 * ``retired`` — ``blocks``, ``reason``.
+* ``reconciled`` — ``epoch`` (the high-water mark's new epoch), ``mark`` (the mark that the log
+  did not reach: ``epoch``, ``seq``, ``hash``, ``database``), ``state``
+  (``behind``, ``diverged`` or ``foreign``), ``head`` (the log's ``seq`` and ``hash`` before the
+  reconciliation), ``retired`` (how many blocks it retired, in the ``retired`` event just
+  before it) and ``tombstones`` (the blocks it registered, retired, from part files that no
+  catalog row names). It changes no budget itself: see :mod:`blockbudget.store.rollback`.
 
 Costs are stored with :meth:`Budget.to_json` / :meth:`RdpCurve.to_json` (exact decimal text);
 vectors as lists of decimal integer strings.
@@ -94,8 +100,8 @@ def chain_tip(sql: FastSql) -> tuple[int, str]:
     return int(rows[0][0]), str(rows[0][1])
 
 
-def append_events(sql: FastSql, events: Sequence[PendingEvent], *, ts: float) -> int:
-    """Append ``events`` after the chain tip; returns the seq of the last one.
+def append_events(sql: FastSql, events: Sequence[PendingEvent], *, ts: float) -> tuple[int, str]:
+    """Append ``events`` after the chain tip; returns the (seq, hash) of the last one.
 
     Must run inside the serialized write transaction (BEGIN IMMEDIATE on SQLite, the head-row
     lock on PostgreSQL), so the tip cannot move under it.
@@ -130,7 +136,7 @@ def append_events(sql: FastSql, events: Sequence[PendingEvent], *, ts: float) ->
         )
         prev = digest
     sql.run_many("insert_event", st.insert_event, rows)
-    return seq
+    return seq, prev
 
 
 def row_to_event(m: RowMapping) -> AuditEvent:

@@ -58,6 +58,10 @@ class AfterCommit(Generic[T]):
 
     value: T
     hook: Callable[[], None]
+    #: the (seq, hash) of the last audit event the transaction appended and whether it
+    #: appended a ``charged`` event, when it appended any and its writer wants the commit
+    #: observed (:class:`~blockbudget.ledger.guard.WriteGuard`)
+    tip: tuple[int, str, bool] | None = None
 
 
 _configured: weakref.WeakKeyDictionary[Engine, float] = weakref.WeakKeyDictionary()
@@ -213,10 +217,19 @@ def run_transaction(
 
 
 def run_committed(
-    engine: Engine, fn: Callable[[Connection], AfterCommit[T]], *, write: bool, attempts: int
+    engine: Engine,
+    fn: Callable[[Connection], AfterCommit[T]],
+    *,
+    write: bool,
+    attempts: int,
+    on_commit: Callable[[int, str, bool], None] | None = None,
 ) -> T:
     """:func:`run_transaction`, then the result's after-commit hook (only once the
-    transaction committed; a failed or retried attempt's hook is never called)."""
+    transaction committed; a failed or retried attempt's hook is never called), then
+    ``on_commit(seq, hash, charged)`` of the result's :attr:`~AfterCommit.tip` when it has one
+    — before the value is handed out, so that an exception there withholds it."""
     out = run_transaction(engine, fn, write=write, attempts=attempts)
     out.hook()
+    if on_commit is not None and out.tip is not None:
+        on_commit(*out.tip)
     return out.value

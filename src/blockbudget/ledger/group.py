@@ -91,6 +91,11 @@ class GroupCommitter:
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
         self._closed = False
+        #: Called once per committed batch with the (seq, hash) of its last audit event from
+        #: the requests that carry a tip (:attr:`AfterCommit.tip`) and whether any of them
+        #: charged, before any of them is answered; an exception there is the answer of each
+        #: of those requests.
+        self.on_commit: Callable[[int, str, bool], None] | None = None
         #: Batches committed and requests in them (for benchmarks and tests).
         self.batches = 0
         self.requests = 0
@@ -191,13 +196,23 @@ class GroupCommitter:
         else:
             self.batches += 1
             self.requests += len(batch)
+            tips: list[tuple[tuple[int, str, bool], _Pending]] = []
             for item in batch:  # committed: only now may process memory change
                 if item.error is None and isinstance(item.result, AfterCommit):
+                    if item.result.tip is not None:
+                        tips.append((item.result.tip, item))
                     try:
                         item.result.hook()
                     except BaseException as exc:  # pragma: no cover - hooks only fill caches
                         item.error = exc
                     item.result = item.result.value
+            if tips and self.on_commit is not None:
+                seq, hash_, _ = max(tip for tip, _ in tips)
+                try:
+                    self.on_commit(seq, hash_, any(tip[2] for tip, _ in tips))
+                except BaseException as exc:  # the answers that needed it are withheld
+                    for _, item in tips:
+                        item.error = exc
         finally:  # answered only now, after the commit returned (or failed)
             for item in batch:
                 if item.error is not None:

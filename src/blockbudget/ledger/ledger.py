@@ -43,6 +43,7 @@ from blockbudget.ledger import operations as ops
 from blockbudget.ledger.catalog import BlockCatalog
 from blockbudget.ledger.db import AfterCommit, open_engine, run_committed
 from blockbudget.ledger.group import GroupCommitter
+from blockbudget.ledger.guard import WriteGuard
 from blockbudget.ledger.reading import LedgerReads
 from blockbudget.ledger.requests import (
     block_ids,
@@ -150,6 +151,18 @@ class Ledger(RetireWrites, LedgerReads):
     def engine(self) -> Engine:
         """The SQLAlchemy engine the ledger writes through."""
         return self._engine
+
+    def set_guard(self, guard: WriteGuard | None) -> None:
+        """Let ``guard`` gate every write and see every commit (:mod:`blockbudget.ledger.guard`;
+        None removes it). The platform's guard keeps the audit log's high-water mark."""
+        self._guard = guard
+        if self._group is not None:
+            self._group.on_commit = None if guard is None else self._committed
+
+    @property
+    def guard(self) -> WriteGuard | None:
+        """The write guard set by :meth:`set_guard`, if any."""
+        return self._guard
 
     @property
     def group_committer(self) -> GroupCommitter | None:
@@ -477,8 +490,17 @@ class Ledger(RetireWrites, LedgerReads):
             tx = WriteTx(conn, self._catalog, now=self._now(now), request_id=None)
             try:
                 tx.lock_head()
-                return AfterCommit(ops.expire(tx), tx.after_commit)
+                expired = ops.expire(tx)
+                tip = (
+                    None
+                    if tx.last_seq is None or tx.last_hash is None
+                    else (tx.last_seq, tx.last_hash, tx.charged)
+                )
+                return AfterCommit(expired, tx.after_commit, tip)
             finally:
                 tx.sql.close()
 
-        return run_committed(self._engine, fn, write=True, attempts=self._attempts)
+        self._before_write()
+        return run_committed(
+            self._engine, fn, write=True, attempts=self._attempts, on_commit=self._committed
+        )

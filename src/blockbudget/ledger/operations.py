@@ -43,6 +43,7 @@ _RETIRE = (
     .values(retired=True, retired_reason=bindparam("reason"))
 )
 _EXISTING = select(blocks.c.block_id).where(blocks.c.block_id.in_(bindparam("ids", expanding=True)))
+_LIVE = select(blocks.c.block_id).where(blocks.c.retired.is_(False)).order_by(blocks.c.block_id)
 
 
 def add_context(tx: WriteTx, name: str, description: str) -> ContextInfo:
@@ -113,7 +114,10 @@ def add_blocks(tx: WriteTx, infos: Sequence[BlockInfo]) -> tuple[BlockInfo, ...]
     existing = tx.read_blocks(found) if found else {}
     for info in infos:
         old = existing.get(info.block_id)
-        if old is not None and not old.same_parameters(info):
+        # A retired block never serves again whatever its parameters, so re-adding it is
+        # answered with its registration (a reconciliation's tombstone of a block whose
+        # stream the database had lost is registered with placeholder parameters).
+        if old is not None and not old.retired and not old.same_parameters(info):
             raise InvalidRequestError(
                 f"block {info.block_id!r} already exists with stream={old.stream!r}, "
                 f"accounting={old.accounting.value}, capacity={old.capacity}, "
@@ -387,3 +391,47 @@ def retire(tx: WriteTx, block_ids: Sequence[str], *, reason: str) -> tuple[Block
             )
         out.append(i)
     return tuple(out)
+
+
+def reconcile(
+    tx: WriteTx,
+    tombstones: Sequence[BlockInfo],
+    *,
+    epoch: int,
+    payload: dict[str, object],
+    reason: str,
+) -> tuple[list[str], list[str]]:
+    """Count every block as spent for good: register the ``tombstones`` that are not
+    registered, retire every live block (tombstones included) in one ``retired`` event, and
+    append the ``reconciled`` event (``payload`` plus ``epoch``, ``retired``, ``tombstones``).
+
+    Returns:
+        The blocks that were live and are retired now, and the tombstones registered now.
+    """
+    wanted = [t.block_id for t in tombstones]
+    found = {
+        row.block_id
+        for part in chunks(wanted)
+        for row in tx.conn.execute(_EXISTING, {"ids": list(part)})
+    }
+    live = [str(row.block_id) for row in tx.conn.execute(_LIVE)]
+    fresh = [
+        t for t in dict((t.block_id, t) for t in tombstones).values() if t.block_id not in found
+    ]
+    if fresh:
+        add_blocks(tx, fresh)
+    every = sorted({*live, *(t.block_id for t in fresh)})
+    if every:
+        retire(tx, every, reason=reason)
+    tx.event(
+        EventKind.RECONCILED,
+        None,
+        {
+            **payload,
+            "epoch": epoch,
+            "retired": len(live),
+            "tombstones": [t.block_id for t in fresh],
+        },
+    )
+    tx.flush()
+    return live, [t.block_id for t in fresh]

@@ -19,6 +19,7 @@ from blockbudget.ledger.types import (
     AuditEvent,
     BlockInfo,
     BlockState,
+    ChainHead,
     ContextInfo,
     RequestRecord,
     Reservation,
@@ -85,6 +86,16 @@ class LedgerReads(WriteRunner):
     def audit_seq(self) -> int:
         """The seq of the last audit event (0 for an empty log): one read of the log's key."""
         return self._run(reads.audit_tip, write=False)
+
+    def chain_head(self) -> ChainHead:
+        """Where the audit log's hash chain ends — the last event's seq, hash and time — and
+        the hash of its first event, which names the database's history (one read)."""
+        return self._run(reads.chain_head, write=False)
+
+    def chain_hash(self, seq: int) -> str | None:
+        """The hash of the audit event at ``seq`` (None when the log has no such event): a
+        primary-key read."""
+        return self._run(lambda c: reads.chain_hash(c, int(seq)), write=False)
 
     def added_blocks(self, after_seq: int = 0) -> tuple[list[tuple[str, str]], int]:
         """The blocks registered by events after audit seq ``after_seq``, as (block, stream)

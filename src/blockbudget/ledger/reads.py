@@ -10,7 +10,7 @@ from sqlalchemy import Connection, RowMapping, bindparam, func, select
 from blockbudget.accounting import Filter, add_vectors
 from blockbudget.budget import cost_from_json
 from blockbudget.errors import UnknownBlockError, UnknownReservationError
-from blockbudget.ledger.audit import row_to_event
+from blockbudget.ledger.audit import GENESIS_HASH, row_to_event
 from blockbudget.ledger.catalog import BlockCatalog, info_from_row
 from blockbudget.ledger.fastsql import chunks
 from blockbudget.ledger.schema import (
@@ -27,6 +27,7 @@ from blockbudget.ledger.types import (
     AuditEvent,
     BlockInfo,
     BlockState,
+    ChainHead,
     ContextInfo,
     EventKind,
     Operation,
@@ -267,6 +268,28 @@ def events(conn: Connection, after_seq: int, limit: int | None) -> list[AuditEve
 def audit_tip(conn: Connection) -> int:
     """The seq of the last audit event (0 for an empty log)."""
     return int(conn.execute(select(func.max(audit.c.seq))).scalar() or 0)
+
+
+def chain_head(conn: Connection) -> ChainHead:
+    """The log's last event (seq, hash, time) and the hash of its first event."""
+    last = conn.execute(
+        select(audit.c.seq, audit.c.hash, audit.c.ts).order_by(audit.c.seq.desc()).limit(1)
+    ).first()
+    if last is None:
+        return ChainHead(seq=0, hash=GENESIS_HASH, ts=None, first_hash=None)
+    first = conn.execute(select(audit.c.hash).where(audit.c.seq == 1)).scalar()
+    return ChainHead(
+        seq=int(last[0]),
+        hash=str(last[1]),
+        ts=float(last[2]),
+        first_hash=None if first is None else str(first),
+    )
+
+
+def chain_hash(conn: Connection, seq: int) -> str | None:
+    """The hash of the event at ``seq`` (None when the log has none there)."""
+    found = conn.execute(select(audit.c.hash).where(audit.c.seq == seq)).scalar()
+    return None if found is None else str(found)
 
 
 def added_blocks(conn: Connection, after_seq: int) -> tuple[list[tuple[str, str]], int]:

@@ -24,6 +24,7 @@ from blockbudget.ledger.types import (
     Charge,
     ContextInfo,
     Operation,
+    Reconciliation,
     RequestRecord,
     Reservation,
     decimal_text,
@@ -122,4 +123,6 @@ def replay(record: RequestRecord, operation: Operation, fingerprint: str) -> Any
         return tuple(BlockInfo.from_json(d) for d in data)
     if operation in (Operation.RESERVE, Operation.RELEASE):
         return dataclasses.replace(Reservation.from_json(data), replayed=True)
+    if operation is Operation.RECONCILE:
+        return dataclasses.replace(Reconciliation.from_json(data), replayed=True)
     return Charge.from_json(data)

@@ -1,6 +1,7 @@
 """Retiring blocks: :class:`RetireWrites`, the part of :class:`~blockbudget.ledger.Ledger` that
-retires blocks by id (:meth:`RetireWrites.retire`) and retires every block a stream's contexts
-have exhausted (:meth:`RetireWrites.retire_exhausted`), each in one write transaction."""
+retires blocks by id (:meth:`RetireWrites.retire`), retires every block a stream's contexts
+have exhausted (:meth:`RetireWrites.retire_exhausted`) and retires every live block after a
+rollback (:meth:`RetireWrites.reconcile`), each in one write transaction."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from blockbudget.budget import Cost
 from blockbudget.errors import InvalidRequestError
 from blockbudget.ledger import operations as ops
 from blockbudget.ledger import sweeping
+from blockbudget.ledger.audit import chain_tip
 from blockbudget.ledger.requests import block_ids, check_cost, cost_key, fingerprint_of, name_of
 from blockbudget.ledger.txn import WriteTx
-from blockbudget.ledger.types import BlockInfo, Operation, validate_context_name
+from blockbudget.ledger.types import BlockInfo, Operation, Reconciliation, validate_context_name
 from blockbudget.ledger.writes import WriteRunner
 
 
@@ -88,3 +90,64 @@ class RetireWrites(WriteRunner):
             return out, json.dumps([i.to_json() for i in out])
 
         return self._write(Operation.RETIRE, request_id, fp, body)
+
+    def reconcile(
+        self,
+        *,
+        epoch: int,
+        mark: dict[str, object],
+        state: str,
+        tombstones: Iterable[BlockInfo] = (),
+        request_id: str,
+    ) -> Reconciliation:
+        """Count every block as spent, for every context, for good, in ONE write transaction:
+        register the ``tombstones`` that are not registered yet, retire every live block
+        (tombstones included; one ``retired`` event, reason ``reconciled after a rollback``)
+        and append a ``reconciled`` event naming the high-water mark the log did not reach
+        (``mark``, its ``state``) and the mark's new ``epoch``.
+
+        What a rollback lost cannot be known, so every block the lost events could have
+        charged is treated as fully spent — every live block and every block the store still
+        holds files of; retirement is the ledger's way to say a block never spends again in
+        any context (see :mod:`blockbudget.store.rollback` for the argument).
+
+        Not gated by the ledger's guard (it is how a refusing ledger is brought back) and
+        idempotent by ``request_id`` (derive it from the mark: a rerun after a crash replays
+        the stored result and writes nothing).
+
+        Raises:
+            InvalidRequestError: a malformed request id, or a request id already used with
+                other arguments.
+        """
+        infos = tuple(tombstones)
+        if not isinstance(epoch, int) or epoch < 1:
+            raise InvalidRequestError(f"epoch must be an integer >= 1, got {epoch!r}")
+        # The mark names the reconciliation: a rerun after a crash may judge the (now
+        # reconciled) log otherwise, and its orphans may have changed; it must replay.
+        fp = fingerprint_of(Operation.RECONCILE, epoch=epoch, mark=mark)
+
+        def body(tx: WriteTx) -> tuple[Reconciliation, str]:
+            seq, hash_ = chain_tip(tx.sql)
+            payload: dict[str, object] = {
+                "mark": mark,
+                "state": state,
+                "head": {"seq": seq, "hash": hash_},
+            }
+            retired, fresh = ops.reconcile(
+                tx, infos, epoch=epoch, payload=payload, reason=RECONCILE_REASON
+            )
+            assert tx.last_seq is not None and tx.last_hash is not None
+            out = Reconciliation(
+                retired=tuple(retired),
+                tombstones=tuple(fresh),
+                seq=tx.last_seq,
+                hash=tx.last_hash,
+                epoch=epoch,
+            )
+            return out, json.dumps(out.to_json())
+
+        return self._write(Operation.RECONCILE, request_id, fp, body, guarded=False)
+
+
+#: The reason of the ``retired`` event a reconciliation writes.
+RECONCILE_REASON = "reconciled after a rollback"

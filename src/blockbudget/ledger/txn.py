@@ -123,6 +123,10 @@ class WriteTx:
     request_id: str | None
     events: list[PendingEvent] = field(default_factory=list)
     last_seq: int | None = None
+    #: the hash of the event at ``last_seq`` (the chain tip this transaction wrote)
+    last_hash: str | None = None
+    #: whether the transaction appended a ``charged`` event (after which an answer may leave)
+    charged: bool = False
     _budgets: dict[tuple[str, str], _Budget] = field(default_factory=dict)
     _retired: dict[str, bool] = field(default_factory=dict)
     _contexts: dict[str, ContextInfo] = field(default_factory=dict)
@@ -505,7 +509,8 @@ class WriteTx:
             except IntegrityError as exc:  # a concurrent first touch; rerun the transaction
                 raise TransientConflict(str(exc)) from exc
         if self.events:
-            self.last_seq = append_events(self.sql, self.events, ts=self.now)
+            self.charged = self.charged or any(e.kind is EventKind.CHARGED for e in self.events)
+            self.last_seq, self.last_hash = append_events(self.sql, self.events, ts=self.now)
             self.events = []
         if self.last_seq is None:
             raise InternalError("flush() without any event: every change must be audited")

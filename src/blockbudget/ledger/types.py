@@ -53,6 +53,7 @@ class EventKind(Enum):
     RELEASED = "released"
     EXPIRED = "expired"
     RETIRED = "retired"
+    RECONCILED = "reconciled"
 
 
 class ReservationState(Enum):
@@ -73,6 +74,7 @@ class Operation(Enum):
     CHARGE = "charge"
     RELEASE = "release"
     RETIRE = "retire"
+    RECONCILE = "reconcile"
 
 
 def validate_context_name(name: object) -> str:
@@ -461,6 +463,66 @@ class AuditEvent:
         """The payload, decoded (a fresh dict each time; the event itself stays immutable)."""
         data: dict[str, Any] = json.loads(self.payload_json)
         return data
+
+
+@dataclass(frozen=True)
+class ChainHead:
+    """Where the audit log's hash chain ends (:meth:`Ledger.chain_head`).
+
+    Attributes:
+        seq: the last event's seq (0 for an empty log).
+        hash: its hash (the genesis hash, 64 zeros, for an empty log).
+        ts: its time (Unix seconds; None for an empty log).
+        first_hash: the first event's hash — which names the database's history: a copy or a
+            restore of the database keeps it, another database has another (None when empty).
+    """
+
+    seq: int
+    hash: str
+    ts: float | None
+    first_hash: str | None
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    """What :meth:`Ledger.reconcile <blockbudget.ledger.ledger.Ledger.reconcile>` did: the
+    blocks it retired and registered, and the ``reconciled`` event that records it.
+
+    Attributes:
+        retired: the blocks retired now (they were live), sorted.
+        tombstones: the blocks registered now, retired at once (they were not registered).
+        seq: the ``reconciled`` event's seq.
+        hash: its hash (the chain tip right after the reconciliation).
+        epoch: the epoch the event names.
+        replayed: True when this is the stored result of an earlier run (not part of the
+            value).
+    """
+
+    retired: tuple[str, ...]
+    tombstones: tuple[str, ...]
+    seq: int
+    hash: str
+    epoch: int
+    replayed: bool = field(default=False, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "retired": list(self.retired),
+            "tombstones": list(self.tombstones),
+            "seq": self.seq,
+            "hash": self.hash,
+            "epoch": self.epoch,
+        }
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> Reconciliation:
+        return Reconciliation(
+            retired=tuple(data["retired"]),
+            tombstones=tuple(data["tombstones"]),
+            seq=int(data["seq"]),
+            hash=str(data["hash"]),
+            epoch=int(data["epoch"]),
+        )
 
 
 @dataclass(frozen=True)

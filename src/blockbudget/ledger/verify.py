@@ -18,7 +18,8 @@ reservations and a multiset hash of the closed ones), and
    draw may exceed its reservation or happen after its expiry, no charge or reservation may
    touch a retired block, no event may name a context that no earlier ``context_added``
    event registered (a context minted outside :meth:`Ledger.add_context` would be fresh budget),
-   and no reservation or charge may name a context after its ``context_closed`` event;
+   and no reservation or charge may name a context after its ``context_closed`` event, and a
+   ``reconciled`` event must find every block registered before it retired;
 4. compares the rebuilt state with the tables (contexts, blocks, budgets, reservations,
    requests) — all of them, whatever the checkpoint, so a table row changed after the
    checkpoint is found without a full replay.
@@ -172,6 +173,9 @@ def _apply(rp: _Replay, seq: int, ts: float, kind: EventKind, ctx: str | None, p
         for b in p["blocks"]:
             rp.reg(b).retired = True
         return
+    if kind is EventKind.RECONCILED:
+        _reconciled(rp, seq, ctx, p)
+        return
     if ctx is None:
         raise _Bad(f"a {kind.value} event needs a context")
     if kind is EventKind.RESERVED:
@@ -204,6 +208,21 @@ def _over_proved_bound(rp: _Replay) -> tuple[str, ...]:
             f"version 1 beyond the proved capacity of its {reg.capacity}; {state}"
         )
     return tuple(notes)
+
+
+def _reconciled(rp: _Replay, seq: int, ctx: str | None, p: Any) -> None:
+    """A ``reconciled`` event changes no budget; it must follow the retirement of every block
+    registered before it (a reconciliation counts every block as spent)."""
+    if ctx is not None:
+        raise _Bad("a reconciled event names no context")
+    mark, epoch = p.get("mark"), p.get("epoch")
+    if not isinstance(mark, dict) or not isinstance(epoch, int) or epoch < 1:
+        raise _Bad("a reconciled event needs its mark and an epoch >= 1")
+    if not isinstance(p.get("tombstones"), list) or not isinstance(p.get("retired"), int):
+        raise _Bad("a reconciled event needs its retired count and tombstones")
+    live = sorted(b for b, reg in rp.regs.items() if not reg.retired)
+    if live:
+        rp.problem(seq, f"a reconciled event leaves {len(live)} block(s) live: {live[:5]}")
 
 
 def _context_added(rp: _Replay, ts: float, ctx: str | None, p: Any) -> None:

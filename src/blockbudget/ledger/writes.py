@@ -18,11 +18,12 @@ from typing import TypeVar, cast
 
 from sqlalchemy import Connection, Engine
 
-from blockbudget.errors import BlockBudgetError, InternalError
+from blockbudget.errors import BlockBudgetError, HighWaterMarkError, InternalError
 from blockbudget.ledger.audit import chain_tip
 from blockbudget.ledger.catalog import BlockCatalog
 from blockbudget.ledger.db import AfterCommit, run_committed, run_transaction
 from blockbudget.ledger.group import GroupCommitter
+from blockbudget.ledger.guard import WriteGuard
 from blockbudget.ledger.requests import name_of, replay
 from blockbudget.ledger.txn import DuplicateRequest, WriteTx
 from blockbudget.ledger.types import Operation, RequestRecord
@@ -38,6 +39,7 @@ class WriteRunner:
     _clock: Callable[[], float]
     _attempts: int
     _group: GroupCommitter | None
+    _guard: WriteGuard | None = None
 
     def request(self, request_id: str) -> RequestRecord | None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -55,11 +57,15 @@ class WriteRunner:
         given: bool,
         fingerprint: str,
         body: Callable[[WriteTx], tuple[T, str]],
+        *,
+        guarded: bool = True,
     ) -> Callable[[Connection], AfterCommit[T]]:
         """The transaction function of one write: lock, run ``body``, record the request.
 
         Its result carries the transaction's after-commit step (publishing the block
-        registrations it read or wrote to the shared catalog), run only once it committed.
+        registrations it read or wrote to the shared catalog), run only once it committed,
+        and — when ``guarded`` — the chain tip it wrote, for the guard's
+        :meth:`~blockbudget.ledger.guard.WriteGuard.committed`.
         """
 
         def fn(conn: Connection) -> AfterCommit[T]:
@@ -72,7 +78,10 @@ class WriteRunner:
                 if tx.last_seq is not None or given:
                     seq = tx.last_seq if tx.last_seq is not None else chain_tip(tx.sql)[0]
                     tx.record_request(rid, operation, fingerprint, result_json, seq)
-                return AfterCommit(result, tx.after_commit)
+                tip = None
+                if guarded and tx.last_seq is not None and tx.last_hash is not None:
+                    tip = (tx.last_seq, tx.last_hash, tx.charged)
+                return AfterCommit(result, tx.after_commit, tip)
             finally:
                 tx.sql.close()
 
@@ -84,6 +93,8 @@ class WriteRunner:
         request_id: str | None,
         fingerprint: str,
         body: Callable[[WriteTx], tuple[T, str]],
+        *,
+        guarded: bool = True,
     ) -> T:
         """Run ``body`` in a write transaction, record the request, handle replays.
 
@@ -92,14 +103,25 @@ class WriteRunner:
         arguments) or InvalidRequestError raised (other arguments). When the body itself
         refuses, a caller-given id is looked up too, so that replaying an acknowledged request
         returns its result even if it would not fit any more.
+
+        A ``guarded`` write (every write but a reconciliation's) is first let through by the
+        ledger's guard, and its result is handed out only after the guard saw its commit
+        (:mod:`blockbudget.ledger.guard`); the guard's refusals are never answered from a
+        stored result.
         """
         given = request_id is not None
         rid = name_of(request_id, what="request_id") if given else f"req-{uuid.uuid4().hex}"
-        fn = self._write_fn(operation, rid, given, fingerprint, body)
+        if guarded:
+            self._before_write()
+        fn = self._write_fn(operation, rid, given, fingerprint, body, guarded=guarded)
         try:
             if self._group is not None:
                 return cast(T, self._group.submit(fn))
-            return run_committed(self._engine, fn, write=True, attempts=self._attempts)
+            return run_committed(
+                self._engine, fn, write=True, attempts=self._attempts, on_commit=self._committed
+            )
+        except HighWaterMarkError:
+            raise  # never answered from the request table: the write may have just committed
         except DuplicateRequest:
             record = self.request(rid)
             if record is None:  # pragma: no cover - the row existed a moment ago
@@ -111,6 +133,14 @@ class WriteRunner:
                 if record is not None:
                     return cast(T, replay(record, operation, fingerprint))
             raise
+
+    def _before_write(self) -> None:
+        if self._guard is not None:
+            self._guard.before_write()
+
+    def _committed(self, seq: int, hash_: str, charged: bool) -> None:
+        if self._guard is not None:
+            self._guard.committed(seq, hash_, charged=charged)
 
     async def _write_async(
         self,
@@ -125,9 +155,13 @@ class WriteRunner:
             return await asyncio.to_thread(self._write, operation, request_id, fingerprint, body)
         given = request_id is not None
         rid = name_of(request_id, what="request_id") if given else f"req-{uuid.uuid4().hex}"
+        if self._guard is not None:
+            await asyncio.to_thread(self._before_write)
         fn = self._write_fn(operation, rid, given, fingerprint, body)
         try:
             return cast(T, await asyncio.wrap_future(self._group.submit_nowait(fn)))
+        except HighWaterMarkError:
+            raise
         except DuplicateRequest:
             record = await asyncio.to_thread(self.request, rid)
             if record is None:  # pragma: no cover - the row existed a moment ago

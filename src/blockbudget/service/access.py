@@ -14,7 +14,10 @@ answered without touching the ledger (nothing reserved, nothing charged):
 * 422 — a malformed request: bad budget, bad selection, unknown column or context, bad data;
   or stored rows that could not be processed (a stable code, never the exception's text:
   :mod:`blockbudget.service.failures`);
-* 500 — a bug or a broken ledger: a stable code; the cause goes to the server log only.
+* 500 — a bug or a broken ledger: a stable code; the cause goes to the server log only;
+* 503 — budgets unavailable: the database is behind the audit log's high-water mark kept
+  beside the block files (restored from an older backup), or the mark cannot be read; the
+  message names ``blockbudget db reconcile`` (:mod:`blockbudget.store.rollback`).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from blockbudget.errors import (
     BlockBudgetError,
     BudgetExceededError,
     DataError,
+    HighWaterMarkError,
     InvalidBudgetError,
     InvalidRequestError,
     LastAdminKeyError,
@@ -80,6 +84,8 @@ def status_of(exc: BlockBudgetError) -> int:
     """The HTTP status of a platform refusal (see the module docstring)."""
     if isinstance(exc, (AuthError, ConcealedError)):
         return exc.status
+    if isinstance(exc, HighWaterMarkError):
+        return 503  # budgets unavailable until reconciled: the caller did nothing wrong
     if isinstance(exc, UnknownContextError):
         return 422
     if isinstance(exc, UnknownBlockError):
@@ -103,7 +109,7 @@ def error_response(
         describe: its message as the caller may read it (block keys it may not see replaced).
     """
     status = status_of(exc)
-    if status >= 500 and not isinstance(exc, ConcealedError):
+    if status >= 500 and not isinstance(exc, (ConcealedError, HighWaterMarkError)):
         return internal_error_response(exc)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     body: dict[str, Any] = {"error": type(exc).__name__, "detail": describe(exc)}

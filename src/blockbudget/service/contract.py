@@ -39,6 +39,11 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorOut, "description": "unknown stream, block or reservation"},
     409: {"model": ErrorOut, "description": "budget exceeded, retired, reservation state"},
     422: {"model": ErrorOut, "description": "malformed request"},
+    503: {
+        "model": ErrorOut,
+        "description": "budgets refused: the database is behind the audit log's high-water "
+        "mark (run `blockbudget db reconcile`), or the mark cannot be read",
+    },
 }
 
 #: Where the docs' assets are served (inside the service: no CDN).

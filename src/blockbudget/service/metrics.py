@@ -208,6 +208,7 @@ class LedgerCollector:
     """
 
     def __init__(self, platform: Platform, *, alert_below: float) -> None:
+        self.platform = platform
         self.engine = platform.database
         self.tracker = BudgetTracker(self.engine, alert_below=alert_below)
 
@@ -240,6 +241,7 @@ class LedgerCollector:
         yield GaugeMetricFamily(
             "blockbudget_audit_seq", "The audit log's last sequence number.", value=snap.seq
         )
+        yield from _mark_families(self.platform)
         reserved = GaugeMetricFamily(
             "blockbudget_reservations_open", "Open reservations per context.", labels=["context"]
         )
@@ -254,6 +256,35 @@ class LedgerCollector:
         for (stream, state), n in sorted(live_tasks(self.engine).items()):
             queue.add_metric([stream, state], n)
         yield queue
+
+
+def _mark_families(platform: Platform) -> Iterator[Metric]:
+    """The audit log's high-water mark, judged at each scrape (a read of the block store)."""
+    from prometheus_client.metrics_core import GaugeMetricFamily
+
+    status = platform.mark_status(refresh=True)
+    yield GaugeMetricFamily(
+        "blockbudget_ledger_behind_mark",
+        "1 while the servers refuse budgets because the database's audit log does not reach "
+        "the high-water mark kept beside the block files (restored from an older backup, "
+        "written to after such a restore, another database) or the mark cannot be read: every "
+        "write answers 503 until `blockbudget db reconcile`; 0 otherwise.",
+        value=1.0 if status is not None and status.refusing else 0.0,
+    )
+    if status is not None and status.mark is not None:
+        yield GaugeMetricFamily(
+            "blockbudget_audit_mark_seq",
+            "The audit seq of the high-water mark kept beside the block files: it moves only "
+            "forward, except when a reconciliation re-bases it on the restored log's head in a "
+            "new epoch (blockbudget_audit_mark_epoch).",
+            value=status.mark.seq,
+        )
+        yield GaugeMetricFamily(
+            "blockbudget_audit_mark_epoch",
+            "The high-water mark's epoch: 0 until the first `blockbudget db reconcile`, one more "
+            "at each.",
+            value=status.mark.epoch,
+        )
 
 
 def _budget_families(snap: LedgerSnapshot, alert_below: float) -> Iterator[Metric]:

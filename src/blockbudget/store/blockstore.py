@@ -155,6 +155,12 @@ class BlockStore:
         """The data root as given (path or URI)."""
         return self._files.uri
 
+    @property
+    def files(self) -> DataFiles:
+        """The data root's files (the filesystem the part files and the audit log's
+        high-water mark live on)."""
+        return self._files
+
     def dispose(self) -> None:
         """Release the engine's connections if this store created it (an engine passed in is
         left to its owner)."""

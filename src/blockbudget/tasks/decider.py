@@ -147,6 +147,10 @@ class Decider(GrantPhase):
             if self._leading:
                 self._step_down()
             return
+        if self.platform.budget_refusal() is not None:
+            # The database is behind its audit log's high-water mark: nothing is granted or
+            # refused until `blockbudget db reconcile`; tasks wait.
+            return
         with self._lock:
             if not self._leading:
                 self._take_over()

@@ -107,6 +107,8 @@ class GrantPhase:
             return
         try:
             run.bridge.apply(d)
+        except TRANSIENT:
+            raise  # e.g. budgets refused until `db reconcile`: retried, not refused
         except BlockBudgetError as exc:  # a refusal of the ledger (not a lost connection)
             run.bridge.charged.pop(d.task_id, None)
             pool = run.live.pool

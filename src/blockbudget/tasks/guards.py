@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from blockbudget.accounting import Accounting, Combine, get_rule
-from blockbudget.errors import BlockBudgetError, InvalidRequestError
+from blockbudget.errors import BlockBudgetError, HighWaterMarkError, InvalidRequestError
 
 if TYPE_CHECKING:
     from blockbudget.scheduling import Decision
@@ -29,7 +29,14 @@ INSECURE: Mapping[str, Any] = {"significance_secure_noise": False}
 def _transient_errors() -> tuple[type[BaseException], ...]:
     import sqlalchemy.exc
 
-    return (OSError, sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
+    # HighWaterMarkError: the ledger refuses budgets until `blockbudget db reconcile` (or
+    # until its mark can be written): the same decision is retried, nothing is refused.
+    return (
+        OSError,
+        sqlalchemy.exc.OperationalError,
+        sqlalchemy.exc.InterfaceError,
+        HighWaterMarkError,
+    )
 
 
 TRANSIENT = _transient_errors()
