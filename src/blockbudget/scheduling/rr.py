@@ -116,6 +116,8 @@ class _RoundRobin(UnlockingScheduler):
         self.got: dict[str, FloatArray] = {}
         #: per waiting task, its dominant share of each of its blocks (the need of a whole demand)
         self.share: dict[str, FloatArray] = {}
+        #: per waiting task, the position of each of its blocks in its block list
+        self.pos: dict[str, dict[int, int]] = {}
 
     def prepare(self, pool: Pool, task: TaskSpec) -> WaitingTask:
         item = super().prepare(pool, task)
@@ -126,6 +128,7 @@ class _RoundRobin(UnlockingScheduler):
         impossible = np.any((nominal <= 0) & (item.rows > 0), axis=1)
         self.share[task.task_id] = np.where(impossible, np.inf, frac.max(axis=1))
         self.got[task.task_id] = np.zeros(len(item.blocks))
+        self.pos[task.task_id] = {b: k for k, b in enumerate(item.blocks.tolist())}
         return item
 
     def on_task(self, pool: Pool, task: TaskSpec) -> None:
@@ -151,18 +154,18 @@ class _RoundRobin(UnlockingScheduler):
         self.waiting.remove(task_id)
         self.got.pop(task_id, None)
         self.share.pop(task_id, None)
+        self.pos.pop(task_id, None)
 
     def _split(self, pool: Pool, block: int, lim: FloatArray) -> list[str]:
         """Water-fill one block's residual among the tasks waiting on it; the ids served."""
         ids = [t for t in self.waiting.by_block.get(block, ()) if pool.is_pending(t)]
         if not ids:
             return []
-        ids.sort(key=lambda t: pool.seq[t])
-        items = [self.waiting.tasks[t] for t in ids]
-        pos = [int(np.flatnonzero(w.blocks == block)[0]) for w in items]
+        ids.sort(key=lambda t: pool.seq[t])  # the split is symmetric; this fixes float sums
+        pos = [self.pos[t][block] for t in ids]
         got = np.array([self.got[t][k] for t, k in zip(ids, pos, strict=True)])
         share = np.array([self.share[t][k] for t, k in zip(ids, pos, strict=True)])
-        vecs = np.stack([w.vec for w in items])
+        vecs = np.stack([self.waiting.tasks[t].vec for t in ids])
         promised = (got[:, None] * vecs).sum(axis=0)
         used = pool.charged[block] + pool.reserved[block] + promised
         nominal = pool.nominal_capacity[block]
