@@ -111,7 +111,8 @@ TABLES: dict[str, tuple[tuple[str, ...], int]] = {
     ),
     "privatekube-micro": (
         ("setting", "accounting", "blocks", "pipelines", "scheduler", "N", "allocated"),
-        4 + 2 * 3 * 2 + 2 * 2,  # FCFS per setting, DPF-N/T × 3 N × 2 settings, DPF-N × 2 N × 2
+        # FCFS per setting, DPF-N/T and RR-N/T × 3 N × 2 settings, DPF-N × 2 N × 2
+        4 + 4 * 3 * 2 + 2 * 2,
     ),
     "series-birch": ((*SERIES_COLUMNS, "nivc_mean", "nivc_std", *PAIRED), 2 * 5),
     "series-kmeans-geo": ((*SERIES_COLUMNS, "f1_mean", "f1_std", *PAIRED), 3 * 8),

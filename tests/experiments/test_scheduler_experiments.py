@@ -68,3 +68,7 @@ def test_privatekube_single_block_matches_the_published_fcfs_and_dpf_ceiling() -
     # the block to mice, at most 100 of them (published: up to the maximum, 100)
     assert 20 <= rows[("fcfs", None)] <= 45  # 1 / E[demand] = 1 / 0.0325 ≈ 31
     assert rows[("dpf-n", 200)] == 100
+    # RR splits each unlock among every waiting pipeline: elephants hold what mice would
+    # complete with (published: RR ≤ 38, far below DPF); about FCFS at N = 100, below at 200
+    assert all(rows[(rr, n)] < 60 for rr in ("rr-n", "rr-t") for n in single.ns)
+    assert rows[("rr-n", 200)] < rows[("rr-n", 100)]

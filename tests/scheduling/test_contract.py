@@ -45,8 +45,14 @@ CASES = [
 ]
 
 
+#: options for schedulers whose defaults serve no one on the contract's small workloads: RR-N at
+#: N = 100 unlocks ~13% of a block over 40 arrivals on 6 blocks and splits it among every
+#: waiting task, so under μ-GDP's heavy demands none completes (RR's nature: test_rr.py)
+OPTIONS: dict[str, dict[str, int]] = {"rr-n": {"n": 10}}
+
+
 def make(name: str, seed: int) -> Scheduler:
-    return CLASSES[name](seed=seed, noise=SeededNoise(seed))
+    return CLASSES[name](seed=seed, noise=SeededNoise(seed), **OPTIONS.get(name, {}))
 
 
 def test_registry_finds_the_schedulers() -> None:

@@ -28,6 +28,8 @@ SPECS = {
     "online-threshold": "online-threshold:seed=1",
     "random-blocks": "random-blocks:seed=1",
     "round-robin": "round-robin",
+    "rr-n": "rr-n:n=1",
+    "rr-t": "rr-t",
     "sage-block-aggressive": "sage-block-aggressive",
     "sage-block-conserve": "sage-block-conserve",
     "sage-query-composition": "sage-query-composition",

@@ -22,10 +22,11 @@ The authors' settings, in their units (a block's capacity ε_G = 1, δ_G = 1e-6;
 Times are in block intervals (a block per unit), so a lifetime of N arrivals is N / (pipelines
 per block). DPF-T unlocks at a tick of one arrival interval on one block, and of 8 arrival
 intervals on many blocks (the authors unlock ε_G/N every arrival interval; 8 keeps the run
-short and moves unlocking by at most 8/N of a block). Round robin (``round-robin``) is ours, not
-PrivateKube's RR-N/T (which unlocks like DPF and splits unlocked budget among waiting
-pipelines); without unlocking it equals FCFS on NAMED tasks (docs/scheduling.md), so it is not
-swept here.
+short and moves unlocking by at most 8/N of a block). PrivateKube's round robin, RR-N and RR-T
+(:mod:`~blockbudget.scheduling.rr`: DPF's unlocking, the unlocked budget split max-min fairly
+among all waiting pipelines), is swept beside DPF on the basic-accounting settings with Laplace
+demands (the authors have no RR over RDP); our ``round-robin`` (no unlocking) equals FCFS on
+NAMED tasks (docs/scheduling.md), so it is not swept here.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from blockbudget.experiments.plotting import Caption, finish, label_axes, log_ax
 from blockbudget.scheduling.base import Scheduler
 from blockbudget.scheduling.baselines import Fcfs
 from blockbudget.scheduling.dpf import DpfN, DpfT
+from blockbudget.scheduling.rr import RrN, RrT
 from blockbudget.scheduling.simulator import simulate
 from blockbudget.scheduling.workloads import Workload, privatekube_micro
 
@@ -66,6 +68,7 @@ class Setting:
         gaussian: Gaussian demands (δ = 1e-9) instead of Laplace.
         ns: the values of N swept.
         dpf_t: whether DPF-T is swept too.
+        rr: whether RR-N (and RR-T with ``dpf_t``) are swept too.
         tick_arrivals: DPF-T's tick in arrival intervals.
         timeout: whether pipelines time out after 1,500 arrivals.
     """
@@ -77,6 +80,7 @@ class Setting:
     gaussian: bool
     ns: tuple[int, ...]
     dpf_t: bool = True
+    rr: bool = True
     tick_arrivals: int = 1
     timeout: bool = True
 
@@ -101,21 +105,24 @@ def settings(quick: bool) -> list[Setting]:
         return [
             Setting("single block", 1, 236, basic, False, (10, 100, 200), timeout=False),
             Setting("many blocks", 3, 64, basic, False, (10, 100, 375), tick_arrivals=8),
-            Setting("heavy, basic", 1, 400, basic, True, (50, 100), dpf_t=False),
-            Setting("heavy, RDP", 1, 400, rdp, True, (1000, 7257), dpf_t=False),
+            Setting("heavy, basic", 1, 400, basic, True, (50, 100), dpf_t=False, rr=False),
+            Setting("heavy, RDP", 1, 400, rdp, True, (1000, 7257), dpf_t=False, rr=False),
         ]
     single = (1, 10, 50, 75, 100, 125, 175, 200, 225, 275, 325)
     many = (1, 10, 50, 100, 175, 275, 375, 750, 1500)
     return [
         Setting("single block", 1, 236, basic, False, single, timeout=False),
         Setting("many blocks", 30, 128, basic, False, many, tick_arrivals=8),
-        Setting("heavy, basic", 6, 2345, basic, True, (50, 100, 210), dpf_t=False),
-        Setting("heavy, RDP", 6, 2345, rdp, True, (1451, 7257, 14514, 30479), dpf_t=False),
+        Setting("heavy, basic", 6, 2345, basic, True, (50, 100, 210), dpf_t=False, rr=False),
+        Setting(
+            "heavy, RDP", 6, 2345, rdp, True, (1451, 7257, 14514, 30479), dpf_t=False, rr=False
+        ),
     ]
 
 
 def _runs(setting: Setting) -> list[tuple[str, int | None, Callable[[], Scheduler]]]:
-    """(scheduler, N, factory) for one setting: FCFS once, DPF-N and DPF-T per N."""
+    """(scheduler, N, factory) for one setting: FCFS once, DPF-N and DPF-T (and RR-N and
+    RR-T) per N."""
     arrival = 1.0 / setting.per_block
     tick = arrival * setting.tick_arrivals
     out: list[tuple[str, int | None, Callable[[], Scheduler]]] = [("fcfs", None, Fcfs)]
@@ -123,6 +130,10 @@ def _runs(setting: Setting) -> list[tuple[str, int | None, Callable[[], Schedule
         out.append(("dpf-n", n, partial(DpfN, n=n)))
         if setting.dpf_t:
             out.append(("dpf-t", n, partial(DpfT, n=n, lifetime=n * arrival, tick=tick)))
+        if setting.rr:
+            out.append(("rr-n", n, partial(RrN, n=n)))
+            if setting.dpf_t:
+                out.append(("rr-t", n, partial(RrT, n=n, lifetime=n * arrival, tick=tick)))
     return out
 
 
@@ -157,7 +168,7 @@ def _figure(ctx: ExperimentContext, rows: list[dict[str, Any]]) -> None:
         axes = fig.add_subplot(1, len(names), k + 1)
         sub = [r for r in rows if r["setting"] == setting]
         ns = sorted({int(r["N"]) for r in sub if r["N"] is not None})
-        for name, marker in (("dpf-n", "o"), ("dpf-t", "x")):
+        for name, marker in (("dpf-n", "o"), ("dpf-t", "x"), ("rr-n", "s"), ("rr-t", "+")):
             pts = sorted((int(r["N"]), int(r["allocated"])) for r in sub if r["scheduler"] == name)
             if pts:
                 axes.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=name)
@@ -186,7 +197,7 @@ def run_micro(ctx: ExperimentContext) -> ExperimentResult:
     ctx.write_csv("privatekube_micro.csv", rows)
     _figure(ctx, rows)
     notes = (
-        "deterministic: no noise is drawn (DPF and FCFS decide on public demands)",
+        "deterministic: no noise is drawn (DPF, RR and FCFS decide on public demands)",
         "allocated = pipelines granted by the end of the authors' run (the last arrival)",
     )
     return ExperimentResult(rows=rows, files=list(ctx.files), notes=notes)
@@ -195,7 +206,7 @@ def run_micro(ctx: ExperimentContext) -> ExperimentResult:
 EXPERIMENTS = [
     Experiment(
         name="privatekube-micro",
-        summary="PrivateKube's microbenchmark: FCFS, DPF-N and DPF-T against N on one block "
+        summary="PrivateKube's microbenchmark: FCFS, DPF-N/T and RR-N/T against N on one block "
         "and many, and RDP against basic accounting",
         source="PrivateKube OSDI'21 §6.2",
         run=run_micro,

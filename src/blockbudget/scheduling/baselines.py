@@ -6,10 +6,11 @@ Source of the Sage and Streaming baselines: seed ``000_de3e86489c8646aa.txt``, �
   on every named block (OPEN tasks: the most recent blocks that fit, up to c_j); OPEN tasks that
   do not fit wait and are retried, oldest first, when a block arrives. PrivateKube's FCFS
   baseline (OSDI'21 §6.1), without unlocking.
-* :class:`RoundRobin` — PrivateKube's RR baseline: each block's budget is split among the
-  waiting tasks that need it in equal turns; implemented as: at every tick and arrival, waiting
+* :class:`RoundRobin` — a round robin without unlocking: at every tick and arrival, waiting
   tasks are tried in rotating order (the start moves by one each pass), so no task starves
-  behind an elephant at the head of the queue.
+  behind an elephant at the head of the queue. PrivateKube's RR baseline, which unlocks like
+  DPF and splits the unlocked budget among the waiting tasks, is :mod:`.rr` (``rr-n``,
+  ``rr-t``).
 * :class:`RandomBlocks` — Sage's access control as seed 000 §VII-D describes it: a query gets
   blocks chosen at random among those that can still afford its demand (up to c_j, stopping
   early when the task's validator passes); blocks are reused until their budget runs out.
@@ -131,7 +132,7 @@ class Fcfs(Scheduler):
 
 
 class RoundRobin(Scheduler):
-    """PrivateKube's round-robin baseline; see the module docstring."""
+    """Round robin without unlocking; see the module docstring."""
 
     name = "round-robin"
     shapes = frozenset({TaskShape.NAMED, TaskShape.OPEN})
