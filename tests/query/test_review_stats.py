@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from decimal import ROUND_CEILING, Decimal, localcontext
 from fractions import Fraction
 from pathlib import Path
@@ -256,6 +257,9 @@ def test_each_covariance_sensitivity_bounds_what_one_row_adds(
         "covariance", "x", lower=bx[0], upper=bx[1], column2="y", lower2=by[0],
         upper2=by[1], epsilon=6,
     )  # fmt: skip
+    nan_y = {**to_dict(q), "upper2": math.nan}
+    with pytest.raises(InvalidRequestError, match="upper2 must be finite"):
+        from_dict(nan_y)
     stat = get_statistic("covariance")
     aggs = {a.name: a for a in stat.aggregates(q)}
     sens = {p.name: p.sensitivity for p in perturbations(q)}
@@ -311,3 +315,43 @@ def test_the_covariance_answer_is_safe_post_processing_of_any_noisy_values(
     cov, corr = value["covariance"], value["correlation"]
     assert math.isfinite(cov) and math.isfinite(corr)
     assert abs(cov) <= 4.0 * 0.5 and -1.0 <= corr <= 1.0
+
+
+# --- a number too large for a double is a bad parameter, not an internal error --------------
+
+
+@pytest.mark.parametrize("field", ["upper2", "lower2", "upper"])
+def test_a_bound_too_large_for_a_double_is_refused_as_a_bad_request(field: str) -> None:
+    form = {**to_dict(Query.of(
+        "covariance", "x", lower=-1, upper=1, column2="y", lower2=0, upper2=4, epsilon=1
+    )), field: (-1 if field == "lower2" else 1) * 10**400}  # fmt: skip
+    with pytest.raises(InvalidRequestError, match=f"{field}'? must be"):
+        from_dict(form)
+
+
+def test_over_http_a_huge_integer_bound_is_a_422_charging_nothing(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+    from service.support import seed
+
+    from blockbudget.service import create_app
+
+    seeded = seed(tmp_path / "home")
+    p = seeded.platform
+    try:
+        q = to_dict(
+            Query.of(
+                "covariance", "v", lower=0, upper=1, column2="n", lower2=0, upper2=4, epsilon=1
+            )
+        )
+        before = state(p, "flights")
+        app = create_app(p, keys=seeded.keys, auth_cache_seconds=0)
+        with TestClient(app, raise_server_exceptions=False) as client:
+            h = seeded.headers(seeded.analyst)
+            for field in ("upper2", "upper"):
+                body = {"query": {**q, field: 10**400}, "context": "team-a", "last": 1}
+                r = client.post("/v1/streams/flights/query", headers=h, json=body)
+                assert r.status_code == 422, r.text
+                assert re.search(f"{field}'? must be", r.json()["detail"]), r.text
+        assert state(p, "flights") == before
+    finally:
+        p.close()
