@@ -93,7 +93,13 @@ class NoisePart:
 
     def pure_epsilon(self) -> Decimal:
         """Δ/scale as an exact decimal, rounded up: the ε of a Laplace part or of one
-        exponential-mechanism selection (of the shortest decimals of both doubles).
+        exponential-mechanism selection.
+
+        The larger of the quotients of the doubles' exact binary values (what the sampler draws
+        with) and of their shortest decimals (what the caller wrote), as
+        :meth:`~blockbudget.budget.RdpCurve.laplace` reads them: a scale's shortest decimal can
+        be above its double (3.3333333333333335 is, for the scale 1/0.3 rounded up), and the
+        quotient of the decimals alone was then up to an ulp below the ε the sampler delivers.
 
         Example:
             >>> NoisePart(Noise.EXPONENTIAL, 4.0, 1.0).pure_epsilon()
@@ -106,7 +112,10 @@ class NoisePart:
         with localcontext() as ctx:
             ctx.prec = 40
             ctx.rounding = ROUND_CEILING
-            return shortest_decimal(self.sensitivity) / shortest_decimal(self.scale)
+            return max(
+                Decimal(float(self.sensitivity)) / Decimal(float(self.scale)),
+                shortest_decimal(self.sensitivity) / shortest_decimal(self.scale),
+            )
 
 
 @dataclass(frozen=True)

@@ -132,7 +132,13 @@ def check_enum(value: Any, enum_type: type[Any], *, name: str) -> Any:
 MAX_BOUND = 2.0**960
 
 
-def check_bounds(lower: float, upper: float, *, limit: float = MAX_BOUND) -> tuple[float, float]:
+def check_bounds(
+    lower: float,
+    upper: float,
+    *,
+    limit: float = MAX_BOUND,
+    names: tuple[str, str] = ("lower", "upper"),
+) -> tuple[float, float]:
     """Clipping bounds: finite numbers with lower < upper and |bound| ≤ ``limit``.
 
     Args:
@@ -140,16 +146,17 @@ def check_bounds(lower: float, upper: float, *, limit: float = MAX_BOUND) -> tup
         upper: public upper clipping bound.
         limit: the largest magnitude allowed (:data:`MAX_BOUND` by default; statistics that
             sum squares ask for its square root).
+        names: the two bounds' names in errors (a second column's ``lower2``, ``upper2``).
 
     Raises:
-        InvalidRequestError: otherwise.
+        InvalidRequestError: otherwise (an integer too large for a double included).
     """
     out = []
-    for label, given in (("lower", lower), ("upper", upper)):
+    for label, given in zip(names, (lower, upper), strict=True):
         bound = plain_number(given)
         if isinstance(bound, bool) or not isinstance(bound, (int, float)):
             raise InvalidRequestError(f"{label} must be a number, got {type(bound).__name__}")
-        if not math.isfinite(bound):
+        if isinstance(bound, float) and not math.isfinite(bound):
             raise InvalidRequestError(f"{label} must be finite, got {bound!r}")
         if abs(bound) > limit:
             raise InvalidRequestError(

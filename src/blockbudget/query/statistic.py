@@ -125,7 +125,13 @@ class Param:
         """``value`` checked against :attr:`kind` (an int is a float too; no bools)."""
         ok = isinstance(value, self.kind) and not isinstance(value, bool)
         if self.kind is float and isinstance(value, int) and not isinstance(value, bool):
-            ok, value = True, float(value)
+            try:
+                ok, value = True, float(value)
+            except OverflowError:  # an integer beyond the doubles is a bad value, not a bug
+                raise InvalidRequestError(
+                    f"a DP {statistic}'s {self.name!r} must be a float within the doubles' "
+                    f"range, got an integer of {len(str(abs(value)))} digits"
+                ) from None
         if not ok:
             raise InvalidRequestError(
                 f"a DP {statistic}'s {self.name!r} must be {self.kind.__name__}, got {value!r}"

@@ -105,7 +105,7 @@ class Covariance(DPStatistic):
         if y == query.column:
             raise InvalidRequestError("a DP covariance needs two different columns")
         lo2, hi2 = float(query.param("lower2")), float(query.param("upper2"))
-        check_bounds(lo2, hi2, limit=VARIANCE_BOUND)
+        check_bounds(lo2, hi2, limit=VARIANCE_BOUND, names=("lower2", "upper2"))
 
     def columns(self, query: Query) -> tuple[str, ...]:
         assert query.column is not None
