@@ -50,6 +50,8 @@ SEMANTIC: list[tuple[str, str]] = [
     ("InvalidRequestError", r"needs a stream blocked by user id|is sized only on streams"),
     # Choices between fields (exactly one of blocks/last/reservation_id).
     ("InvalidRequestError", r"give exactly one of|reservation_id|pricing takes"),
+    # A user-blocked stream keeps each user's rows in one block: no late rows to a new block.
+    ("InvalidRequestError", r"user-level blocks must keep each user's records in one block"),
     # A budget split below the ledger's smallest value (ε over many slots).
     ("InvalidBudgetError", r"^epsilon must be 0 or of magnitude"),
     # Rows: CSV text or JSON records that do not fit the stream's columns.

@@ -10,7 +10,6 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI
 from fastapi.responses import HTMLResponse
-from pydantic import BaseModel
 
 from blockbudget import __version__
 from blockbudget.platform import Platform
@@ -18,17 +17,18 @@ from blockbudget.service.access import Authenticator, require_role
 from blockbudget.service.admin_views import log_admin
 from blockbudget.service.auth import Principal
 from blockbudget.service.dashboard import page
+from blockbudget.service.schema_fields import Flag, Strict
 
 __all__ = ["budgets_state", "register_service_routes"]
 
 log = logging.getLogger("blockbudget.service")
 
 
-class ReconcileIn(BaseModel):
+class ReconcileIn(Strict):
     """``POST /v1/service/reconcile``: ``adopt`` reconciles a database that is not the mark's
     (a fresh or another database on these block files)."""
 
-    adopt: bool = False
+    adopt: Flag = False
 
 
 def budgets_state(platform: Platform) -> str:
