@@ -24,7 +24,7 @@ import pyarrow.fs as pafs
 
 from blockbudget.errors import InvalidRequestError
 from blockbudget.store.files import DataFiles, fsync_path
-from blockbudget.store.watermark import MARK_DIR, Mark, mark_name, parse_mark_name
+from blockbudget.store.watermark import MARK_DIR, Mark, mark_name, parse_mark_entry
 
 
 class MarkFiles:
@@ -50,12 +50,41 @@ class MarkFiles:
         Raises:
             OSError, pyarrow.ArrowException: the store did not answer.
         """
+        return [(key, name) for key, _, name in self.entries()]
+
+    def entries(self) -> list[tuple[tuple[int, int], str | None, str]]:
+        """Every mark file's (order key, hash named by the file name or None, name), largest
+        first.
+
+        Raises:
+            OSError, pyarrow.ArrowException: the store did not answer.
+        """
         out = []
         for name in self._listing():
-            key = parse_mark_name(name)
-            if key is not None:
-                out.append((key, name))
+            entry = parse_mark_entry(name)
+            if entry is not None:
+                out.append(((entry[0], entry[1]), entry[2], name))
         return sorted(out, reverse=True)
+
+    def load(self, name: str) -> Mark | None:
+        """The mark in the file ``name`` (None when it is gone, damaged or misnamed).
+
+        Raises:
+            OSError, pyarrow.ArrowException: the store did not answer.
+        """
+        entry = parse_mark_entry(name)
+        if entry is None:
+            return None
+        try:
+            with self.files.fs.open_input_stream(f"{self.dir}/{name}") as handle:
+                mark = Mark.from_json(json.loads(handle.read()))
+        except FileNotFoundError:
+            return None
+        except (ValueError, InvalidRequestError):
+            return None
+        if mark.key != (entry[0], entry[1]) or entry[2] not in (None, mark.hash):
+            return None
+        return mark
 
     def _listing(self) -> list[str]:
         if self.files.local:  # names only: a file pruned meanwhile is no error
@@ -82,15 +111,11 @@ class MarkFiles:
         Raises:
             OSError, pyarrow.ArrowException: the store did not answer.
         """
-        for key, name in self.names():
-            try:
-                with self.files.fs.open_input_stream(f"{self.dir}/{name}") as handle:
-                    mark = Mark.from_json(json.loads(handle.read()))
-            except FileNotFoundError:
-                continue  # pruned meanwhile: a larger one exists
-            except (ValueError, InvalidRequestError):
-                continue  # damaged: skip (it can only make the mark look older)
-            if mark.key == key:
+        for _, name in self.names():
+            # gone (pruned meanwhile: a larger one exists), damaged or misnamed: skip (it can
+            # only make the mark look older)
+            mark = self.load(name)
+            if mark is not None:
                 return mark
         return None
 

@@ -72,7 +72,7 @@ from blockbudget.ledger import BlockInfo, Ledger
 from blockbudget.ledger.types import ChainHead
 from blockbudget.store.markfiles import MarkFiles
 from blockbudget.store.model import STREAM_NAME_RE, Unit, make_block_id, parse_block_id
-from blockbudget.store.watermark import Head, Mark, MarkPolicy, MarkState, judge
+from blockbudget.store.watermark import Head, Mark, MarkPolicy, MarkState, judge, mark_name
 
 if TYPE_CHECKING:
     from blockbudget.store.blockstore import BlockStore
@@ -198,6 +198,8 @@ class Watermark:
         self._reconciling = threading.Lock()
         self._state: MarkState | None = None  # None: not judged yet
         self._mark: Mark | None = None  # the largest mark this process knows
+        # every mark file up to this key (in its epoch) names an event this log holds
+        self._verified: tuple[int, int] | None = None
         self._refusal: HighWaterMarkError | None = None
         self._ledger_seq = 0
         self._checked_at = -float("inf")  # monotonic
@@ -415,6 +417,29 @@ class Watermark:
             self._pending = None
             self._overdue = False
             return
+        if mark is not None:
+            # The largest mark is held; so must be every other mark of its epoch written since
+            # the last check: a copy of this database beside it (a restore onto another
+            # database, a stale replica) leaves its own marks, which this log does not hold.
+            try:
+                unheld = self._unheld(since=self._verified, epoch=mark.epoch)
+            except _STORE_ERRORS as exc:
+                log.warning(
+                    "the high-water marks at %s could not be listed: %s",
+                    self.files.where,
+                    _cause(exc),
+                )
+                self._state = MarkState.UNREADABLE
+                self._refusal = MarkUnavailableError(
+                    "the audit log's high-water mark beside the block files could not be read "
+                    "(the block store did not answer; the server log says why): budgets are "
+                    "refused until it can be"
+                )
+                return
+            if unheld is not None:
+                self._refuse(*unheld, head.seq)
+                return
+            self._verified = max(mark.key, self._verified or mark.key)
         self._refusal = None
         # Committed and not under the mark (a withheld answer, a batched window): the next
         # write, or a policy that finds it due, advances the mark over it.
@@ -423,6 +448,52 @@ class Watermark:
             self._pending = (head.seq, head.hash)
             # not known why (a withheld answer?): a policy that marks answers marks it first
             self._overdue = self.policy.before_answers
+
+    def _refuse(self, state: MarkState, mark: Mark, seq: int) -> None:
+        self._state = state
+        self._refusal = self._refusal_for(state, mark, seq, self._identity)
+        self._pending = None
+        self._overdue = False
+
+    def _unheld(
+        self, *, since: tuple[int, int] | None, epoch: int, skip: str | None = None
+    ) -> tuple[MarkState, Mark] | None:
+        """The first mark file at or above ``since`` (in ``epoch`` or later) whose event this
+        database's log does not hold, with how the log stands against it; None when there is
+        none. A mark is written only after its event committed, so a log that lacks it is
+        behind it or diverged from it — never merely late.
+
+        Raises:
+            OSError, pyarrow.ArrowException: the store did not answer.
+        """
+        for key, hash_, name in self.files.entries():
+            if key[0] < epoch or (since is not None and key < since):
+                break
+            if name == skip:
+                continue
+            loaded = None
+            if hash_ is None:  # a name without its hash: read the file
+                loaded = self.files.load(name)
+                if loaded is None:
+                    continue
+                hash_ = loaded.hash
+            held = self.ledger.chain_hash(key[1])
+            if held == hash_:
+                continue
+            state = MarkState.BEHIND if held is None else MarkState.DIVERGED
+            mark = loaded or self.files.load(name)
+            if mark is None:  # pruned or damaged meanwhile: its name is what we know
+                mark = Mark(
+                    epoch=key[0],
+                    seq=key[1],
+                    hash=hash_,
+                    database=self._identity or "0" * 64,
+                    ts=0.0,
+                )
+            if mark.database != self._identity:
+                state = MarkState.FOREIGN
+            return state, mark
+        return None
 
     def _refusal_for(
         self, state: MarkState, mark: Mark | None, seq: int, first: str | None = None
@@ -487,10 +558,30 @@ class Watermark:
             ts=self._clock(),
             writer=self._writer,
         )
+        since = self._verified
         self._write(mark)
         self._mark = mark
         self._pending = None
         self._overdue = False
+        # Before the write's result leaves: no other history has marked since this process
+        # last looked (a copy of this database on the same block files, written to by another
+        # process) — else the two would spend the same budget.
+        try:
+            unheld = self._unheld(since=since, epoch=epoch, skip=mark_name(mark))
+        except _STORE_ERRORS as exc:
+            log.warning(
+                "the high-water marks at %s could not be listed: %s", self.files.where, _cause(exc)
+            )
+            raise MarkUnavailableError(
+                "the audit log's high-water mark beside the block files could not be checked "
+                "after it advanced (the block store did not answer; the server log says why): "
+                "the answer is withheld (its budget stays spent)"
+            ) from None
+        if unheld is not None:
+            self._refuse(*unheld, seq)
+            assert self._refusal is not None
+            raise self._refusal
+        self._verified = mark.key if since is None else max(since, mark.key)
         if self._state is MarkState.NONE:
             self._state = MarkState.OK
         self._writes += 1

@@ -1,0 +1,110 @@
+"""Adversarial review of the rollback-proof budgets (d763d00): budget is never spendable twice
+after a restore, a fork of the database, a crash or a retry."""
+
+from __future__ import annotations
+
+import sqlite3
+from decimal import Decimal
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from blockbudget import Budget
+from blockbudget.errors import BudgetExceededError, HighWaterMarkError
+from blockbudget.platform import Platform
+from blockbudget.store import Blocking
+
+D1, D2, D3 = (f"s/2024-01-0{d}" for d in (1, 2, 3))
+
+
+def frame(*days: int) -> pd.DataFrame:
+    ts = [pd.Timestamp(f"2024-01-0{d} 06:00") for d in days]
+    return pd.DataFrame({"t": ts, "v": [float(d) for d in days]})
+
+
+def copy_db(src: Path, dst: Path) -> None:
+    a, b = sqlite3.connect(src), sqlite3.connect(dst)
+    try:
+        a.backup(b)
+    finally:
+        a.close()
+        b.close()
+
+
+def open_at(home: Path, url: str, root: Path) -> Platform:
+    return Platform(home, database_url=url, data_root=str(root), engine="arrow")
+
+
+def spent_released(p: Platform, block: str) -> Decimal:
+    return Decimal(1) - p.afford("s", [block], context="a").epsilon
+
+
+def test_a_forked_database_on_the_same_store_never_spends_the_same_budget(tmp_path: Path) -> None:
+    """Two servers on the same block files, one on the live database and one on a copy of it
+    (a restore onto a second database, a failover to a stale replica): each was judged OK when
+    it started; within its recheck window each writes its own history and marks it. Only one
+    history may ever release an answer after the fork."""
+    root = tmp_path / "blocks"
+    live = tmp_path / "live.db"
+    p1 = open_at(tmp_path / "h1", f"sqlite:///{live}", root)
+    p1.add_context("a")
+    p1.create_stream("s", policy=Budget(epsilon=1), blocking=Blocking.by_time("t"))
+    p1.ingest("s", frame(1, 2, 3))
+    p1.charge([D1], Budget(epsilon="0.1"), context="a")
+    p1.ledger.engine.dispose()
+    p1.store.engine.dispose()
+    fork = tmp_path / "fork.db"
+    copy_db(live, fork)
+    p2 = open_at(tmp_path / "h2", f"sqlite:///{fork}", root)
+    released: list[tuple[str, str]] = []
+    try:
+        for who, p, eps in (
+            ("p2", p2, "0.1"),
+            ("p1", p1, "0.8"),
+            ("p2", p2, "0.8"),
+            ("p1", p1, "0.05"),
+            ("p2", p2, "0.05"),
+        ):
+            try:
+                p.charge([D1], Budget(epsilon=eps), context="a")
+            except (HighWaterMarkError, BudgetExceededError):
+                continue
+            released.append((who, eps))
+        histories = {who for who, _ in released}
+        assert len(histories) <= 1, f"both histories released answers on D1: {released}"
+        assert sum(Decimal(e) for _, e in released) <= Decimal("0.9")
+    finally:
+        p1.close()
+        p2.close()
+
+
+def test_a_restore_underneath_a_process_whose_mark_is_stale(tmp_path: Path) -> None:
+    """Process A last judged the mark at seq n; process B (same database) moved it to n+2; the
+    database is restored to n+1 (a backup between): A's next charge reuses seq n+2, which is
+    above what A knows — the store's mark at n+2 names another event."""
+    root = tmp_path / "blocks"
+    db = tmp_path / "live.db"
+    url = f"sqlite:///{db}"
+    a = open_at(tmp_path / "ha", url, root)
+    a.add_context("a")
+    a.create_stream("s", policy=Budget(epsilon=1), blocking=Blocking.by_time("t"))
+    a.ingest("s", frame(1, 2, 3))
+    a.charge([D1], Budget(epsilon="0.1"), context="a")  # A judged and marked here
+    b = open_at(tmp_path / "hb", url, root)
+    saved = tmp_path / "backup.db"
+    try:
+        b.charge([D1], Budget(epsilon="0.3"), context="a")
+        b.ledger.engine.dispose()
+        copy_db(db, saved)
+        b.charge([D1], Budget(epsilon="0.6"), context="a")  # released: D1 is spent up to 1.0
+        b.close()
+        a.ledger.engine.dispose()
+        a.store.engine.dispose()
+        for suffix in ("-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+        db.write_bytes(saved.read_bytes())
+        with pytest.raises(HighWaterMarkError):
+            a.charge([D1], Budget(epsilon="0.6"), context="a")  # 0.6 was released already
+    finally:
+        a.close()
