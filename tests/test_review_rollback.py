@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from blockbudget import Budget
-from blockbudget.errors import BudgetExceededError, HighWaterMarkError
+from blockbudget.errors import BlockBudgetError, BudgetExceededError, HighWaterMarkError
 from blockbudget.platform import Platform
 from blockbudget.store import Blocking
 
@@ -108,3 +108,39 @@ def test_a_restore_underneath_a_process_whose_mark_is_stale(tmp_path: Path) -> N
             a.charge([D1], Budget(epsilon="0.6"), context="a")  # 0.6 was released already
     finally:
         a.close()
+
+
+def test_a_backup_taken_between_an_ingests_catalog_and_ledger_commits(tmp_path: Path) -> None:
+    """A consistent backup (pg_dump, SQLite's online backup) can fall between an ingest's
+    catalog commit and its ledger registration: the restored catalog names the new block's
+    part files (no orphans), the restored ledger does not know the block. The lost history
+    registered it and spent it; after the reconciliation, the routine repair of a crashed
+    ingest (``Platform.reconcile``, or the ingest's retry) must not give it a fresh budget."""
+    root = tmp_path / "blocks"
+    db = tmp_path / "live.db"
+    url = f"sqlite:///{db}"
+    p = open_at(tmp_path / "h", url, root)
+    p.add_context("a")
+    p.create_stream("s", policy=Budget(epsilon=1), blocking=Blocking.by_time("t"))
+    p.ingest("s", frame(1, 2, 3))
+    p.charge([D1], Budget(epsilon="0.1"), context="a")
+    report = p.store.ingest("s", frame(5))  # the ingest's catalog commit, not yet its ledger's
+    d5 = report.new_blocks[0]
+    p.close()
+    saved = tmp_path / "backup.db"
+    copy_db(db, saved)
+    p = open_at(tmp_path / "h", url, root)
+    assert p.reconcile("s") == [d5]  # the lost history: registered ...
+    p.charge([d5], Budget(epsilon="0.7"), context="a")  # ... and spent, its answer released
+    p.close()
+    for suffix in ("-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    db.write_bytes(saved.read_bytes())
+    p = open_at(tmp_path / "h", url, root)
+    try:
+        assert p.reconcile_rollback().changed
+        p.reconcile("s")  # the routine repair of a crashed ingest
+        with pytest.raises(BlockBudgetError):
+            p.charge([d5], Budget(epsilon="0.7"), context="a")
+    finally:
+        p.close()

@@ -31,7 +31,10 @@ any context, up to its whole budget. Such a block is either
    it, but its part files were written to the block store before its catalog commit, and the
    restored catalog names none of them — they are orphans. Their blocks are registered now,
    retired (*tombstones*), so that re-ingesting their data later gives them no budget (the
-   ledger keeps a retired block retired whatever it is re-registered with).
+   ledger keeps a retired block retired whatever it is re-registered with). So are the
+   blocks the restored catalog names and the restored ledger does not know (a backup taken
+   between an ingest's catalog commit and its ledger registration): the repair of a crashed
+   ingest would otherwise register them with a fresh budget.
 
 Blocks the restored database created after the restore point (after a ``diverged`` restore)
 are retired too: a re-ingest of lost data gets the lost block's id back, so creation time does
@@ -333,7 +336,7 @@ class Watermark:
                 epoch=epoch,
                 mark=mark.identity(),
                 state=state.value,
-                tombstones=orphan_tombstones(store),
+                tombstones=orphan_tombstones(store) + unregistered_tombstones(store, self.ledger),
                 request_id=f"reconcile/{epoch}/{mark.seq}/{mark.hash[:16]}",
             )
             identity = self.ledger.chain_hash(1)
@@ -688,8 +691,40 @@ def orphan_tombstones(store: BlockStore) -> list[BlockInfo]:
     return [found[b] for b in sorted(found)]
 
 
+def unregistered_tombstones(store: BlockStore, ledger: Ledger) -> list[BlockInfo]:
+    """The blocks the store's catalog names that the ledger does not know, each as a
+    registration with its stream's parameters. A consistent backup can fall between an ingest's
+    catalog commit and its ledger registration: the lost history registered and spent the
+    block, the restored ledger does not know it, and its part files are no orphans — the
+    repair of a crashed ingest (:meth:`Platform.reconcile
+    <blockbudget.platform.Platform.reconcile>`, the ingest's retry) would give it a fresh
+    budget unless it is tombstoned too."""
+    known = {b.block_id for b in ledger.blocks()}
+    found: list[BlockInfo] = []
+    for spec in store.list_streams():
+        for meta in store.blocks(spec.name):
+            if meta.block_id not in known:
+                found.append(
+                    BlockInfo(
+                        block_id=meta.block_id,
+                        stream=spec.name,
+                        accounting=spec.accounting,
+                        capacity=spec.policy,
+                        slack_delta=spec.slack_delta,
+                    )
+                )
+    return found
+
+
 def _cause(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-__all__ = ["RECONCILE_COMMAND", "MarkStatus", "ReconcileReport", "Watermark", "orphan_tombstones"]
+__all__ = [
+    "RECONCILE_COMMAND",
+    "MarkStatus",
+    "ReconcileReport",
+    "Watermark",
+    "orphan_tombstones",
+    "unregistered_tombstones",
+]
