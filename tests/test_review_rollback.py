@@ -74,6 +74,17 @@ def test_a_forked_database_on_the_same_store_never_spends_the_same_budget(tmp_pa
         histories = {who for who, _ in released}
         assert len(histories) <= 1, f"both histories released answers on D1: {released}"
         assert sum(Decimal(e) for _, e in released) <= Decimal("0.9")
+        # the history that lost stays refused, in this process and in a fresh one
+        loser = p2 if histories == {"p1"} else p1
+        with pytest.raises(HighWaterMarkError):
+            loser.charge([D2], Budget(epsilon="0.01"), context="a")
+        url = str(loser.database_url)
+        fresh = open_at(tmp_path / "h3", url, root)
+        try:
+            with pytest.raises(HighWaterMarkError):
+                fresh.charge([D2], Budget(epsilon="0.01"), context="a")
+        finally:
+            fresh.close()
     finally:
         p1.close()
         p2.close()

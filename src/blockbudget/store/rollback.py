@@ -88,6 +88,9 @@ REFUSING_RECHECK_SECONDS = 1.0
 PRUNE_EVERY = 64
 #: Tries of one mark write before the write's answer is withheld.
 WRITE_TRIES = 3
+#: How many of the newest marks a process's first judgment checks its log holds (later ones
+#: check every mark written since they last looked).
+FIRST_SCAN = 256
 #: The command a refusal names.
 RECONCILE_COMMAND = "blockbudget db reconcile"
 
@@ -469,9 +472,11 @@ class Watermark:
         Raises:
             OSError, pyarrow.ArrowException: the store did not answer.
         """
-        for key, hash_, name in self.files.entries():
+        for i, (key, hash_, name) in enumerate(self.files.entries()):
             if key[0] < epoch or (since is not None and key < since):
                 break
+            if since is None and i >= FIRST_SCAN:
+                break  # a first look: the newest ones (a refused history writes no more)
             if name == skip:
                 continue
             loaded = None
