@@ -130,6 +130,9 @@ class MarkFiles:
         if self.files.local:
             self._write_local(name, data)
             return
+        if not self._made:  # a filesystem with directories (mock://) needs the marks' own
+            self.files.fs.create_dir(self.dir, recursive=True)
+            self._made = True
         with self.files.fs.open_output_stream(f"{self.dir}/{name}") as out:
             out.write(data)
 
