@@ -155,3 +155,45 @@ def test_a_backup_taken_between_an_ingests_catalog_and_ledger_commits(tmp_path: 
             p.charge([d5], Budget(epsilon="0.7"), context="a")
     finally:
         p.close()
+
+
+def test_a_remote_pipeline_workers_draws_are_under_the_mark_before_its_run_returns(
+    tmp_path: Path,
+) -> None:
+    """A Ray worker (``run_remote``) opens a ledger of its own to charge its draws on the
+    driver's reservation: those charges must be under the high-water mark before the run (a
+    DP release) goes back to the driver — else a restore to a backup taken before them hides
+    them, the mark being none the wiser, and their budget is spent twice."""
+    from training.conftest import CONTEXT, STREAM, make_platform
+
+    from blockbudget.apps.flights.features import Granularity
+    from blockbudget.apps.flights.pipelines import AverageSpeedPipeline
+    from blockbudget.store.markfiles import MarkFiles
+    from blockbudget.training import PipelineJob
+    from blockbudget.training.executors import GrantHandle, run_remote
+
+    job = PipelineJob(
+        AverageSpeedPipeline(target=300.0, granularity=Granularity.WEEK_OF_MONTH),
+        Decimal("0.25"),
+        Decimal(0),
+        0.05,
+        seed=8,
+    )
+    platform = make_platform(tmp_path / "p", 3)
+    try:
+        grant = platform.request(
+            STREAM,
+            blocks=[b.block_id for b in platform.blocks(STREAM)],
+            budget=Budget(epsilon=job.epsilon, delta=job.delta),
+            context=CONTEXT,
+        )
+        handle = GrantHandle.of(grant, database_url=platform.database_url)
+        before = platform.audit_seq()
+        run_remote(job, handle)
+        after = platform.audit_seq()
+        assert after > before  # the worker charged its draws
+        mark = MarkFiles(platform.store.files).read()
+        assert mark is not None and mark.seq == after
+        grant.close()
+    finally:
+        platform.close()
