@@ -197,3 +197,50 @@ def test_a_remote_pipeline_workers_draws_are_under_the_mark_before_its_run_retur
         grant.close()
     finally:
         platform.close()
+
+
+def test_a_second_restore_after_the_orphans_were_removed(tmp_path: Path) -> None:
+    """Restore, reconcile (D5 of the lost history is tombstoned from its orphan part files),
+    remove the orphans (allowed now), then restore the same backup again: the tombstone went
+    with the reconciled database and the evidence went with the orphan sweep — D5's data
+    ingested again must still not get a fresh budget."""
+    from datetime import timedelta
+
+    from blockbudget.errors import RetiredBlockError
+
+    root = tmp_path / "blocks"
+    db = tmp_path / "live.db"
+    url = f"sqlite:///{db}"
+    d5 = "s/2024-01-05"
+    p = open_at(tmp_path / "h", url, root)
+    p.add_context("a")
+    p.create_stream("s", policy=Budget(epsilon=1), blocking=Blocking.by_time("t"))
+    p.ingest("s", frame(1, 2, 3))
+    p.charge([D1], Budget(epsilon="0.1"), context="a")
+    p.close()
+    saved = tmp_path / "backup.db"
+    copy_db(db, saved)
+
+    def restore() -> None:
+        for suffix in ("-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+        db.write_bytes(saved.read_bytes())
+
+    p = open_at(tmp_path / "h", url, root)
+    p.ingest("s", frame(5))
+    p.charge([d5], Budget(epsilon="0.7"), context="a")  # released, then lost
+    p.close()
+    restore()
+    p = open_at(tmp_path / "h", url, root)
+    assert p.reconcile_rollback().tombstones == (d5,)
+    assert p.remove_orphans(older_than=timedelta(0))  # D5's part files
+    p.close()
+    restore()
+    p = open_at(tmp_path / "h", url, root)
+    try:
+        assert p.reconcile_rollback().changed
+        p.ingest("s", frame(5))
+        with pytest.raises(RetiredBlockError):
+            p.charge([d5], Budget(epsilon="0.7"), context="a")
+    finally:
+        p.close()

@@ -79,6 +79,7 @@ from blockbudget.store.watermark import Head, Mark, MarkPolicy, MarkState, judge
 
 if TYPE_CHECKING:
     from blockbudget.store.blockstore import BlockStore
+    from blockbudget.store.model import StreamSpec
 
 log = logging.getLogger("blockbudget.watermark")
 
@@ -333,13 +334,28 @@ class Watermark:
                     mark_seq=mark.seq,
                 )
             epoch = mark.epoch + 1
+            tombstones = orphan_tombstones(store) + unregistered_tombstones(store, self.ledger)
+            recorded = {t.block_id for t in tombstones}
+            # an earlier reconciliation's tombstones (their database may be the one lost now,
+            # their orphan part files removed since): kept beside the marks
+            specs = {s.name: s for s in store.list_streams()}
+            tombstones += [
+                _tombstone(specs, block, stream)
+                for block, stream in self.files.recorded_tombstones()
+                if block not in recorded
+            ]
+            # before the ledger's transaction: a crash in between leaves a record of more
+            # tombstones than were registered, which only retires them again
+            self.files.record_tombstones(
+                epoch, [(t.block_id, t.stream) for t in tombstones if t.block_id in recorded]
+            )
             # Not under the guard's lock: with group commit the batch's other writes report
             # their commit to this guard from the committer thread.
             done = self.ledger.reconcile(
                 epoch=epoch,
                 mark=mark.identity(),
                 state=state.value,
-                tombstones=orphan_tombstones(store) + unregistered_tombstones(store, self.ledger),
+                tombstones=tombstones,
                 request_id=f"reconcile/{epoch}/{mark.seq}/{mark.hash[:16]}",
             )
             identity = self.ledger.chain_hash(1)
@@ -719,6 +735,27 @@ def unregistered_tombstones(store: BlockStore, ledger: Ledger) -> list[BlockInfo
                     )
                 )
     return found
+
+
+def _tombstone(specs: dict[str, StreamSpec], block: str, stream: str) -> BlockInfo:
+    """A recorded tombstone as a registration (its stream's parameters when the catalog knows
+    the stream, else placeholders: it is retired at once)."""
+    spec = specs.get(stream)
+    if spec is None:
+        return BlockInfo(
+            block_id=block,
+            stream=stream,
+            accounting=Accounting.BASIC,
+            capacity=Budget(epsilon=1),
+            slack_delta=None,
+        )
+    return BlockInfo(
+        block_id=block,
+        stream=stream,
+        accounting=spec.accounting,
+        capacity=spec.policy,
+        slack_delta=spec.slack_delta,
+    )
 
 
 def _cause(exc: BaseException) -> str:

@@ -49,6 +49,9 @@ from blockbudget.errors import InvalidRequestError
 
 #: Where marks live, relative to the data root.
 MARK_DIR = "_blockbudget/marks"
+#: Where a reconciliation keeps its tombstones (:meth:`MarkFiles.record_tombstones
+#: <blockbudget.store.markfiles.MarkFiles.record_tombstones>`), relative to the data root.
+TOMBSTONE_DIR = "_blockbudget/tombstones"
 #: The mark files' format version.
 MARK_FORMAT = 1
 #: The environment variable a platform reads its :class:`MarkPolicy` from (``serve
