@@ -478,7 +478,11 @@ class Watermark:
         self._overdue = False
 
     def _unheld(
-        self, *, since: tuple[int, int] | None, epoch: int, skip: str | None = None
+        self,
+        *,
+        since: tuple[int, int] | None,
+        epoch: int,
+        skip: frozenset[str] | set[str] = frozenset(),
     ) -> tuple[MarkState, Mark] | None:
         """The first mark file at or above ``since`` (in ``epoch`` or later) whose event this
         database's log does not hold, with how the log stands against it; None when there is
@@ -493,7 +497,7 @@ class Watermark:
                 break
             if since is None and i >= FIRST_SCAN:
                 break  # a first look: the newest ones (a refused history writes no more)
-            if name == skip:
+            if name in skip:  # known to be held
                 continue
             loaded = None
             if hash_ is None:  # a name without its hash: read the file
@@ -583,6 +587,8 @@ class Watermark:
             writer=self._writer,
         )
         since = self._verified
+        known = self._mark  # held by this log: judged, or written by this process
+        skip = {mark_name(mark)} | (set() if known is None else {mark_name(known)})
         self._write(mark)
         self._mark = mark
         self._pending = None
@@ -591,7 +597,7 @@ class Watermark:
         # last looked (a copy of this database on the same block files, written to by another
         # process) — else the two would spend the same budget.
         try:
-            unheld = self._unheld(since=since, epoch=epoch, skip=mark_name(mark))
+            unheld = self._unheld(since=since, epoch=epoch, skip=skip)
         except _STORE_ERRORS as exc:
             log.warning(
                 "the high-water marks at %s could not be listed: %s", self.files.where, _cause(exc)
