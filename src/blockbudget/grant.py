@@ -145,6 +145,16 @@ class Grant:
         """
         return self._ledger.engine.url.render_as_string(hide_password=True)
 
+    @property
+    def mark_policy(self) -> str | None:
+        """The policy of the audit log's high-water mark that guards this grant's ledger
+        (:mod:`blockbudget.store.rollback`; None: none): a worker that charges from another
+        process keeps the mark as the driver does."""
+        from blockbudget.store.rollback import Watermark
+
+        guard = self._ledger.guard
+        return guard.policy.describe() if isinstance(guard, Watermark) else None
+
     # --- the BudgetSource contract -------------------------------------------------------------
 
     @property

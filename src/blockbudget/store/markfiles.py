@@ -18,13 +18,14 @@ import contextlib
 import json
 import os
 import uuid
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from blockbudget.errors import InvalidRequestError
 from blockbudget.store.files import DataFiles, fsync_path
-from blockbudget.store.watermark import MARK_DIR, Mark, mark_name, parse_mark_name
+from blockbudget.store.watermark import MARK_DIR, TOMBSTONE_DIR, Mark, mark_name, parse_mark_entry
 
 
 class MarkFiles:
@@ -50,12 +51,41 @@ class MarkFiles:
         Raises:
             OSError, pyarrow.ArrowException: the store did not answer.
         """
+        return [(key, name) for key, _, name in self.entries()]
+
+    def entries(self) -> list[tuple[tuple[int, int], str | None, str]]:
+        """Every mark file's (order key, hash named by the file name or None, name), largest
+        first.
+
+        Raises:
+            OSError, pyarrow.ArrowException: the store did not answer.
+        """
         out = []
         for name in self._listing():
-            key = parse_mark_name(name)
-            if key is not None:
-                out.append((key, name))
+            entry = parse_mark_entry(name)
+            if entry is not None:
+                out.append(((entry[0], entry[1]), entry[2], name))
         return sorted(out, reverse=True)
+
+    def load(self, name: str) -> Mark | None:
+        """The mark in the file ``name`` (None when it is gone, damaged or misnamed).
+
+        Raises:
+            OSError, pyarrow.ArrowException: the store did not answer.
+        """
+        entry = parse_mark_entry(name)
+        if entry is None:
+            return None
+        try:
+            with self.files.fs.open_input_stream(f"{self.dir}/{name}") as handle:
+                mark = Mark.from_json(json.loads(handle.read()))
+        except FileNotFoundError:
+            return None
+        except (ValueError, InvalidRequestError):
+            return None
+        if mark.key != (entry[0], entry[1]) or entry[2] not in (None, mark.hash):
+            return None
+        return mark
 
     def _listing(self) -> list[str]:
         if self.files.local:  # names only: a file pruned meanwhile is no error
@@ -82,15 +112,11 @@ class MarkFiles:
         Raises:
             OSError, pyarrow.ArrowException: the store did not answer.
         """
-        for key, name in self.names():
-            try:
-                with self.files.fs.open_input_stream(f"{self.dir}/{name}") as handle:
-                    mark = Mark.from_json(json.loads(handle.read()))
-            except FileNotFoundError:
-                continue  # pruned meanwhile: a larger one exists
-            except (ValueError, InvalidRequestError):
-                continue  # damaged: skip (it can only make the mark look older)
-            if mark.key == key:
+        for _, name in self.names():
+            # gone (pruned meanwhile: a larger one exists), damaged or misnamed: skip (it can
+            # only make the mark look older)
+            mark = self.load(name)
+            if mark is not None:
                 return mark
         return None
 
@@ -131,6 +157,57 @@ class MarkFiles:
                 os.unlink(tmp)
             raise
         fsync_path(self.dir)
+
+    def record_tombstones(self, epoch: int, blocks: Sequence[tuple[str, str]]) -> None:
+        """Keep the (block id, stream) of a reconciliation's tombstones beside the marks, in a
+        file of their own (``_blockbudget/tombstones/``; never pruned): they are in the
+        reconciled database only, and the orphan part files they came from may be removed
+        once it is reconciled — a later restore of an older backup must still find them.
+
+        Raises:
+            OSError, pyarrow.ArrowException: the store did not take it.
+        """
+        if not blocks:
+            return
+        where = self.files.full(TOMBSTONE_DIR)
+        name = f"tombstones-{epoch:010d}-{uuid.uuid4().hex}.json"
+        data = json.dumps([{"block_id": b, "stream": s} for b, s in blocks]).encode()
+        self.files.fs.create_dir(where, recursive=True)
+        if self.files.local:
+            tmp = os.path.join(where, f".tmp-{uuid.uuid4().hex}")
+            with open(tmp, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, os.path.join(where, name))
+            fsync_path(where)
+            return
+        with self.files.fs.open_output_stream(f"{where}/{name}") as stream:
+            stream.write(data)
+
+    def recorded_tombstones(self) -> list[tuple[str, str]]:
+        """Every (block id, stream) :meth:`record_tombstones` kept (a damaged file is
+        skipped).
+
+        Raises:
+            OSError, pyarrow.ArrowException: the store did not answer.
+        """
+        where = self.files.full(TOMBSTONE_DIR)
+        selector = pafs.FileSelector(where, recursive=False, allow_not_found=True)
+        found: dict[str, str] = {}
+        for info in self.files.fs.get_file_info(selector):
+            if info.type != pafs.FileType.File or not info.base_name.startswith("tombstones-"):
+                continue
+            try:
+                with self.files.fs.open_input_stream(info.path) as handle:
+                    rows = json.loads(handle.read())
+                for row in rows:
+                    found[str(row["block_id"])] = str(row["stream"])
+            except FileNotFoundError:
+                continue
+            except (ValueError, KeyError, TypeError):
+                continue
+        return sorted(found.items())
 
     def prune(self, below: tuple[int, int]) -> int:
         """Delete the mark files whose key is below ``below`` (a key that exists, written by

@@ -31,7 +31,10 @@ any context, up to its whole budget. Such a block is either
    it, but its part files were written to the block store before its catalog commit, and the
    restored catalog names none of them — they are orphans. Their blocks are registered now,
    retired (*tombstones*), so that re-ingesting their data later gives them no budget (the
-   ledger keeps a retired block retired whatever it is re-registered with).
+   ledger keeps a retired block retired whatever it is re-registered with). So are the
+   blocks the restored catalog names and the restored ledger does not know (a backup taken
+   between an ingest's catalog commit and its ledger registration): the repair of a crashed
+   ingest would otherwise register them with a fresh budget.
 
 Blocks the restored database created after the restore point (after a ``diverged`` restore)
 are retired too: a re-ingest of lost data gets the lost block's id back, so creation time does
@@ -72,10 +75,11 @@ from blockbudget.ledger import BlockInfo, Ledger
 from blockbudget.ledger.types import ChainHead
 from blockbudget.store.markfiles import MarkFiles
 from blockbudget.store.model import STREAM_NAME_RE, Unit, make_block_id, parse_block_id
-from blockbudget.store.watermark import Head, Mark, MarkPolicy, MarkState, judge
+from blockbudget.store.watermark import Head, Mark, MarkPolicy, MarkState, judge, mark_name
 
 if TYPE_CHECKING:
     from blockbudget.store.blockstore import BlockStore
+    from blockbudget.store.model import StreamSpec
 
 log = logging.getLogger("blockbudget.watermark")
 
@@ -85,6 +89,9 @@ REFUSING_RECHECK_SECONDS = 1.0
 PRUNE_EVERY = 64
 #: Tries of one mark write before the write's answer is withheld.
 WRITE_TRIES = 3
+#: How many of the newest marks a process's first judgment checks its log holds (later ones
+#: check every mark written since they last looked).
+FIRST_SCAN = 256
 #: The command a refusal names.
 RECONCILE_COMMAND = "blockbudget db reconcile"
 
@@ -198,6 +205,8 @@ class Watermark:
         self._reconciling = threading.Lock()
         self._state: MarkState | None = None  # None: not judged yet
         self._mark: Mark | None = None  # the largest mark this process knows
+        # every mark file up to this key (in its epoch) names an event this log holds
+        self._verified: tuple[int, int] | None = None
         self._refusal: HighWaterMarkError | None = None
         self._ledger_seq = 0
         self._checked_at = -float("inf")  # monotonic
@@ -325,13 +334,28 @@ class Watermark:
                     mark_seq=mark.seq,
                 )
             epoch = mark.epoch + 1
+            tombstones = orphan_tombstones(store) + unregistered_tombstones(store, self.ledger)
+            recorded = {t.block_id for t in tombstones}
+            # an earlier reconciliation's tombstones (their database may be the one lost now,
+            # their orphan part files removed since): kept beside the marks
+            specs = {s.name: s for s in store.list_streams()}
+            tombstones += [
+                _tombstone(specs, block, stream)
+                for block, stream in self.files.recorded_tombstones()
+                if block not in recorded
+            ]
+            # before the ledger's transaction: a crash in between leaves a record of more
+            # tombstones than were registered, which only retires them again
+            self.files.record_tombstones(
+                epoch, [(t.block_id, t.stream) for t in tombstones if t.block_id in recorded]
+            )
             # Not under the guard's lock: with group commit the batch's other writes report
             # their commit to this guard from the committer thread.
             done = self.ledger.reconcile(
                 epoch=epoch,
                 mark=mark.identity(),
                 state=state.value,
-                tombstones=orphan_tombstones(store),
+                tombstones=tombstones,
                 request_id=f"reconcile/{epoch}/{mark.seq}/{mark.hash[:16]}",
             )
             identity = self.ledger.chain_hash(1)
@@ -415,6 +439,29 @@ class Watermark:
             self._pending = None
             self._overdue = False
             return
+        if mark is not None:
+            # The largest mark is held; so must be every other mark of its epoch written since
+            # the last check: a copy of this database beside it (a restore onto another
+            # database, a stale replica) leaves its own marks, which this log does not hold.
+            try:
+                unheld = self._unheld(since=self._verified, epoch=mark.epoch)
+            except _STORE_ERRORS as exc:
+                log.warning(
+                    "the high-water marks at %s could not be listed: %s",
+                    self.files.where,
+                    _cause(exc),
+                )
+                self._state = MarkState.UNREADABLE
+                self._refusal = MarkUnavailableError(
+                    "the audit log's high-water mark beside the block files could not be read "
+                    "(the block store did not answer; the server log says why): budgets are "
+                    "refused until it can be"
+                )
+                return
+            if unheld is not None:
+                self._refuse(*unheld, head.seq)
+                return
+            self._verified = max(mark.key, self._verified or mark.key)
         self._refusal = None
         # Committed and not under the mark (a withheld answer, a batched window): the next
         # write, or a policy that finds it due, advances the mark over it.
@@ -423,6 +470,58 @@ class Watermark:
             self._pending = (head.seq, head.hash)
             # not known why (a withheld answer?): a policy that marks answers marks it first
             self._overdue = self.policy.before_answers
+
+    def _refuse(self, state: MarkState, mark: Mark, seq: int) -> None:
+        self._state = state
+        self._refusal = self._refusal_for(state, mark, seq, self._identity)
+        self._pending = None
+        self._overdue = False
+
+    def _unheld(
+        self,
+        *,
+        since: tuple[int, int] | None,
+        epoch: int,
+        skip: frozenset[str] | set[str] = frozenset(),
+    ) -> tuple[MarkState, Mark] | None:
+        """The first mark file at or above ``since`` (in ``epoch`` or later) whose event this
+        database's log does not hold, with how the log stands against it; None when there is
+        none. A mark is written only after its event committed, so a log that lacks it is
+        behind it or diverged from it — never merely late.
+
+        Raises:
+            OSError, pyarrow.ArrowException: the store did not answer.
+        """
+        for i, (key, hash_, name) in enumerate(self.files.entries()):
+            if key[0] < epoch or (since is not None and key < since):
+                break
+            if since is None and i >= FIRST_SCAN:
+                break  # a first look: the newest ones (a refused history writes no more)
+            if name in skip:  # known to be held
+                continue
+            loaded = None
+            if hash_ is None:  # a name without its hash: read the file
+                loaded = self.files.load(name)
+                if loaded is None:
+                    continue
+                hash_ = loaded.hash
+            held = self.ledger.chain_hash(key[1])
+            if held == hash_:
+                continue
+            state = MarkState.BEHIND if held is None else MarkState.DIVERGED
+            mark = loaded or self.files.load(name)
+            if mark is None:  # pruned or damaged meanwhile: its name is what we know
+                mark = Mark(
+                    epoch=key[0],
+                    seq=key[1],
+                    hash=hash_,
+                    database=self._identity or "0" * 64,
+                    ts=0.0,
+                )
+            if mark.database != self._identity:
+                state = MarkState.FOREIGN
+            return state, mark
+        return None
 
     def _refusal_for(
         self, state: MarkState, mark: Mark | None, seq: int, first: str | None = None
@@ -487,10 +586,32 @@ class Watermark:
             ts=self._clock(),
             writer=self._writer,
         )
+        since = self._verified
+        known = self._mark  # held by this log: judged, or written by this process
+        skip = {mark_name(mark)} | (set() if known is None else {mark_name(known)})
         self._write(mark)
         self._mark = mark
         self._pending = None
         self._overdue = False
+        # Before the write's result leaves: no other history has marked since this process
+        # last looked (a copy of this database on the same block files, written to by another
+        # process) — else the two would spend the same budget.
+        try:
+            unheld = self._unheld(since=since, epoch=epoch, skip=skip)
+        except _STORE_ERRORS as exc:
+            log.warning(
+                "the high-water marks at %s could not be listed: %s", self.files.where, _cause(exc)
+            )
+            raise MarkUnavailableError(
+                "the audit log's high-water mark beside the block files could not be checked "
+                "after it advanced (the block store did not answer; the server log says why): "
+                "the answer is withheld (its budget stays spent)"
+            ) from None
+        if unheld is not None:
+            self._refuse(*unheld, seq)
+            assert self._refusal is not None
+            raise self._refusal
+        self._verified = mark.key if since is None else max(since, mark.key)
         if self._state is MarkState.NONE:
             self._state = MarkState.OK
         self._writes += 1
@@ -597,8 +718,61 @@ def orphan_tombstones(store: BlockStore) -> list[BlockInfo]:
     return [found[b] for b in sorted(found)]
 
 
+def unregistered_tombstones(store: BlockStore, ledger: Ledger) -> list[BlockInfo]:
+    """The blocks the store's catalog names that the ledger does not know, each as a
+    registration with its stream's parameters. A consistent backup can fall between an ingest's
+    catalog commit and its ledger registration: the lost history registered and spent the
+    block, the restored ledger does not know it, and its part files are no orphans — the
+    repair of a crashed ingest (:meth:`Platform.reconcile
+    <blockbudget.platform.Platform.reconcile>`, the ingest's retry) would give it a fresh
+    budget unless it is tombstoned too."""
+    known = {b.block_id for b in ledger.blocks()}
+    found: list[BlockInfo] = []
+    for spec in store.list_streams():
+        for meta in store.blocks(spec.name):
+            if meta.block_id not in known:
+                found.append(
+                    BlockInfo(
+                        block_id=meta.block_id,
+                        stream=spec.name,
+                        accounting=spec.accounting,
+                        capacity=spec.policy,
+                        slack_delta=spec.slack_delta,
+                    )
+                )
+    return found
+
+
+def _tombstone(specs: dict[str, StreamSpec], block: str, stream: str) -> BlockInfo:
+    """A recorded tombstone as a registration (its stream's parameters when the catalog knows
+    the stream, else placeholders: it is retired at once)."""
+    spec = specs.get(stream)
+    if spec is None:
+        return BlockInfo(
+            block_id=block,
+            stream=stream,
+            accounting=Accounting.BASIC,
+            capacity=Budget(epsilon=1),
+            slack_delta=None,
+        )
+    return BlockInfo(
+        block_id=block,
+        stream=stream,
+        accounting=spec.accounting,
+        capacity=spec.policy,
+        slack_delta=spec.slack_delta,
+    )
+
+
 def _cause(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-__all__ = ["RECONCILE_COMMAND", "MarkStatus", "ReconcileReport", "Watermark", "orphan_tombstones"]
+__all__ = [
+    "RECONCILE_COMMAND",
+    "MarkStatus",
+    "ReconcileReport",
+    "Watermark",
+    "orphan_tombstones",
+    "unregistered_tombstones",
+]

@@ -10,19 +10,25 @@ block files (a local directory or an object store): the seq and hash of the last
 has acknowledged, the identity of the database's history (the hash of its first event) and the
 event's time. A database whose log does not reach the mark is refused until it is reconciled.
 
-Marks are files named by an ordered key, ``mark-{epoch:010d}-{seq:020d}.json`` under
-``_blockbudget/marks/`` of the data root (a name no stream can take: stream names start with a
-letter or digit); the mark is the one with the largest (epoch, seq). Writers never overwrite
-each other — each writes its own name — so concurrent servers need no lock and the mark can only
-move forward: the largest name stays the largest. The ``epoch`` grows by one at each
+Marks are files named by an ordered key and their event,
+``mark-{epoch:010d}-{seq:020d}-{hash}.json`` under ``_blockbudget/marks/`` of the data root (a
+name no stream can take: stream names start with a letter or digit); the mark is the one with
+the largest (epoch, seq). Writers never overwrite each other — each writes its own name, the
+event's hash included — so concurrent servers need no lock and the mark can only move forward:
+the largest name stays the largest. Two copies of one database on the same block files (a
+restore onto a second database beside the live one, a stale replica) cannot both spend: every
+mark of the current epoch must name an event of the log that writes or judges, and a writer
+checks the marks written since it last looked before its answer leaves, so of two histories
+that mark the same block files, at least one is refused at its first mark after they parted.
+The ``epoch`` grows by one at each
 reconciliation (``blockbudget db reconcile``), whose new mark names a *shorter* log (the
 restored one, plus the reconciliation) that must nevertheless win over the marks of the lost
 history.
 
 Example:
     >>> m = Mark(epoch=0, seq=81, hash="ab" * 32, database="cd" * 32, ts=1.0)
-    >>> mark_name(m)
-    'mark-0000000000-00000000000000000081.json'
+    >>> mark_name(m)[:40]
+    'mark-0000000000-00000000000000000081-aba'
     >>> parse_mark_name(mark_name(m))
     (0, 81)
     >>> judge(m, Head(seq=78, hash="ef" * 32, first_hash="cd" * 32), at_mark=None)
@@ -43,13 +49,16 @@ from blockbudget.errors import InvalidRequestError
 
 #: Where marks live, relative to the data root.
 MARK_DIR = "_blockbudget/marks"
+#: Where a reconciliation keeps its tombstones (:meth:`MarkFiles.record_tombstones
+#: <blockbudget.store.markfiles.MarkFiles.record_tombstones>`), relative to the data root.
+TOMBSTONE_DIR = "_blockbudget/tombstones"
 #: The mark files' format version.
 MARK_FORMAT = 1
 #: The environment variable a platform reads its :class:`MarkPolicy` from (``serve
 #: --mark-every`` sets it for its worker processes).
 MARK_ENV = "BLOCKBUDGET_MARK_EVERY"
 
-_NAME = re.compile(r"^mark-(\d{10})-(\d{20})\.json$")
+_NAME = re.compile(r"^mark-(\d{10})-(\d{20})(?:-([0-9a-f]{64}))?\.json$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -127,14 +136,24 @@ class Mark:
 
 
 def mark_name(mark: Mark) -> str:
-    """The file name of a mark: its order key, zero-padded so that names sort as keys do."""
-    return f"mark-{mark.epoch:010d}-{mark.seq:020d}.json"
+    """The file name of a mark: its order key, zero-padded so that names sort as keys do, and
+    the hash of its event — so that two databases that share a history up to some point (a
+    restored copy beside the live one) never overwrite each other's mark at the same key: each
+    leaves its own, and each can see the other's."""
+    return f"mark-{mark.epoch:010d}-{mark.seq:020d}-{mark.hash}.json"
 
 
 def parse_mark_name(name: str) -> tuple[int, int] | None:
     """(epoch, seq) of a mark file's name; None for any other name."""
+    entry = parse_mark_entry(name)
+    return None if entry is None else (entry[0], entry[1])
+
+
+def parse_mark_entry(name: str) -> tuple[int, int, str | None] | None:
+    """(epoch, seq, hash) of a mark file's name (hash None for a name without it, as the
+    first marks were named); None for any other name."""
     m = _NAME.match(name)
-    return None if m is None else (int(m.group(1)), int(m.group(2)))
+    return None if m is None else (int(m.group(1)), int(m.group(2)), m.group(3))
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from blockbudget.engine import ScanSource
     from blockbudget.grant import Grant
+    from blockbudget.ledger import Ledger
     from blockbudget.mechanisms.source import BudgetSource
+    from blockbudget.store.rollback import Watermark
     from blockbudget.training.pipeline import Pipeline, PipelineRun
 
 
@@ -96,6 +98,9 @@ class GrantHandle:
         columns: the grant's projection.
         schema: the projection's Arrow types (so an empty read keeps them).
         engine: the registry name of the engine the worker reads with.
+        mark_every: the driver's high-water mark policy (:mod:`blockbudget.store.rollback`):
+            the worker's ledger keeps the mark beside the data root as the driver's does, so
+            that its draws are under the mark before its run goes back (None: no mark).
     """
 
     database_url: str
@@ -107,6 +112,7 @@ class GrantHandle:
     columns: tuple[str, ...]
     schema: pa.Schema | None
     engine: str
+    mark_every: str | None = None
 
     @classmethod
     def of(cls, grant: Grant, *, database_url: str) -> GrantHandle:
@@ -141,6 +147,7 @@ class GrantHandle:
             columns=grant.columns,
             schema=grant.schema,
             engine=engine,
+            mark_every=grant.mark_policy,
         )
 
 
@@ -175,6 +182,7 @@ def run_remote(job: PipelineJob, handle: GrantHandle) -> PipelineRun:
     engine = get_engine(handle.engine)
     try:
         ledger = Ledger(handle.database_url)
+        watermark = _guard(ledger, handle)
         try:
             grant = Grant(
                 ledger=ledger,
@@ -187,11 +195,29 @@ def run_remote(job: PipelineJob, handle: GrantHandle) -> PipelineRun:
                 schema=handle.schema,
                 group_size=handle.group_size,
             )
+            # with the default policy each draw is under the mark before it returns (a mark
+            # that cannot be written fails the draw); a batched policy's go under it on close
             return job.execute(grant, grant.frame())
         finally:
+            if watermark is not None:
+                watermark.close()
             ledger.dispose()
     finally:
         engine.close()
+
+
+def _guard(ledger: Ledger, handle: GrantHandle) -> Watermark | None:
+    """Guard a worker's ledger with the driver's high-water mark (beside the data root)."""
+    if handle.mark_every is None:
+        return None
+    from blockbudget.store.files import DataFiles
+    from blockbudget.store.markfiles import MarkFiles
+    from blockbudget.store.rollback import Watermark
+    from blockbudget.store.watermark import parse_policy
+
+    source = handle.source
+    root = source.uri if "://" in source.uri or not source.base else source.base
+    return Watermark(ledger, MarkFiles(DataFiles(root)), policy=parse_policy(handle.mark_every))
 
 
 class Executor(ABC):
