@@ -274,6 +274,9 @@ def test_a_restore_written_to_since_is_diverged(db: Db) -> None:
     same, and reconciled the same way."""
     back_up_spend_restore(db)
     p = open_platform(db, mark_every="off")
+    # an older release, without the guard (the mark off still checks: test below)
+    p.ledger.set_guard(None)
+    p.watermark = None
     p.charge([D1], Budget(epsilon="0.2"), context="a")
     p.ingest("s", frame(8, 9))
     p.charge([D2], Budget(epsilon="0.3"), context="a")
@@ -586,11 +589,17 @@ def test_an_s3_store_keeps_the_mark(db: Db, s3_root: str) -> None:
 def test_the_mark_is_off_only_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     p = Platform(tmp_path / "h", engine="arrow", mark_every="off")
     try:
-        assert p.watermark is None and p.mark_status() is None and p.budget_refusal() is None
+        assert p.watermark is not None and not p.watermark.policy.enabled
+        assert p.budget_refusal() is None
         p.add_context("a")
-        assert not (tmp_path / "h" / "blocks" / "_blockbudget").exists()
+        p.create_stream("s", policy=Budget(epsilon=1), blocking=Blocking.by_time("t"))
+        p.ingest("s", frame(1))
+        p.charge([D1], Budget(epsilon="0.1"), context="a")
+        status = p.mark_status(refresh=True)
+        assert status is not None and status.mark is None and status.policy == "off"
     finally:
         p.close()
+    assert not (tmp_path / "h" / "blocks" / "_blockbudget").exists()  # no mark written
     monkeypatch.delenv("BLOCKBUDGET_MARK_EVERY", raising=False)
     q = Platform(tmp_path / "h", engine="arrow")
     try:
@@ -598,3 +607,21 @@ def test_the_mark_is_off_only_when_asked(tmp_path: Path, monkeypatch: pytest.Mon
         assert q.watermark.policy.before_answers
     finally:
         q.close()
+
+
+def test_the_mark_off_still_refuses_a_restored_database(db: Db) -> None:
+    """``off`` writes no mark, but a process with it (a script, a misconfigured worker) on a
+    restored database is refused as any other: the mark the block files hold is checked."""
+    back_up_spend_restore(db)
+    p = open_platform(db, mark_every="off")
+    try:
+        with pytest.raises(LedgerBehindMarkError, match="db reconcile"):
+            p.charge([D1], Budget(epsilon="0.2"), context="a")
+        with pytest.raises(LedgerBehindMarkError):
+            p.ingest("s", frame(8))
+        assert p.afford("s", [D1], context="a").epsilon == Decimal("0.9")  # reads answer
+        report = p.reconcile_rollback()
+        assert D1 in report.retired
+        assert p.verify(full=True).ok
+    finally:
+        p.close()

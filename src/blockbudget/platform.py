@@ -121,7 +121,8 @@ class Platform(PlatformBudget):
             (:func:`blockbudget.store.watermark.parse_policy`: ``"charge"``, the default —
             after every write that charges, before its result leaves, and about a second after
             any other —, ``"commit"``, ``"N"`` events, ``"Ts"`` seconds, ``"N,Ts"``, or
-            ``"off"``, which also turns off the check); None reads
+            ``"off"``, which writes no mark but still checks one the block files hold: a
+            process with the mark off on a restored database is refused all the same); None reads
             ``BLOCKBUDGET_MARK_EVERY``. A database whose audit log is behind the mark (restored
             from an older backup) refuses every write until ``blockbudget db reconcile``
             (:mod:`blockbudget.store.rollback`).
@@ -143,11 +144,10 @@ class Platform(PlatformBudget):
         self.ledger = Ledger(self.database_url, group_commit=group_commit)
         self.store = BlockStore(self.database_url, data_root or str(self.home / "blocks"))
         policy = parse_policy(os.environ.get(MARK_ENV) if mark_every is None else mark_every)
-        #: the guard of the audit log's high-water mark (None when the policy is ``off``)
-        self.watermark: Watermark | None = (
-            Watermark(self.ledger, MarkFiles(self.store.files), policy=policy)
-            if policy.enabled
-            else None
+        #: the guard of the audit log's high-water mark (with the policy ``off`` it writes no
+        #: mark, but still refuses writes to a database behind a mark the block files hold)
+        self.watermark: Watermark | None = Watermark(
+            self.ledger, MarkFiles(self.store.files), policy=policy
         )
         self._filters: dict[str, Filter] = {}
         self._engine_choice = engine

@@ -38,7 +38,9 @@ def budgets_state(platform: Platform) -> str:
     if platform.watermark is None:
         return "off"
     try:
-        return "refusing" if platform.budget_refusal() is not None else "ok"
+        if platform.budget_refusal() is not None:
+            return "refusing"
+        return "ok" if platform.watermark.policy.enabled else "off"
     except Exception:  # a health answer never fails on this
         log.warning("could not judge the ledger against its high-water mark", exc_info=True)
         return "unknown"

@@ -399,7 +399,7 @@ class Watermark:
         """Advance the mark over what is still pending (batched policies) and stop."""
         self._stop.set()
         with self._lock:
-            if self._pending is not None and self._refusal is None:
+            if self._pending is not None and self._refusal is None and self.policy.enabled:
                 try:
                     self._advance()
                 except Exception:  # a close never fails on this (the database may be gone)
@@ -641,7 +641,12 @@ class Watermark:
 
     def _start_flusher(self) -> None:
         """In a batched policy with an age, advance an idle mark in the background."""
-        if self.policy.seconds is None or self._flusher is not None or self._stop.is_set():
+        if (
+            not self.policy.enabled
+            or self.policy.seconds is None
+            or self._flusher is not None
+            or self._stop.is_set()
+        ):
             return
         self._flusher = threading.Thread(
             target=self._flush_loop, name="blockbudget-mark", daemon=True

@@ -221,7 +221,8 @@ class MarkPolicy:
             background thread also advances an idle mark this often.
         on_charge: advance after every write that charges, before its result — after which a
             DP answer may leave the process — is handed out.
-        enabled: False turns the mark off (no check, no file; for benchmarks).
+        enabled: False writes no mark (for benchmarks); a mark the block files already hold
+            is still checked, so a restored database is refused all the same.
     """
 
     events: int = 2**62
@@ -275,7 +276,7 @@ def parse_policy(text: str | MarkPolicy | None) -> MarkPolicy:
     * ``commit`` — after every write that appends audit events, before its result leaves;
     * ``N`` / ``Ts`` / ``N,Ts`` — batched: every N events and/or T seconds, whichever first
       (answers may leave before the mark covers them: the window a restore could hide);
-    * ``off`` — no mark and no check.
+    * ``off`` — no mark written (a mark already there is still checked).
 
     Example:
         >>> parse_policy("100,5s")
