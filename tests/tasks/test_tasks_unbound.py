@@ -205,3 +205,50 @@ def test_on_a_user_stream_an_any_task_waits_for_a_release_that_makes_min_k_known
     assert done.state is TaskState.GRANTED and len(done.blocks) == 3, q.why(t.id).reason
     q.close()
     p.close()
+
+
+def test_a_poll_retries_unbound_tasks_only_when_what_they_wait_for_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Many unbound tasks cost a poll one read of the stream's known-id bound, not a try
+    each: they try again when blocks come (or, on a user stream, a new release), not at every
+    poll (2,000 of them made a pump take a second)."""
+    from blockbudget.tasks.decider import Decider
+
+    p = make_platform(tmp_path, days=2)
+    clock = Clock()
+    q = _queue(p, clock, "dpf-n:n=10")
+    ids = [
+        q.submit_budget(
+            "s",
+            Budget(epsilon="0.01"),
+            selector=AnyBlocks(3, min_k=3),
+            context="team",
+            principal="a",
+        ).id
+        for _ in range(5)
+    ]
+    tries: list[str] = []
+    enter = Decider._enter
+
+    def counted(self: Decider, task: object) -> None:
+        tries.append(task.id)  # type: ignore[attr-defined]
+        enter(self, task)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Decider, "_enter", counted)
+    for _ in range(4):  # polls with nothing new: one retry round at most (the first poll)
+        clock.t += 1.0
+        q.pump()
+    assert len(tries) <= len(ids), tries
+    before = len(tries)
+    for _ in range(3):
+        clock.t += 1.0
+        q.pump()
+    assert len(tries) == before  # nothing changed: nobody tried again
+    add_days(p, "2024-01-03", 1)
+    q.pump()  # a new block: every one tries, and enters
+    assert sorted(tries[before:]) == sorted(ids)
+    assert all(q.task(t).state is TaskState.GRANTED for t in ids), q.why(ids[0]).reason
+    q.close()
+    assert p.verify().ok
+    p.close()

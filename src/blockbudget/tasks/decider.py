@@ -73,7 +73,7 @@ from blockbudget.tasks.rows import TaskRows
 from blockbudget.tasks.schedspec import SchedulerSpec
 from blockbudget.tasks.scoring import Significance, check_comparison, significance_of
 from blockbudget.tasks.selectors import InRange
-from blockbudget.userids import known_filter
+from blockbudget.userids import known_bound, known_filter
 
 if TYPE_CHECKING:
     from blockbudget.mechanisms.noise import NoiseSource
@@ -195,7 +195,7 @@ class Decider(GrantPhase):
         run.live.absorb(batch)
         self._apply(run)
         if run.unbound:
-            self._bind_unbound(run, now, retry=polled or run.live.stream in batch.added)
+            self._retry_unbound(run, now, added=run.live.stream in batch.added, polled=polled)
         if run.bridge.applied == len(pool.decisions):
             run.live.reconcile()
 
@@ -336,6 +336,20 @@ class Decider(GrantPhase):
         else:
             self._guard(run, run.live.scheduler.on_task, pool, spec, task_id=task.id)
         self._apply(run)
+
+    def _retry_unbound(self, run: _Run, now: float, *, added: bool, polled: bool) -> None:
+        """Unbound tasks try to enter again when what they wait for may have come: new
+        blocks in the feed, or (at a poll) a user stream's known-id bound that changed since
+        their last try (a new maximum-id release) — one read per stream, not per task, and
+        nothing when it did not change (a poll used to retry every unbound task)."""
+        bound: object = None
+        retry = added
+        if polled and not added:
+            bound = known_bound(self.platform, run.live.stream)
+            retry = not run.known_read or bound != run.known_seen
+        self._bind_unbound(run, now, retry=retry)
+        if polled and not added:  # tried with this bound (a failed try raised above)
+            run.known_seen, run.known_read = bound, True
 
     def _bind_unbound(self, run: _Run, now: float, *, retry: bool) -> None:
         """The tasks waiting unbound for blocks (:attr:`_Run.unbound`): those past their

@@ -47,6 +47,11 @@ class _Run:
     #: waiting tasks not in the pool yet: fewer blocks they may use exist than they need
     #: (:func:`~blockbudget.tasks.binding.blocks_wanting`); they enter once enough exist
     unbound: dict[str, Task] = field(default_factory=dict)
+    #: the stream's known-id bound when its unbound tasks last tried to enter (a user stream:
+    #: a new maximum-id release offers more blocks); a poll retries them only when it changed
+    known_seen: object = field(default=None, compare=False)
+    #: whether :attr:`known_seen` was read yet (a new run, or a new leader, retries once)
+    known_read: bool = False
 
 
 class GrantPhase:
