@@ -140,6 +140,30 @@ def test_a_damaged_mark_never_looks_newer(tmp_path: Path) -> None:
     assert files.read() == mark(7)
 
 
+def test_a_read_whose_listed_mark_was_pruned_lists_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader lists 25 and 13; before it opens 25, a writer puts 33 and prunes 25 (13 not
+    yet): the reader must answer 33 from a fresh listing, not fall back to 13 — the mark would
+    look as if it had moved backwards (the concurrent test below caught it, once in a while)."""
+    root = tmp_path / "blocks"
+    writer, reader = MarkFiles(DataFiles(root)), MarkFiles(DataFiles(root))
+    writer.write(mark(13))
+    writer.write(mark(25))
+    stale = reader.names()
+    listings = iter([stale])
+    real = MarkFiles.names
+
+    def names(self: MarkFiles) -> list[tuple[tuple[int, int], str]]:
+        return next(listings, None) or real(self)
+
+    monkeypatch.setattr(MarkFiles, "names", names)
+    writer.write(mark(33))
+    os.unlink(root / "_blockbudget" / "marks" / stale[0][1])  # 25 pruned, 13 still there
+    got = reader.read()
+    assert got is not None and got.seq == 33
+
+
 def test_concurrent_writers_leave_the_largest(tmp_path: Path) -> None:
     """Eight writers (separate MarkFiles, as separate processes would have) interleave their
     marks; whatever the order, the mark read afterwards is the largest written, and at no time

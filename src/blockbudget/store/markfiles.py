@@ -27,6 +27,10 @@ from blockbudget.errors import InvalidRequestError
 from blockbudget.store.files import DataFiles, fsync_path
 from blockbudget.store.watermark import MARK_DIR, TOMBSTONE_DIR, Mark, mark_name, parse_mark_entry
 
+#: Listings :meth:`MarkFiles.read` takes while the largest listed mark keeps being pruned under
+#: it (each retry means a larger mark was written meanwhile).
+READ_TRIES = 20
+
 
 class MarkFiles:
     """Reads and writes the marks under a data root (see the module docstring).
@@ -73,14 +77,19 @@ class MarkFiles:
         Raises:
             OSError, pyarrow.ArrowException: the store did not answer.
         """
+        try:
+            return self._load(name)
+        except FileNotFoundError:
+            return None
+
+    def _load(self, name: str) -> Mark | None:
+        """:meth:`load`, but a file that is gone raises FileNotFoundError."""
         entry = parse_mark_entry(name)
         if entry is None:
             return None
         try:
             with self.files.fs.open_input_stream(f"{self.dir}/{name}") as handle:
                 mark = Mark.from_json(json.loads(handle.read()))
-        except FileNotFoundError:
-            return None
         except (ValueError, InvalidRequestError):
             return None
         if mark.key != (entry[0], entry[1]) or entry[2] not in (None, mark.hash):
@@ -112,13 +121,22 @@ class MarkFiles:
         Raises:
             OSError, pyarrow.ArrowException: the store did not answer.
         """
-        for _, name in self.names():
-            # gone (pruned meanwhile: a larger one exists), damaged or misnamed: skip (it can
-            # only make the mark look older)
-            mark = self.load(name)
-            if mark is not None:
-                return mark
-        return None
+        for _ in range(READ_TRIES):
+            pruned = False
+            for _, name in self.names():
+                try:
+                    mark = self._load(name)
+                except FileNotFoundError:
+                    # pruned since the listing: a larger mark was written meanwhile, which a
+                    # fresh listing shows (falling back to an older file here would make the
+                    # mark look as if it had moved backwards)
+                    pruned = True
+                    break
+                if mark is not None:  # damaged or misnamed: skip (it can only look older)
+                    return mark
+            if not pruned:
+                return None
+        raise OSError(f"the marks at {self.where} kept changing under {READ_TRIES} listings")
 
     def write(self, mark: Mark) -> None:
         """Write ``mark`` under its own name, atomically and durably.
